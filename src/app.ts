@@ -1,0 +1,111 @@
+import { readFileSync } from 'node:fs';
+import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
+import { GraphQLError } from 'graphql';
+import { createYoga, type YogaServerInstance } from 'graphql-yoga';
+import type { Logger } from 'pino';
+import type { Database } from './db/database.js';
+import type { Env } from './env.js';
+import { AppError } from './errors.js';
+import type { Context } from './graphql/context.js';
+import { schema } from './graphql/schema.js';
+import { serveDocs } from './http/docs.js';
+import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
+import { buildOpenApiDocument } from './http/openapi.js';
+import { currentRequest } from './http/request-state.js';
+import { useRestFacade } from './http/rest-facade.js';
+import { SigningKeyStore } from './lib/signing-keys.js';
+import { pruneCounters } from './lib/rate-counter.js';
+import type { AuthState } from './modules/auth/authenticate.js';
+import { createServices, type Services } from './services.js';
+
+export const packageVersion: string = JSON.parse(
+  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
+).version;
+
+export interface App {
+  yoga: YogaServerInstance<ServerContext, Context>;
+  services: Services;
+  openapi: Record<string, unknown>;
+  /** Readiness turns false once shutdown begins, so load balancers stop sending traffic. */
+  setDraining(): void;
+  /** Stops background work; the caller closes the database. */
+  stop(): void;
+}
+
+const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
+
+export function createApp({ env, db, logger }: { env: Env; db: Database; logger: Logger }): App {
+  const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
+  const services = createServices({ env, db, logger, keys });
+  const openapi = buildOpenApiDocument(schema, packageVersion);
+  let draining = false;
+
+  const yoga = createYoga<ServerContext, Context>({
+    schema,
+    graphqlEndpoint: '/graphql',
+    landingPage: false,
+    graphiql: { title: 'Agent Gateway GraphiQL' },
+    renderGraphiQL,
+    logging: {
+      debug: (...args) => logger.debug(args.map(String).join(' ')),
+      info: (...args) => logger.info(args.map(String).join(' ')),
+      warn: (...args) => logger.warn(args.map(String).join(' ')),
+      error: (...args) => logger.error(args.map(String).join(' ')),
+    },
+    context({ request, state }): Context {
+      let pending: Promise<AuthState> | undefined;
+      return {
+        request,
+        state,
+        services,
+        authenticate: () => (pending ??= services.authenticate(request, state)),
+      };
+    },
+    maskedErrors: {
+      maskError(error) {
+        const original = error instanceof GraphQLError ? error.originalError : error;
+        if (error instanceof GraphQLError && (!original || original instanceof GraphQLError)) return error;
+        logger.error({ err: original, request_id: currentRequest()?.requestId }, 'unexpected error');
+        return new AppError('INTERNAL_ERROR', 'An internal error occurred');
+      },
+    },
+    plugins: [
+      useRequestLifecycle({ logger, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
+      {
+        async onRequest({ url, endResponse }) {
+          if (url.pathname === '/healthz') return endResponse(Response.json({ status: 'ok' }));
+          if (url.pathname === '/readyz') {
+            const database = !draining && (await db.ping());
+            return endResponse(
+              Response.json(
+                { status: database ? 'ok' : 'unavailable', checks: { database } },
+                { status: database ? 200 : 503 },
+              ),
+            );
+          }
+          const docs = await serveDocs(url.pathname, openapi);
+          if (docs) endResponse(docs);
+        },
+      },
+      ...useRestFacade(),
+    ],
+  });
+
+  const maintenance = setInterval(() => {
+    Promise.all([
+      pruneCounters(db.sql),
+      db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
+    ]).catch((error) => logger.warn({ err: error }, 'maintenance failed'));
+  }, MAINTENANCE_INTERVAL_MS);
+  maintenance.unref();
+
+  return {
+    yoga,
+    services,
+    openapi,
+    setDraining: () => {
+      draining = true;
+    },
+    stop: () => clearInterval(maintenance),
+  };
+}

@@ -1,0 +1,132 @@
+import { mkdir } from 'node:fs/promises';
+import { PGlite } from '@electric-sql/pglite';
+import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
+import { PrismaPGlite } from 'pglite-prisma-adapter';
+import { PrismaClient } from '../generated/prisma/client.js';
+import { migrate } from './migrate.js';
+import type { SqlDriver } from './sql.js';
+
+export type DatabaseKind = 'pglite' | 'postgresql';
+
+export interface Database {
+  kind: DatabaseKind;
+  /** Where the data lives, without credentials: printed at start. */
+  location: string;
+  prisma: PrismaClient;
+  sql: SqlDriver;
+  ping(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  databaseUrl?: string;
+  /** PGlite data directory; `memory://` keeps it in memory (tests). */
+  dataDir?: string;
+  /** Apply pending migrations before returning (default true). */
+  migrate?: boolean;
+  poolSize?: number;
+}
+
+function pgliteDriver(db: PGlite): SqlDriver {
+  const driver: Omit<SqlDriver, 'withConnection'> = {
+    async exec(script) {
+      await db.exec(script);
+    },
+    async query<Row>(text: string, params: unknown[] = []) {
+      return (await db.query(text, params)).rows as Row[];
+    },
+  };
+  // PGlite is a single connection: every statement already runs on it.
+  return { ...driver, withConnection: (work) => work(driver) };
+}
+
+function postgresDriver(pool: pg.Pool): SqlDriver {
+  const on = (client: pg.Pool | pg.PoolClient): Omit<SqlDriver, 'withConnection'> => ({
+    async exec(script) {
+      await client.query(script);
+    },
+    async query<Row>(text: string, params: unknown[] = []) {
+      return (await client.query(text, params)).rows as Row[];
+    },
+  });
+  return {
+    ...on(pool),
+    async withConnection(work) {
+      const client = await pool.connect();
+      try {
+        return await work(on(client));
+      } finally {
+        client.release();
+      }
+    },
+  };
+}
+
+function redact(url: string): string {
+  const parsed = new URL(url);
+  if (parsed.password) parsed.password = '***';
+  return parsed.toString();
+}
+
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  const shouldMigrate = options.migrate ?? true;
+  if (options.databaseUrl) {
+    const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10 });
+    // An idle client's error (server restart) must not crash the process; the pool replaces it.
+    pool.on('error', () => undefined);
+    const sql = postgresDriver(pool);
+    try {
+      if (shouldMigrate) await migrate(sql);
+    } catch (error) {
+      await pool.end();
+      throw error;
+    }
+    const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+    return {
+      kind: 'postgresql',
+      location: redact(options.databaseUrl),
+      prisma,
+      sql,
+      ping: () => ping(sql),
+      async close() {
+        await prisma.$disconnect();
+        await pool.end();
+      },
+    };
+  }
+
+  const dataDir = options.dataDir ?? './data';
+  if (!dataDir.startsWith('memory://')) await mkdir(dataDir, { recursive: true });
+  const pglite = await PGlite.create(dataDir);
+  const sql = pgliteDriver(pglite);
+  try {
+    if (shouldMigrate) await migrate(sql);
+  } catch (error) {
+    await pglite.close();
+    throw error;
+  }
+  const prisma = new PrismaClient({ adapter: new PrismaPGlite(pglite) });
+  return {
+    kind: 'pglite',
+    location: dataDir,
+    prisma,
+    sql,
+    ping: () => ping(sql),
+    async close() {
+      await prisma.$disconnect();
+      // $disconnect does not close PGlite; without this the process never exits.
+      if (!pglite.closed) await pglite.close();
+    },
+  };
+}
+
+async function ping(sql: SqlDriver): Promise<boolean> {
+  try {
+    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref());
+    await Promise.race([sql.query('SELECT 1'), timeout]);
+    return true;
+  } catch {
+    return false;
+  }
+}

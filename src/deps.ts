@@ -1,0 +1,12 @@
+import type { Logger } from 'pino';
+import type { Database } from './db/database.js';
+import type { Env } from './env.js';
+import type { SigningKeyStore } from './lib/signing-keys.js';
+
+/** What every service is built from; created once per app. */
+export interface Deps {
+  env: Env;
+  db: Database;
+  logger: Logger;
+  keys: SigningKeyStore;
+}

@@ -1,0 +1,66 @@
+import path from 'node:path';
+
+/** Everything the service reads from its environment, parsed and checked once at start. */
+export interface Env {
+  port: number;
+  host: string;
+  /** `postgresql://…` selects PostgreSQL; absent selects embedded PGlite in `dataDir`. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  /** Public base URL used in logs, the OpenAPI `servers` entry and token issuers. */
+  publicUrl: string;
+  logLevel: string;
+  /** 32-byte key (base64 or hex) that encrypts signing keys at rest; optional. */
+  keyEncryptionKey: Buffer | undefined;
+  sessionTtlSeconds: number;
+  maxBodyBytes: number;
+  trustProxy: boolean;
+  loginMaxFailuresPerEmail: number;
+  loginMaxFailuresPerAddress: number;
+  loginWindowSeconds: number;
+  shutdownGraceMs: number;
+}
+
+export class EnvError extends Error {}
+
+function integer(source: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
+  const raw = source[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) {
+    throw new EnvError(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+  }
+  return value;
+}
+
+function encryptionKey(raw: string | undefined): Buffer | undefined {
+  if (!raw) return undefined;
+  const key = /^[0-9a-f]{64}$/i.test(raw) ? Buffer.from(raw, 'hex') : Buffer.from(raw, 'base64');
+  if (key.length !== 32) throw new EnvError('KEY_ENCRYPTION_KEY must be 32 bytes, hex or base64');
+  return key;
+}
+
+export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
+  const port = integer(source, 'PORT', 8000);
+  const host = source.HOST || '0.0.0.0';
+  const databaseUrl = source.DATABASE_URL || undefined;
+  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new EnvError('DATABASE_URL must be a postgresql:// URL');
+  }
+  return {
+    port,
+    host,
+    databaseUrl,
+    dataDir: path.resolve(source.DATA_DIR || './data'),
+    publicUrl: (source.PUBLIC_URL || `http://localhost:${port}`).replace(/\/$/, ''),
+    logLevel: source.LOG_LEVEL || 'info',
+    keyEncryptionKey: encryptionKey(source.KEY_ENCRYPTION_KEY),
+    sessionTtlSeconds: 3600,
+    maxBodyBytes: 1024 * 1024,
+    trustProxy: source.TRUST_PROXY === 'true' || source.TRUST_PROXY === '1',
+    loginMaxFailuresPerEmail: integer(source, 'LOGIN_MAX_FAILURES_PER_EMAIL', 10, 1),
+    loginMaxFailuresPerAddress: integer(source, 'LOGIN_MAX_FAILURES_PER_ADDRESS', 100, 1),
+    loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
+    shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
+  };
+}

@@ -1,0 +1,84 @@
+import { GraphQLError } from 'graphql';
+
+/**
+ * The one error type of the service. It is a GraphQLError so that GraphQL reports it as is
+ * (`extensions.code`) and SOFA takes its HTTP status from `extensions.http`; src/http/envelope.ts
+ * is the one place that turns it into the REST wire envelopes.
+ */
+export const errorStatus = {
+  BAD_REQUEST: 400,
+  AUTHENTICATION_REQUIRED: 401,
+  INVALID_TOKEN: 401,
+  FORBIDDEN: 403,
+  NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  CONFLICT: 409,
+  INVALID_STATE_TRANSITION: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  VALIDATION_ERROR: 422,
+  POLICY_VIOLATION: 429,
+  INTERNAL_ERROR: 500,
+  SERVICE_UNAVAILABLE: 503,
+} as const;
+
+export type ErrorCode = keyof typeof errorStatus;
+
+/** Codes that travel in the `{"detail": {...}}` envelope (authentication and authorization). */
+export const authErrorCodes: ReadonlySet<ErrorCode> = new Set(['AUTHENTICATION_REQUIRED', 'INVALID_TOKEN', 'FORBIDDEN']);
+
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+export class AppError extends GraphQLError {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details: Record<string, unknown>;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { details?: Record<string, unknown>; headers?: Record<string, string> } = {},
+  ) {
+    const status = errorStatus[code];
+    const details = options.details ?? {};
+    super(message, {
+      extensions: {
+        code,
+        ...(Object.keys(details).length ? { details } : {}),
+        http: { status, ...(options.headers ? { headers: options.headers } : {}) },
+      },
+    });
+    this.name = 'AppError';
+    this.code = code;
+    this.status = status;
+    this.details = details;
+  }
+}
+
+export const notFound = (what: string) => new AppError('NOT_FOUND', `${what} not found`);
+export const conflict = (message: string, details?: Record<string, unknown>) =>
+  new AppError('CONFLICT', message, { details });
+export const forbidden = (message = 'You are not allowed to do this') => new AppError('FORBIDDEN', message);
+export const validationError = (errors: FieldError[]) =>
+  new AppError('VALIDATION_ERROR', errors.map((e) => `${e.field}: ${e.message}`).join('; '), {
+    details: { errors },
+  });
+
+/** Collects field problems and throws them together, so a caller fixes a payload in one go. */
+export class FieldErrors {
+  readonly errors: FieldError[] = [];
+  add(field: string, message: string): void {
+    this.errors.push({ field, message });
+  }
+  throwIfAny(): void {
+    if (this.errors.length) throw validationError(this.errors);
+  }
+}
+
+/** Unique-constraint violations from Prisma (P2002), whichever driver adapter raised them. */
+export function isUniqueViolation(error: unknown): boolean {
+  const e = error as { code?: string; cause?: { code?: string }; meta?: unknown } | null;
+  return e?.code === 'P2002' || e?.cause?.code === '23505';
+}

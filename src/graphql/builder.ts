@@ -1,0 +1,47 @@
+import SchemaBuilder from '@pothos/core';
+import PrismaPlugin from '@pothos/plugin-prisma';
+import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import type PrismaTypes from '../generated/pothos-types.js';
+import { getDatamodel } from '../generated/pothos-types.js';
+import type { Action } from '../modules/auth/authz.js';
+import type { Context } from './context.js';
+import { authScopeLoaders, unauthorizedError } from './auth-scopes.js';
+
+export interface AuthScopes {
+  /** Any valid credential. */
+  authenticated: boolean;
+  /** A bearer-token session (refresh, logout). */
+  session: boolean;
+  /** The caller belongs to `orgId` and may perform `action` there (decisions.md table). */
+  org: { orgId: string; action: Action };
+  /** The caller may perform `action` in its own org (routes whose org is implied by the caller). */
+  own: Action;
+}
+
+export const builder = new SchemaBuilder<{
+  Context: Context;
+  AuthScopes: AuthScopes;
+  PrismaTypes: PrismaTypes;
+  DefaultFieldNullability: false;
+  Scalars: {
+    Timestamp: { Input: Date; Output: Date | string };
+    JSON: { Input: unknown; Output: unknown };
+  };
+}>({
+  plugins: [ScopeAuthPlugin, PrismaPlugin],
+  defaultFieldNullability: false,
+  scopeAuth: {
+    authScopes: authScopeLoaders,
+    unauthorizedError,
+  },
+  prisma: {
+    client: (ctx) => ctx.services.db.prisma,
+    dmmf: getDatamodel(),
+    exposeDescriptions: false,
+    filterConnectionTotalCount: true,
+    onUnusedQuery: null,
+  },
+});
+
+builder.queryType({});
+builder.mutationType({});

@@ -1,0 +1,26 @@
+import type { AuthState } from '../modules/auth/authenticate.js';
+import type { Principal } from '../modules/auth/authz.js';
+import type { RequestState } from '../http/request-state.js';
+import type { Services } from '../services.js';
+
+/** The GraphQL context of one request, for /graphql and for the REST facade alike. */
+export interface Context {
+  request: Request;
+  state: RequestState;
+  services: Services;
+  /** Resolves the caller's credentials once per request (and counts the request against limits). */
+  authenticate(): Promise<AuthState>;
+  /** Set by the scope loaders once `authenticate` resolved: read by the synchronous error builder. */
+  authState?: AuthState;
+  /** The authenticated caller, once a scope loader has resolved it. */
+  principal?: Principal;
+}
+
+/**
+ * The caller of a field whose auth scopes already required one; the scope loaders set it.
+ * Throws rather than returning undefined so that a field missing its scopes fails closed.
+ */
+export function principalOf(ctx: Context): Principal {
+  if (!ctx.principal) throw new Error('principalOf() on a field without auth scopes');
+  return ctx.principal;
+}

@@ -1,0 +1,9 @@
+// Only imports: each module registers its types, queries, mutations and REST routes.
+import './scalars.js';
+import '../modules/user/user.types.js';
+import '../modules/org/org.types.js';
+import '../modules/auth/auth.types.js';
+import '../modules/api-key/api-key.types.js';
+import { builder } from './builder.js';
+
+export const schema = builder.toSchema({ sortSchema: true });

@@ -1,0 +1,79 @@
+import { GraphQLError } from 'graphql';
+import { AppError, authErrorCodes, errorStatus, type ErrorCode, type FieldError } from '../errors.js';
+
+/**
+ * The one place that turns errors into the two REST wire envelopes of decisions.md:
+ * `{"detail": {code, message}}` for 401/403 and `{"error": {code, message, details}}` otherwise.
+ */
+
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+  status: number;
+  details: Record<string, unknown>;
+  headers: Record<string, string>;
+}
+
+export function errorBody(error: Pick<WireError, 'code' | 'message' | 'details'>): unknown {
+  return authErrorCodes.has(error.code)
+    ? { detail: { code: error.code, message: error.message } }
+    : { error: { code: error.code, message: error.message, details: error.details } };
+}
+
+export function errorResponse(error: WireError): Response {
+  return Response.json(errorBody(error), {
+    status: error.status,
+    headers: { ...error.headers, 'Content-Type': 'application/json; charset=utf-8' },
+  });
+}
+
+export function wireError(code: ErrorCode, message: string, details: Record<string, unknown> = {}): WireError {
+  return { code, message, status: errorStatus[code], details, headers: {} };
+}
+
+const variablePattern = /Variable "\$([A-Za-z0-9_]+)"/;
+
+/** Classifies whatever SOFA or GraphQL execution produced. */
+export function toWireError(error: unknown): WireError {
+  if (error instanceof GraphQLError) {
+    const extensions = error.extensions as {
+      code?: string;
+      details?: Record<string, unknown>;
+      http?: { status?: number; headers?: Record<string, string> };
+    };
+    if (extensions.code && extensions.code in errorStatus) {
+      const code = extensions.code as ErrorCode;
+      return {
+        code,
+        message: error.message,
+        status: errorStatus[code],
+        details: extensions.details ?? {},
+        headers: extensions.http?.headers ?? {},
+      };
+    }
+    if (extensions.http?.status === 400 && /invalid JSON/i.test(error.message)) {
+      return wireError('BAD_REQUEST', 'The request body is not valid JSON');
+    }
+    // Variable coercion (a missing required argument, a wrong type) fails before any resolver.
+    if (!error.originalError || extensions.http?.status === 400) {
+      const field = variablePattern.exec(error.message)?.[1] ?? 'body';
+      const message = error.message.replace(/^Variable "\$[A-Za-z0-9_]+" /, '');
+      const errors: FieldError[] = [{ field, message }];
+      return wireError('VALIDATION_ERROR', error.message, { errors });
+    }
+  }
+  if (error instanceof AppError) return wireError(error.code, error.message, error.details);
+  return wireError('INTERNAL_ERROR', 'An internal error occurred');
+}
+
+/** SOFA's error handler: the most severe error decides the status, as with one error. */
+export function restErrorHandler(errors: readonly unknown[]): Response {
+  const wire = errors.map(toWireError);
+  const validation = wire.filter((e) => e.code === 'VALIDATION_ERROR');
+  const worst = wire.reduce((a, b) => (b.status > a.status ? b : a));
+  if (worst.code === 'VALIDATION_ERROR' && validation.length > 1) {
+    const merged = validation.flatMap((e) => (e.details.errors as FieldError[] | undefined) ?? []);
+    return errorResponse({ ...worst, message: 'The request is invalid', details: { errors: merged } });
+  }
+  return errorResponse(worst);
+}

@@ -1,0 +1,111 @@
+import type { Logger } from 'pino';
+import type { Plugin } from 'graphql-yoga';
+import { errorResponse, wireError } from './envelope.js';
+import { newRequestState, runWithRequest, type RequestState } from './request-state.js';
+
+export interface ServerContext {
+  state: RequestState;
+  /** Set by node's adapter. */
+  req?: { socket?: { remoteAddress?: string } };
+  /** Tests calling `yoga.fetch` may name the client address here. */
+  clientAddress?: string;
+}
+
+const bodyMethods = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+async function readLimited(request: Request, limit: number): Promise<Uint8Array | 'too_large'> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  if (!request.body) return new Uint8Array();
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined);
+      return 'too_large';
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks);
+}
+
+function clientAddressOf(request: Request, context: ServerContext, trustProxy: boolean): string {
+  if (trustProxy) {
+    const forwarded = request.headers.get('x-forwarded-for')?.split(',')[0]?.trim();
+    if (forwarded) return forwarded;
+  }
+  return context.req?.socket?.remoteAddress ?? context.clientAddress ?? 'unknown';
+}
+
+/**
+ * Per-request bookkeeping around everything else: the request id and state, the body size limit,
+ * headers decided during execution, 204 bodies, and one structured log line per request.
+ */
+export function useRequestLifecycle(options: {
+  logger: Logger;
+  maxBodyBytes: number;
+  trustProxy: boolean;
+}): Plugin<{}, ServerContext> {
+  const { logger, maxBodyBytes, trustProxy } = options;
+  return {
+    instrumentation: {
+      request({ request }, wrapped) {
+        // The state must exist before the async scope starts so that every hook shares it.
+        const state = newRequestState(request, 'unknown');
+        pendingStates.set(request, state);
+        return runWithRequest(state, wrapped);
+      },
+    },
+    async onRequest({ request, serverContext, endResponse, setRequest, url }) {
+      const state = pendingStates.get(request) ?? newRequestState(request, 'unknown');
+      pendingStates.delete(request);
+      state.clientAddress = clientAddressOf(request, serverContext, trustProxy);
+      serverContext.state = state;
+      if (!bodyMethods.has(request.method)) return;
+      const declared = Number(request.headers.get('content-length') ?? NaN);
+      if (declared > maxBodyBytes) {
+        endResponse(errorResponse(wireError('PAYLOAD_TOO_LARGE', `The body exceeds ${maxBodyBytes} bytes`)));
+        return;
+      }
+      if (Number.isFinite(declared)) return;
+      const body = await readLimited(request, maxBodyBytes);
+      if (body === 'too_large') {
+        endResponse(errorResponse(wireError('PAYLOAD_TOO_LARGE', `The body exceeds ${maxBodyBytes} bytes`)));
+        return;
+      }
+      setRequest(new Request(url, { method: request.method, headers: request.headers, body: body.length ? (body as Uint8Array<ArrayBuffer>) : null }));
+    },
+    onResponse({ request, response, serverContext, setResponse }) {
+      const state = serverContext.state;
+      if (!state) return;
+      let final = response;
+      if (response.status === 204) {
+        // SOFA serialises the field's value even for 204; a 204 must not have a body.
+        final = new Response(null, { status: 204, headers: response.headers });
+        final.headers.delete('content-length');
+        final.headers.delete('content-type');
+        setResponse(final);
+      }
+      state.responseHeaders.forEach((value: string, name: string) => final.headers.set(name, value));
+      final.headers.set('X-Request-Id', state.requestId);
+      const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
+      const url = new URL(request.url);
+      logger.info(
+        {
+          request_id: state.requestId,
+          method: request.method,
+          route: state.route ?? url.pathname,
+          status: final.status,
+          duration_ms: Math.round(durationMs * 100) / 100,
+          org_id: state.orgId,
+        },
+        'request',
+      );
+    },
+  };
+}
+
+// Hand-over from the instrumentation wrapper to onRequest, keyed by the request object.
+const pendingStates = new WeakMap<Request, RequestState>();

@@ -1,0 +1,171 @@
+import type { GraphQLSchema } from 'graphql';
+import { useSofa } from 'sofa-api';
+import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
+
+/**
+ * The OpenAPI 3.0 document of the REST facade. SOFA derives it from the GraphQL schema; as
+ * generated, POST bodies repeat as query parameters, path parameters repeat in bodies, mutations
+ * have no operationId and errors are undocumented. This cleans that once, at start.
+ */
+
+export const REST_BASE_PATH = '/api/v1';
+export const sofaCustomScalars = {
+  Timestamp: { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' },
+  JSON: {},
+};
+
+type Json = Record<string, any>;
+
+const errorResponses: Record<string, { description: string; schema: 'AuthError' | 'Error' }> = {
+  '400': { description: 'The body is not JSON (BAD_REQUEST)', schema: 'Error' },
+  '401': { description: 'AUTHENTICATION_REQUIRED or INVALID_TOKEN', schema: 'AuthError' },
+  '403': { description: 'FORBIDDEN: the role or API key scope does not allow this', schema: 'AuthError' },
+  '404': { description: 'NOT_FOUND: unknown, or belongs to another organization', schema: 'Error' },
+  '409': { description: 'CONFLICT or INVALID_STATE_TRANSITION', schema: 'Error' },
+  '413': { description: 'PAYLOAD_TOO_LARGE: body over 1 MiB', schema: 'Error' },
+  '422': { description: 'VALIDATION_ERROR: details.errors lists each field', schema: 'Error' },
+  '429': { description: 'POLICY_VIOLATION: rate limit exceeded; see Retry-After', schema: 'Error' },
+  '500': { description: 'INTERNAL_ERROR', schema: 'Error' },
+};
+
+function errorCodesFor(route: RestRoute): string[] {
+  const codes = ['422', '500'];
+  if (route.method !== 'GET' && route.method !== 'DELETE') codes.push('400', '413');
+  if (route.auth.length) codes.push('401', '403', '429');
+  if (route.path.includes(':')) codes.push('404');
+  if (route.method === 'POST' || route.method === 'PATCH') codes.push('409');
+  return codes.sort();
+}
+
+const rateLimitHeaders = {
+  'X-RateLimit-Limit': { description: 'Requests allowed in the window', schema: { type: 'integer' } },
+  'X-RateLimit-Remaining': { description: 'Requests left in the window', schema: { type: 'integer' } },
+  'X-RateLimit-Reset': { description: 'Unix time (seconds) when the window resets', schema: { type: 'integer' } },
+};
+
+export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Json {
+  const router = useSofa({
+    schema,
+    basePath: REST_BASE_PATH,
+    routes: sofaRouteConfig(),
+    customScalars: sofaCustomScalars,
+    openAPI: {},
+    swaggerUI: { endpoint: false },
+  }) as unknown as { openAPIDocument: Json };
+  const generated = structuredClone(router.openAPIDocument);
+
+  const byPath = new Map<string, [string, RestRoute]>();
+  for (const [field, route] of restRoutes) {
+    byPath.set(`${route.method.toLowerCase()} ${route.path.replace(/:([^/]+)/g, '{$1}')}`, [field, route]);
+  }
+
+  const paths: Json = {};
+  for (const [path, operations] of Object.entries<Json>(generated.paths ?? {})) {
+    for (const [method, operation] of Object.entries<Json>(operations)) {
+      const entry = byPath.get(`${method} ${path}`);
+      if (!entry) continue;
+      const [field, route] = entry;
+      const pathParams = new Set<string>(
+        (operation.parameters ?? []).filter((p: Json) => p.in === 'path').map((p: Json) => p.name),
+      );
+      const hasBody = Boolean(operation.requestBody);
+      operation.operationId = field.split('.')[1];
+      operation.summary = route.summary;
+      delete operation.description;
+      operation.parameters = (operation.parameters ?? []).filter((p: Json) => !(hasBody && p.in === 'query'));
+      if (!operation.parameters.length) delete operation.parameters;
+      const body = operation.requestBody?.content?.['application/json']?.schema;
+      if (body) {
+        for (const name of pathParams) delete body.properties?.[name];
+        if (body.required) body.required = body.required.filter((n: string) => !pathParams.has(n));
+        if (!body.required?.length) {
+          delete body.required;
+          operation.requestBody.required = false;
+        }
+      }
+      operation.security = route.auth.map((scheme) => ({ [scheme === 'bearer' ? 'bearerAuth' : 'apiKeyAuth']: [] }));
+      const status = String(route.status ?? 200);
+      if (status === '204') operation.responses = { '204': { description: 'No content' } };
+      if (route.auth.length) operation.responses[status].headers = rateLimitHeaders;
+      operation.responses[status].description ||= 'Success';
+      for (const code of errorCodesFor(route)) {
+        const { description, schema: ref } = errorResponses[code];
+        operation.responses[code] = {
+          description,
+          content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
+        };
+      }
+      (paths[path] ??= {})[method] = operation;
+    }
+  }
+
+  const schemas: Json = { ...generated.components?.schemas };
+  delete schemas.Query;
+  delete schemas.Mutation;
+  schemas.AuthError = {
+    type: 'object',
+    required: ['detail'],
+    properties: {
+      detail: {
+        type: 'object',
+        required: ['code', 'message'],
+        properties: {
+          code: { type: 'string', enum: ['AUTHENTICATION_REQUIRED', 'INVALID_TOKEN', 'FORBIDDEN'] },
+          message: { type: 'string' },
+        },
+      },
+    },
+  };
+  schemas.Error = {
+    type: 'object',
+    required: ['error'],
+    properties: {
+      error: {
+        type: 'object',
+        required: ['code', 'message', 'details'],
+        properties: {
+          code: {
+            type: 'string',
+            enum: [
+              'BAD_REQUEST',
+              'VALIDATION_ERROR',
+              'NOT_FOUND',
+              'CONFLICT',
+              'INVALID_STATE_TRANSITION',
+              'PAYLOAD_TOO_LARGE',
+              'POLICY_VIOLATION',
+              'INTERNAL_ERROR',
+            ],
+          },
+          message: { type: 'string' },
+          details: {
+            type: 'object',
+            description:
+              'VALIDATION_ERROR: {errors: [{field, message}]}; POLICY_VIOLATION: {limit, period, current}; INVALID_STATE_TRANSITION: {from, to}',
+            additionalProperties: true,
+          },
+        },
+      },
+    },
+  };
+
+  return {
+    openapi: '3.0.3',
+    info: {
+      title: 'Agent Gateway API',
+      version,
+      description:
+        'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql.',
+    },
+    servers: [{ url: REST_BASE_PATH }],
+    tags: [...new Set([...restRoutes.values()].map((r) => r.tag))].map((name) => ({ name })),
+    paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
+    components: {
+      securitySchemes: {
+        bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'Operator session token from /auth/login' },
+        apiKeyAuth: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'API key (agw_…)' },
+      },
+      schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
+    },
+  };
+}

@@ -1,0 +1,37 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomBytes } from 'node:crypto';
+
+/**
+ * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied
+ * context and the response hooks (they all hold this same object).
+ */
+export interface RequestState {
+  requestId: string;
+  startedAt: bigint;
+  clientAddress: string;
+  /** Route pattern, e.g. `POST /api/v1/orgs/:org_id/users`, for logs. */
+  route: string | undefined;
+  orgId: string | undefined;
+  /** Headers decided during execution (rate limits) that the response must carry. */
+  responseHeaders: Headers;
+}
+
+const storage = new AsyncLocalStorage<RequestState>();
+
+/** The request being served, for code far from the context (audit entries, error logs). */
+export const currentRequest = (): RequestState | undefined => storage.getStore();
+export const runWithRequest = <T>(state: RequestState, work: () => T): T => storage.run(state, work);
+
+const acceptableRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export function newRequestState(request: Request, clientAddress: string): RequestState {
+  const given = request.headers.get('x-request-id');
+  return {
+    requestId: given && acceptableRequestId.test(given) ? given : `req_${randomBytes(12).toString('hex')}`,
+    startedAt: process.hrtime.bigint(),
+    clientAddress,
+    route: undefined,
+    orgId: undefined,
+    responseHeaders: new Headers(),
+  };
+}

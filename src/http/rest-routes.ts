@@ -1,0 +1,35 @@
+import type { useSofa } from 'sofa-api';
+
+type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
+
+/**
+ * The REST facade's routes. Each module declares the routes of its fields beside them; only
+ * declared fields are reachable over REST (src/http/rest-facade.ts refuses every other path).
+ */
+export interface RestRoute {
+  method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+  /** Under /api/v1, with `:name` for path parameters named like the field's arguments. */
+  path: string;
+  status?: 200 | 201 | 204;
+  tag: string;
+  summary: string;
+  /** Security schemes accepted: bearer token, API key, or none (open route). */
+  auth: ReadonlyArray<'bearer' | 'apiKey'>;
+}
+
+export const restRoutes = new Map<string, RestRoute>();
+
+/** `field` is `Query.name` or `Mutation.name`. */
+export function restRoute(field: string, route: RestRoute): void {
+  if (restRoutes.has(field)) throw new Error(`REST route for ${field} declared twice`);
+  restRoutes.set(field, route);
+}
+
+export function sofaRouteConfig(): Record<string, RouteConfig> {
+  return Object.fromEntries(
+    [...restRoutes].map(([field, r]) => [
+      field,
+      { method: r.method, path: r.path, responseStatus: r.status ?? 200, tags: [r.tag], description: r.summary },
+    ]),
+  );
+}

@@ -1,0 +1,144 @@
+import {
+  createCipheriv,
+  createDecipheriv,
+  createPrivateKey,
+  createPublicKey,
+  generateKeyPairSync,
+  randomBytes,
+  type KeyObject,
+} from 'node:crypto';
+import type { JWK } from 'jose';
+import type { SqlDriver } from '../db/sql.js';
+
+/**
+ * Ed25519 keys the service signs with, one active key per purpose, generated on first use and
+ * stored in the database so every process on that database signs and verifies alike. Retired keys
+ * stay for verification. With KEY_ENCRYPTION_KEY set, private keys are AES-256-GCM encrypted at rest.
+ */
+
+export type KeyPurpose = 'session' | 'capability' | 'record';
+
+export interface SigningKey {
+  kid: string;
+  purpose: KeyPurpose;
+  privateKey: KeyObject;
+  publicKey: KeyObject;
+  publicJwk: JWK;
+  retired: boolean;
+}
+
+interface KeyRow {
+  kid: string;
+  purpose: KeyPurpose;
+  public_jwk: JWK;
+  private_key: string;
+  encrypted: boolean;
+  retired_at: Date | null;
+}
+
+// Distinct from the migration lock; serializes first-start key generation across processes.
+const KEY_GENERATION_LOCK = 72707370;
+
+export class SigningKeyStore {
+  private readonly byKid = new Map<string, SigningKey>();
+  private readonly active = new Map<KeyPurpose, SigningKey>();
+
+  constructor(
+    private readonly sql: SqlDriver,
+    private readonly encryptionKey: Buffer | undefined,
+  ) {}
+
+  async activeKey(purpose: KeyPurpose): Promise<SigningKey> {
+    const cached = this.active.get(purpose);
+    if (cached) return cached;
+    const key = await this.sql.withConnection(async (conn) => {
+      await conn.query('SELECT pg_advisory_lock($1)', [KEY_GENERATION_LOCK]);
+      try {
+        const [row] = await conn.query<KeyRow>(
+          'SELECT * FROM signing_keys WHERE purpose = $1 AND retired_at IS NULL ORDER BY created_at DESC LIMIT 1',
+          [purpose],
+        );
+        if (row) return this.fromRow(row);
+        return this.insertNew(conn, purpose);
+      } finally {
+        await conn.query('SELECT pg_advisory_unlock($1)', [KEY_GENERATION_LOCK]);
+      }
+    });
+    this.active.set(purpose, key);
+    return key;
+  }
+
+  /** Finds a key by `kid`, reading the database when another process created or rotated it. */
+  async byId(kid: string): Promise<SigningKey | undefined> {
+    const cached = this.byKid.get(kid);
+    if (cached) return cached;
+    const [row] = await this.sql.query<KeyRow>('SELECT * FROM signing_keys WHERE kid = $1', [kid]);
+    return row ? this.fromRow(row) : undefined;
+  }
+
+  /** Makes a new active key for the purpose and retires the old one (which still verifies). */
+  async rotate(purpose: KeyPurpose): Promise<SigningKey> {
+    const key = await this.sql.withConnection(async (conn) => {
+      await conn.query('SELECT pg_advisory_lock($1)', [KEY_GENERATION_LOCK]);
+      try {
+        await conn.query('UPDATE signing_keys SET retired_at = now() WHERE purpose = $1 AND retired_at IS NULL', [
+          purpose,
+        ]);
+        return this.insertNew(conn, purpose);
+      } finally {
+        await conn.query('SELECT pg_advisory_unlock($1)', [KEY_GENERATION_LOCK]);
+      }
+    });
+    for (const cached of this.byKid.values()) if (cached.purpose === purpose) cached.retired = true;
+    this.active.set(purpose, key);
+    return key;
+  }
+
+  private async insertNew(conn: Omit<SqlDriver, 'withConnection'>, purpose: KeyPurpose): Promise<SigningKey> {
+    const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+    const kid = `${purpose}_${randomBytes(9).toString('base64url')}`;
+    const publicJwk = { ...publicKey.export({ format: 'jwk' }), kid, alg: 'EdDSA', use: 'sig' } as JWK;
+    const pem = privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
+    const stored = this.encryptionKey ? encrypt(pem, this.encryptionKey) : pem;
+    await conn.query(
+      'INSERT INTO signing_keys (kid, purpose, algorithm, public_jwk, private_key, encrypted) VALUES ($1, $2, $3, $4, $5, $6)',
+      [kid, purpose, 'EdDSA', JSON.stringify(publicJwk), stored, Boolean(this.encryptionKey)],
+    );
+    const key: SigningKey = { kid, purpose, privateKey, publicKey, publicJwk, retired: false };
+    this.byKid.set(kid, key);
+    return key;
+  }
+
+  private fromRow(row: KeyRow): SigningKey {
+    let pem = row.private_key;
+    if (row.encrypted) {
+      if (!this.encryptionKey) throw new Error(`signing key ${row.kid} is encrypted but KEY_ENCRYPTION_KEY is not set`);
+      pem = decrypt(pem, this.encryptionKey);
+    }
+    const privateKey = createPrivateKey(pem);
+    const key: SigningKey = {
+      kid: row.kid,
+      purpose: row.purpose,
+      privateKey,
+      publicKey: createPublicKey(privateKey),
+      publicJwk: row.public_jwk,
+      retired: row.retired_at !== null,
+    };
+    this.byKid.set(key.kid, key);
+    return key;
+  }
+}
+
+function encrypt(plain: string, key: Buffer): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  const body = Buffer.concat([cipher.update(plain, 'utf8'), cipher.final()]);
+  return `v1:${Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64')}`;
+}
+
+function decrypt(stored: string, key: Buffer): string {
+  const raw = Buffer.from(stored.replace(/^v1:/, ''), 'base64');
+  const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
+  decipher.setAuthTag(raw.subarray(12, 28));
+  return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
+}

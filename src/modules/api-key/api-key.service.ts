@@ -1,0 +1,144 @@
+import type { Deps } from '../../deps.js';
+import { AppError, FieldErrors, notFound } from '../../errors.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
+import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
+
+export interface CreateApiKeyInput {
+  name: string;
+  description?: string | null;
+  scopes: string[];
+  expires_in_days?: number | null;
+  svc_ids?: string[] | null;
+}
+
+const DEFAULT_LIFETIME_DAYS = 90;
+const MAX_LIFETIME_DAYS = 3650;
+// `last_used_at` is a hint for operators, not an audit trail: one write a minute per key at most.
+const LAST_USED_RESOLUTION_MS = 60_000;
+const svcIdPattern = /^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$/;
+
+const invalidKey = () => new AppError('INVALID_TOKEN', 'The API key is invalid, expired or deleted');
+
+export function createApiKeyService({ db, logger }: Deps) {
+  const lastTouched = new Map<string, number>();
+
+  function validate(input: CreateApiKeyInput) {
+    const errors = new FieldErrors();
+    if (!input.name.trim()) errors.add('name', 'must not be empty');
+    if (input.name.length > 200) errors.add('name', 'must be at most 200 characters');
+    if ((input.description ?? '').length > 2000) errors.add('description', 'must be at most 2000 characters');
+    if (!input.scopes.length) errors.add('scopes', 'must list at least one scope');
+    input.scopes.forEach((scope, i) => {
+      if (!apiKeyScopes.includes(scope as ApiKeyScope)) {
+        errors.add(`scopes[${i}]`, `unknown scope "${scope}"; allowed: ${apiKeyScopes.join(', ')}`);
+      }
+    });
+    if (new Set(input.scopes).size !== input.scopes.length) errors.add('scopes', 'must not repeat a scope');
+    const days = input.expires_in_days ?? DEFAULT_LIFETIME_DAYS;
+    if (!Number.isInteger(days) || days < 1 || days > MAX_LIFETIME_DAYS) {
+      errors.add('expires_in_days', `must be an integer from 1 to ${MAX_LIFETIME_DAYS}`);
+    }
+    (input.svc_ids ?? []).forEach((svcId, i) => {
+      if (!svcIdPattern.test(svcId)) errors.add(`svc_ids[${i}]`, 'must be an agent id (lowercase letters, digits, hyphens)');
+    });
+    errors.throwIfAny();
+    return days;
+  }
+
+  async function create(orgId: string, input: CreateApiKeyInput, creator: Principal) {
+    const days = validate(input);
+    const { key, hash, prefix } = generateApiKey();
+    const expiresAt = new Date(Date.now() + days * 86_400_000);
+    const scopes = [...input.scopes];
+    const svcIds = [...new Set(input.svc_ids ?? [])];
+    const row = await db.prisma.$transaction(async (tx) => {
+      const created = await tx.apiKey.create({
+        data: {
+          id: newKeyId(),
+          orgId,
+          name: input.name.trim(),
+          description: input.description ?? '',
+          keyHash: hash,
+          keyPrefix: prefix,
+          scopes,
+          svcIds,
+          createdById: creator.type === 'user' ? creator.userId : null,
+          expiresAt,
+        },
+      });
+      await recordAudit(tx, orgId, actorOf(creator), {
+        action: 'api_key.created',
+        targetType: 'api_key',
+        targetId: created.id,
+        after: { name: created.name, key_prefix: prefix, scopes, svc_ids: svcIds, expires_at: expiresAt.toISOString() },
+      });
+      return created;
+    });
+    return { ...row, key };
+  }
+
+  async function list(orgId: string) {
+    const [items, total] = await Promise.all([
+      db.prisma.apiKey.findMany({ where: { orgId }, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }] }),
+      db.prisma.apiKey.count({ where: { orgId } }),
+    ]);
+    return { items, total };
+  }
+
+  async function remove(orgId: string, keyId: string, actor: Principal): Promise<void> {
+    await db.prisma.$transaction(async (tx) => {
+      const existing = await tx.apiKey.findFirst({ where: { id: keyId, orgId } });
+      if (!existing) throw notFound('API key');
+      await tx.apiKey.delete({ where: { id: keyId } });
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'api_key.deleted',
+        targetType: 'api_key',
+        targetId: keyId,
+        before: {
+          name: existing.name,
+          key_prefix: existing.keyPrefix,
+          scopes: existing.scopes,
+          svc_ids: existing.svcIds,
+          expires_at: existing.expiresAt.toISOString(),
+        },
+      });
+    });
+    lastTouched.delete(keyId);
+  }
+
+  /** Resolves a presented key to its principal; a malformed key costs no database read. */
+  async function verify(key: string): Promise<ApiKeyPrincipal> {
+    if (!isWellFormedApiKey(key)) throw invalidKey();
+    const row = await db.prisma.apiKey.findUnique({ where: { keyHash: hashApiKey(key) } });
+    if (!row || row.expiresAt.getTime() <= Date.now()) throw invalidKey();
+    touch(row.id);
+    return {
+      type: 'api_key',
+      keyId: row.id,
+      orgId: row.orgId,
+      keyPrefix: row.keyPrefix,
+      scopes: row.scopes as ApiKeyScope[],
+      svcIds: row.svcIds,
+    };
+  }
+
+  function touch(keyId: string): void {
+    const now = Date.now();
+    if (now - (lastTouched.get(keyId) ?? 0) < LAST_USED_RESOLUTION_MS) return;
+    lastTouched.set(keyId, now);
+    // Conditional, so several processes together still write about once a minute.
+    db.sql
+      .query(
+        `UPDATE api_keys SET last_used_at = now() WHERE id = $1
+         AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`,
+        [keyId],
+      )
+      .catch((error) => logger.warn({ err: error, keyId }, 'could not record API key use'));
+  }
+
+  return { create, list, remove, verify };
+}
+
+export type ApiKeyService = ReturnType<typeof createApiKeyService>;

@@ -1,0 +1,95 @@
+import { builder } from '../../graphql/builder.js';
+import { principalOf } from '../../graphql/context.js';
+import { listType } from '../../graphql/list.js';
+import { restRoute } from '../../http/rest-routes.js';
+import type { ApiKey } from '../../generated/prisma/client.js';
+
+export const ApiKeyRef = builder.prismaObject('ApiKey', {
+  fields: (t) => ({
+    key_id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    description: t.exposeString('description'),
+    key_prefix: t.exposeString('keyPrefix', { description: 'The first 12 characters of the key, for recognising it.' }),
+    scopes: t.exposeStringList('scopes'),
+    svc_ids: t.exposeStringList('svcIds', { description: 'Agent ids the key is limited to; empty: all agents.' }),
+    last_used_at: t.expose('lastUsedAt', { type: 'Timestamp', nullable: true }),
+    expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
+    created_at: t.expose('createdAt', { type: 'Timestamp' }),
+  }),
+});
+
+const CreatedApiKey = builder.objectRef<ApiKey & { key: string }>('CreatedApiKey').implement({
+  description: 'A new API key. `key` is the secret, shown in this response only.',
+  fields: (t) => ({
+    key_id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    description: t.exposeString('description'),
+    key: t.exposeString('key'),
+    key_prefix: t.exposeString('keyPrefix'),
+    scopes: t.exposeStringList('scopes'),
+    svc_ids: t.exposeStringList('svcIds'),
+    expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
+    created_at: t.expose('createdAt', { type: 'Timestamp' }),
+  }),
+});
+
+const ApiKeyList = listType('ApiKeyList', ApiKeyRef);
+
+builder.queryField('api_keys', (t) =>
+  t.field({
+    type: ApiKeyList,
+    args: { org_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:read' } }),
+    resolve: (_, args, ctx) => ctx.services.apiKeys.list(String(args.org_id)),
+  }),
+);
+restRoute('Query.api_keys', {
+  method: 'GET',
+  path: '/orgs/:org_id/api-keys',
+  tag: 'API keys',
+  summary: 'List API keys (never their secrets)',
+  auth: ['bearer'],
+});
+
+builder.mutationField('create_api_key', (t) =>
+  t.field({
+    type: CreatedApiKey,
+    args: {
+      org_id: t.arg.id({ required: true }),
+      name: t.arg.string({ required: true }),
+      description: t.arg.string(),
+      scopes: t.arg.stringList({ required: true }),
+      expires_in_days: t.arg.int({ description: '1 to 3650; default 90.' }),
+      svc_ids: t.arg.stringList({ description: 'Limit the key to these agent ids.' }),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
+    resolve: (_, args, ctx) => ctx.services.apiKeys.create(String(args.org_id), args, principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.create_api_key', {
+  method: 'POST',
+  path: '/orgs/:org_id/api-keys',
+  status: 201,
+  tag: 'API keys',
+  summary: 'Create an API key; the secret is returned once',
+  auth: ['bearer'],
+});
+
+builder.mutationField('delete_api_key', (t) =>
+  t.boolean({
+    args: { org_id: t.arg.id({ required: true }), key_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
+    resolve: async (_, args, ctx) => {
+      await ctx.services.apiKeys.remove(String(args.org_id), String(args.key_id), principalOf(ctx));
+      return true;
+    },
+  }),
+);
+restRoute('Mutation.delete_api_key', {
+  method: 'DELETE',
+  path: '/orgs/:org_id/api-keys/:key_id',
+  status: 204,
+  tag: 'API keys',
+  summary: 'Delete an API key for good',
+  auth: ['bearer'],
+});

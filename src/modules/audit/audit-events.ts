@@ -1,0 +1,52 @@
+import type { Principal } from '../auth/authz.js';
+
+/**
+ * Every audit event as one typed union: the action name fixes the target type and the shape of
+ * what is recorded before and after, so a new write cannot invent an untyped entry.
+ */
+
+export type Actor =
+  | { type: 'user'; id: string; label: string }
+  | { type: 'api_key'; id: string; label: string }
+  | { type: 'system'; id: null; label: string };
+
+export function actorOf(principal: Principal): Actor {
+  return principal.type === 'user'
+    ? { type: 'user', id: principal.userId, label: principal.email }
+    : { type: 'api_key', id: principal.keyId, label: principal.keyPrefix };
+}
+
+interface OrgSnapshot {
+  name: string;
+  slug: string;
+  operator_rate_limit_per_minute: number;
+}
+interface UserSnapshot {
+  email: string;
+  role: string;
+}
+interface ApiKeySnapshot {
+  name: string;
+  key_prefix: string;
+  scopes: string[];
+  svc_ids: string[];
+  expires_at: string;
+}
+
+type Event<Action extends string, TargetType extends string, Before, After> = {
+  action: Action;
+  targetType: TargetType;
+  targetId: string;
+  before?: Before;
+  after?: After;
+  reason?: string;
+};
+
+export type AuditEvent =
+  | Event<'org.created', 'organization', never, OrgSnapshot>
+  | Event<'org.updated', 'organization', Partial<OrgSnapshot>, Partial<OrgSnapshot>>
+  | Event<'user.created', 'user', never, UserSnapshot>
+  | Event<'api_key.created', 'api_key', never, ApiKeySnapshot>
+  | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>;
+
+export type AuditAction = AuditEvent['action'];

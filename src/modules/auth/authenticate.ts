@@ -1,0 +1,46 @@
+import { AppError } from '../../errors.js';
+import type { RequestState } from '../../http/request-state.js';
+import type { ApiKeyService } from '../api-key/api-key.service.js';
+import type { Principal } from './authz.js';
+import type { SessionService } from './session.service.js';
+
+/** The outcome of reading a request's credentials: a principal, nothing, or a rejected credential. */
+export type AuthState = { principal: Principal } | { principal: null; error?: AppError };
+
+export interface AuthenticatorDeps {
+  sessions: SessionService;
+  apiKeys: ApiKeyService;
+  countOperatorRequest: (principal: Principal, state: RequestState) => Promise<void>;
+}
+
+const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
+
+/** Routes governed by manifest budgets rather than the operator rate limit. */
+const isGatewayRoute = (route: string | undefined) => route?.startsWith('POST /api/v1/gateway/') ?? false;
+
+export function createAuthenticator({ sessions, apiKeys, countOperatorRequest }: AuthenticatorDeps) {
+  return async function authenticate(request: Request, state: RequestState): Promise<AuthState> {
+    const authorization = request.headers.get('authorization');
+    const apiKey = request.headers.get('x-api-key');
+    if (!authorization && !apiKey) return { principal: null };
+    let principal: Principal;
+    try {
+      if (authorization && apiKey) {
+        throw new AppError('INVALID_TOKEN', 'Send either a bearer token or an API key, not both');
+      }
+      if (apiKey) {
+        principal = await apiKeys.verify(apiKey.trim());
+      } else {
+        const token = bearerPattern.exec(authorization!)?.[1];
+        if (!token) throw new AppError('INVALID_TOKEN', 'The Authorization header must be "Bearer <token>"');
+        principal = await sessions.verify(token);
+      }
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'INVALID_TOKEN') return { principal: null, error };
+      throw error;
+    }
+    state.orgId = principal.orgId;
+    if (!isGatewayRoute(state.route)) await countOperatorRequest(principal, state);
+    return { principal };
+  };
+}

@@ -1,0 +1,93 @@
+/**
+ * Who is calling and what they may do: the one principal type, the typed list of actions, and
+ * the table of decisions.md § "Scopes (API keys) and roles (bearer) per endpoint". Resolvers name
+ * an action; nothing else in the code compares roles or scopes.
+ */
+
+export const userRoles = ['admin', 'operator', 'viewer'] as const;
+export type UserRole = (typeof userRoles)[number];
+
+export const apiKeyScopes = [
+  'gateway:execute',
+  'gateway:evaluate',
+  'manifests:read',
+  'manifests:write',
+  'logs:read',
+  'logs:export',
+  'approvals:read',
+  'approvals:write',
+] as const;
+export type ApiKeyScope = (typeof apiKeyScopes)[number];
+
+export interface UserPrincipal {
+  type: 'user';
+  userId: string;
+  orgId: string;
+  email: string;
+  role: UserRole;
+  /** `jti` of the bearer token, for refresh and logout. */
+  tokenId: string;
+  tokenExpiresAt: Date;
+}
+
+export interface ApiKeyPrincipal {
+  type: 'api_key';
+  keyId: string;
+  orgId: string;
+  keyPrefix: string;
+  scopes: readonly ApiKeyScope[];
+  /** Agent ids the key is limited to; empty means every agent of the org. */
+  svcIds: readonly string[];
+}
+
+export type Principal = UserPrincipal | ApiKeyPrincipal;
+
+interface Permission {
+  roles: readonly UserRole[];
+  /** Any one of these scopes suffices. Empty: never allowed with an API key. */
+  keyScopes: readonly ApiKeyScope[];
+}
+
+const anyRole = userRoles;
+const managers = ['admin', 'operator'] as const;
+const adminOnly = ['admin'] as const;
+
+export const permissions = {
+  'org:read': { roles: anyRole, keyScopes: [] },
+  'org:update': { roles: adminOnly, keyScopes: [] },
+  'user:read': { roles: adminOnly, keyScopes: [] },
+  'user:create': { roles: adminOnly, keyScopes: [] },
+  'api_key:read': { roles: adminOnly, keyScopes: [] },
+  'api_key:write': { roles: adminOnly, keyScopes: [] },
+  'manifest:read': { roles: anyRole, keyScopes: ['manifests:read'] },
+  'manifest:write': { roles: managers, keyScopes: ['manifests:write'] },
+  'manifest:transition': { roles: managers, keyScopes: [] },
+  'gateway:execute': { roles: [], keyScopes: ['gateway:execute'] },
+  'gateway:evaluate': { roles: managers, keyScopes: ['gateway:evaluate', 'gateway:execute'] },
+  'approval:read': { roles: anyRole, keyScopes: ['approvals:read'] },
+  'approval:decide': { roles: managers, keyScopes: ['approvals:write'] },
+  'log:read': { roles: anyRole, keyScopes: ['logs:read'] },
+  'log:export': { roles: managers, keyScopes: ['logs:export'] },
+  'tool:manage': { roles: managers, keyScopes: [] },
+  'capability_token:manage': { roles: managers, keyScopes: [] },
+} as const satisfies Record<string, Permission>;
+
+export type Action = keyof typeof permissions;
+
+/**
+ * `not_found` when the resource belongs to another org: its existence is never revealed.
+ * `forbidden` when the caller is in the org but lacks the role or scope.
+ */
+export type Authorization = 'allow' | 'forbidden' | 'not_found';
+
+export function authorize(principal: Principal, orgId: string, action: Action): Authorization {
+  if (principal.orgId !== orgId) return 'not_found';
+  return may(principal, action) ? 'allow' : 'forbidden';
+}
+
+/** The role or scope check alone, for actions whose org comes from the caller itself. */
+export function may(principal: Principal, action: Action): boolean {
+  const permission: Permission = permissions[action];
+  if (principal.type === 'user') return permission.roles.includes(principal.role);
+  return permission.keyScopes.some((scope) => principal.scopes.includes(scope));
+}

@@ -1,0 +1,35 @@
+import type { Deps } from '../../deps.js';
+import { AppError } from '../../errors.js';
+import { fixedWindow } from '../../lib/rate-counter.js';
+import type { RequestState } from '../../http/request-state.js';
+import type { Principal } from '../auth/authz.js';
+
+/**
+ * The per-org limit on operator traffic (decisions.md: 1000 a minute unless the org says
+ * otherwise), counted in the database so that every process on it shares the count. Gateway
+ * routes are left to the manifest budgets instead.
+ */
+export function createOperatorRateLimit({ db }: Deps) {
+  return async function count(principal: Principal, state: RequestState): Promise<void> {
+    const window = fixedWindow(60);
+    // One round trip: count this request and read the org's limit.
+    const [row] = await db.sql.query<{ count: number; limit: number | null }>(
+      `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, 1)
+       ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
+       RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $3::uuid) AS limit`,
+      [`operator:${principal.orgId}`, window.start, principal.orgId],
+    );
+    const limit = row.limit ?? 0;
+    const headers = state.responseHeaders;
+    headers.set('X-RateLimit-Limit', String(limit));
+    headers.set('X-RateLimit-Remaining', String(Math.max(0, limit - row.count)));
+    headers.set('X-RateLimit-Reset', String(window.resetAt));
+    if (row.count > limit) {
+      const retryAfter = Math.max(1, Math.ceil(window.resetAt - Date.now() / 1000));
+      headers.set('Retry-After', String(retryAfter));
+      throw new AppError('POLICY_VIOLATION', `Rate limit of ${limit} requests per minute exceeded`, {
+        details: { limit, period: '1m', current: row.count },
+      });
+    }
+  };
+}

@@ -1,0 +1,116 @@
+import type { Deps } from '../../deps.js';
+import type { Prisma } from '../../generated/prisma/client.js';
+import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import type { Principal } from '../auth/authz.js';
+import { hashPassword } from '../auth/password.js';
+import { validateEmail, validatePassword } from '../user/user.service.js';
+
+export interface CreateOrganizationInput {
+  name: string;
+  slug: string;
+  admin_email: string;
+  admin_password: string;
+}
+
+export interface UpdateOrganizationInput {
+  name?: string | null;
+  operator_rate_limit_per_minute?: number | null;
+}
+
+/** The relations a GraphQL selection needs, from Pothos' prisma plugin; empty outside GraphQL. */
+type OrgQuery = { include?: Prisma.OrganizationInclude; select?: Prisma.OrganizationSelect };
+
+const slugPattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+export const MAX_OPERATOR_RATE_LIMIT = 1_000_000;
+
+function validateName(errors: FieldErrors, name: string) {
+  if (!name.trim()) errors.add('name', 'must not be empty');
+  else if (name.length > 200) errors.add('name', 'must be at most 200 characters');
+}
+
+export function createOrgService({ db }: Deps) {
+  /** Open sign-up: the org and its first user, an admin, in one transaction. */
+  async function create(input: CreateOrganizationInput, query: OrgQuery = {}) {
+    const errors = new FieldErrors();
+    validateName(errors, input.name);
+    if (!slugPattern.test(input.slug)) {
+      errors.add('slug', 'must be 1-63 lowercase letters, digits or hyphens, not starting or ending with a hyphen');
+    }
+    const email = validateEmail(errors, 'admin_email', input.admin_email);
+    validatePassword(errors, 'admin_password', input.admin_password);
+    errors.throwIfAny();
+    const passwordHash = await hashPassword(input.admin_password);
+    let orgId: string;
+    try {
+      orgId = await db.prisma.$transaction(async (tx) => {
+        const org = await tx.organization.create({ data: { name: input.name.trim(), slug: input.slug } });
+        const admin = await tx.user.create({ data: { orgId: org.id, email, passwordHash, role: 'admin' } });
+        const actor = { type: 'user', id: admin.id, label: admin.email } as const;
+        await recordAudit(tx, org.id, actor, {
+          action: 'org.created',
+          targetType: 'organization',
+          targetId: org.id,
+          after: { name: org.name, slug: org.slug, operator_rate_limit_per_minute: org.operatorRateLimitPerMinute },
+        });
+        await recordAudit(tx, org.id, actor, {
+          action: 'user.created',
+          targetType: 'user',
+          targetId: admin.id,
+          after: { email: admin.email, role: admin.role },
+        });
+        return org.id;
+      });
+    } catch (error) {
+      if (isUniqueViolation(error)) {
+        const taken = await db.prisma.organization.findUnique({ where: { slug: input.slug } });
+        throw taken
+          ? conflict('An organization with this slug exists', { field: 'slug' })
+          : conflict('A user with this email exists', { field: 'admin_email' });
+      }
+      throw error;
+    }
+    return db.prisma.organization.findUniqueOrThrow({ ...query, where: { id: orgId } });
+  }
+
+  async function get(orgId: string, query: OrgQuery = {}) {
+    const org = await db.prisma.organization.findUnique({ ...query, where: { id: orgId } });
+    if (!org) throw notFound('Organization');
+    return org;
+  }
+
+  async function update(orgId: string, input: UpdateOrganizationInput, actor: Principal, query: OrgQuery = {}) {
+    const errors = new FieldErrors();
+    if (input.name != null) validateName(errors, input.name);
+    const limit = input.operator_rate_limit_per_minute;
+    if (limit != null && (!Number.isInteger(limit) || limit < 1 || limit > MAX_OPERATOR_RATE_LIMIT)) {
+      errors.add('operator_rate_limit_per_minute', `must be an integer from 1 to ${MAX_OPERATOR_RATE_LIMIT}`);
+    }
+    errors.throwIfAny();
+    return db.prisma.$transaction(async (tx) => {
+      const before = await tx.organization.findUnique({ where: { id: orgId } });
+      if (!before) throw notFound('Organization');
+      const after = await tx.organization.update({
+        ...query,
+        where: { id: orgId },
+        data: {
+          ...(input.name != null ? { name: input.name.trim() } : {}),
+          ...(limit != null ? { operatorRateLimitPerMinute: limit } : {}),
+        },
+      });
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'org.updated',
+        targetType: 'organization',
+        targetId: orgId,
+        before: { name: before.name, operator_rate_limit_per_minute: before.operatorRateLimitPerMinute },
+        after: { name: after.name, operator_rate_limit_per_minute: after.operatorRateLimitPerMinute },
+      });
+      return after;
+    });
+  }
+
+  return { create, get, update };
+}
+
+export type OrgService = ReturnType<typeof createOrgService>;

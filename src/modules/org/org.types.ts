@@ -1,0 +1,79 @@
+import { builder } from '../../graphql/builder.js';
+import { principalOf } from '../../graphql/context.js';
+import { restRoute } from '../../http/rest-routes.js';
+import { UserRef } from '../user/user.types.js';
+
+export const OrganizationRef = builder.prismaObject('Organization', {
+  fields: (t) => ({
+    org_id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    slug: t.exposeString('slug'),
+    operator_rate_limit_per_minute: t.exposeInt('operatorRateLimitPerMinute'),
+    admin_user: t.field({
+      type: UserRef,
+      description: 'The first admin: the user who signed the organization up.',
+      select: { users: { where: { role: 'admin' }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }], take: 1 } },
+      resolve: (org) => org.users[0],
+    }),
+    created_at: t.expose('createdAt', { type: 'Timestamp' }),
+  }),
+});
+
+builder.queryField('organization', (t) =>
+  t.prismaField({
+    type: 'Organization',
+    args: { org_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:read' } }),
+    resolve: (query, _, args, ctx) => ctx.services.orgs.get(String(args.org_id), query),
+  }),
+);
+restRoute('Query.organization', {
+  method: 'GET',
+  path: '/orgs/:org_id',
+  tag: 'Organizations',
+  summary: 'Read an organization',
+  auth: ['bearer'],
+});
+
+builder.mutationField('create_organization', (t) =>
+  t.prismaField({
+    type: 'Organization',
+    description: 'Open sign-up: creates the organization and its first user, an admin.',
+    args: {
+      name: t.arg.string({ required: true }),
+      slug: t.arg.string({ required: true }),
+      admin_email: t.arg.string({ required: true }),
+      admin_password: t.arg.string({ required: true }),
+    },
+    resolve: (query, _, args, ctx) => ctx.services.orgs.create(args, query),
+  }),
+);
+restRoute('Mutation.create_organization', {
+  method: 'POST',
+  path: '/orgs',
+  status: 201,
+  tag: 'Organizations',
+  summary: 'Sign up: create an organization and its admin user',
+  auth: [],
+});
+
+builder.mutationField('update_organization', (t) =>
+  t.prismaField({
+    type: 'Organization',
+    description: 'Change settings (admins only).',
+    args: {
+      org_id: t.arg.id({ required: true }),
+      name: t.arg.string(),
+      operator_rate_limit_per_minute: t.arg.int(),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:update' } }),
+    resolve: (query, _, args, ctx) => ctx.services.orgs.update(String(args.org_id), args, principalOf(ctx), query),
+  }),
+);
+restRoute('Mutation.update_organization', {
+  method: 'PATCH',
+  path: '/orgs/:org_id',
+  tag: 'Organizations',
+  summary: 'Change organization settings',
+  auth: ['bearer'],
+});
