@@ -10,9 +10,3 @@ builder.scalarType('Timestamp', {
     return date;
   },
 });
-
-builder.scalarType('JSON', {
-  description: 'Any JSON value',
-  serialize: (value) => value,
-  parseValue: (value) => value,
-});

@@ -11,7 +11,6 @@ import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 export const REST_BASE_PATH = '/api/v1';
 export const sofaCustomScalars = {
   Timestamp: { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' },
-  JSON: {},
 };
 
 type Json = Record<string, any>;

@@ -1,0 +1,74 @@
+import { createApp, type App } from '../../src/app.js';
+import { parseEnv } from '../../src/env.js';
+import { createLogger } from '../../src/logger.js';
+import { createTestDatabase, type TestDatabase } from './database.js';
+
+export interface TestResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+export interface RequestOptions {
+  body?: unknown;
+  /** Bearer token. */
+  token?: string;
+  apiKey?: string;
+  headers?: Record<string, string>;
+  clientAddress?: string;
+}
+
+export interface TestApp {
+  app: App;
+  database: TestDatabase;
+  request<T = any>(method: string, path: string, options?: RequestOptions): Promise<TestResponse<T>>;
+  graphql<T = any>(query: string, variables?: Record<string, unknown>, options?: RequestOptions): Promise<TestResponse<T>>;
+  close(): Promise<void>;
+}
+
+/** The real app on a real database, called in-process through `yoga.fetch`. */
+export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+  const database = await createTestDatabase();
+  const app = createApp({
+    env: parseEnv({ LOG_LEVEL: 'silent', ...env }),
+    db: database.db,
+    logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
+  });
+
+  async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
+    const headers: Record<string, string> = { ...options.headers };
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
+      headers['content-type'] ??= 'application/json';
+    }
+    if (options.token) headers.authorization = `Bearer ${options.token}`;
+    if (options.apiKey) headers['x-api-key'] = options.apiKey;
+    const response = await app.yoga.fetch(
+      `http://localhost${path}`,
+      { method, headers, body },
+      { clientAddress: options.clientAddress ?? '192.0.2.1' } as never,
+    );
+    const text = await response.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    return { status: response.status, headers: response.headers, body: parsed as T, text };
+  }
+
+  return {
+    app,
+    database,
+    request,
+    graphql: (query, variables, options = {}) =>
+      request('POST', '/graphql', { ...options, body: { query, variables } }),
+    async close() {
+      app.stop();
+      await database.close();
+    },
+  };
+}

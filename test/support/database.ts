@@ -1,0 +1,47 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { openDatabase, type Database } from '../../src/db/database.js';
+
+/**
+ * Tests run on embedded PGlite, or on PostgreSQL when DATABASE_URL is set: then each test file
+ * gets a database of its own on that server, dropped when the file is done.
+ */
+export const backend: 'postgresql' | 'pglite' = process.env.DATABASE_URL ? 'postgresql' : 'pglite';
+
+export interface TestDatabase {
+  db: Database;
+  /** For child processes that must open the same database. */
+  url: string | undefined;
+  close(): Promise<void>;
+}
+
+async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** An empty database on the configured backend; migrated unless told otherwise. */
+export async function createTestDatabase(options: { migrate?: boolean } = {}): Promise<TestDatabase> {
+  if (backend === 'pglite') {
+    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate });
+    return { db, url: undefined, close: () => db.close() };
+  }
+  const name = `agw_test_${randomBytes(6).toString('hex')}`;
+  await admin((client) => client.query(`CREATE DATABASE ${name}`));
+  const url = new URL(process.env.DATABASE_URL!);
+  url.pathname = `/${name}`;
+  const db = await openDatabase({ databaseUrl: url.toString(), migrate: options.migrate, poolSize: 20 });
+  return {
+    db,
+    url: url.toString(),
+    async close() {
+      await db.close();
+      await admin((client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
+    },
+  };
+}
