@@ -33,6 +33,7 @@ function errorCodesFor(route: RestRoute): string[] {
   if (route.auth.length) codes.push('401', '403', '429');
   if (route.path.includes(':')) codes.push('404');
   if (route.method === 'POST' || route.method === 'PATCH') codes.push('409');
+  for (const extra of route.extraErrors ?? []) if (!codes.includes(extra)) codes.push(extra);
   return codes.sort();
 }
 

@@ -15,6 +15,8 @@ export interface RestRoute {
   summary: string;
   /** Security schemes accepted: bearer token, API key, or none (open route). */
   auth: ReadonlyArray<'bearer' | 'apiKey'>;
+  /** Error statuses beyond those implied by method, path and auth (e.g. 401 of a wrong password). */
+  extraErrors?: ReadonlyArray<'401' | '429'>;
 }
 
 export const restRoutes = new Map<string, RestRoute>();

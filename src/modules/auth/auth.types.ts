@@ -37,6 +37,7 @@ restRoute('Mutation.login', {
   tag: 'Sessions',
   summary: 'Exchange email and password for a bearer token (valid 3600 s)',
   auth: [],
+  extraErrors: ['401', '429'],
 });
 
 builder.mutationField('refresh', (t) =>

@@ -1,0 +1,146 @@
+import { readFileSync } from 'node:fs';
+import { renderContracts } from '../src/contracts.js';
+import { restRoutes } from '../src/http/rest-routes.js';
+import { startTestApp, type TestApp } from './support/app.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+test('schema/schema.graphql and schema/openapi.json are what the code generates (run `npm run schema:print`)', () => {
+  for (const [name, content] of Object.entries(renderContracts())) {
+    const committed = readFileSync(new URL(`../schema/${name}`, import.meta.url), 'utf8');
+    expect({ name, content: committed }).toEqual({ name, content });
+  }
+});
+
+/** The REST surface: exactly the operations interface.md and decisions.md name, and no other. */
+const expectedRoutes = [
+  'POST /orgs',
+  'GET /orgs/{org_id}',
+  'PATCH /orgs/{org_id}',
+  'GET /orgs/{org_id}/users',
+  'POST /orgs/{org_id}/users',
+  'POST /auth/login',
+  'POST /auth/refresh',
+  'POST /auth/logout',
+  'GET /orgs/{org_id}/api-keys',
+  'POST /orgs/{org_id}/api-keys',
+  'DELETE /orgs/{org_id}/api-keys/{key_id}',
+];
+
+describe('OpenAPI document', () => {
+  let doc: any;
+  beforeAll(async () => {
+    const response = await t.request('GET', '/openapi.json');
+    expect(response.status).toBe(200);
+    doc = response.body;
+  });
+
+  const operations = () =>
+    Object.entries<any>(doc.paths).flatMap(([path, methods]) =>
+      Object.entries<any>(methods).map(([method, operation]) => ({ key: `${method.toUpperCase()} ${path}`, operation })),
+    );
+
+  test('lists exactly the named routes under the /api/v1 server', () => {
+    expect(doc.openapi).toMatch(/^3\./);
+    expect(doc.servers).toEqual([{ url: '/api/v1' }]);
+    expect(operations().map((o) => o.key).sort()).toEqual([...expectedRoutes].sort());
+  });
+
+  test('gives every route a unique operationId named after its GraphQL field', () => {
+    const ids = operations().map((o) => o.operation.operationId);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids.sort()).toEqual([...restRoutes.keys()].map((f) => f.split('.')[1]).sort());
+  });
+
+  test('does not repeat bodies as query parameters nor path parameters in bodies', () => {
+    for (const { key, operation } of operations()) {
+      const body = operation.requestBody?.content?.['application/json']?.schema;
+      if (!body) continue;
+      const query = (operation.parameters ?? []).filter((p: any) => p.in === 'query');
+      expect({ key, query }).toEqual({ key, query: [] });
+      const pathParams = (operation.parameters ?? []).filter((p: any) => p.in === 'path').map((p: any) => p.name);
+      for (const name of pathParams) expect({ key, inBody: name in (body.properties ?? {}) }).toEqual({ key, inBody: false });
+    }
+  });
+
+  test('documents both security schemes and the error envelopes', () => {
+    expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
+    expect(doc.components.securitySchemes.apiKeyAuth).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-API-Key' });
+    expect(doc.components.schemas.AuthError.properties.detail.properties.code.enum).toEqual([
+      'AUTHENTICATION_REQUIRED',
+      'INVALID_TOKEN',
+      'FORBIDDEN',
+    ]);
+    expect(doc.components.schemas.Error.properties.error.required).toEqual(['code', 'message', 'details']);
+    const login = doc.paths['/auth/login'].post;
+    expect(login.security).toEqual([]);
+    expect(login.responses['401'].content['application/json'].schema.$ref).toBe('#/components/schemas/AuthError');
+    expect(login.responses['422'].content['application/json'].schema.$ref).toBe('#/components/schemas/Error');
+    const org = doc.paths['/orgs/{org_id}'].get;
+    expect(org.security).toEqual([{ bearerAuth: [] }]);
+    expect(Object.keys(org.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
+    const deleted = doc.paths['/orgs/{org_id}/api-keys/{key_id}'].delete.responses['204'];
+    expect(deleted.description).toBe('No content');
+    expect(deleted.content).toBeUndefined();
+    expect(Object.keys(deleted.headers)).toEqual(['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+  });
+});
+
+describe('REST surface', () => {
+  test.each([
+    ['POST', '/api/v1/webhook'],
+    ['GET', '/api/v1/openapi.json'],
+    ['GET', '/api/v1/users'],
+    ['POST', '/api/v1/create-organization'],
+    ['GET', '/api/v1/nothing-here'],
+  ])('%s %s is not a route', async (method, path) => {
+    const response = await t.request(method, path, { body: method === 'POST' ? {} : undefined });
+    expect(response.status).toBe(404);
+    expect(response.body).toEqual({ error: { code: 'NOT_FOUND', message: 'No such endpoint', details: {} } });
+  });
+
+  test('a known path with another method answers 405 with Allow', async () => {
+    const response = await t.request('PUT', '/api/v1/orgs');
+    expect(response.status).toBe(405);
+    expect(response.headers.get('allow')).toBe('POST');
+    expect(response.body.error.code).toBe('METHOD_NOT_ALLOWED');
+  });
+});
+
+describe('interactive documentation served without a CDN', () => {
+  test('Swagger UI at /docs loads its assets from this server', async () => {
+    const page = await t.request('GET', '/docs');
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/text\/html/);
+    const scripts = [...page.text.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]);
+    expect(scripts.length).toBeGreaterThanOrEqual(3);
+    for (const src of scripts) {
+      expect(src.startsWith('/')).toBe(true);
+      const asset = await t.request('GET', src);
+      expect({ src, status: asset.status }).toEqual({ src, status: 200 });
+      expect(asset.text.length).toBeGreaterThan(100);
+    }
+    expect(page.text).toContain("url: '/openapi.json'");
+  });
+
+  test('ReDoc at /redoc loads its bundle from this server', async () => {
+    const page = await t.request('GET', '/redoc');
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('spec-url="/openapi.json"');
+    const bundle = await t.request('GET', '/redoc/redoc.standalone.js');
+    expect(bundle.status).toBe(200);
+    expect(bundle.headers.get('content-type')).toMatch(/javascript/);
+    expect(bundle.text).toContain('Redoc');
+  });
+
+  test('GraphiQL at /graphql renders from the bundled package', async () => {
+    const page = await t.request('GET', '/graphql', { headers: { accept: 'text/html' } });
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('Agent Gateway GraphiQL');
+    expect(page.text).not.toMatch(/unpkg\.com|cdn\.jsdelivr/);
+  });
+});

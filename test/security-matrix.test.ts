@@ -1,0 +1,381 @@
+/**
+ * Security matrix: every REST route that needs credentials × every way a caller can be wrong
+ * (missing, malformed, expired, revoked, deleted credentials; wrong role; API key where none is
+ * allowed; another org), each with the exact status and envelope of decisions.md § "Errors",
+ * plus the positive case. A route is one row of `matrix`; a test below fails when a declared
+ * route has no row, so a new route cannot ship without its security cases.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import '../src/graphql/schema.js';
+import { restRoutes, type RestRoute } from '../src/http/rest-routes.js';
+import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
+import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
+import type { SessionUser } from '../src/modules/auth/session.service.js';
+import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
+import { addUser, createKey, PASSWORD, signUp, type OrgFixture } from './support/fixtures.js';
+
+/** Everything the rows need: two orgs, org A's users by role, org B's admin. */
+interface World {
+  t: TestApp;
+  orgA: OrgFixture;
+  orgB: OrgFixture;
+  usersA: Record<UserRole, SessionUser>;
+  adminB: SessionUser;
+}
+
+interface Row {
+  method: RestRoute['method'];
+  /** Exactly as declared with `restRoute(...)`, e.g. `/orgs/:org_id/api-keys/:key_id`. */
+  route: string;
+  /** Status of the positive case. */
+  ok: 200 | 201 | 204;
+  /** Bearer roles allowed (in the caller's own org). */
+  roles: readonly UserRole[];
+  /** API key scopes that allow the route, any one suffices; empty: never with an API key. */
+  keyScopes: readonly ApiKeyScope[];
+  /** Path parameters other than org_id. Called for every request, so consumed resources are fresh. */
+  params?: (w: World) => Promise<Record<string, string>>;
+  body?: (w: World) => unknown;
+  /** Extra checks on a successful response. */
+  check?: (response: TestResponse, w: World) => void | Promise<void>;
+}
+
+const unique = () => randomBytes(4).toString('hex');
+const admins = ['admin'] as const;
+
+const matrix: Row[] = [
+  {
+    method: 'GET',
+    route: '/orgs/:org_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, slug: w.orgA.slug }),
+  },
+  {
+    method: 'PATCH',
+    route: '/orgs/:org_id',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    body: () => ({ name: `Renamed ${unique()}` }),
+    check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, name: expect.stringMatching(/^Renamed /) }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/users',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    check: (r, w) => expect(r.body.items.map((u: { user_id: string }) => u.user_id)).toContain(w.orgA.adminUserId),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/users',
+    ok: 201,
+    roles: admins,
+    keyScopes: [],
+    body: (w) => ({ email: `new-${unique()}@${w.orgA.slug}.example`, password: PASSWORD, role: 'viewer' }),
+    check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, role: 'viewer' }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/api-keys',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    check: (r) => {
+      expect(r.body.items.length).toBeGreaterThan(0);
+      for (const key of r.body.items) expect(key).not.toHaveProperty('key');
+    },
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/api-keys',
+    ok: 201,
+    roles: admins,
+    keyScopes: [],
+    body: () => ({ name: `key ${unique()}`, scopes: ['logs:read', 'manifests:read'], expires_in_days: 30 }),
+    check: (r) => expect(r.body).toMatchObject({ key: expect.stringMatching(/^agw_/), scopes: ['logs:read', 'manifests:read'] }),
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/api-keys/:key_id',
+    ok: 204,
+    roles: admins,
+    keyScopes: [],
+    params: async (w) => ({ key_id: (await createKey(w.t, w.orgA, ['logs:read'])).keyId }),
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'POST',
+    route: '/auth/refresh',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    check: async (r, w) => {
+      expect(r.body).toMatchObject({ token_type: 'bearer', expires_in: 3600 });
+      const me = await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}`, { token: r.body.access_token });
+      expect(me.status).toBe(200);
+    },
+  },
+  {
+    method: 'POST',
+    route: '/auth/logout',
+    ok: 204,
+    roles: userRoles,
+    keyScopes: [],
+    check: (r) => expect(r.text).toBe(''),
+  },
+];
+
+/** Open routes: no credentials needed. */
+const openRoutes = [
+  { method: 'POST', route: '/orgs' },
+  { method: 'POST', route: '/auth/login' },
+];
+
+const label = (r: { method: string; route: string }) => `${r.method} ${r.route}`;
+
+let w: World;
+
+beforeAll(async () => {
+  const t = await startTestApp();
+  const orgA = await signUp(t, 'matrix-a');
+  const orgB = await signUp(t, 'matrix-b');
+  const asSessionUser = (org: OrgFixture, id: string, email: string, role: UserRole): SessionUser => ({
+    id,
+    orgId: org.orgId,
+    email,
+    role,
+  });
+  const operator = await addUser(t, orgA, 'operator');
+  const viewer = await addUser(t, orgA, 'viewer');
+  w = {
+    t,
+    orgA,
+    orgB,
+    usersA: {
+      admin: asSessionUser(orgA, orgA.adminUserId, orgA.adminEmail, 'admin'),
+      operator: asSessionUser(orgA, operator.userId, operator.email, 'operator'),
+      viewer: asSessionUser(orgA, viewer.userId, viewer.email, 'viewer'),
+    },
+    adminB: asSessionUser(orgB, orgB.adminUserId, orgB.adminEmail, 'admin'),
+  };
+});
+
+afterAll(async () => {
+  await w?.t.close();
+});
+
+/** A fresh bearer token, so that refresh and logout never consume a token another test uses. */
+async function bearer(user: SessionUser, ttlSeconds?: number): Promise<string> {
+  return (await w.t.app.services.sessions.issue(user, ttlSeconds)).access_token;
+}
+
+function fillPath(row: Row, orgId: string, params: Record<string, string>): string {
+  const all: Record<string, string> = { org_id: orgId, ...params };
+  return `/api/v1${row.route.replace(/:([a-z_]+)/g, (_, name: string) => {
+    if (!(name in all)) throw new Error(`${label(row)}: no value for :${name}`);
+    return encodeURIComponent(all[name]);
+  })}`;
+}
+
+async function auditCount(): Promise<number> {
+  const [row] = await w.t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM audit_logs');
+  return Number(row.n);
+}
+
+/** Calls the row's route on org `orgId` (org A unless told) as `credentials`. */
+async function call(row: Row, credentials: RequestOptions, orgId = w.orgA.orgId): Promise<TestResponse> {
+  const path = fillPath(row, orgId, row.params ? await row.params(w) : {});
+  return w.t.request(row.method, path, { ...credentials, body: row.body?.(w) });
+}
+
+/** A refusal: exact status and envelope, and no write happened (every write is audited). */
+async function expectRefused(row: Row, credentials: RequestOptions, status: 401 | 403 | 404, code: string, orgId?: string) {
+  const path = fillPath(row, orgId ?? w.orgA.orgId, row.params ? await row.params(w) : {});
+  const before = await auditCount();
+  const response = await w.t.request(row.method, path, { ...credentials, body: row.body?.(w) });
+  expect({ status: response.status, body: response.body }).toEqual({
+    status,
+    body:
+      status === 404
+        ? { error: { code, message: expect.any(String), details: {} } }
+        : { detail: { code, message: expect.any(String) } },
+  });
+  expect(await auditCount()).toBe(before);
+}
+
+async function expectAllowed(row: Row, credentials: RequestOptions) {
+  const response = await call(row, credentials);
+  expect(response).toMatchObject({ status: row.ok });
+  await row.check?.(response, w);
+}
+
+/** Flips one character inside the signature segment of a JWT. */
+function tamperSignature(token: string): string {
+  const [header, payload, signature] = token.split('.');
+  const i = 10;
+  const flipped = signature[i] === 'A' ? 'B' : 'A';
+  const tampered = `${header}.${payload}.${signature.slice(0, i)}${flipped}${signature.slice(i + 1)}`;
+  expect(tampered).not.toBe(token);
+  return tampered;
+}
+
+/** Credentials that must never authenticate. Built per test: each needs a little setup. */
+const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'INVALID_TOKEN'; make: () => Promise<RequestOptions> }[] = [
+  { name: 'no credentials', code: 'AUTHENTICATION_REQUIRED', make: async () => ({}) },
+  { name: 'garbage bearer token', code: 'INVALID_TOKEN', make: async () => ({ token: 'not-a-jwt' }) },
+  { name: 'garbage API key', code: 'INVALID_TOKEN', make: async () => ({ apiKey: 'agw_garbage' }) },
+  {
+    name: 'well-formed but unknown API key',
+    code: 'INVALID_TOKEN',
+    make: async () => ({ apiKey: generateApiKey().key }),
+  },
+  { name: 'Basic authorization', code: 'INVALID_TOKEN', make: async () => ({ headers: { authorization: 'Basic xxx' } }) },
+  {
+    name: 'both a bearer token and an API key',
+    code: 'INVALID_TOKEN',
+    make: async () => ({
+      token: await bearer(w.usersA.admin),
+      apiKey: (await createKey(w.t, w.orgA, [...apiKeyScopes])).key,
+    }),
+  },
+  { name: 'expired bearer token', code: 'INVALID_TOKEN', make: async () => ({ token: await bearer(w.usersA.admin, -60) }) },
+  {
+    name: 'bearer token with a tampered signature',
+    code: 'INVALID_TOKEN',
+    make: async () => ({ token: tamperSignature(await bearer(w.usersA.admin)) }),
+  },
+  {
+    name: 'logged-out bearer token',
+    code: 'INVALID_TOKEN',
+    make: async () => {
+      const token = await bearer(w.usersA.admin);
+      expect((await w.t.request('POST', '/api/v1/auth/logout', { token })).status).toBe(204);
+      return { token };
+    },
+  },
+  {
+    name: 'bearer token replaced by refresh',
+    code: 'INVALID_TOKEN',
+    make: async () => {
+      const token = await bearer(w.usersA.admin);
+      expect((await w.t.request('POST', '/api/v1/auth/refresh', { token })).status).toBe(200);
+      return { token };
+    },
+  },
+  {
+    name: 'deleted API key',
+    code: 'INVALID_TOKEN',
+    make: async () => {
+      const { keyId, key } = await createKey(w.t, w.orgA, [...apiKeyScopes]);
+      const deleted = await w.t.request('DELETE', `/api/v1/orgs/${w.orgA.orgId}/api-keys/${keyId}`, {
+        token: w.orgA.adminToken,
+      });
+      expect(deleted.status).toBe(204);
+      return { apiKey: key };
+    },
+  },
+  {
+    name: 'expired API key',
+    code: 'INVALID_TOKEN',
+    make: async () => {
+      const { keyId, key } = await createKey(w.t, w.orgA, [...apiKeyScopes]);
+      await w.t.database.db.sql.query(`UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1`, [keyId]);
+      return { apiKey: key };
+    },
+  },
+];
+
+describe('the matrix covers every route', () => {
+  test('rows = declared routes that need credentials; open routes = declared routes without', () => {
+    const declared = [...restRoutes.values()];
+    const key = (r: { method: string; path?: string; route?: string }) => `${r.method} ${r.path ?? r.route}`;
+    expect(new Set(matrix.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length > 0).map(key)));
+    expect(new Set(openRoutes.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length === 0).map(key)));
+    expect(matrix.length).toBe(new Set(matrix.map(key)).size);
+  });
+
+  test.each(matrix)('$method $route: success status and security schemes agree with its declaration', (row) => {
+    const declared = [...restRoutes.values()].find((r) => r.method === row.method && r.path === row.route)!;
+    expect(declared.status ?? 200).toBe(row.ok);
+    expect([...declared.auth].sort()).toEqual(row.keyScopes.length ? ['apiKey', 'bearer'] : ['bearer']);
+  });
+});
+
+describe.each(matrix)('$method $route', (row) => {
+  test.each(rejectedCredentials)('$name → 401 $code', async ({ make, code }) => {
+    await expectRefused(row, await make(), 401, code);
+  });
+
+  test.each(userRoles.map((role) => ({ role, allowed: row.roles.includes(role) })))(
+    'bearer $role (allowed: $allowed)',
+    async ({ role, allowed }) => {
+      const credentials = { token: await bearer(w.usersA[role]) };
+      if (allowed) await expectAllowed(row, credentials);
+      else await expectRefused(row, credentials, 403, 'FORBIDDEN');
+    },
+  );
+
+  const lackingScopes = apiKeyScopes.filter((scope) => !row.keyScopes.includes(scope));
+  if (lackingScopes.length) {
+    test(`API key of the org with scopes [${lackingScopes.join(', ')}] → 403 FORBIDDEN`, async () => {
+      const { key } = await createKey(w.t, w.orgA, lackingScopes);
+      await expectRefused(row, { apiKey: key }, 403, 'FORBIDDEN');
+    });
+  }
+
+  if (row.keyScopes.length) {
+    test.each(row.keyScopes.map((scope) => ({ scope })))('API key with scope $scope → allowed', async ({ scope }) => {
+      await expectAllowed(row, { apiKey: (await createKey(w.t, w.orgA, [scope])).key });
+    });
+  }
+
+  if (row.route.includes(':org_id')) {
+    test("another org's admin → 404 NOT_FOUND", async () => {
+      await expectRefused(row, { token: await bearer(w.adminB) }, 404, 'NOT_FOUND');
+    });
+
+    test("another org's API key with every scope → 404 NOT_FOUND", async () => {
+      const { key } = await createKey(w.t, w.orgB, [...apiKeyScopes]);
+      await expectRefused(row, { apiKey: key }, 404, 'NOT_FOUND');
+    });
+
+    test('admin on an org id that does not exist → 404 NOT_FOUND', async () => {
+      await expectRefused(row, { token: await bearer(w.usersA.admin) }, 404, 'NOT_FOUND', randomUUID());
+    });
+  }
+});
+
+describe('open routes work without credentials', () => {
+  test('POST /api/v1/orgs → 201', async () => {
+    const slug = `open-${unique()}`;
+    const response = await w.t.request('POST', '/api/v1/orgs', {
+      body: { name: `Org ${slug}`, slug, admin_email: `admin@${slug}.example`, admin_password: PASSWORD },
+    });
+    expect(response.status).toBe(201);
+    expect(response.body).toMatchObject({ slug, admin_user: { email: `admin@${slug}.example`, role: 'admin' } });
+  });
+
+  test('POST /api/v1/auth/login → 200 with a working token', async () => {
+    const response = await w.t.request('POST', '/api/v1/auth/login', {
+      body: { email: w.orgA.adminEmail, password: PASSWORD },
+    });
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ token_type: 'bearer', expires_in: 3600 });
+    const me = await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}`, { token: response.body.access_token });
+    expect(me.status).toBe(200);
+  });
+
+  test('POST /api/v1/auth/login with a wrong password → 401 INVALID_TOKEN', async () => {
+    const response = await w.t.request('POST', '/api/v1/auth/login', {
+      body: { email: w.orgA.adminEmail, password: 'not the right password' },
+    });
+    expect({ status: response.status, body: response.body }).toEqual({
+      status: 401,
+      body: { detail: { code: 'INVALID_TOKEN', message: expect.any(String) } },
+    });
+  });
+});
