@@ -11,7 +11,7 @@ import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
-import { currentRequest } from './http/request-state.js';
+import { currentRequest, type RequestState } from './http/request-state.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
@@ -39,6 +39,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   const services = createServices({ env, db, logger, keys });
   const openapi = buildOpenApiDocument(schema, packageVersion);
   let draining = false;
+  const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
+    (state.auth ??= services.authenticate(request, state));
 
   const yoga = createYoga<ServerContext, Context>({
     schema,
@@ -53,13 +55,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       error: (...args) => logger.error(args.map(String).join(' ')),
     },
     context({ request, state }): Context {
-      let pending: Promise<AuthState> | undefined;
-      return {
-        request,
-        state,
-        services,
-        authenticate: () => (pending ??= services.authenticate(request, state)),
-      };
+      return { request, state, services, authenticate: () => authenticate(request, state) };
     },
     maskedErrors: {
       maskError(error) {
@@ -87,7 +83,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
           if (docs) endResponse(docs);
         },
       },
-      ...useRestFacade(),
+      ...useRestFacade(schema, authenticate, logger),
     ],
   });
 

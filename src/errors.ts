@@ -57,6 +57,8 @@ export class AppError extends GraphQLError {
   }
 }
 
+export const authenticationRequired = () =>
+  new AppError('AUTHENTICATION_REQUIRED', 'This operation needs a bearer token or an API key');
 export const notFound = (what: string) => new AppError('NOT_FOUND', `${what} not found`);
 export const conflict = (message: string, details?: Record<string, unknown>) =>
   new AppError('CONFLICT', message, { details });

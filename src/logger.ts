@@ -1,8 +1,9 @@
-import pino, { type Logger } from 'pino';
+import pino, { type DestinationStream, type Logger } from 'pino';
 
 /** JSON lines on stdout. Credentials are redacted wherever they might appear in a logged object. */
-export function createLogger(level: string): Logger {
-  return pino({
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  return pino(
+    {
     level,
     base: { service: 'agent-gateway' },
     timestamp: pino.stdTimeFunctions.isoTime,
@@ -25,5 +26,7 @@ export function createLogger(level: string): Logger {
       ],
       censor: '[redacted]',
     },
-  });
+  },
+    destination ?? pino.destination(1),
+  );
 }

@@ -97,6 +97,7 @@ describe('REST surface', () => {
     ['GET', '/api/v1/users'],
     ['POST', '/api/v1/create-organization'],
     ['GET', '/api/v1/nothing-here'],
+    ['POST', '/api/v1/auth/login/'],
   ])('%s %s is not a route', async (method, path) => {
     const response = await t.request(method, path, { body: method === 'POST' ? {} : undefined });
     expect(response.status).toBe(404);

@@ -186,17 +186,17 @@ async function auditCount(): Promise<number> {
   return Number(row.n);
 }
 
-/** Calls the row's route on org `orgId` (org A unless told) as `credentials`. */
-async function call(row: Row, credentials: RequestOptions, orgId = w.orgA.orgId): Promise<TestResponse> {
+/** The request for the row on org `orgId`; builds fresh path parameters and body. */
+async function prepare(row: Row, orgId = w.orgA.orgId) {
   const path = fillPath(row, orgId, row.params ? await row.params(w) : {});
-  return w.t.request(row.method, path, { ...credentials, body: row.body?.(w) });
+  return { path, body: row.body?.(w) };
 }
 
 /** A refusal: exact status and envelope, and no write happened (every write is audited). */
 async function expectRefused(row: Row, credentials: RequestOptions, status: 401 | 403 | 404, code: string, orgId?: string) {
-  const path = fillPath(row, orgId ?? w.orgA.orgId, row.params ? await row.params(w) : {});
+  const { path, body } = await prepare(row, orgId);
   const before = await auditCount();
-  const response = await w.t.request(row.method, path, { ...credentials, body: row.body?.(w) });
+  const response = await w.t.request(row.method, path, { ...credentials, body });
   expect({ status: response.status, body: response.body }).toEqual({
     status,
     body:
@@ -208,7 +208,8 @@ async function expectRefused(row: Row, credentials: RequestOptions, status: 401 
 }
 
 async function expectAllowed(row: Row, credentials: RequestOptions) {
-  const response = await call(row, credentials);
+  const { path, body } = await prepare(row);
+  const response = await w.t.request(row.method, path, { ...credentials, body });
   expect(response).toMatchObject({ status: row.ok });
   await row.check?.(response, w);
 }
@@ -310,18 +311,20 @@ describe.each(matrix)('$method $route', (row) => {
     await expectRefused(row, await make(), 401, code);
   });
 
-  test.each(userRoles.map((role) => ({ role, allowed: row.roles.includes(role) })))(
-    'bearer $role (allowed: $allowed)',
-    async ({ role, allowed }) => {
-      const credentials = { token: await bearer(w.usersA[role]) };
-      if (allowed) await expectAllowed(row, credentials);
-      else await expectRefused(row, credentials, 403, 'FORBIDDEN');
-    },
-  );
+  const roleCases = userRoles.map((role) => {
+    const allowed = row.roles.includes(role);
+    return { role, allowed, outcome: allowed ? String(row.ok) : '403 FORBIDDEN' };
+  });
+  test.each(roleCases)('bearer $role of the org → $outcome', async ({ role, allowed }) => {
+    const credentials = { token: await bearer(w.usersA[role]) };
+    if (allowed) await expectAllowed(row, credentials);
+    else await expectRefused(row, credentials, 403, 'FORBIDDEN');
+  });
 
   const lackingScopes = apiKeyScopes.filter((scope) => !row.keyScopes.includes(scope));
+  const lacking = row.keyScopes.length ? `every scope but ${row.keyScopes.join(', ')}` : 'every scope (keys are never allowed)';
   if (lackingScopes.length) {
-    test(`API key of the org with scopes [${lackingScopes.join(', ')}] → 403 FORBIDDEN`, async () => {
+    test(`API key of the org with ${lacking} → 403 FORBIDDEN`, async () => {
       const { key } = await createKey(w.t, w.orgA, lackingScopes);
       await expectRefused(row, { apiKey: key }, 403, 'FORBIDDEN');
     });

@@ -1,5 +1,5 @@
 import type { ForbiddenResult, AuthFailure } from '@pothos/plugin-scope-auth';
-import { AppError } from '../errors.js';
+import { AppError, authenticationRequired } from '../errors.js';
 import { authorize, may, type Action } from '../modules/auth/authz.js';
 import type { Context } from './context.js';
 
@@ -52,7 +52,7 @@ export function unauthorizedError(_parent: unknown, ctx: Context, _info: unknown
   if (!state?.principal) {
     return state && 'error' in state && state.error
       ? state.error
-      : new AppError('AUTHENTICATION_REQUIRED', 'This operation needs a bearer token or an API key');
+      : authenticationRequired();
   }
   return new AppError('FORBIDDEN', 'Your role or API key scopes do not allow this operation');
 }

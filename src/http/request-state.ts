@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
+import type { AuthState } from '../modules/auth/authenticate.js';
 
 /**
  * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied
@@ -14,6 +15,8 @@ export interface RequestState {
   orgId: string | undefined;
   /** Headers decided during execution (rate limits) that the response must carry. */
   responseHeaders: Headers;
+  /** The caller's credentials, resolved at most once per request (REST guard or GraphQL context). */
+  auth: Promise<AuthState> | undefined;
 }
 
 const storage = new AsyncLocalStorage<RequestState>();
@@ -33,5 +36,6 @@ export function newRequestState(request: Request, clientAddress: string): Reques
     route: undefined,
     orgId: undefined,
     responseHeaders: new Headers(),
+    auth: undefined,
   };
 }

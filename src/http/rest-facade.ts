@@ -1,8 +1,13 @@
 import { useSofa } from '@graphql-yoga/plugin-sofa';
+import { coerceInputValue, type GraphQLArgument, type GraphQLSchema } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
-import { errorResponse, restErrorHandler, wireError } from './envelope.js';
+import type { Logger } from 'pino';
+import { AppError, authenticationRequired, type FieldError } from '../errors.js';
+import type { AuthState } from '../modules/auth/authenticate.js';
+import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
 import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
+import type { RequestState } from './request-state.js';
 import { restRoutes, sofaRouteConfig } from './rest-routes.js';
 
 /**
@@ -13,30 +18,72 @@ import { restRoutes, sofaRouteConfig } from './rest-routes.js';
 
 interface CompiledRoute {
   method: string;
+  needsAuth: boolean;
   pattern: RegExp;
   label: string;
+  /** Arguments of the GraphQL field that may come from the JSON body. */
+  bodyArgs: Map<string, GraphQLArgument>;
 }
 
-function compile(): CompiledRoute[] {
-  return [...restRoutes.values()].map((route) => {
+function compile(schema: GraphQLSchema): CompiledRoute[] {
+  return [...restRoutes].map(([fieldPath, route]) => {
+    const [typeName, fieldName] = fieldPath.split('.');
+    const type = typeName === 'Query' ? schema.getQueryType() : schema.getMutationType();
+    const field = type?.getFields()[fieldName];
+    if (!field) throw new Error(`REST route ${route.method} ${route.path} names unknown field ${fieldPath}`);
+    const pathParams = new Set([...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]));
     const source = route.path
       .split('/')
       .map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
       .join('/');
     return {
       method: route.method,
-      pattern: new RegExp(`^${REST_BASE_PATH}${source}/?$`),
+      needsAuth: route.auth.length > 0,
+      pattern: new RegExp(`^${REST_BASE_PATH}${source}$`),
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
+      bodyArgs: new Map(field.args.filter((a) => !pathParams.has(a.name)).map((a) => [a.name, a])),
     };
   });
 }
 
-export function useRestFacade(): Plugin<{}, ServerContext>[] {
+/**
+ * SOFA converts body values with the scalars' lenient `serialize` (42 becomes "42", a lone string
+ * becomes a list). JSON bodies are checked first with GraphQL's strict input coercion instead, so a
+ * wrong type is a 422 naming the field.
+ */
+function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json' {
+  if (!text.trim()) return [];
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return 'not_json';
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return [{ field: 'body', message: 'must be a JSON object' }];
+  }
+  const errors: FieldError[] = [];
+  for (const [name, value] of Object.entries(body)) {
+    const arg = route.bodyArgs.get(name);
+    if (!arg || value === undefined) continue;
+    coerceInputValue(value, arg.type, (path, _invalid, error) => {
+      const suffix = path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('');
+      errors.push({ field: `${name}${suffix}`, message: error.message });
+    });
+  }
+  return errors;
+}
+
+export function useRestFacade(
+  schema: GraphQLSchema,
+  authenticate: (request: Request, state: RequestState) => Promise<AuthState>,
+  logger: Logger,
+): Plugin<{}, ServerContext>[] {
   let routes: CompiledRoute[] | undefined;
   const guard: Plugin<{}, ServerContext> = {
-    onRequest({ request, url, serverContext, endResponse, setRequest }) {
+    async onRequest({ request, url, serverContext, endResponse, setRequest }) {
       if (url.pathname !== REST_BASE_PATH && !url.pathname.startsWith(`${REST_BASE_PATH}/`)) return;
-      routes ??= compile();
+      routes ??= compile(schema);
       const onPath = routes.filter((r) => r.pattern.test(url.pathname));
       const route = onPath.find((r) => r.method === request.method);
       if (!route) {
@@ -50,13 +97,39 @@ export function useRestFacade(): Plugin<{}, ServerContext>[] {
         return;
       }
       serverContext.state.route = route.label;
+      // Credentials are checked before the body, so an anonymous caller learns nothing from
+      // validation messages. Who may do what is decided later, by the field's auth scopes.
+      if (route.needsAuth) {
+        let rejection: unknown;
+        try {
+          const auth = await authenticate(request, serverContext.state);
+          if (!auth.principal) rejection = auth.error ?? authenticationRequired();
+        } catch (error) {
+          // Over the rate limit (an AppError), or the database failing (masked as INTERNAL_ERROR).
+          if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'authentication failed');
+          rejection = error;
+        }
+        if (rejection) {
+          endResponse(errorResponse(toWireError(rejection)));
+          return;
+        }
+      }
+      if (request.method === 'GET') return;
+      const text = await request.text();
+      const problems = checkBody(text, route);
+      if (problems === 'not_json') {
+        endResponse(errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON')));
+        return;
+      }
+      if (problems.length) {
+        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: problems })));
+        return;
+      }
       // Arguments of body-carrying routes come from the path and the JSON body only: SOFA would
       // otherwise also read them from the query string, where secrets end up in access logs.
-      if (request.method !== 'GET' && url.search) {
-        const clean = new URL(url);
-        clean.search = '';
-        setRequest(new Request(clean, request));
-      }
+      const clean = new URL(url);
+      clean.search = '';
+      setRequest(new Request(clean, { method: request.method, headers: request.headers, body: text || null }));
     },
   };
   return [

@@ -1,4 +1,6 @@
+import type { Logger } from 'pino';
 import { createApp, type App } from '../../src/app.js';
+import type { Database } from '../../src/db/database.js';
 import { parseEnv } from '../../src/env.js';
 import { createLogger } from '../../src/logger.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
@@ -27,13 +29,21 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
+export interface TestAppOptions {
+  logger?: Logger;
+  /** Run on this database instead of a fresh one (several app instances on one database). */
+  db?: Database;
+}
+
 /** The real app on a real database, called in-process through `yoga.fetch`. */
-export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
-  const database = await createTestDatabase();
+export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
+  const database: TestDatabase = options.db
+    ? { db: options.db, url: undefined, close: async () => undefined }
+    : await createTestDatabase();
   const app = createApp({
     env: parseEnv({ LOG_LEVEL: 'silent', ...env }),
     db: database.db,
-    logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
+    logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
   });
 
   async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
