@@ -97,7 +97,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   }
 
   const dataDir = options.dataDir ?? './data';
-  if (!dataDir.startsWith('memory://')) await mkdir(dataDir, { recursive: true });
+  // PGlite creates its files world-writable; a private directory keeps other users out.
+  if (!dataDir.startsWith('memory://')) await mkdir(dataDir, { recursive: true, mode: 0o700 });
   const pglite = await PGlite.create(dataDir);
   const sql = pgliteDriver(pglite);
   try {

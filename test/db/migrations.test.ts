@@ -163,7 +163,7 @@ test('enums, primary keys and unique constraints exist as declared', async () =>
 
   const indexRows = await t.db.sql.query<{ table: string; columns: string[]; unique: boolean; primary: boolean }>(
     `SELECT c.relname AS table, i.indisunique AS unique, i.indisprimary AS primary,
-            array_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) AS columns
+            array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum))::text[] AS columns
      FROM pg_index i
      JOIN pg_class c ON c.oid = i.indrelid
      JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
