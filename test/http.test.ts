@@ -30,7 +30,7 @@ describe('health', () => {
   });
 
   test('readiness is 503 when the database does not answer, and a failing query is a bare 500', async () => {
-    const broken = await startTestApp();
+    const broken = await startTestApp({}, { logger: createLogger('info', sink) });
     const org = await signUp(broken);
     await broken.database.db.close();
     try {
@@ -41,7 +41,12 @@ describe('health', () => {
       expect(failing.status).toBe(500);
       expect(failing.body).toEqual({ error: { code: 'INTERNAL_ERROR', message: 'An internal error occurred', details: {} } });
       expect(failing.text).not.toMatch(/select|prisma|pglite|pg\b|stack|at \w+ \(/i);
-      expect(failing.headers.get('x-request-id')).toMatch(/^req_/);
+      const requestId = failing.headers.get('x-request-id');
+      expect(requestId).toMatch(/^req_/);
+      // The cause is logged, with the request id, for the operator rather than the caller.
+      const logged = logLines.filter((l) => l.request_id === requestId && l.level === 50);
+      expect(logged.length).toBeGreaterThanOrEqual(1);
+      expect(logged[0].err).toBeDefined();
     } finally {
       broken.app.stop();
       await broken.database.close().catch(() => undefined);
