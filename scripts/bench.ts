@@ -1,0 +1,66 @@
+// Throughput of the service against a bare node:http server on the same machine, measured in one
+// run so that only ratios matter. `npm run bench` (PGlite), or with DATABASE_URL for PostgreSQL.
+// Later issues add the gateway's evaluate and execute routes here.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import autocannon from 'autocannon';
+import { createApp } from '../src/app.js';
+import { openDatabase } from '../src/db/database.js';
+import { parseEnv } from '../src/env.js';
+import { createLogger } from '../src/logger.js';
+
+const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+
+const listen = (server: Server) =>
+  new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
+
+async function measure(name: string, url: string, headers: Record<string, string> = {}) {
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers });
+  const errors = result.errors + result.non2xx;
+  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors };
+}
+
+const bare = createServer((_req, res) => {
+  res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
+});
+const barePort = await listen(bare);
+
+const env = parseEnv({ ...process.env, LOG_LEVEL: 'silent' });
+const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
+const app = createApp({ env, db, logger: createLogger('silent') });
+const server = createServer(app.yoga);
+const port = await listen(server);
+const base = `http://127.0.0.1:${port}`;
+
+const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
+  const response = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return response.json() as Promise<any>;
+};
+const slug = `bench-${Date.now()}`;
+const org = await post('/api/v1/orgs', { name: 'Bench', slug, admin_email: `a@${slug}.example`, admin_password: 'benchmark password' });
+const { access_token: token } = await post('/api/v1/auth/login', { email: `a@${slug}.example`, password: 'benchmark password' });
+// A limit the benchmark cannot reach, so it measures the work rather than 429s.
+await fetch(`${base}/api/v1/orgs/${org.org_id}`, {
+  method: 'PATCH',
+  headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+  body: JSON.stringify({ operator_rate_limit_per_minute: 1_000_000 }),
+});
+
+const rows = [
+  await measure('bare node:http', `http://127.0.0.1:${barePort}/`),
+  await measure('GET /healthz', `${base}/healthz`),
+  await measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, { authorization: `Bearer ${token}` }),
+];
+const baseline = rows[0].rps;
+console.log(`database: ${db.kind}; ${CONNECTIONS} connections, ${DURATION_S} s each`);
+console.table(rows.map((r) => ({ ...r, 'ratio to bare': (r.rps / baseline).toFixed(3) })));
+
+server.close();
+bare.close();
+app.stop();
+await db.close();
