@@ -7,6 +7,7 @@ import type { Database } from './db/database.js';
 import type { Env } from './env.js';
 import { AppError } from './errors.js';
 import type { Context } from './graphql/context.js';
+import { createLoaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
@@ -55,7 +56,13 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       error: (...args) => logger.error(args.map(String).join(' ')),
     },
     context({ request, state }): Context {
-      return { request, state, services, authenticate: () => authenticate(request, state) };
+      return {
+        request,
+        state,
+        services,
+        loaders: createLoaders(services),
+        authenticate: () => authenticate(request, state),
+      };
     },
     maskedErrors: {
       maskError(error) {

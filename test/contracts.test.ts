@@ -29,6 +29,17 @@ const expectedRoutes = [
   'GET /orgs/{org_id}/api-keys',
   'POST /orgs/{org_id}/api-keys',
   'DELETE /orgs/{org_id}/api-keys/{key_id}',
+  'GET /orgs/{org_id}/manifests',
+  'POST /orgs/{org_id}/manifests',
+  'POST /orgs/{org_id}/manifests/validate',
+  'GET /orgs/{org_id}/manifests/by-svc/{svc_id}',
+  'GET /orgs/{org_id}/manifests/{manifest_id}',
+  'GET /orgs/{org_id}/manifests/{manifest_id}/history',
+  'POST /orgs/{org_id}/manifests/{manifest_id}/approve',
+  'POST /orgs/{org_id}/manifests/{manifest_id}/reject',
+  'POST /orgs/{org_id}/manifests/{manifest_id}/suspend',
+  'POST /orgs/{org_id}/manifests/{manifest_id}/reactivate',
+  'POST /orgs/{org_id}/manifests/{manifest_id}/revoke',
 ];
 
 describe('OpenAPI document', () => {

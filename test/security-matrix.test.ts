@@ -12,7 +12,15 @@ import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
 import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
-import { addUser, createKey, PASSWORD, signUp, type OrgFixture } from './support/fixtures.js';
+import {
+  addUser,
+  createKey,
+  createManifest,
+  manifestPayload,
+  PASSWORD,
+  signUp,
+  type OrgFixture,
+} from './support/fixtures.js';
 
 /** Everything the rows need: two orgs, org A's users by role, org B's admin. */
 interface World {
@@ -42,6 +50,10 @@ interface Row {
 
 const unique = () => randomBytes(4).toString('hex');
 const admins = ['admin'] as const;
+const managers = ['admin', 'operator'] as const;
+const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
+  manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
+});
 
 const matrix: Row[] = [
   {
@@ -106,6 +118,109 @@ const matrix: Row[] = [
     keyScopes: [],
     params: async (w) => ({ key_id: (await createKey(w.t, w.orgA, ['logs:read'])).keyId }),
     check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/manifests',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    check: (r) => expect(r.body).toMatchObject({ items: expect.any(Array), total: expect.any(Number) }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests',
+    ok: 201,
+    roles: managers,
+    keyScopes: ['manifests:write'],
+    body: () => manifestPayload(),
+    check: (r) => expect(r.body).toMatchObject({ status: 'pending', capabilities: { approved: [] } }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/validate',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['manifests:write'],
+    body: () => manifestPayload(),
+    check: (r) => expect(r.body).toMatchObject({ valid: true, manifest_hash: expect.stringMatching(/^sha256:/) }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/manifests/by-svc/:svc_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    params: async (w) => ({ svc_id: (await createManifest(w.t, w.orgA)).svcId }),
+    check: (r) => expect(r.body.status).toBe('pending'),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/manifests/:manifest_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    params: manifestIn('pending'),
+    check: (r) => expect(r.body.manifest_id).toMatch(/^[0-9a-f-]{36}$/),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/manifests/:manifest_id/history',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    params: manifestIn('active'),
+    check: (r) => expect(r.body.items.map((e: { status: string }) => e.status)).toEqual(['active', 'pending']),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/:manifest_id/approve',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: manifestIn('pending'),
+    body: () => ({ notes: 'looks fine' }),
+    check: (r) => expect(r.body.status).toBe('active'),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/:manifest_id/reject',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: manifestIn('pending'),
+    body: () => ({ reason: 'too broad' }),
+    check: (r) => expect(r.body.status).toBe('rejected'),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/:manifest_id/suspend',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: manifestIn('active'),
+    body: () => ({ reason: 'incident' }),
+    check: (r) => expect(r.body.status).toBe('suspended'),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/:manifest_id/reactivate',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: manifestIn('suspended'),
+    body: () => ({ notes: 'resolved' }),
+    check: (r) => expect(r.body.status).toBe('active'),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/manifests/:manifest_id/revoke',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: manifestIn('active'),
+    body: () => ({ reason: 'retired' }),
+    check: (r) => expect(r.body.status).toBe('revoked'),
   },
   {
     method: 'POST',

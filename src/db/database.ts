@@ -5,6 +5,7 @@ import pg from 'pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { migrate } from './migrate.js';
+import { observeAdapter, type QueryObserver } from './query-observer.js';
 import type { SqlDriver } from './sql.js';
 
 export type DatabaseKind = 'pglite' | 'postgresql';
@@ -26,6 +27,8 @@ export interface DatabaseOptions {
   /** Apply pending migrations before returning (default true). */
   migrate?: boolean;
   poolSize?: number;
+  /** Sees every statement Prisma sends (tests count them). */
+  onQuery?: QueryObserver;
 }
 
 function pgliteDriver(db: PGlite): SqlDriver {
@@ -82,7 +85,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       await pool.end();
       throw error;
     }
-    const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+    const adapter = new PrismaPg(pool);
+    const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
     return {
       kind: 'postgresql',
       location: redact(options.databaseUrl),
@@ -107,7 +111,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     await pglite.close();
     throw error;
   }
-  const prisma = new PrismaClient({ adapter: new PrismaPGlite(pglite) });
+  const adapter = new PrismaPGlite(pglite);
+  const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
   return {
     kind: 'pglite',
     location: dataDir,

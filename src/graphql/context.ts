@@ -2,12 +2,15 @@ import type { AuthState } from '../modules/auth/authenticate.js';
 import type { Principal } from '../modules/auth/authz.js';
 import type { RequestState } from '../http/request-state.js';
 import type { Services } from '../services.js';
+import type { Loaders } from './loaders.js';
 
 /** The GraphQL context of one request, for /graphql and for the REST facade alike. */
 export interface Context {
   request: Request;
   state: RequestState;
   services: Services;
+  /** Per-request batching for relations that dashboards query in lists. */
+  loaders: Loaders;
   /** Resolves the caller's credentials once per request (and counts the request against limits). */
   authenticate(): Promise<AuthState>;
   /** Set by the scope loaders once `authenticate` resolved: read by the synchronous error builder. */

@@ -10,3 +10,9 @@ builder.scalarType('Timestamp', {
     return date;
   },
 });
+
+builder.scalarType('JSON', {
+  description: 'Any JSON value',
+  serialize: (value) => value,
+  parseValue: (value) => value,
+});

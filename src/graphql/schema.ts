@@ -4,6 +4,7 @@ import '../modules/user/user.types.js';
 import '../modules/org/org.types.js';
 import '../modules/auth/auth.types.js';
 import '../modules/api-key/api-key.types.js';
+import '../modules/manifest/manifest.types.js';
 import { builder } from './builder.js';
 
 export const schema = builder.toSchema({ sortSchema: true });

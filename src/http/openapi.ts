@@ -1,6 +1,7 @@
 import type { GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
 import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
+import { restSchema } from './rest-schema.js';
 
 /**
  * The OpenAPI 3.0 document of the REST facade. SOFA derives it from the GraphQL schema; as
@@ -11,6 +12,7 @@ import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 export const REST_BASE_PATH = '/api/v1';
 export const sofaCustomScalars = {
   Timestamp: { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' },
+  JSON: {},
 };
 
 type Json = Record<string, any>;
@@ -43,9 +45,13 @@ const rateLimitHeaders = {
   'X-RateLimit-Reset': { description: 'Unix time (seconds) when the window resets', schema: { type: 'integer' } },
 };
 
+/** JSON schemas of whole-body arguments (`bodyArg`), which GraphQL only knows as JSON. */
+export const bodySchemas: Record<string, Json> = {};
+const bodySchemaName = (arg: string) => `${arg[0].toUpperCase()}${arg.slice(1)}Payload`;
+
 export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Json {
   const router = useSofa({
-    schema,
+    schema: restSchema(schema),
     basePath: REST_BASE_PATH,
     routes: sofaRouteConfig(),
     customScalars: sofaCustomScalars,
@@ -74,7 +80,13 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
       delete operation.description;
       operation.parameters = (operation.parameters ?? []).filter((p: Json) => !(hasBody && p.in === 'query'));
       if (!operation.parameters.length) delete operation.parameters;
-      const body = operation.requestBody?.content?.['application/json']?.schema;
+      if (route.bodyArg) {
+        operation.requestBody = {
+          required: true,
+          content: { 'application/json': { schema: { $ref: `#/components/schemas/${bodySchemaName(route.bodyArg)}` } } },
+        };
+      }
+      const body = route.bodyArg ? undefined : operation.requestBody?.content?.['application/json']?.schema;
       if (body) {
         for (const name of pathParams) delete body.properties?.[name];
         if (body.required) body.required = body.required.filter((n: string) => !pathParams.has(n));
@@ -100,6 +112,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
   }
 
   const schemas: Json = { ...generated.components?.schemas };
+  for (const [arg, schema] of Object.entries(bodySchemas)) schemas[bodySchemaName(arg)] = schema;
   delete schemas.Query;
   delete schemas.Mutation;
   schemas.AuthError = {

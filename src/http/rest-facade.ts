@@ -9,6 +9,7 @@ import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
 import { restRoutes, sofaRouteConfig } from './rest-routes.js';
+import { restSchema } from './rest-schema.js';
 
 /**
  * The REST facade: SOFA mounts the declared routes under /api/v1. SOFA would also answer for every
@@ -23,6 +24,7 @@ interface CompiledRoute {
   label: string;
   /** Arguments of the GraphQL field that may come from the JSON body. */
   bodyArgs: Map<string, GraphQLArgument>;
+  bodyArg: string | undefined;
 }
 
 function compile(schema: GraphQLSchema): CompiledRoute[] {
@@ -42,6 +44,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       pattern: new RegExp(`^${REST_BASE_PATH}${source}$`),
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
       bodyArgs: new Map(field.args.filter((a) => !pathParams.has(a.name)).map((a) => [a.name, a])),
+      bodyArg: route.bodyArg,
     };
   });
 }
@@ -52,7 +55,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
  * wrong type is a 422 naming the field.
  */
 function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json' {
-  if (!text.trim()) return [];
+  if (!text.trim()) return route.bodyArg ? [{ field: 'body', message: 'must be a JSON object' }] : [];
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -62,6 +65,7 @@ function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return [{ field: 'body', message: 'must be a JSON object' }];
   }
+  if (route.bodyArg) return [];
   const errors: FieldError[] = [];
   for (const [name, value] of Object.entries(body)) {
     const arg = route.bodyArgs.get(name);
@@ -129,18 +133,22 @@ export function useRestFacade(
       // otherwise also read them from the query string, where secrets end up in access logs.
       const clean = new URL(url);
       clean.search = '';
-      setRequest(new Request(clean, { method: request.method, headers: request.headers, body: text || null }));
+      const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
+      setRequest(new Request(clean, { method: request.method, headers: request.headers, body: body || null }));
     },
   };
-  return [
-    guard,
-    useSofa({
+  const sofa = useSofa({
       basePath: REST_BASE_PATH,
       routes: sofaRouteConfig(),
       customScalars: sofaCustomScalars,
       errorHandler: restErrorHandler as unknown as NonNullable<Parameters<typeof useSofa>[0]['errorHandler']>,
       openAPI: { endpoint: false },
       swaggerUI: { endpoint: false },
-    }) as Plugin<{}, ServerContext>,
-  ];
+  }) as Plugin<{}, ServerContext>;
+  // SOFA sees the schema without the GraphQL-only fields (rest-schema.ts).
+  const restFacade: Plugin<{}, ServerContext> = {
+    ...sofa,
+    onSchemaChange: (payload) => sofa.onSchemaChange?.({ ...payload, schema: restSchema(payload.schema) }),
+  };
+  return [guard, restFacade];
 }

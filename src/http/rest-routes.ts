@@ -15,6 +15,11 @@ export interface RestRoute {
   summary: string;
   /** Security schemes accepted: bearer token, API key, or none (open route). */
   auth: ReadonlyArray<'bearer' | 'apiKey'>;
+  /**
+   * The whole JSON body is this one argument (a manifest payload is the body itself, and its
+   * unknown fields must reach the validator rather than be dropped by SOFA).
+   */
+  bodyArg?: string;
   /** Error statuses beyond those implied by method, path and auth (e.g. 401 of a wrong password). */
   extraErrors?: ReadonlyArray<'401' | '429'>;
 }

@@ -49,3 +49,36 @@ export async function createKey(t: TestApp, org: OrgFixture, scopes: string[], e
   if (created.status !== 201) throw new Error(`create key failed: ${created.status} ${created.text}`);
   return { keyId: created.body.key_id as string, key: created.body.key as string };
 }
+
+export function manifestPayload(overrides: { svcId?: string; capabilities?: string[]; [key: string]: unknown } = {}) {
+  const { svcId, capabilities, ...rest } = overrides;
+  return {
+    version: '1.0',
+    agent: { id: svcId ?? `agent-${unique()}`, name: 'Test agent', version: '1.0.0', team: 'platform' },
+    capabilities: { requested: capabilities ?? ['billing:read', 'billing:write', 'email:send'] },
+    constraints: { max_actions_per_hour: 10, max_actions_per_day: 100 },
+    ...rest,
+  };
+}
+
+export type ManifestState = 'pending' | 'active' | 'suspended';
+
+/** Registers a manifest through the API and walks it to `state`. */
+export async function createManifest(
+  t: TestApp,
+  org: OrgFixture,
+  state: ManifestState = 'pending',
+  payload: Record<string, unknown> = manifestPayload(),
+) {
+  const base = `/api/v1/orgs/${org.orgId}/manifests`;
+  const created = await t.request('POST', base, { token: org.adminToken, body: payload });
+  if (created.status !== 201) throw new Error(`register failed: ${created.status} ${created.text}`);
+  const id = created.body.manifest_id as string;
+  const step = async (action: string, body: unknown) => {
+    const response = await t.request('POST', `${base}/${id}/${action}`, { token: org.adminToken, body });
+    if (response.status !== 200) throw new Error(`${action} failed: ${response.status} ${response.text}`);
+  };
+  if (state !== 'pending') await step('approve', {});
+  if (state === 'suspended') await step('suspend', { reason: 'fixture' });
+  return { manifestId: id, svcId: created.body.svc_id as string, body: created.body };
+}

@@ -3,6 +3,7 @@ import { AppError, FieldErrors, notFound } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
+import { agentIdPattern } from '../manifest/manifest-document.js';
 import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
 
 export interface CreateApiKeyInput {
@@ -17,7 +18,6 @@ const DEFAULT_LIFETIME_DAYS = 90;
 const MAX_LIFETIME_DAYS = 3650;
 // `last_used_at` is a hint for operators, not an audit trail: one write a minute per key at most.
 const LAST_USED_RESOLUTION_MS = 60_000;
-const svcIdPattern = /^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$/;
 
 const invalidKey = () => new AppError('INVALID_TOKEN', 'The API key is invalid, expired or deleted');
 
@@ -41,7 +41,7 @@ export function createApiKeyService({ db, logger }: Deps) {
       errors.add('expires_in_days', `must be an integer from 1 to ${MAX_LIFETIME_DAYS}`);
     }
     (input.svc_ids ?? []).forEach((svcId, i) => {
-      if (!svcIdPattern.test(svcId)) errors.add(`svc_ids[${i}]`, 'must be an agent id (lowercase letters, digits, hyphens)');
+      if (!agentIdPattern.test(svcId)) errors.add(`svc_ids[${i}]`, 'must be an agent id (lowercase letters, digits, hyphens)');
     });
     errors.throwIfAny();
     return days;

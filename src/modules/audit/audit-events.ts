@@ -33,6 +33,14 @@ interface ApiKeySnapshot {
   expires_at: string;
 }
 
+interface ManifestSnapshot {
+  status: string;
+  svc_id?: string;
+  manifest_hash?: string;
+  approved_capabilities?: string[];
+  superseded_by?: string;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -47,6 +55,18 @@ export type AuditEvent =
   | Event<'org.updated', 'organization', Partial<OrgSnapshot>, Partial<OrgSnapshot>>
   | Event<'user.created', 'user', never, UserSnapshot>
   | Event<'api_key.created', 'api_key', never, ApiKeySnapshot>
-  | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>;
+  | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>
+  | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
+  | Event<
+      | 'manifest.approved'
+      | 'manifest.rejected'
+      | 'manifest.suspended'
+      | 'manifest.reactivated'
+      | 'manifest.revoked'
+      | 'manifest.superseded',
+      'manifest',
+      ManifestSnapshot,
+      ManifestSnapshot
+    >;
 
 export type AuditAction = AuditEvent['action'];

@@ -1,0 +1,310 @@
+import { randomBytes } from 'node:crypto';
+import type { Deps } from '../../deps.js';
+import { AppError, FieldErrors, conflict, isUniqueViolation, notFound, validationError } from '../../errors.js';
+import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import type { Principal } from '../auth/authz.js';
+import { checkManifest, type ManifestDocument } from './manifest-document.js';
+
+type Tx = Prisma.TransactionClient;
+export type ManifestQuery = { include?: Prisma.ManifestInclude; select?: Prisma.ManifestSelect };
+
+export type TransitionName = 'approve' | 'reject' | 'suspend' | 'reactivate' | 'revoke';
+
+/** decisions.md § Manifests: every other transition is 409 INVALID_STATE_TRANSITION. */
+export const transitions: Record<TransitionName, { from: readonly ManifestStatus[]; to: ManifestStatus }> = {
+  approve: { from: ['pending'], to: 'active' },
+  reject: { from: ['pending'], to: 'rejected' },
+  suspend: { from: ['active'], to: 'suspended' },
+  reactivate: { from: ['suspended'], to: 'active' },
+  revoke: { from: ['pending', 'active', 'suspended'], to: 'revoked' },
+};
+
+export interface TransitionInput {
+  reason?: string | null;
+  notes?: string | null;
+  approved_capabilities?: string[] | null;
+}
+
+export interface ManifestFilter {
+  status?: ManifestStatus | null;
+  team?: string | null;
+  limit?: number | null;
+  offset?: number | null;
+}
+
+export const DEFAULT_PAGE_SIZE = 50;
+export const MAX_PAGE_SIZE = 200;
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const manifestNotFound = () => notFound('Manifest');
+
+/** Who changed something, as history shows it: a user's email or an API key's id. */
+const changedBy = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
+
+const eventId = () => `mev_${Date.now().toString(36).padStart(9, '0')}${randomBytes(8).toString('hex')}`;
+
+export const documentOf = (manifest: Pick<Manifest, 'document'>) => manifest.document as unknown as ManifestDocument;
+
+async function appendHistory(tx: Tx, manifest: Manifest, status: ManifestStatus, by: string, changes: string[]) {
+  await tx.manifestEvent.create({
+    data: {
+      id: eventId(),
+      orgId: manifest.orgId,
+      svcId: manifest.svcId,
+      manifestId: manifest.id,
+      version: manifest.version,
+      agentVersion: documentOf(manifest).agent.version,
+      manifestHash: manifest.manifestHash,
+      status,
+      changedBy: by,
+      changes,
+    },
+  });
+}
+
+export function createManifestService({ db }: Deps) {
+  const validate = (payload: unknown) => checkManifest(payload);
+
+  async function register(orgId: string, payload: unknown, actor: Principal, query: ManifestQuery = {}) {
+    const check = checkManifest(payload);
+    if (!check.document) throw validationError(check.errors);
+    const document = check.document;
+    const by = changedBy(actor);
+    try {
+      const id = await db.prisma.$transaction(async (tx) => {
+        const created = await tx.manifest.create({
+          data: {
+            orgId,
+            svcId: document.agent.id,
+            version: document.version,
+            status: 'pending',
+            manifestHash: check.manifestHash!,
+            document: document as Prisma.InputJsonValue,
+            team: document.agent.team ?? null,
+            requestedCapabilities: document.capabilities.requested,
+            approvedCapabilities: [],
+            createdBy: by,
+          },
+        });
+        const current = await tx.manifest.findFirst({
+          where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
+        });
+        const changes = [
+          `registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`,
+        ];
+        if (current) changes.push(`agent version ${documentOf(current).agent.version} stays ${current.status} until this one is approved`);
+        await appendHistory(tx, created, 'pending', by, changes);
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'manifest.registered',
+          targetType: 'manifest',
+          targetId: created.id,
+          after: { status: 'pending', svc_id: created.svcId, manifest_hash: created.manifestHash },
+        });
+        return created.id;
+      });
+      return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id } });
+    } catch (error) {
+      if (isUniqueViolation(error)) {
+        throw conflict(`Agent "${document.agent.id}" already has a pending manifest`, { svc_id: document.agent.id });
+      }
+      throw error;
+    }
+  }
+
+  async function get(orgId: string, manifestId: string, query: ManifestQuery = {}) {
+    if (!uuidPattern.test(manifestId)) throw manifestNotFound();
+    const manifest = await db.prisma.manifest.findFirst({ ...query, where: { id: manifestId, orgId } });
+    if (!manifest) throw manifestNotFound();
+    return manifest;
+  }
+
+  /** The agent's current manifest: active or suspended, else the newest of any status. */
+  async function bySvc(orgId: string, svcId: string, query: ManifestQuery = {}) {
+    const current = await db.prisma.manifest.findFirst({
+      ...query,
+      where: { orgId, svcId, status: { in: ['active', 'suspended'] } },
+    });
+    if (current) return current;
+    const newest = await db.prisma.manifest.findFirst({
+      ...query,
+      where: { orgId, svcId },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+    });
+    if (!newest) throw manifestNotFound();
+    return newest;
+  }
+
+  function page(filter: ManifestFilter) {
+    const errors = new FieldErrors();
+    const limit = filter.limit ?? DEFAULT_PAGE_SIZE;
+    const offset = filter.offset ?? 0;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) errors.add('limit', `must be from 1 to ${MAX_PAGE_SIZE}`);
+    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    errors.throwIfAny();
+    return { take: limit, skip: offset };
+  }
+
+  async function list(orgId: string, filter: ManifestFilter, query: ManifestQuery = {}) {
+    const where: Prisma.ManifestWhereInput = {
+      orgId,
+      ...(filter.status ? { status: filter.status } : {}),
+      ...(filter.team ? { team: filter.team } : {}),
+    };
+    const [items, total] = await Promise.all([
+      db.prisma.manifest.findMany({ ...query, where, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], ...page(filter) }),
+      db.prisma.manifest.count({ where }),
+    ]);
+    return { items, total };
+  }
+
+  /** Every registration and status change of the manifest's agent id, newest first. */
+  async function history(orgId: string, manifestId: string) {
+    const manifest = await get(orgId, manifestId);
+    return historyOf([{ orgId, svcId: manifest.svcId }]).then((byKey) => byKey.get(historyKey(orgId, manifest.svcId)) ?? []);
+  }
+
+  /** History of several agents in one query (the dashboards' dataloader). */
+  async function historyOf(agents: readonly { orgId: string; svcId: string }[]) {
+    const events = await db.prisma.manifestEvent.findMany({
+      where: { OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
+      orderBy: [{ changedAt: 'desc' }, { id: 'desc' }],
+    });
+    const byKey = new Map<string, typeof events>();
+    for (const event of events) {
+      const key = historyKey(event.orgId, event.svcId);
+      if (!byKey.has(key)) byKey.set(key, []);
+      byKey.get(key)!.push(event);
+    }
+    return byKey;
+  }
+
+  async function transition(
+    orgId: string,
+    manifestId: string,
+    name: TransitionName,
+    input: TransitionInput,
+    actor: Principal,
+    query: ManifestQuery = {},
+  ) {
+    const { from, to } = transitions[name];
+    const current = await get(orgId, manifestId);
+    const reason = input.reason?.trim() || null;
+    const notes = input.notes ?? null;
+    if ((name === 'reject' || name === 'suspend' || name === 'revoke') && !reason) {
+      throw validationError([{ field: 'reason', message: 'must not be empty' }]);
+    }
+    const approved = name === 'approve' ? approvedSubset(current, input.approved_capabilities) : undefined;
+    const by = changedBy(actor);
+    const now = new Date();
+    const refused = (status: ManifestStatus) =>
+      new AppError('INVALID_STATE_TRANSITION', `Cannot ${name} a manifest that is ${status}`, {
+        details: { from: status, to },
+      });
+    if (!from.includes(current.status)) throw refused(current.status);
+
+    const data: Prisma.ManifestUncheckedUpdateManyInput = { status: to, notes };
+    if (name === 'approve') {
+      Object.assign(data, {
+        approvedCapabilities: approved,
+        approvedAt: now,
+        approvedBy: by,
+        approvedById: actor.type === 'user' ? actor.userId : null,
+      });
+    }
+    if (name === 'suspend') Object.assign(data, { suspendedBy: by, suspendedAt: now, reason });
+    if (name === 'reject') Object.assign(data, { rejectedBy: by, rejectedAt: now, reason });
+    if (name === 'revoke') Object.assign(data, { revokedBy: by, revokedAt: now, reason });
+
+    await db.prisma.$transaction(async (tx) => {
+      if (name === 'approve') {
+        // The version this one replaces steps aside first: the partial unique index allows one
+        // active-or-suspended manifest per agent id.
+        const previous = await tx.manifest.findMany({
+          where: { orgId, svcId: current.svcId, status: { in: ['active', 'suspended'] }, id: { not: current.id } },
+        });
+        for (const old of previous) {
+          const superseded = await tx.manifest.updateMany({
+            where: { id: old.id, status: old.status },
+            data: { status: 'superseded' },
+          });
+          if (superseded.count === 0) continue;
+          await appendHistory(tx, old, 'superseded', by, [
+            `superseded by agent version ${documentOf(current).agent.version} (${current.id})`,
+          ]);
+          await recordAudit(tx, orgId, actorOf(actor), {
+            action: 'manifest.superseded',
+            targetType: 'manifest',
+            targetId: old.id,
+            before: { status: old.status },
+            after: { status: 'superseded', superseded_by: current.id },
+          });
+        }
+      }
+      // Conditional on the status read above: of two concurrent transitions, one updates nothing.
+      const updated = await tx.manifest.updateMany({
+        where: { id: current.id, orgId, status: current.status },
+        data,
+      });
+      if (updated.count === 0) {
+        const now = await tx.manifest.findUnique({ where: { id: current.id } });
+        throw refused(now?.status ?? current.status);
+      }
+      await appendHistory(tx, current, to, by, describe(name, current, approved, reason));
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: `manifest.${pastTense[name]}`,
+        targetType: 'manifest',
+        targetId: current.id,
+        before: { status: current.status },
+        after: { status: to, ...(approved ? { approved_capabilities: approved } : {}) },
+        ...(reason ? { reason } : {}),
+      });
+    });
+    return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
+  }
+
+  return { validate, register, get, bySvc, list, history, historyOf, transition };
+}
+
+export const historyKey = (orgId: string, svcId: string) => `${orgId}\u0000${svcId}`;
+
+const pastTense = {
+  approve: 'approved',
+  reject: 'rejected',
+  suspend: 'suspended',
+  reactivate: 'reactivated',
+  revoke: 'revoked',
+} as const satisfies Record<TransitionName, string>;
+
+function approvedSubset(manifest: Manifest, requested: string[] | null | undefined): string[] {
+  if (requested == null) return manifest.requestedCapabilities;
+  const errors = new FieldErrors();
+  if (requested.length === 0) errors.add('approved_capabilities', 'must approve at least one capability; reject the manifest instead');
+  requested.forEach((capability, i) => {
+    if (!manifest.requestedCapabilities.includes(capability)) {
+      errors.add(`approved_capabilities[${i}]`, `"${capability}" was not requested`);
+    }
+  });
+  if (new Set(requested).size !== requested.length) errors.add('approved_capabilities', 'must not repeat a capability');
+  errors.throwIfAny();
+  return requested;
+}
+
+function describe(name: TransitionName, manifest: Manifest, approved: string[] | undefined, reason: string | null): string[] {
+  switch (name) {
+    case 'approve': {
+      const requested = manifest.requestedCapabilities;
+      const changes = [`approved ${approved!.length} of ${requested.length} capabilities`];
+      const left = requested.filter((c) => !approved!.includes(c));
+      if (left.length) changes.push(`not approved: ${left.join(', ')}`);
+      return changes;
+    }
+    case 'reactivate':
+      return ['reactivated'];
+    default:
+      return [`${pastTense[name]}: ${reason}`];
+  }
+}
+
+export type ManifestService = ReturnType<typeof createManifestService>;
