@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { createApp, type App } from '../../src/app.js';
 import type { Database } from '../../src/db/database.js';
+import type { QueryObserver } from '../../src/db/query-observer.js';
 import { parseEnv } from '../../src/env.js';
 import { createLogger } from '../../src/logger.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
@@ -33,13 +34,15 @@ export interface TestAppOptions {
   logger?: Logger;
   /** Run on this database instead of a fresh one (several app instances on one database). */
   db?: Database;
+  /** Sees every statement Prisma sends (N+1 bounds). */
+  onQuery?: QueryObserver;
 }
 
 /** The real app on a real database, called in-process through `yoga.fetch`. */
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database: TestDatabase = options.db
     ? { db: options.db, url: undefined, close: async () => undefined }
-    : await createTestDatabase();
+    : await createTestDatabase({ onQuery: options.onQuery });
   const app = createApp({
     env: parseEnv({ LOG_LEVEL: 'silent', ...env }),
     db: database.db,

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openDatabase, type Database } from '../../src/db/database.js';
+import type { QueryObserver } from '../../src/db/query-observer.js';
 
 /**
  * Tests run on embedded PGlite, or on PostgreSQL when DATABASE_URL is set: then each test file
@@ -26,16 +27,16 @@ async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
 }
 
 /** An empty database on the configured backend; migrated unless told otherwise. */
-export async function createTestDatabase(options: { migrate?: boolean } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(options: { migrate?: boolean; onQuery?: QueryObserver } = {}): Promise<TestDatabase> {
   if (backend === 'pglite') {
-    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate });
+    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate, onQuery: options.onQuery });
     return { db, url: undefined, close: () => db.close() };
   }
   const name = `agw_test_${randomBytes(6).toString('hex')}`;
   await admin((client) => client.query(`CREATE DATABASE ${name}`));
   const url = new URL(process.env.DATABASE_URL!);
   url.pathname = `/${name}`;
-  const db = await openDatabase({ databaseUrl: url.toString(), migrate: options.migrate, poolSize: 20 });
+  const db = await openDatabase({ databaseUrl: url.toString(), migrate: options.migrate, poolSize: 20, onQuery: options.onQuery });
   return {
     db,
     url: url.toString(),
