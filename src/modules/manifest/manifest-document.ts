@@ -159,7 +159,7 @@ export function checkManifest(payload: unknown): ManifestCheck {
       const value = constraints[key];
       if (value === undefined) {
         warn(`constraints.${key}`, `not defined: the default ${fallback} applies`);
-        return fallback;
+        return undefined;
       }
       if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
         error(`constraints.${key}`, 'must be a positive integer');
@@ -169,6 +169,8 @@ export function checkManifest(payload: unknown): ManifestCheck {
     };
     const hourly = limit('max_actions_per_hour', DEFAULT_MAX_ACTIONS_PER_HOUR);
     const daily = limit('max_actions_per_day', DEFAULT_MAX_ACTIONS_PER_DAY);
+    // Only limits the manifest sets are compared: a default hourly limit above an explicit daily
+    // one is not the author's mistake, the daily limit simply binds first.
     if (hourly !== undefined && daily !== undefined && hourly > daily) {
       error('constraints.max_actions_per_hour', `must not exceed max_actions_per_day (${daily})`);
     }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
-import { AppError, FieldErrors, conflict, isUniqueViolation, notFound, validationError } from '../../errors.js';
+import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound, validationError } from '../../errors.js';
 import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -40,10 +40,27 @@ export const MAX_PAGE_SIZE = 200;
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const manifestNotFound = () => notFound('Manifest');
 
+/**
+ * The agent ids an API key is limited to (`svc_ids`); undefined when the caller may see every
+ * agent of the org. A limited key neither sees nor registers other agents' manifests.
+ */
+const agentScope = (principal: Principal | undefined) =>
+  principal?.type === 'api_key' && principal.svcIds.length ? principal.svcIds : undefined;
+const outOfScope = (principal: Principal | undefined, svcId: string) => {
+  const scope = agentScope(principal);
+  return scope !== undefined && !scope.includes(svcId);
+};
+
 /** Who changed something, as history shows it: a user's email or an API key's id. */
 const changedBy = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
 
-const eventId = () => `mev_${Date.now().toString(36).padStart(9, '0')}${randomBytes(8).toString('hex')}`;
+// Events written in one transaction share `changed_at` (the transaction's time), so the id breaks
+// the tie: milliseconds, then a per-process sequence, then randomness for uniqueness across processes.
+let eventSequence = 0;
+const eventId = () => {
+  eventSequence = (eventSequence + 1) % 36 ** 4;
+  return `mev_${Date.now().toString(36).padStart(9, '0')}${eventSequence.toString(36).padStart(4, '0')}${randomBytes(6).toString('hex')}`;
+};
 
 export const documentOf = (manifest: Pick<Manifest, 'document'>) => manifest.document as unknown as ManifestDocument;
 
@@ -71,6 +88,9 @@ export function createManifestService({ db }: Deps) {
     const check = checkManifest(payload);
     if (!check.document) throw validationError(check.errors);
     const document = check.document;
+    if (outOfScope(actor, document.agent.id)) {
+      throw forbidden(`This API key is limited to the agent ids ${agentScope(actor)!.join(', ')}`);
+    }
     const by = changedBy(actor);
     try {
       const id = await db.prisma.$transaction(async (tx) => {
@@ -113,15 +133,16 @@ export function createManifestService({ db }: Deps) {
     }
   }
 
-  async function get(orgId: string, manifestId: string, query: ManifestQuery = {}) {
+  async function get(orgId: string, manifestId: string, query: ManifestQuery = {}, caller?: Principal) {
     if (!uuidPattern.test(manifestId)) throw manifestNotFound();
     const manifest = await db.prisma.manifest.findFirst({ ...query, where: { id: manifestId, orgId } });
-    if (!manifest) throw manifestNotFound();
+    if (!manifest || outOfScope(caller, manifest.svcId)) throw manifestNotFound();
     return manifest;
   }
 
   /** The agent's current manifest: active or suspended, else the newest of any status. */
-  async function bySvc(orgId: string, svcId: string, query: ManifestQuery = {}) {
+  async function bySvc(orgId: string, svcId: string, query: ManifestQuery = {}, caller?: Principal) {
+    if (outOfScope(caller, svcId)) throw manifestNotFound();
     const current = await db.prisma.manifest.findFirst({
       ...query,
       where: { orgId, svcId, status: { in: ['active', 'suspended'] } },
@@ -146,9 +167,11 @@ export function createManifestService({ db }: Deps) {
     return { take: limit, skip: offset };
   }
 
-  async function list(orgId: string, filter: ManifestFilter, query: ManifestQuery = {}) {
+  async function list(orgId: string, filter: ManifestFilter, query: ManifestQuery = {}, caller?: Principal) {
+    const scope = agentScope(caller);
     const where: Prisma.ManifestWhereInput = {
       orgId,
+      ...(scope ? { svcId: { in: [...scope] } } : {}),
       ...(filter.status ? { status: filter.status } : {}),
       ...(filter.team ? { team: filter.team } : {}),
     };
@@ -160,8 +183,8 @@ export function createManifestService({ db }: Deps) {
   }
 
   /** Every registration and status change of the manifest's agent id, newest first. */
-  async function history(orgId: string, manifestId: string) {
-    const manifest = await get(orgId, manifestId);
+  async function history(orgId: string, manifestId: string, caller?: Principal) {
+    const manifest = await get(orgId, manifestId, {}, caller);
     return historyOf([{ orgId, svcId: manifest.svcId }]).then((byKey) => byKey.get(historyKey(orgId, manifest.svcId)) ?? []);
   }
 

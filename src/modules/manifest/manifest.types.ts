@@ -167,7 +167,7 @@ builder.queryField('manifests', (t) =>
     description: 'Manifests of the organization, newest first.',
     args: { org_id: t.arg.id({ required: true }), ...filterArgs },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (_, args, ctx) => ctx.services.manifests.list(String(args.org_id), args),
+    resolve: (_, args, ctx) => ctx.services.manifests.list(String(args.org_id), args, {}, principalOf(ctx)),
   }),
 );
 restRoute('Query.manifests', { method: 'GET', path: manifestsPath, tag, summary: 'List manifests', auth: bearerOrKey });
@@ -178,7 +178,7 @@ builder.prismaObjectField('Organization', 'manifests', (t) =>
     extensions: graphqlOnly,
     args: filterArgs,
     authScopes: (org) => ({ org: { orgId: org.id, action: 'manifest:read' } }),
-    resolve: (org, args, ctx) => ctx.services.manifests.list(org.id, args),
+    resolve: (org, args, ctx) => ctx.services.manifests.list(org.id, args, {}, principalOf(ctx)),
   }),
 );
 void OrganizationRef;
@@ -210,7 +210,8 @@ builder.queryField('manifest_by_svc', (t) =>
     description: "The agent's current manifest: active or suspended, else the newest.",
     args: { org_id: t.arg.id({ required: true }), svc_id: t.arg.string({ required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (query, _, args, ctx) => ctx.services.manifests.bySvc(String(args.org_id), args.svc_id, query),
+    resolve: (query, _, args, ctx) =>
+      ctx.services.manifests.bySvc(String(args.org_id), args.svc_id, query, principalOf(ctx)),
   }),
 );
 restRoute('Query.manifest_by_svc', {
@@ -226,7 +227,8 @@ builder.queryField('manifest', (t) =>
     type: 'Manifest',
     args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (query, _, args, ctx) => ctx.services.manifests.get(String(args.org_id), String(args.manifest_id), query),
+    resolve: (query, _, args, ctx) =>
+      ctx.services.manifests.get(String(args.org_id), String(args.manifest_id), query, principalOf(ctx)),
   }),
 );
 restRoute('Query.manifest', { method: 'GET', path: `${manifestsPath}/:manifest_id`, tag, summary: 'Read a manifest', auth: bearerOrKey });
@@ -237,7 +239,7 @@ builder.queryField('manifest_history', (t) =>
     args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
     resolve: async (_, args, ctx) => ({
-      items: await ctx.services.manifests.history(String(args.org_id), String(args.manifest_id)),
+      items: await ctx.services.manifests.history(String(args.org_id), String(args.manifest_id), principalOf(ctx)),
     }),
   }),
 );
