@@ -240,50 +240,59 @@ export function createManifestService({ db }: Deps) {
     if (name === 'reject') Object.assign(data, { rejectedBy: by, rejectedAt: now, reason });
     if (name === 'revoke') Object.assign(data, { revokedBy: by, revokedAt: now, reason });
 
-    await db.prisma.$transaction(async (tx) => {
-      if (name === 'approve') {
-        // The version this one replaces steps aside first: the partial unique index allows one
-        // active-or-suspended manifest per agent id.
-        const previous = await tx.manifest.findMany({
-          where: { orgId, svcId: current.svcId, status: { in: ['active', 'suspended'] }, id: { not: current.id } },
-        });
-        for (const old of previous) {
-          const superseded = await tx.manifest.updateMany({
-            where: { id: old.id, status: old.status },
-            data: { status: 'superseded' },
-          });
-          if (superseded.count === 0) continue;
-          await appendHistory(tx, old, 'superseded', by, [
-            `superseded by agent version ${documentOf(current).agent.version} (${current.id})`,
-          ]);
-          await recordAudit(tx, orgId, actorOf(actor), {
-            action: 'manifest.superseded',
-            targetType: 'manifest',
-            targetId: old.id,
-            before: { status: old.status },
-            after: { status: 'superseded', superseded_by: current.id },
-          });
+    try {
+      await db.prisma.$transaction(async (tx) => {
+        if (name === 'approve') {
+          // The version this one replaces steps aside first (the partial unique index allows one
+          // active-or-suspended manifest per agent id). Its row is locked, so a concurrent suspend
+          // or reactivate of it either finished first and is seen here, or waits and finds it superseded.
+          const locked = await tx.$queryRaw<{ id: string }[]>`
+            SELECT id::text AS id FROM manifests
+            WHERE org_id = ${orgId}::uuid AND svc_id = ${current.svcId}
+              AND status IN ('active', 'suspended') AND id <> ${current.id}::uuid
+            FOR UPDATE`;
+          const previous = locked.length
+            ? await tx.manifest.findMany({ where: { id: { in: locked.map((row) => row.id) } } })
+            : [];
+          for (const old of previous) {
+            await tx.manifest.update({ where: { id: old.id }, data: { status: 'superseded' } });
+            await appendHistory(tx, old, 'superseded', by, [
+              `superseded by agent version ${documentOf(current).agent.version} (${current.id})`,
+            ]);
+            await recordAudit(tx, orgId, actorOf(actor), {
+              action: 'manifest.superseded',
+              targetType: 'manifest',
+              targetId: old.id,
+              before: { status: old.status },
+              after: { status: 'superseded', superseded_by: current.id },
+            });
+          }
         }
-      }
-      // Conditional on the status read above: of two concurrent transitions, one updates nothing.
-      const updated = await tx.manifest.updateMany({
-        where: { id: current.id, orgId, status: current.status },
-        data,
+        // Conditional on the status read above: of two concurrent transitions, one updates nothing.
+        const updated = await tx.manifest.updateMany({
+          where: { id: current.id, orgId, status: current.status },
+          data,
+        });
+        if (updated.count === 0) {
+          const now = await tx.manifest.findUnique({ where: { id: current.id } });
+          throw refused(now?.status ?? current.status);
+        }
+        await appendHistory(tx, current, to, by, describe(name, current, approved, reason));
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: `manifest.${pastTense[name]}`,
+          targetType: 'manifest',
+          targetId: current.id,
+          before: { status: current.status },
+          after: { status: to, ...(approved ? { approved_capabilities: approved } : {}) },
+          ...(reason ? { reason } : {}),
+        });
       });
-      if (updated.count === 0) {
-        const now = await tx.manifest.findUnique({ where: { id: current.id } });
-        throw refused(now?.status ?? current.status);
-      }
-      await appendHistory(tx, current, to, by, describe(name, current, approved, reason));
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: `manifest.${pastTense[name]}`,
-        targetType: 'manifest',
-        targetId: current.id,
-        before: { status: current.status },
-        after: { status: to, ...(approved ? { approved_capabilities: approved } : {}) },
-        ...(reason ? { reason } : {}),
-      });
-    });
+    } catch (error) {
+      // The partial unique indexes are the last line: a race the locks did not foresee is a
+      // conflict for the caller to retry, never a 500.
+      if (isUniqueViolation(error)) throw conflict("Another change to this agent's manifests happened at the same time; retry");
+      throw error;
+    }
     return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
   }
 
