@@ -51,10 +51,21 @@ await fetch(`${base}/api/v1/orgs/${org.org_id}`, {
   body: JSON.stringify({ operator_rate_limit_per_minute: 1_000_000 }),
 });
 
+for (let i = 0; i < 10; i++) {
+  await post(
+    `/api/v1/orgs/${org.org_id}/manifests`,
+    { version: '1.0', agent: { id: `bench-agent-${i}`, name: 'Bench', version: '1.0.0' }, capabilities: { requested: ['bench:run'] } },
+    { authorization: `Bearer ${token}` },
+  );
+}
+
 const rows = [
   await measure('bare node:http', `http://127.0.0.1:${barePort}/`),
   await measure('GET /healthz', `${base}/healthz`),
   await measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, { authorization: `Bearer ${token}` }),
+  await measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.org_id}/manifests`, {
+    authorization: `Bearer ${token}`,
+  }),
 ];
 const baseline = rows[0].rps;
 console.log(`database: ${db.kind}; ${CONNECTIONS} connections, ${DURATION_S} s each`);
