@@ -65,18 +65,6 @@ export const ManifestHistoryEntry = builder.prismaObject('ManifestEvent', {
   }),
 });
 
-/** Fields dashboards follow from a manifest; GraphQL only (see rest-schema.ts). */
-const dashboardRelations = builder.prismaObjectFields('Manifest', (t) => ({
-  history: t.field({
-    type: [ManifestHistoryEntry],
-    description: 'Every registration and status change of this agent id, newest first.',
-    extensions: graphqlOnly,
-    resolve: (manifest, _, ctx) => ctx.loaders.manifestHistory.load({ orgId: manifest.orgId, svcId: manifest.svcId }),
-  }),
-  approved_by_user: t.relation('approver', { nullable: true, extensions: graphqlOnly }),
-}));
-void dashboardRelations;
-
 export const ManifestRef = builder.prismaObject('Manifest', {
   fields: (t) => ({
     manifest_id: t.exposeID('id'),
@@ -118,14 +106,21 @@ const ManifestSummary = builder.prismaObject('Manifest', {
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     approved_at: t.expose('approvedAt', { type: 'Timestamp', nullable: true }),
     manifest: t.variant('Manifest', { extensions: graphqlOnly }),
+  }),
+});
+
+/** Relations dashboards follow from a manifest, full or summary; GraphQL only (see rest-schema.ts). */
+for (const ref of [ManifestRef, ManifestSummary] as const) {
+  builder.prismaObjectFields(ref as typeof ManifestRef, (t) => ({
     history: t.field({
       type: [ManifestHistoryEntry],
+      description: 'Every registration and status change of this agent id, newest first.',
       extensions: graphqlOnly,
       resolve: (manifest, _, ctx) => ctx.loaders.manifestHistory.load({ orgId: manifest.orgId, svcId: manifest.svcId }),
     }),
     approved_by_user: t.relation('approver', { nullable: true, extensions: graphqlOnly }),
-  }),
-});
+  }));
+}
 
 const ManifestList = listType('ManifestList', ManifestSummary);
 
