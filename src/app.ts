@@ -86,6 +86,9 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
               ),
             );
           }
+          if (url.pathname === '/.well-known/jwks.json') {
+            return endResponse(Response.json(await keys.jwks(['capability', 'record'])));
+          }
           const docs = await serveDocs(url.pathname, openapi);
           if (docs) endResponse(docs);
         },

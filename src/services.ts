@@ -3,6 +3,11 @@ import { createApiKeyService } from './modules/api-key/api-key.service.js';
 import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
+import { createApprovalService } from './modules/approval/approval.service.js';
+import { createCapabilityTokenService } from './modules/capability-token/capability-token.service.js';
+import { createGatewayService } from './modules/gateway/gateway.service.js';
+import { createRecordService } from './modules/record/record.service.js';
+import { createToolService } from './modules/tool/tool.service.js';
 import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
 import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
@@ -10,11 +15,20 @@ import { createUserService } from './modules/user/user.service.js';
 export function createServices(deps: Deps) {
   const sessions = createSessionService(deps);
   const apiKeys = createApiKeyService(deps);
+  const records = createRecordService(deps);
+  const tools = createToolService(deps);
+  const tokens = createCapabilityTokenService(deps);
+  const approvals = createApprovalService(deps);
   return {
     ...deps,
     orgs: createOrgService(deps),
     users: createUserService(deps),
     manifests: createManifestService(deps),
+    tools,
+    records,
+    tokens,
+    approvals,
+    gateway: createGatewayService(deps, { records, tools, tokens, approvals }),
     sessions,
     apiKeys,
     authenticate: createAuthenticator({ sessions, apiKeys, countOperatorRequest: createOperatorRateLimit(deps) }),

@@ -40,6 +40,19 @@ const expectedRoutes = [
   'POST /orgs/{org_id}/manifests/{manifest_id}/suspend',
   'POST /orgs/{org_id}/manifests/{manifest_id}/reactivate',
   'POST /orgs/{org_id}/manifests/{manifest_id}/revoke',
+  'GET /orgs/{org_id}/tools',
+  'POST /orgs/{org_id}/tools',
+  'GET /orgs/{org_id}/tools/{tool_id}',
+  'PATCH /orgs/{org_id}/tools/{tool_id}',
+  'DELETE /orgs/{org_id}/tools/{tool_id}',
+  'POST /orgs/{org_id}/capability-tokens',
+  'GET /orgs/{org_id}/capability-tokens',
+  'POST /orgs/{org_id}/capability-tokens/{token_id}/revoke',
+  'GET /records',
+  'GET /records/{record_id}',
+  'GET /records/{record_id}/verify',
+  'POST /gateway/execute',
+  'POST /gateway/evaluate',
 ];
 
 describe('OpenAPI document', () => {

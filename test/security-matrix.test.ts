@@ -29,6 +29,9 @@ interface World {
   orgB: OrgFixture;
   usersA: Record<UserRole, SessionUser>;
   adminB: SessionUser;
+  /** An agent of org A with an active manifest, a mock tool for its actions, and one record. */
+  agentA: string;
+  recordA: string;
 }
 
 interface Row {
@@ -51,6 +54,18 @@ interface Row {
 const unique = () => randomBytes(4).toString('hex');
 const admins = ['admin'] as const;
 const managers = ['admin', 'operator'] as const;
+const gatewayBody = (w: World) => ({
+  svc_id: w.agentA,
+  agent_id: w.agentA,
+  action: { type: 'billing', tool: 'read', params: { invoice: unique() } },
+});
+const newTool = async (w: World) => {
+  const created = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools`, {
+    token: w.orgA.adminToken,
+    body: { action_type: `t-${unique()}`, connector: 'mock' },
+  });
+  return { tool_id: created.body.tool_id as string };
+};
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
 });
@@ -223,6 +238,127 @@ const matrix: Row[] = [
     check: (r) => expect(r.body.status).toBe('revoked'),
   },
   {
+    method: 'GET',
+    route: '/orgs/:org_id/tools',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    check: (r) => expect(r.body.items.map((t: { action_type: string }) => t.action_type)).toContain('billing'),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/tools',
+    ok: 201,
+    roles: managers,
+    keyScopes: [],
+    body: () => ({ action_type: `t-${unique()}`, connector: 'mock', config: { response: { fine: true } } }),
+    check: (r) => expect(r.body).toMatchObject({ connector: 'mock', tool_id: expect.stringMatching(/^tool_/) }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/tools/:tool_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newTool,
+    check: (r) => expect(r.body.connector).toBe('mock'),
+  },
+  {
+    method: 'PATCH',
+    route: '/orgs/:org_id/tools/:tool_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newTool,
+    body: () => ({ config: { response: { changed: true } } }),
+    check: (r) => expect(r.body.config).toEqual({ response: { changed: true } }),
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/tools/:tool_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: newTool,
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/capability-tokens',
+    ok: 201,
+    roles: managers,
+    keyScopes: [],
+    body: (w) => ({ svc_id: w.agentA, capabilities: ['billing:read'], expires_in_seconds: 600 }),
+    check: (r) => expect(r.body.token).toMatch(/^ey/),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/capability-tokens',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    check: (r) => expect(r.text).not.toMatch(/"token":/),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/capability-tokens/:token_id/revoke',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: async (w) => {
+      const issued = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/capability-tokens`, {
+        token: w.orgA.adminToken,
+        body: { svc_id: w.agentA, capabilities: ['billing:read'], expires_in_seconds: 600 },
+      });
+      return { token_id: issued.body.token_id as string };
+    },
+    check: (r) => expect(r.body.revoked_at).not.toBeNull(),
+  },
+  {
+    method: 'GET',
+    route: '/records',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    check: (r, w) => expect(r.body.items.map((x: { record_id: string }) => x.record_id)).toContain(w.recordA),
+  },
+  {
+    method: 'GET',
+    route: '/records/:record_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    params: async (w) => ({ record_id: w.recordA }),
+    check: (r, w) => expect(r.body.record_id).toBe(w.recordA),
+  },
+  {
+    method: 'GET',
+    route: '/records/:record_id/verify',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    params: async (w) => ({ record_id: w.recordA }),
+    check: (r) => expect(r.body).toMatchObject({ valid: true, checks: { hash: true, signature: true, chain: true } }),
+  },
+  {
+    method: 'POST',
+    route: '/gateway/execute',
+    ok: 200,
+    roles: [],
+    keyScopes: ['gateway:execute'],
+    body: gatewayBody,
+    check: (r) => expect(r.body).toMatchObject({ decision: 'allow', executed: true }),
+  },
+  {
+    method: 'POST',
+    route: '/gateway/evaluate',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['gateway:evaluate', 'gateway:execute'],
+    body: gatewayBody,
+    check: (r) => expect(r.body).toMatchObject({ decision: 'allow', executed: false }),
+  },
+  {
     method: 'POST',
     route: '/auth/refresh',
     ok: 200,
@@ -276,7 +412,27 @@ beforeAll(async () => {
       viewer: asSessionUser(orgA, viewer.userId, viewer.email, 'viewer'),
     },
     adminB: asSessionUser(orgB, orgB.adminUserId, orgB.adminEmail, 'admin'),
+    agentA: '',
+    recordA: '',
   };
+  const agent = await createManifest(
+    t,
+    orgA,
+    'active',
+    manifestPayload({ capabilities: ['billing:read'], constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000 } }),
+  );
+  w.agentA = agent.svcId;
+  const tool = await t.request('POST', `/api/v1/orgs/${orgA.orgId}/tools`, {
+    token: orgA.adminToken,
+    body: { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
+  });
+  expect(tool.status).toBe(201);
+  const executed = await t.request('POST', '/api/v1/gateway/execute', {
+    apiKey: (await createKey(t, orgA, ['gateway:execute'])).key,
+    body: gatewayBody(w),
+  });
+  expect(executed.status).toBe(200);
+  w.recordA = executed.body.interaction_id;
 });
 
 afterAll(async () => {
@@ -417,7 +573,8 @@ describe('the matrix covers every route', () => {
   test.each(matrix)('$method $route: success status and security schemes agree with its declaration', (row) => {
     const declared = [...restRoutes.values()].find((r) => r.method === row.method && r.path === row.route)!;
     expect(declared.status ?? 200).toBe(row.ok);
-    expect([...declared.auth].sort()).toEqual(row.keyScopes.length ? ['apiKey', 'bearer'] : ['bearer']);
+    const schemes = [...(row.keyScopes.length ? ['apiKey'] : []), ...(row.roles.length ? ['bearer'] : [])];
+    expect([...declared.auth].sort()).toEqual(schemes);
   });
 });
 

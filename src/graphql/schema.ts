@@ -5,6 +5,10 @@ import '../modules/org/org.types.js';
 import '../modules/auth/auth.types.js';
 import '../modules/api-key/api-key.types.js';
 import '../modules/manifest/manifest.types.js';
+import '../modules/tool/tool.types.js';
+import '../modules/gateway/gateway.types.js';
+import '../modules/capability-token/capability-token.types.js';
+import '../modules/record/record.types.js';
 import { builder } from './builder.js';
 
 export const schema = builder.toSchema({ sortSchema: true });

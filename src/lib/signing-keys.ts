@@ -76,6 +76,16 @@ export class SigningKeyStore {
     return row ? this.fromRow(row) : undefined;
   }
 
+  /** Public keys (active and retired) of the purposes, as a JWKS, for offline verification. */
+  async jwks(purposes: KeyPurpose[]): Promise<{ keys: JWK[] }> {
+    await Promise.all(purposes.map((purpose) => this.activeKey(purpose)));
+    const rows = await this.sql.query<{ public_jwk: JWK; purpose: string; retired_at: Date | null }>(
+      'SELECT public_jwk, purpose, retired_at FROM signing_keys WHERE purpose = ANY($1) ORDER BY created_at',
+      [purposes],
+    );
+    return { keys: rows.map((row) => row.public_jwk) };
+  }
+
   /** Makes a new active key for the purpose and retires the old one (which still verifies). */
   async rotate(purpose: KeyPurpose): Promise<SigningKey> {
     const key = await this.sql.withConnection(async (conn) => {

@@ -41,6 +41,19 @@ interface ManifestSnapshot {
   superseded_by?: string;
 }
 
+interface ToolSnapshot {
+  action_type: string;
+  connector: string;
+  config: Record<string, unknown>;
+}
+
+interface CapabilityTokenSnapshot {
+  svc_id: string;
+  capabilities: string[];
+  expires_at: string;
+  max_uses: number | null;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -56,6 +69,11 @@ export type AuditEvent =
   | Event<'user.created', 'user', never, UserSnapshot>
   | Event<'api_key.created', 'api_key', never, ApiKeySnapshot>
   | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>
+  | Event<'capability_token.issued', 'capability_token', never, CapabilityTokenSnapshot>
+  | Event<'capability_token.revoked', 'capability_token', CapabilityTokenSnapshot, never>
+  | Event<'tool.created', 'tool', never, ToolSnapshot>
+  | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot>
+  | Event<'tool.deleted', 'tool', ToolSnapshot, never>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

@@ -1,0 +1,85 @@
+import { builder } from '../../graphql/builder.js';
+import { principalOf } from '../../graphql/context.js';
+import { restRoute } from '../../http/rest-routes.js';
+import type { GatewayDecision, Reason } from './gateway.service.js';
+
+const GatewayActionInput = builder.inputType('GatewayActionInput', {
+  fields: (t) => ({
+    type: t.string({ required: true, description: 'The <domain> of the capability, e.g. `billing`.' }),
+    tool: t.string({ required: true, description: 'The <action> of the capability, e.g. `refund`.' }),
+    params: t.field({ type: 'JSON', description: 'Free-form parameters passed to the tool.' }),
+  }),
+});
+
+const GatewayReason = builder.objectRef<Reason>('GatewayReason').implement({
+  fields: (t) => ({
+    code: t.exposeString('code'),
+    message: t.exposeString('message'),
+    details: t.field({ type: 'JSON', nullable: true, resolve: (r) => r.details ?? null }),
+  }),
+});
+
+type Result = NonNullable<GatewayDecision['result']>;
+const ToolError = builder.objectRef<{ code: string; message: string }>('ToolError').implement({
+  fields: (t) => ({ code: t.exposeString('code'), message: t.exposeString('message') }),
+});
+const GatewayResult = builder.objectRef<Result>('GatewayResult').implement({
+  fields: (t) => ({
+    success: t.exposeBoolean('success'),
+    data: t.field({ type: 'JSON', resolve: (r) => r.data }),
+    error: t.field({ type: ToolError, nullable: true, resolve: (r) => (r.success ? null : r.error) }),
+  }),
+});
+
+const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision').implement({
+  fields: (t) => ({
+    interaction_id: t.exposeString('interaction_id', { description: 'Evaluate returns one too, but records nothing.' }),
+    decision: t.exposeString('decision', { description: '`allow` or `deny`.' }),
+    executed: t.exposeBoolean('executed'),
+    result: t.field({ type: GatewayResult, nullable: true, resolve: (d) => d.result }),
+    reasons: t.field({ type: [GatewayReason], resolve: (d) => d.reasons }),
+    approval_id: t.exposeString('approval_id', { nullable: true, description: 'Set when a human approval was requested or used.' }),
+  }),
+});
+
+const decisionArgs = builder.args((t) => ({
+  svc_id: t.string({ required: true }),
+  agent_id: t.string({ required: true }),
+  action: t.field({ type: GatewayActionInput, required: true }),
+  capability_token: t.string({ description: 'Optional Ed25519 capability token (JWT).' }),
+  approval_id: t.string({ description: 'An approved human approval for this exact action.' }),
+}));
+
+builder.mutationField('gateway_execute', (t) =>
+  t.field({
+    type: GatewayDecisionRef,
+    description: 'Decide, count the budget, execute through the org tool connector and record.',
+    args: decisionArgs,
+    authScopes: { own: 'gateway:execute' },
+    resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, 'execute', ctx.state),
+  }),
+);
+restRoute('Mutation.gateway_execute', {
+  method: 'POST',
+  path: '/gateway/execute',
+  tag: 'Gateway',
+  summary: 'Execute an agent action if policy allows it',
+  auth: ['apiKey'],
+});
+
+builder.mutationField('gateway_evaluate', (t) =>
+  t.field({
+    type: GatewayDecisionRef,
+    description: 'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
+    args: decisionArgs,
+    authScopes: { own: 'gateway:evaluate' },
+    resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, 'evaluate', ctx.state),
+  }),
+);
+restRoute('Mutation.gateway_evaluate', {
+  method: 'POST',
+  path: '/gateway/evaluate',
+  tag: 'Gateway',
+  summary: 'Dry-run the decision for an agent action',
+  auth: ['apiKey', 'bearer'],
+});

@@ -1,0 +1,85 @@
+import { builder } from '../../graphql/builder.js';
+import { principalOf } from '../../graphql/context.js';
+import { listType } from '../../graphql/list.js';
+import { restRoute } from '../../http/rest-routes.js';
+import { publicConfig } from './tool.service.js';
+
+export const ToolRef = builder.prismaObject('Tool', {
+  fields: (t) => ({
+    tool_id: t.exposeID('id'),
+    action_type: t.exposeString('actionType'),
+    connector: t.exposeString('connector', { description: '`http` or `mock`.' }),
+    config: t.field({ type: 'JSON', description: 'The secret is never returned.', resolve: (tool) => publicConfig(tool) }),
+    created_at: t.expose('createdAt', { type: 'Timestamp' }),
+    updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
+  }),
+});
+
+const ToolList = listType('ToolList', ToolRef);
+const toolsPath = '/orgs/:org_id/tools';
+const tag = 'Tools';
+
+builder.queryField('tools', (t) =>
+  t.field({
+    type: ToolList,
+    args: { org_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) => ctx.services.tools.list(String(args.org_id)),
+  }),
+);
+restRoute('Query.tools', { method: 'GET', path: toolsPath, tag, summary: 'List tool connectors', auth: ['bearer'] });
+
+builder.queryField('tool', (t) =>
+  t.field({
+    type: ToolRef,
+    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) => ctx.services.tools.get(String(args.org_id), String(args.tool_id)),
+  }),
+);
+restRoute('Query.tool', { method: 'GET', path: `${toolsPath}/:tool_id`, tag, summary: 'Read a tool connector', auth: ['bearer'] });
+
+builder.mutationField('create_tool', (t) =>
+  t.field({
+    type: ToolRef,
+    description: 'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network} or `mock` {response}.',
+    args: {
+      org_id: t.arg.id({ required: true }),
+      action_type: t.arg.string({ required: true }),
+      connector: t.arg.string({ required: true }),
+      config: t.arg({ type: 'JSON' }),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.create_tool', { method: 'POST', path: toolsPath, status: 201, tag, summary: 'Configure a tool connector', auth: ['bearer'] });
+
+builder.mutationField('update_tool', (t) =>
+  t.field({
+    type: ToolRef,
+    description: 'Replaces the fields given; `config` is replaced whole.',
+    args: {
+      org_id: t.arg.id({ required: true }),
+      tool_id: t.arg.id({ required: true }),
+      action_type: t.arg.string(),
+      connector: t.arg.string(),
+      config: t.arg({ type: 'JSON' }),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) => ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.update_tool', { method: 'PATCH', path: `${toolsPath}/:tool_id`, tag, summary: 'Change a tool connector', auth: ['bearer'] });
+
+builder.mutationField('delete_tool', (t) =>
+  t.boolean({
+    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: async (_, args, ctx) => {
+      await ctx.services.tools.remove(String(args.org_id), String(args.tool_id), principalOf(ctx));
+      return true;
+    },
+  }),
+);
+restRoute('Mutation.delete_tool', { method: 'DELETE', path: `${toolsPath}/:tool_id`, status: 204, tag, summary: 'Remove a tool connector', auth: ['bearer'] });
