@@ -289,7 +289,7 @@ describe('interaction records', () => {
     const results = await Promise.all(
       Array.from({ length: 500 }, (_, i) => execute(t, agent, actionBody(agent, i % 10 === 0 ? 'delete' : 'read', { i }))),
     );
-    expect(results.every((r) => r.status === 200)).toBe(true);
+    expect(results.filter((r) => r.status !== 200).map((r) => r.text).slice(0, 3)).toEqual([]);
     const chain = await t.database.db.sql.query<{ id: string; seq: string; prev_hash: string; record_hash: string }>(
       'SELECT id, seq::text AS seq, prev_hash, record_hash FROM interaction_records WHERE org_id = $1 ORDER BY interaction_records.seq',
       [org.orgId],
@@ -307,7 +307,7 @@ describe('interaction records', () => {
       expect(verified.body).toEqual({ record_id: row.id, valid: true, checks: { hash: true, signature: true, chain: true } });
     }
 
-    await t.database.db.sql.query("UPDATE interaction_records SET reasons = '[]'::jsonb, status = 'approved' WHERE id = $1", [
+    await t.database.db.sql.query('UPDATE interaction_records SET executed = NOT executed WHERE id = $1', [
       chain[10].id,
     ]);
     const tampered = await t.request('GET', `/api/v1/records/${chain[10].id}/verify`, { token: org.adminToken });

@@ -147,6 +147,7 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
     const row = await db.prisma.capabilityToken.findFirst({ where: { id: payload.jti!, orgId } });
     if (!row) return { ok: false, message: 'The capability token is unknown' };
     if (row.revokedAt) return { ok: false, message: 'The capability token has been revoked' };
+    if (row.expiresAt.getTime() <= Date.now()) return { ok: false, message: 'The capability token has expired' };
     if (row.maxUses !== null && row.uses >= row.maxUses) {
       return { ok: false, message: `The capability token has been used ${row.maxUses} times, its maximum` };
     }

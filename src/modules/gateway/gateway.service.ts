@@ -226,7 +226,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
           throw new Refused({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' });
         }
         return outcome.state;
-      });
+      }, { maxWait: 10_000, timeout: 15_000 });
     } catch (error) {
       if (!(error instanceof Refused)) throw error;
       const denied = await record({ ...base, decision: 'deny', reasons: [error.reason], approval_id: approvalToConsume ?? null }, null);

@@ -58,54 +58,97 @@ export function bodyOf(record: InteractionRecord): RecordBody {
 }
 
 export function createRecordService({ db, keys }: Deps) {
+  interface Pending {
+    id: string;
+    entry: NewRecord;
+    storeParams: boolean;
+    resolve: (record: InteractionRecord) => void;
+    reject: (error: unknown) => void;
+  }
+  const queues = new Map<string, Pending[]>();
+  const MAX_BATCH = 200;
+
   /**
-   * Appends to the org's chain in a transaction of its own. The chain head row is locked until it
-   * commits, so concurrent appends queue and the chain never forks.
+   * Appends to the org's chain. Appends of one org are queued in this process and written in
+   * batches, each batch in one transaction holding the lock on the org's chain head: the chain never
+   * forks (also across processes, which queue on that row lock), and a burst of executes costs one
+   * lock round per batch instead of one per record.
    */
-  async function append(id: string, entry: NewRecord, storeParams: boolean): Promise<InteractionRecord> {
-    // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
-    const key = await keys.activeKey('record');
-    return db.prisma.$transaction((tx) => appendIn(tx, id, entry, storeParams, key));
+  function append(id: string, entry: NewRecord, storeParams: boolean): Promise<InteractionRecord> {
+    return new Promise((resolve, reject) => {
+      const queue = queues.get(entry.orgId);
+      const pending = { id, entry, storeParams, resolve, reject };
+      if (queue) {
+        queue.push(pending);
+        return;
+      }
+      queues.set(entry.orgId, [pending]);
+      void drain(entry.orgId);
+    });
   }
 
-  async function appendIn(
+  async function drain(orgId: string): Promise<void> {
+    for (;;) {
+      const queue = queues.get(orgId)!;
+      if (!queue.length) {
+        queues.delete(orgId);
+        return;
+      }
+      const batch = queue.splice(0, MAX_BATCH);
+      try {
+        // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
+        const key = await keys.activeKey('record');
+        const records = await db.prisma.$transaction((tx) => appendBatch(tx, orgId, batch, key), {
+          maxWait: 10_000,
+          timeout: 30_000,
+        });
+        batch.forEach((pending, i) => pending.resolve(records[i]));
+      } catch (error) {
+        batch.forEach((pending) => pending.reject(error));
+      }
+    }
+  }
+
+  async function appendBatch(
     tx: Tx,
-    id: string,
-    entry: NewRecord,
-    storeParams: boolean,
+    orgId: string,
+    batch: Pending[],
     key: Awaited<ReturnType<typeof keys.activeKey>>,
-  ): Promise<InteractionRecord> {
+  ): Promise<InteractionRecord[]> {
     await tx.$executeRaw`
       INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at)
-      VALUES (${entry.orgId}::uuid, 0, ${GENESIS_HASH}, now()) ON CONFLICT (org_id) DO NOTHING`;
+      VALUES (${orgId}::uuid, 0, ${GENESIS_HASH}, now()) ON CONFLICT (org_id) DO NOTHING`;
     const [head] = await tx.$queryRaw<{ seq: bigint; head_hash: string }[]>`
-      SELECT seq, head_hash FROM record_chain_heads WHERE org_id = ${entry.orgId}::uuid FOR UPDATE`;
-    const seq = head.seq + 1n;
-    const createdAt = new Date();
-    const body: RecordBody = {
-      record_id: id,
-      org_id: entry.orgId,
-      seq: Number(seq),
-      svc_id: entry.svcId,
-      agent_id: entry.agentId,
-      action: { type: entry.actionType, tool: entry.tool },
-      capability: entry.capability,
-      params_hash: entry.paramsHash,
-      decision: entry.decision,
-      status: entry.decision === 'allow' ? 'approved' : 'denied',
-      executed: entry.executed,
-      reasons: entry.reasons.map(({ code, message }) => ({ code, message })),
-      result_hash: entry.resultHash,
-      approval_id: entry.approvalId,
-      prev_hash: head.head_hash,
-      created_at: createdAt.toISOString(),
-      key_id: key.kid,
-    };
-    const recordHash = recordHashOf(body);
-    const record = await tx.interactionRecord.create({
-      data: {
+      SELECT seq, head_hash FROM record_chain_heads WHERE org_id = ${orgId}::uuid FOR UPDATE`;
+    let seq = BigInt(head.seq);
+    let prevHash = head.head_hash;
+    const rows: Prisma.InteractionRecordCreateManyInput[] = [];
+    for (const { id, entry, storeParams } of batch) {
+      seq += 1n;
+      const createdAt = new Date();
+      const body: RecordBody = {
+        record_id: id,
+        org_id: orgId,
+        seq: Number(seq),
+        svc_id: entry.svcId,
+        agent_id: entry.agentId,
+        action: { type: entry.actionType, tool: entry.tool },
+        capability: entry.capability,
+        params_hash: entry.paramsHash,
+        decision: entry.decision,
+        status: entry.decision === 'allow' ? 'approved' : 'denied',
+        executed: entry.executed,
+        reasons: entry.reasons.map(({ code, message }) => ({ code, message })),
+        result_hash: entry.resultHash,
+        approval_id: entry.approvalId,
+        prev_hash: prevHash,
+        created_at: createdAt.toISOString(),
+        key_id: key.kid,
+      };
+      const recordHash = recordHashOf(body);
+      rows.push({
         id,
-        orgId: entry.orgId,
+        orgId,
         seq,
         svcId: entry.svcId,
         agentId: entry.agentId,
@@ -119,17 +162,19 @@ export function createRecordService({ db, keys }: Deps) {
         reasons: body.reasons as Prisma.InputJsonValue,
         resultHash: entry.resultHash,
         approvalId: entry.approvalId,
-        prevHash: head.head_hash,
+        prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),
         keyId: key.kid,
         createdAt,
-      },
-    });
+      });
+      prevHash = recordHash;
+    }
+    await tx.interactionRecord.createMany({ data: rows });
     await tx.$executeRaw`
-      UPDATE record_chain_heads SET seq = ${seq}, head_hash = ${recordHash}, updated_at = now()
-      WHERE org_id = ${entry.orgId}::uuid`;
-    return record;
+      UPDATE record_chain_heads SET seq = ${seq}, head_hash = ${prevHash}, updated_at = now()
+      WHERE org_id = ${orgId}::uuid`;
+    return rows.map((row) => ({ ...row, params: row.params ?? null }) as unknown as InteractionRecord);
   }
 
   async function get(orgId: string, recordId: string) {

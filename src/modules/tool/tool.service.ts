@@ -65,6 +65,10 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
   return { stored, secret: (config.secret as string | undefined) ?? null, allowPrivate: allowPrivate === true };
 }
 
+/** A stored tool's config as it would have been submitted (the http secret put back). */
+const storedInput = (tool: Tool) =>
+  tool.connector === 'http' && tool.secret ? { ...(tool.config as object), secret: tool.secret } : tool.config;
+
 const newToolId = () => `tool_${randomBytes(12).toString('base64url')}`;
 
 /** The tool as the API shows it: the secret never leaves, only whether one is set. */
@@ -84,7 +88,7 @@ export function createToolService({ db }: Deps) {
     if (!connector || !connectors.includes(connector)) errors.add('connector', `must be one of ${connectors.join(', ')}`);
     const config =
       connector && connectors.includes(connector)
-        ? parseConfig(connector, input.config === undefined ? existing && { ...(existing.config as object), secret: existing.secret ?? undefined } : input.config, errors)
+        ? parseConfig(connector, input.config === undefined ? existing && storedInput(existing) : input.config, errors)
         : undefined;
     errors.throwIfAny();
     return { actionType: actionType!, connector: connector!, config: config! };

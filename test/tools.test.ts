@@ -1,0 +1,638 @@
+import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress } from '../src/modules/tool/address-policy.js';
+import { startTestApp, type TestApp } from './support/app.js';
+import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
+
+/**
+ * Tool connectors (decisions.md § Gateway decision, "Execution", and the tool connector payload):
+ * CRUD with write-only secrets, and execution through the gateway against a receiver on 127.0.0.1,
+ * including every failure that must come back as a result and the address policy (SSRF).
+ */
+
+let t: TestApp;
+const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const SECRET = 'whsec-0123456789abcdef';
+
+// ---------------------------------------------------------------------------------------------
+// A local receiver on 127.0.0.1 that records every request it gets.
+
+interface Hit {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+const hits: Hit[] = [];
+const pendingTimers = new Set<NodeJS.Timeout>();
+let receiver: http.Server;
+let port: number;
+const hitsTo = (path: string) => hits.filter((h) => h.path === path);
+
+function route(hit: Hit, res: http.ServerResponse) {
+  res.on('error', () => undefined);
+  switch (hit.path) {
+    case '/ok': {
+      const call = JSON.parse(hit.body);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ received: true, refund_id: 'rf_1', echo: call.action.params }));
+    }
+    case '/fail':
+      res.writeHead(500, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ error: 'boom' }));
+    case '/redirect':
+      res.writeHead(302, { location: `http://127.0.0.1:${port}/target` });
+      return res.end();
+    case '/target':
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ reached: 'target' }));
+    case '/slow': {
+      const timer = setTimeout(() => {
+        pendingTimers.delete(timer);
+        if (!res.destroyed) res.end(JSON.stringify({ late: true }));
+      }, 1500);
+      pendingTimers.add(timer);
+      return;
+    }
+    case '/big':
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(Buffer.alloc(2 * 1024 * 1024, 'a'));
+    case '/medium':
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ blob: 'b'.repeat(512 * 1024) }));
+    case '/text':
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      return res.end('plain words');
+    default:
+      res.writeHead(404);
+      return res.end();
+  }
+}
+
+beforeAll(async () => {
+  receiver = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      hits.push(hit);
+      route(hit, res);
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  port = (receiver.address() as AddressInfo).port;
+  t = await startTestApp();
+});
+
+afterAll(async () => {
+  for (const timer of pendingTimers) clearTimeout(timer);
+  receiver.closeAllConnections();
+  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  await t.close();
+});
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const toolsPath = (org: OrgFixture) => `/api/v1/orgs/${org.orgId}/tools`;
+
+/** An org with an active agent allowed billing:read/refund, a gateway key and (optionally) a tool. */
+async function gatewayOrg(tool?: { connector: string; config: Record<string, unknown> }) {
+  const org = await signUp(t, 'tools');
+  const { svcId } = await createManifest(
+    t,
+    org,
+    'active',
+    manifestPayload({ capabilities: ['billing:read', 'billing:refund'], constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 } }),
+  );
+  let toolId: string | undefined;
+  if (tool) {
+    const created = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: 'billing', ...tool } });
+    if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
+    toolId = created.body.tool_id;
+  }
+  const { key } = await createKey(t, org, ['gateway:execute']);
+  const execute = (params: Record<string, unknown> = { invoice: 'inv_42', amount: 1250 }, toolName = 'refund') =>
+    t.request('POST', '/api/v1/gateway/execute', {
+      apiKey: key,
+      body: { svc_id: svcId, agent_id: svcId, action: { type: 'billing', tool: toolName, params } },
+    });
+  return { org, svcId, toolId, execute };
+}
+
+const httpTool = (config: Record<string, unknown>) => ({ connector: 'http', config: { timeout_ms: 5000, ...config } });
+const local = (path: string) => `http://127.0.0.1:${port}${path}`;
+
+/** The gateway allowed and executed the action; the tool run failed with `code`. */
+function expectToolFailure(response: { status: number; body: any }, code: string) {
+  expect(response.status).toBe(200);
+  expect(response.body).toMatchObject({ decision: 'allow', executed: true, reasons: [] });
+  expect(response.body.result).toMatchObject({ success: false, error: { code, message: expect.any(String) } });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe('tool CRUD', () => {
+  let org: OrgFixture;
+  beforeAll(async () => {
+    org = await signUp(t, 'toolcrud');
+  });
+
+  test('a mock tool: 201 with its shape, readable and listed', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body).toEqual({
+      tool_id: expect.stringMatching(/^tool_[A-Za-z0-9_-]+$/),
+      action_type: 'billing',
+      connector: 'mock',
+      config: { response: { ok: true } },
+      created_at: expect.stringMatching(iso),
+      updated_at: expect.stringMatching(iso),
+    });
+    const read = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: org.adminToken });
+    expect(read.status).toBe(200);
+    expect(read.body).toEqual(created.body);
+    const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
+    expect(list.status).toBe(200);
+    expect(list.body.items).toContainEqual(created.body);
+  });
+
+  test('an http tool: the secret is write-only ("[redacted]"), never in GET, list or the audit log', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: {
+        action_type: 'crm',
+        connector: 'http',
+        config: { url: 'https://tools.example.com/hook', timeout_ms: 2500, headers: { 'x-tenant': 'acme' }, secret: SECRET },
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body).toEqual({
+      tool_id: expect.stringMatching(/^tool_/),
+      action_type: 'crm',
+      connector: 'http',
+      config: {
+        url: 'https://tools.example.com/hook',
+        timeout_ms: 2500,
+        headers: { 'x-tenant': 'acme' },
+        allow_private_network: false,
+        secret: '[redacted]',
+      },
+      created_at: expect.stringMatching(iso),
+      updated_at: expect.stringMatching(iso),
+    });
+    expect(created.text).not.toContain(SECRET);
+    const read = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: org.adminToken });
+    expect(read.body.config.secret).toBe('[redacted]');
+    expect(read.text).not.toContain(SECRET);
+    const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
+    expect(list.text).not.toContain(SECRET);
+    const graphql = await t.graphql(`query($org: ID!) { tools(org_id: $org) { items { tool_id config } } }`, { org: org.orgId }, { token: org.adminToken });
+    expect(graphql.status).toBe(200);
+    expect(graphql.text).toContain(created.body.tool_id);
+    expect(graphql.text).not.toContain(SECRET);
+    const audit = await t.database.db.sql.query('SELECT * FROM audit_logs WHERE org_id = $1', [org.orgId]);
+    expect(audit.length).toBeGreaterThan(0);
+    expect(JSON.stringify(audit)).not.toContain(SECRET);
+  });
+
+  test('an http tool without a secret shows secret: null and the default timeout', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'no-secret', connector: 'http', config: { url: 'http://tools.example.com/' } },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.config).toEqual({
+      url: 'http://tools.example.com/',
+      timeout_ms: 10000,
+      headers: {},
+      allow_private_network: false,
+      secret: null,
+    });
+  });
+
+  test('a second tool for the same action type: 409 CONFLICT, and the first is unchanged', async () => {
+    const first = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'dup', connector: 'mock', config: { response: { n: 1 } } },
+    });
+    expect(first.status).toBe(201);
+    const second = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'dup', connector: 'http', config: { url: 'https://tools.example.com/' } },
+    });
+    expect(second.status).toBe(409);
+    expect(second.body.error.code).toBe('CONFLICT');
+    const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
+    expect(list.body.items.filter((i: { action_type: string }) => i.action_type === 'dup')).toEqual([first.body]);
+  });
+
+  test('PATCH replaces config whole; without config it keeps config and secret; a taken action type is 409', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: {
+        action_type: 'patchme',
+        connector: 'http',
+        config: { url: 'https://a.example.com/', timeout_ms: 1234, headers: { 'x-a': '1' }, secret: SECRET },
+      },
+    });
+    expect(created.status).toBe(201);
+    const path = `${toolsPath(org)}/${created.body.tool_id}`;
+
+    const renamed = await t.request('PATCH', path, { token: org.adminToken, body: { action_type: 'patched' } });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body).toMatchObject({ tool_id: created.body.tool_id, action_type: 'patched', config: created.body.config });
+    expect(renamed.body.config.secret).toBe('[redacted]');
+    const [row] = await t.database.db.sql.query<{ secret: string | null }>('SELECT secret FROM tools WHERE id = $1', [created.body.tool_id]);
+    expect(row.secret).toBe(SECRET);
+
+    const replaced = await t.request('PATCH', path, { token: org.adminToken, body: { config: { url: 'https://b.example.com/x' } } });
+    expect(replaced.status).toBe(200);
+    expect(replaced.body.config).toEqual({
+      url: 'https://b.example.com/x',
+      timeout_ms: 10000,
+      headers: {},
+      allow_private_network: false,
+      secret: null,
+    });
+    expect((await t.request('GET', path, { token: org.adminToken })).body.config).toEqual(replaced.body.config);
+
+    const toMock = await t.request('PATCH', path, { token: org.adminToken, body: { connector: 'mock', config: { response: { via: 'mock' } } } });
+    expect(toMock.status).toBe(200);
+    expect(toMock.body).toMatchObject({ connector: 'mock', config: { response: { via: 'mock' } } });
+
+    const invalid = await t.request('PATCH', path, { token: org.adminToken, body: { connector: 'http', config: { url: 'gopher://x' } } });
+    expect(invalid.status).toBe(422);
+    expect(invalid.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['config.url']);
+    expect((await t.request('GET', path, { token: org.adminToken })).body).toMatchObject({ connector: 'mock', action_type: 'patched' });
+  });
+
+  test('PATCH to an action type another tool has: 409 CONFLICT, nothing changes', async () => {
+    const taken = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'taken', connector: 'mock', config: {} },
+    });
+    expect(taken.status).toBe(201);
+    const mover = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'mover', connector: 'http', config: { url: 'https://c.example.com/', secret: SECRET } },
+    });
+    expect(mover.status).toBe(201);
+    const clash = await t.request('PATCH', `${toolsPath(org)}/${mover.body.tool_id}`, { token: org.adminToken, body: { action_type: 'taken' } });
+    expect(clash.status).toBe(409);
+    expect(clash.body.error.code).toBe('CONFLICT');
+    const read = await t.request('GET', `${toolsPath(org)}/${mover.body.tool_id}`, { token: org.adminToken });
+    expect(read.body).toMatchObject({ action_type: 'mover', config: mover.body.config });
+  });
+
+  test('PATCH of a mock tool without config keeps its config (only the action type changes)', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'mock-rename', connector: 'mock', config: { response: { kept: true } } },
+    });
+    expect(created.status).toBe(201);
+    const renamed = await t.request('PATCH', `${toolsPath(org)}/${created.body.tool_id}`, {
+      token: org.adminToken,
+      body: { action_type: 'mock-renamed' },
+    });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body).toMatchObject({ action_type: 'mock-renamed', connector: 'mock', config: { response: { kept: true } } });
+  });
+
+  test('DELETE: 204, then GET, PATCH and DELETE are 404 and the action type is free again', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'gone', connector: 'mock', config: {} },
+    });
+    const path = `${toolsPath(org)}/${created.body.tool_id}`;
+    const deleted = await t.request('DELETE', path, { token: org.adminToken });
+    expect(deleted.status).toBe(204);
+    expect(deleted.text).toBe('');
+    for (const [method, body] of [['GET', undefined], ['PATCH', { action_type: 'x' }], ['DELETE', undefined]] as const) {
+      const response = await t.request(method, path, { token: org.adminToken, body });
+      expect(response.status).toBe(404);
+      expect(response.body.error.code).toBe('NOT_FOUND');
+    }
+    const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
+    expect(list.body.items.map((i: { tool_id: string }) => i.tool_id)).not.toContain(created.body.tool_id);
+    const again = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: 'gone', connector: 'mock', config: {} } });
+    expect(again.status).toBe(201);
+  });
+
+  test('another org’s tool is 404; a viewer may not manage tools (403)', async () => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'private', connector: 'mock', config: {} },
+    });
+    const other = await signUp(t, 'toolother');
+    const foreign = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: other.adminToken });
+    expect(foreign.status).toBe(404);
+    const viaOwn = await t.request('GET', `${toolsPath(other)}/${created.body.tool_id}`, { token: other.adminToken });
+    expect(viaOwn.status).toBe(404);
+    const viewer = await addUser(t, org, 'viewer');
+    const denied = await t.request('POST', toolsPath(org), {
+      token: viewer.token,
+      body: { action_type: 'viewer-made', connector: 'mock', config: {} },
+    });
+    expect(denied.status).toBe(403);
+    const operator = await addUser(t, org, 'operator');
+    const allowed = await t.request('POST', toolsPath(org), {
+      token: operator.token,
+      body: { action_type: 'operator-made', connector: 'mock', config: {} },
+    });
+    expect(allowed.status).toBe(201);
+  });
+
+  test.each([
+    ['an unknown connector', { connector: 'ftp' }, 'connector'],
+    ['an action type with capitals', { action_type: 'Billing' }, 'action_type'],
+    ['an action type with a colon', { action_type: 'billing:refund' }, 'action_type'],
+    ['a non-http(s) url', { config: { url: 'ftp://tools.example.com/' } }, 'config.url'],
+    ['a file url', { config: { url: 'file:///etc/passwd' } }, 'config.url'],
+    ['a url with credentials', { config: { url: 'https://user:pass@tools.example.com/' } }, 'config.url'],
+    ['a url with a user name only', { config: { url: 'https://user@tools.example.com/' } }, 'config.url'],
+    ['no url', { config: {} }, 'config.url'],
+    ['timeout_ms 0', { config: { url: 'https://tools.example.com/', timeout_ms: 0 } }, 'config.timeout_ms'],
+    ['timeout_ms 60001', { config: { url: 'https://tools.example.com/', timeout_ms: 60001 } }, 'config.timeout_ms'],
+    ['timeout_ms 1.5', { config: { url: 'https://tools.example.com/', timeout_ms: 1.5 } }, 'config.timeout_ms'],
+    ['a 15-character secret', { config: { url: 'https://tools.example.com/', secret: '0123456789abcde' } }, 'config.secret'],
+    ['a non-string header', { config: { url: 'https://tools.example.com/', headers: { 'x-n': 1 } } }, 'config.headers'],
+    ['a non-boolean allow_private_network', { config: { url: 'https://tools.example.com/', allow_private_network: 'yes' } }, 'config.allow_private_network'],
+    ['an unknown http config field', { config: { url: 'https://tools.example.com/', method: 'GET' } }, 'config.method'],
+    ['an unknown mock config field', { connector: 'mock', config: { response: {}, delay: 5 } }, 'config.delay'],
+  ])('%s: 422 naming the field', async (_label, override, field) => {
+    const body = {
+      action_type: `v-${Math.random().toString(36).slice(2, 8)}`,
+      connector: 'http',
+      config: { url: 'https://tools.example.com/' },
+      ...override,
+    };
+    const before = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
+    const response = await t.request('POST', toolsPath(org), { token: org.adminToken, body });
+    expect(response.status).toBe(422);
+    expect(response.body.error.code).toBe('VALIDATION_ERROR');
+    expect(response.body.error.details.errors).toEqual([{ field, message: expect.any(String) }]);
+    expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(before);
+  });
+
+  test('the boundaries are accepted: timeout_ms 1 and 60000, a 16-character secret', async () => {
+    for (const [actionType, config] of [
+      ['edge-1', { url: 'https://tools.example.com/', timeout_ms: 1 }],
+      ['edge-2', { url: 'https://tools.example.com/', timeout_ms: 60000, secret: '0123456789abcdef' }],
+    ] as const) {
+      const response = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: actionType, connector: 'http', config } });
+      expect(response.status).toBe(201);
+      expect(response.body.config.timeout_ms).toBe(config.timeout_ms);
+    }
+  });
+});
+
+describe('execution through the gateway', () => {
+  test('no tool for the action type: deny with exactly TOOL_NOT_CONFIGURED', async () => {
+    const { execute } = await gatewayOrg();
+    const response = await execute();
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ decision: 'deny', executed: false, result: null });
+    expect(response.body.reasons.map((r: { code: string }) => r.code)).toEqual(['TOOL_NOT_CONFIGURED']);
+    expect(response.body.reasons[0].message).toContain('billing');
+  });
+
+  test('a deleted tool is not configured any more', async () => {
+    const { org, toolId, execute } = await gatewayOrg({ connector: 'mock', config: { response: { ok: true } } });
+    expect((await execute()).body).toMatchObject({ decision: 'allow', executed: true, result: { success: true, data: { ok: true } } });
+    expect((await t.request('DELETE', `${toolsPath(org)}/${toolId}`, { token: org.adminToken })).status).toBe(204);
+    const after = await execute();
+    expect(after.body.decision).toBe('deny');
+    expect(after.body.reasons.map((r: { code: string }) => r.code)).toEqual(['TOOL_NOT_CONFIGURED']);
+  });
+
+  test('a mock tool without a response echoes the params', async () => {
+    const { execute } = await gatewayOrg({ connector: 'mock', config: {} });
+    const response = await execute({ invoice: 'inv_7', amount: 3 });
+    expect(response.body).toMatchObject({ decision: 'allow', executed: true, reasons: [] });
+    expect(response.body.result).toEqual({ success: true, data: { invoice: 'inv_7', amount: 3 }, error: null });
+  });
+
+  test('http to 127.0.0.1 without allow_private_network: allowed, executed, TOOL_ADDRESS_REFUSED, no request sent', async () => {
+    const before = hits.length;
+    const { execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET }));
+    const response = await execute();
+    expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
+    expect(response.body.result.data).toEqual({});
+    expect(hits.length).toBe(before);
+  });
+
+  test('http with allow_private_network: the receiver gets a signed POST of the call and its JSON is the result', async () => {
+    const { svcId, execute } = await gatewayOrg(
+      httpTool({ url: local('/ok'), secret: SECRET, headers: { 'x-tenant': 'acme' }, allow_private_network: true }),
+    );
+    const before = hitsTo('/ok').length;
+    const response = await execute({ invoice: 'inv_42', amount: 1250 });
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ decision: 'allow', executed: true, reasons: [] });
+    expect(response.body.result).toEqual({
+      success: true,
+      data: { received: true, refund_id: 'rf_1', echo: { invoice: 'inv_42', amount: 1250 } },
+      error: null,
+    });
+
+    const received = hitsTo('/ok');
+    expect(received.length).toBe(before + 1);
+    const hit = received[received.length - 1];
+    expect(hit.method).toBe('POST');
+    expect(hit.headers['content-type']).toBe('application/json');
+    expect(hit.headers['x-tenant']).toBe('acme');
+    expect(hit.headers['x-interaction-id']).toBe(response.body.interaction_id);
+    expect(JSON.parse(hit.body)).toEqual({
+      svc_id: svcId,
+      agent_id: svcId,
+      action: { type: 'billing', tool: 'refund', params: { invoice: 'inv_42', amount: 1250 } },
+      interaction_id: response.body.interaction_id,
+    });
+
+    const timestamp = hit.headers['x-timestamp'] as string;
+    expect(timestamp).toMatch(/^\d+$/);
+    expect(Math.abs(Number(timestamp) - Date.now() / 1000)).toBeLessThan(30);
+    const expected = `sha256=${createHmac('sha256', SECRET).update(`${timestamp}.${hit.body}`).digest('hex')}`;
+    expect(hit.headers['x-signature']).toBe(expected);
+    const wrong = `sha256=${createHmac('sha256', 'another-secret-of-16+').update(`${timestamp}.${hit.body}`).digest('hex')}`;
+    expect(hit.headers['x-signature']).not.toBe(wrong);
+    expect(JSON.stringify(hit.headers)).not.toContain(SECRET);
+    expect(hit.body).not.toContain(SECRET);
+
+    const [record] = await t.database.db.sql.query<{ status: string; executed: boolean; result_hash: string | null }>(
+      'SELECT status, executed, result_hash FROM interaction_records WHERE id = $1',
+      [response.body.interaction_id],
+    );
+    expect(record).toMatchObject({ status: 'approved', executed: true, result_hash: expect.any(String) });
+  });
+
+  test('http without a secret sends no x-signature; a non-JSON answer becomes {body}', async () => {
+    const { execute } = await gatewayOrg(httpTool({ url: local('/text'), allow_private_network: true }));
+    const before = hitsTo('/text').length;
+    const response = await execute();
+    expect(response.body.result).toEqual({ success: true, data: { body: 'plain words' }, error: null });
+    const hit = hitsTo('/text')[before];
+    expect(hit.headers['x-signature']).toBeUndefined();
+    expect(hit.headers['x-timestamp']).toMatch(/^\d+$/);
+  });
+
+  test('localhost (a hostname resolving to loopback) with allow_private_network reaches the receiver', async () => {
+    const { execute } = await gatewayOrg(httpTool({ url: `http://localhost:${port}/ok`, allow_private_network: true }));
+    const before = hitsTo('/ok').length;
+    const response = await execute();
+    expect(response.body.result).toMatchObject({ success: true, data: { received: true } });
+    expect(hitsTo('/ok').length).toBe(before + 1);
+  });
+
+  test('a 512 KiB answer (under the 1 MiB cap) is returned whole', async () => {
+    const { execute } = await gatewayOrg(httpTool({ url: local('/medium'), allow_private_network: true }));
+    const response = await execute();
+    expect(response.body.result.success).toBe(true);
+    expect(response.body.result.data.blob).toHaveLength(512 * 1024);
+  });
+
+  describe('failures are results (allow, executed, success false)', () => {
+    test('the receiver answers 500: TOOL_HTTP_ERROR with its body as data', async () => {
+      const { execute } = await gatewayOrg(httpTool({ url: local('/fail'), allow_private_network: true }));
+      const before = hitsTo('/fail').length;
+      const response = await execute();
+      expectToolFailure(response, 'TOOL_HTTP_ERROR');
+      expect(response.body.result.error.message).toContain('500');
+      expect(response.body.result.data).toEqual({ error: 'boom' });
+      expect(hitsTo('/fail').length).toBe(before + 1);
+    });
+
+    test('the receiver answers 302: TOOL_REDIRECT_REFUSED and the Location is not requested', async () => {
+      const { execute } = await gatewayOrg(httpTool({ url: local('/redirect'), allow_private_network: true }));
+      const redirectsBefore = hitsTo('/redirect').length;
+      const response = await execute();
+      expectToolFailure(response, 'TOOL_REDIRECT_REFUSED');
+      expect(hitsTo('/redirect').length).toBe(redirectsBefore + 1);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(hitsTo('/target')).toHaveLength(0);
+    });
+
+    test('the receiver is slower than timeout_ms 200: TOOL_TIMEOUT, well before the receiver answers', async () => {
+      const { execute } = await gatewayOrg(httpTool({ url: local('/slow'), timeout_ms: 200, allow_private_network: true }));
+      const started = Date.now();
+      const response = await execute();
+      const elapsed = Date.now() - started;
+      expectToolFailure(response, 'TOOL_TIMEOUT');
+      expect(response.body.result.error.message).toContain('200');
+      expect(elapsed).toBeLessThan(1400);
+      expect(hitsTo('/slow').length).toBeGreaterThan(0);
+    });
+
+    test('the receiver sends 2 MiB: TOOL_RESPONSE_TOO_LARGE', async () => {
+      const { execute } = await gatewayOrg(httpTool({ url: local('/big'), allow_private_network: true }));
+      const response = await execute();
+      expectToolFailure(response, 'TOOL_RESPONSE_TOO_LARGE');
+      expect(response.body.result.data).toEqual({});
+      expect(response.text.length).toBeLessThan(10_000);
+    });
+
+    test('nothing listens on the port: TOOL_UNREACHABLE', async () => {
+      const closed = http.createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const deadPort = (closed.address() as AddressInfo).port;
+      await new Promise<void>((resolve) => closed.close(() => resolve()));
+      const { execute } = await gatewayOrg(httpTool({ url: `http://127.0.0.1:${deadPort}/`, allow_private_network: true }));
+      expectToolFailure(await execute(), 'TOOL_UNREACHABLE');
+    });
+  });
+
+  describe('address policy without allow_private_network (SSRF): refused before connecting', () => {
+    const cases: [string, () => string][] = [
+      ['127.0.0.1', () => local('/ok')],
+      ['10.0.0.1', () => 'http://10.0.0.1/'],
+      ['169.254.169.254 (cloud metadata)', () => 'http://169.254.169.254/latest/meta-data'],
+      ['[::1]', () => `http://[::1]:${port}/ok`],
+      ['localhost (resolves to loopback)', () => `http://localhost:${port}/ok`],
+      ['[::ffff:127.0.0.1] (IPv4-mapped loopback)', () => `http://[::ffff:127.0.0.1]:${port}/ok`],
+      ['0.0.0.0', () => `http://0.0.0.0:${port}/ok`],
+      ['2130706433 (decimal loopback)', () => `http://2130706433:${port}/ok`],
+      ['127.1 (short loopback)', () => `http://127.1:${port}/ok`],
+      ['[::] (unspecified)', () => `http://[::]:${port}/ok`],
+    ];
+
+    test.each(cases)('%s: TOOL_ADDRESS_REFUSED and the receiver counts no request', async (_label, url) => {
+      const before = hits.length;
+      const { execute } = await gatewayOrg(httpTool({ url: url(), timeout_ms: 5000 }));
+      const started = Date.now();
+      const response = await execute();
+      expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
+      expect(response.body.result.data).toEqual({});
+      expect(Date.now() - started).toBeLessThan(4000);
+      expect(hits.length).toBe(before);
+    });
+  });
+});
+
+describe('address policy (pure functions)', () => {
+  test.each([
+    '127.0.0.1',
+    '127.255.255.254',
+    '10.1.2.3',
+    '172.16.0.1',
+    '172.31.255.255',
+    '192.168.1.1',
+    '169.254.169.254',
+    '100.64.0.1',
+    '0.0.0.0',
+    '224.0.0.1',
+    '255.255.255.255',
+    '::1',
+    '::',
+    'fe80::1',
+    'fd00::1',
+    'fc00::1',
+    'ff02::1',
+    '::ffff:127.0.0.1',
+    '::ffff:7f00:1',
+    '::ffff:169.254.169.254',
+    'not-an-address',
+  ])('isRefusedAddress(%s) is true', (address) => {
+    expect(isRefusedAddress(address)).toBe(true);
+  });
+
+  test.each(['93.184.216.34', '2606:2800::1', '8.8.8.8', '172.32.0.1', '100.128.0.1', '::ffff:93.184.216.34'])(
+    'isRefusedAddress(%s) is false',
+    (address) => {
+      expect(isRefusedAddress(address)).toBe(false);
+    },
+  );
+
+  test('checkLiteralHost refuses private literals (bracketed too), leaves hostnames to the lookup, and honours allowPrivate', () => {
+    expect(() => checkLiteralHost('127.0.0.1', false)).toThrow(AddressRefusedError);
+    expect(() => checkLiteralHost('[::1]', false)).toThrow(AddressRefusedError);
+    expect(() => checkLiteralHost('[::ffff:7f00:1]', false)).toThrow(AddressRefusedError);
+    expect(() => checkLiteralHost('169.254.169.254', false)).toThrow(AddressRefusedError);
+    expect(() => checkLiteralHost('127.0.0.1', true)).not.toThrow();
+    expect(() => checkLiteralHost('93.184.216.34', false)).not.toThrow();
+    expect(() => checkLiteralHost('tools.example.com', false)).not.toThrow();
+  });
+
+  test('guardedLookup refuses a name that resolves only to loopback, unless private networks are allowed', async () => {
+    const resolve = (allowPrivate: boolean, all: boolean) =>
+      new Promise<{ error: Error | null; address: unknown }>((done) =>
+        guardedLookup(allowPrivate)('localhost', { all } as never, (error: Error | null, address: unknown) => done({ error, address })),
+      );
+    for (const all of [false, true]) {
+      const refused = await resolve(false, all);
+      expect(refused.error).toBeInstanceOf(AddressRefusedError);
+      expect((refused.error as AddressRefusedError).code).toBe('TOOL_ADDRESS_REFUSED');
+    }
+    const allowed = await resolve(true, false);
+    expect(allowed.error).toBeNull();
+    expect(isRefusedAddress(allowed.address as string)).toBe(true);
+    const allowedAll = await resolve(true, true);
+    expect(allowedAll.error).toBeNull();
+    expect(Array.isArray(allowedAll.address)).toBe(true);
+  });
+});
