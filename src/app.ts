@@ -14,6 +14,7 @@ import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
 import { useRestFacade } from './http/rest-facade.js';
+import { ConfigCache } from './lib/config-cache.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import type { AuthState } from './modules/auth/authenticate.js';
@@ -37,7 +38,8 @@ const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
 
 export function createApp({ env, db, logger }: { env: Env; db: Database; logger: Logger }): App {
   const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
-  const services = createServices({ env, db, logger, keys });
+  const cache = new ConfigCache(db.sql).start();
+  const services = createServices({ env, db, logger, keys, cache });
   const openapi = buildOpenApiDocument(schema, packageVersion);
   let draining = false;
   const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
@@ -112,6 +114,9 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     setDraining: () => {
       draining = true;
     },
-    stop: () => clearInterval(maintenance),
+    stop: () => {
+      clearInterval(maintenance);
+      cache.stop();
+    },
   };
 }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Database } from './db/database.js';
 import type { Env } from './env.js';
+import type { ConfigCache } from './lib/config-cache.js';
 import type { SigningKeyStore } from './lib/signing-keys.js';
 
 /** What every service is built from; created once per app. */
@@ -9,4 +10,5 @@ export interface Deps {
   db: Database;
   logger: Logger;
   keys: SigningKeyStore;
+  cache: ConfigCache;
 }

@@ -6,7 +6,7 @@ import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { migrate } from './migrate.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
-import type { SqlDriver } from './sql.js';
+import type { SqlConnection, SqlDriver } from './sql.js';
 
 export type DatabaseKind = 'pglite' | 'postgresql';
 
@@ -32,7 +32,7 @@ export interface DatabaseOptions {
 }
 
 function pgliteDriver(db: PGlite): SqlDriver {
-  const driver: Omit<SqlDriver, 'withConnection'> = {
+  const driver: SqlConnection = {
     async exec(script) {
       await db.exec(script);
     },
@@ -40,12 +40,27 @@ function pgliteDriver(db: PGlite): SqlDriver {
       return (await db.query(text, params)).rows as Row[];
     },
   };
-  // PGlite is a single connection: every statement already runs on it.
-  return { ...driver, withConnection: (work) => work(driver) };
+  return {
+    ...driver,
+    // PGlite is a single connection: every statement already runs on it.
+    withConnection: (work) => work(driver),
+    // PGlite's own transaction keeps other queries out until it ends.
+    transaction: (work) =>
+      db.transaction((tx) =>
+        work({
+          async exec(script) {
+            await tx.exec(script);
+          },
+          async query<Row>(text: string, params: unknown[] = []) {
+            return (await tx.query(text, params)).rows as Row[];
+          },
+        }),
+      ),
+  };
 }
 
 function postgresDriver(pool: pg.Pool): SqlDriver {
-  const on = (client: pg.Pool | pg.PoolClient): Omit<SqlDriver, 'withConnection'> => ({
+  const on = (client: pg.Pool | pg.PoolClient): SqlConnection => ({
     async exec(script) {
       await client.query(script);
     },
@@ -59,6 +74,20 @@ function postgresDriver(pool: pg.Pool): SqlDriver {
       const client = await pool.connect();
       try {
         return await work(on(client));
+      } finally {
+        client.release();
+      }
+    },
+    async transaction(work) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await work(on(client));
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
       } finally {
         client.release();
       }

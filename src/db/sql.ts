@@ -7,5 +7,12 @@ export interface SqlDriver {
   exec(script: string): Promise<void>;
   query<Row = Record<string, unknown>>(text: string, params?: unknown[]): Promise<Row[]>;
   /** Runs `work` on one connection, so session state (locks) holds across its statements. */
-  withConnection<T>(work: (conn: Omit<SqlDriver, 'withConnection'>) => Promise<T>): Promise<T>;
+  withConnection<T>(work: (conn: SqlConnection) => Promise<T>): Promise<T>;
+  /**
+   * Runs `work` in a transaction, committed when it resolves and rolled back when it throws. On
+   * the hot path this replaces Prisma's interactive transactions, which cost far more per statement.
+   */
+  transaction<T>(work: (tx: SqlConnection) => Promise<T>): Promise<T>;
 }
+
+export type SqlConnection = Pick<SqlDriver, 'exec' | 'query'>;

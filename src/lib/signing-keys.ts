@@ -8,7 +8,7 @@ import {
   type KeyObject,
 } from 'node:crypto';
 import type { JWK } from 'jose';
-import type { SqlDriver } from '../db/sql.js';
+import type { SqlConnection, SqlDriver } from '../db/sql.js';
 
 /**
  * Ed25519 keys the service signs with, one active key per purpose, generated on first use and
@@ -104,7 +104,7 @@ export class SigningKeyStore {
     return key;
   }
 
-  private async insertNew(conn: Omit<SqlDriver, 'withConnection'>, purpose: KeyPurpose): Promise<SigningKey> {
+  private async insertNew(conn: SqlConnection, purpose: KeyPurpose): Promise<SigningKey> {
     const { privateKey, publicKey } = generateKeyPairSync('ed25519');
     const kid = `${purpose}_${randomBytes(9).toString('base64url')}`;
     const publicJwk = { ...publicKey.export({ format: 'jwk' }), kid, alg: 'EdDSA', use: 'sig' } as JWK;

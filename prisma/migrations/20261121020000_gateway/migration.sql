@@ -98,6 +98,16 @@ CREATE TABLE "record_chain_heads" (
     CONSTRAINT "record_chain_heads_pkey" PRIMARY KEY ("org_id")
 );
 
+-- CreateTable
+CREATE TABLE "config_versions" (
+    "id" INTEGER NOT NULL,
+    "version" BIGINT NOT NULL,
+
+    CONSTRAINT "config_versions_pkey" PRIMARY KEY ("id")
+);
+
+INSERT INTO "config_versions" ("id", "version") VALUES (1, 0);
+
 -- CreateIndex
 CREATE UNIQUE INDEX "tools_org_id_action_type_key" ON "tools"("org_id", "action_type");
 

@@ -21,7 +21,7 @@ const LAST_USED_RESOLUTION_MS = 60_000;
 
 const invalidKey = () => new AppError('INVALID_TOKEN', 'The API key is invalid, expired or deleted');
 
-export function createApiKeyService({ db, logger }: Deps) {
+export function createApiKeyService({ db, logger, cache }: Deps) {
   const lastTouched = new Map<string, number>();
 
   function validate(input: CreateApiKeyInput) {
@@ -108,19 +108,30 @@ export function createApiKeyService({ db, logger }: Deps) {
     lastTouched.delete(keyId);
   }
 
-  /** Resolves a presented key to its principal; a malformed key costs no database read. */
+  /**
+   * Resolves a presented key to its principal: a malformed key costs no database read, a known
+   * one is served from the config cache (dropped on every audited write, e.g. a deletion).
+   */
   async function verify(key: string): Promise<ApiKeyPrincipal> {
     if (!isWellFormedApiKey(key)) throw invalidKey();
-    const row = await db.prisma.apiKey.findUnique({ where: { keyHash: hashApiKey(key) } });
-    if (!row || row.expiresAt.getTime() <= Date.now()) throw invalidKey();
+    const hash = hashApiKey(key);
+    const row = await cache.get(`api-key:${hash}`, () =>
+      db.sql
+        .query<{ id: string; org_id: string; key_prefix: string; scopes: string[]; svc_ids: string[]; expires_at: Date }>(
+          'SELECT id, org_id, key_prefix, scopes, svc_ids, expires_at FROM api_keys WHERE key_hash = $1',
+          [hash],
+        )
+        .then((rows) => rows[0]),
+    );
+    if (!row || new Date(row.expires_at).getTime() <= Date.now()) throw invalidKey();
     touch(row.id);
     return {
       type: 'api_key',
       keyId: row.id,
-      orgId: row.orgId,
-      keyPrefix: row.keyPrefix,
+      orgId: row.org_id,
+      keyPrefix: row.key_prefix,
       scopes: row.scopes as ApiKeyScope[],
-      svcIds: row.svcIds,
+      svcIds: row.svc_ids,
     };
   }
 

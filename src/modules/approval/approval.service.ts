@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import type { Prisma } from '../../generated/prisma/client.js';
 
-type Tx = Prisma.TransactionClient;
 
 export const DEFAULT_APPROVAL_TTL_SECONDS = 24 * 3600;
 
@@ -52,12 +52,14 @@ export function createApprovalService({ db }: Deps) {
   }
 
   /** Marks the approval used inside the decision's transaction; false if another request used it first. */
-  async function consume(tx: Tx, approvalId: string, actionHash: string): Promise<boolean> {
-    const updated = await tx.approval.updateMany({
-      where: { id: approvalId, status: 'approved', actionHash, expiresAt: { gt: new Date() } },
-      data: { status: 'consumed', consumedAt: new Date() },
-    });
-    return updated.count === 1;
+  async function consume(tx: SqlConnection, approvalId: string, actionHash: string): Promise<boolean> {
+    const rows = await tx.query(
+      `UPDATE approvals SET status = 'consumed', consumed_at = now()
+       WHERE id = $1 AND status = 'approved' AND action_hash = $2 AND expires_at > now()
+       RETURNING id`,
+      [approvalId, actionHash],
+    );
+    return rows.length === 1;
   }
 
   return { request, check, consume };

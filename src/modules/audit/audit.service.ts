@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Prisma } from '../../generated/prisma/client.js';
 import { currentRequest } from '../../http/request-state.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Actor, AuditEvent } from './audit-events.js';
 
 type Tx = Prisma.TransactionClient;
@@ -31,4 +32,6 @@ export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: Au
       requestId: currentRequest()?.requestId,
     },
   });
+  // Every audited write may change what gateways cache (keys, manifests, tools, settings).
+  await bumpConfigVersion(tx);
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify } from 'jose';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
-import type { Prisma } from '../../generated/prisma/client.js';
+import type { SqlConnection } from '../../db/sql.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -30,7 +30,6 @@ export type TokenCheck =
   | { ok: true; tokenId: string; capabilities: string[]; maxUses: number | null }
   | { ok: false; message: string };
 
-type Tx = Prisma.TransactionClient;
 
 export function createCapabilityTokenService({ db, keys }: Deps) {
   async function issue(orgId: string, input: IssueTokenInput, actor: Principal) {
@@ -155,11 +154,14 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
   }
 
   /** Counts one use inside the decision's transaction; false when the token was used up meanwhile. */
-  async function use(tx: Tx, tokenId: string): Promise<boolean> {
-    const updated = await tx.$executeRaw`
-      UPDATE capability_tokens SET uses = uses + 1
-      WHERE id = ${tokenId} AND revoked_at IS NULL AND expires_at > now() AND (max_uses IS NULL OR uses < max_uses)`;
-    return updated === 1;
+  async function use(tx: SqlConnection, tokenId: string): Promise<boolean> {
+    const rows = await tx.query(
+      `UPDATE capability_tokens SET uses = uses + 1
+       WHERE id = $1 AND revoked_at IS NULL AND expires_at > now() AND (max_uses IS NULL OR uses < max_uses)
+       RETURNING id`,
+      [tokenId],
+    );
+    return rows.length === 1;
   }
 
   return { issue, list, revoke, check, use };

@@ -1,8 +1,5 @@
-import type { Prisma } from '../../generated/prisma/client.js';
-import type { SqlDriver } from '../../db/sql.js';
+import type { SqlConnection, SqlDriver } from '../../db/sql.js';
 import { fixedWindow, type Window } from '../../lib/rate-counter.js';
-
-type Tx = Prisma.TransactionClient;
 
 /**
  * Manifest budgets: allowed actions per agent in fixed UTC hours and days, counted in the
@@ -47,12 +44,14 @@ export type BudgetOutcome =
   | { ok: true; state: BudgetState }
   | { ok: false; exceeded: 'day' | 'hour'; state: BudgetState };
 
-async function take(tx: Tx, bucket: string, window: Window, limit: number): Promise<number | undefined> {
-  const rows = await tx.$queryRaw<{ count: number }[]>`
-    INSERT INTO rate_counters (bucket, window_start, count) VALUES (${bucket}, ${window.start}, 1)
-    ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
-    WHERE rate_counters.count < ${limit}
-    RETURNING count`;
+async function take(tx: SqlConnection, bucket: string, window: Window, limit: number): Promise<number | undefined> {
+  const rows = await tx.query<{ count: number }>(
+    `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, 1)
+     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
+     WHERE rate_counters.count < $3
+     RETURNING count`,
+    [bucket, window.start, limit],
+  );
   return rows[0]?.count;
 }
 
@@ -60,7 +59,7 @@ async function take(tx: Tx, bucket: string, window: Window, limit: number): Prom
  * Counts one allowed action against the day and the hour inside `tx`. When either is exhausted
  * nothing is counted: the caller rolls the transaction back.
  */
-export async function takeBudget(tx: Tx, orgId: string, svcId: string, limits: BudgetLimits): Promise<BudgetOutcome> {
+export async function takeBudget(tx: SqlConnection, orgId: string, svcId: string, limits: BudgetLimits): Promise<BudgetOutcome> {
   const hour = fixedWindow(3600);
   const day = fixedWindow(86400);
   const names = buckets(orgId, svcId);

@@ -55,7 +55,20 @@ interface Collaborators {
 
 const fieldPattern = /^[a-z0-9_.-]+$/;
 
-export function createGatewayService({ db }: Deps, { records, tools, tokens, approvals }: Collaborators) {
+export function createGatewayService({ db, cache }: Deps, { records, tools, tokens, approvals }: Collaborators) {
+  /** The agent's manifest as the gateway judges it: active or suspended, else the newest. */
+  const manifestOf = (orgId: string, svcId: string) =>
+    cache.get(`manifest:${orgId}:${svcId}`, async () =>
+      (await db.prisma.manifest.findFirst({ where: { orgId, svcId, status: { in: ['active', 'suspended'] } } })) ??
+      (await db.prisma.manifest.findFirst({ where: { orgId, svcId }, orderBy: [{ createdAt: 'desc' }] })),
+    );
+  const toolFor = (orgId: string, actionType: string) =>
+    cache.get(`tool:${orgId}:${actionType}`, () => tools.forAction(orgId, actionType));
+  const recordsParams = (orgId: string) =>
+    cache.get(`org-record-params:${orgId}`, async () =>
+      (await db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true } })).recordParams,
+    );
+
   function validateRequest(request: GatewayRequest) {
     const errors: { field: string; message: string }[] = [];
     if (!request.svc_id) errors.push({ field: 'svc_id', message: 'must not be empty' });
@@ -96,9 +109,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
     if (principal.type === 'api_key' && principal.svcIds.length && !principal.svcIds.includes(svcId)) {
       deny('SVC_NOT_ALLOWED_FOR_KEY', `This API key may act only for ${principal.svcIds.join(', ')}`);
     }
-    const manifest =
-      (await db.prisma.manifest.findFirst({ where: { orgId, svcId, status: { in: ['active', 'suspended'] } } })) ??
-      (await db.prisma.manifest.findFirst({ where: { orgId, svcId }, orderBy: [{ createdAt: 'desc' }] }));
+    const manifest = await manifestOf(orgId, svcId);
     const document = manifest?.document as unknown as ManifestDocument | undefined;
     if (!manifest) deny('MANIFEST_NOT_FOUND', `No manifest is registered for agent "${svcId}"`);
     else if (manifest.status !== 'active') {
@@ -147,7 +158,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
         deny('APPROVAL_REQUIRED', `"${capability}" needs a human approval`);
       }
     }
-    const tool = await tools.forAction(orgId, action.type);
+    const tool = await toolFor(orgId, action.type);
     if (!tool) deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${action.type}"`);
 
     const base = { interaction_id: interactionId, executed: false, result: null };
@@ -156,7 +167,6 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
     }
 
     const record = async (decision: GatewayDecision, resultHash: string | null) => {
-      const org = await db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true } });
       await records.append(
           interactionId,
           {
@@ -174,7 +184,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
             resultHash,
             approvalId: decision.approval_id,
           },
-          org.recordParams,
+          await recordsParams(orgId),
       );
       return decision;
     };
@@ -206,7 +216,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
     }
     let budget: BudgetState;
     try {
-      budget = await db.prisma.$transaction(async (tx) => {
+      budget = await db.sql.transaction(async (tx) => {
         const outcome = await takeBudget(tx, orgId, svcId, limits!);
         if (!outcome.ok) {
           if (outcome.exceeded === 'day') throw new Refused(budgetReason(outcome.state), outcome.state);
@@ -226,7 +236,7 @@ export function createGatewayService({ db }: Deps, { records, tools, tokens, app
           throw new Refused({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' });
         }
         return outcome.state;
-      }, { maxWait: 10_000, timeout: 15_000 });
+      });
     } catch (error) {
       if (!(error instanceof Refused)) throw error;
       const denied = await record({ ...base, decision: 'deny', reasons: [error.reason], approval_id: approvalToConsume ?? null }, null);
