@@ -8,6 +8,24 @@ import { createApp } from '../src/app.js';
 import { openDatabase } from '../src/db/database.js';
 import { parseEnv } from '../src/env.js';
 import { createLogger } from '../src/logger.js';
+import type { InteractionRecord } from '../src/generated/prisma/client.js';
+import { GENESIS_HASH, recordHashOf, verifyRecordSignature } from '../src/modules/record/record-chain.js';
+import { bodyOf } from '../src/modules/record/record.service.js';
+
+async function verifyChain(chain: InteractionRecord[], app: ReturnType<typeof createApp>) {
+  let broken = 0;
+  let prev = GENESIS_HASH;
+  for (const record of chain) {
+    const key = await app.services.keys.byId(record.keyId);
+    const ok =
+      record.prevHash === prev &&
+      recordHashOf(bodyOf(record)) === record.recordHash &&
+      Boolean(key && verifyRecordSignature(record.recordHash, record.signature, key.publicKey));
+    if (!ok) broken++;
+    prev = record.recordHash;
+  }
+  return broken;
+}
 
 const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
@@ -59,6 +77,31 @@ for (let i = 0; i < 10; i++) {
   );
 }
 
+// The gateway: an active manifest with budgets the run cannot exhaust, a mock tool, an agent key.
+const auth = { authorization: `Bearer ${token}` };
+const manifest = await post(
+  `/api/v1/orgs/${org.org_id}/manifests`,
+  {
+    version: '1.0',
+    agent: { id: 'bench-gateway', name: 'Bench', version: '1.0.0' },
+    capabilities: { requested: ['billing:read'] },
+    constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
+  },
+  auth,
+);
+await post(`/api/v1/orgs/${org.org_id}/manifests/${manifest.manifest_id}/approve`, {}, auth);
+await post(`/api/v1/orgs/${org.org_id}/tools`, { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } }, auth);
+const agentKey = (await post(`/api/v1/orgs/${org.org_id}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, auth)).key;
+const gatewayRequest = {
+  method: 'POST' as const,
+  headers: { 'content-type': 'application/json', 'x-api-key': agentKey },
+  body: JSON.stringify({ svc_id: 'bench-gateway', agent_id: 'bench-gateway', action: { type: 'billing', tool: 'read', params: { invoice: 42 } } }),
+};
+async function measurePost(name: string, url: string) {
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...gatewayRequest });
+  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
+}
+
 const rows = [
   await measure('bare node:http', `http://127.0.0.1:${barePort}/`),
   await measure('GET /healthz', `${base}/healthz`),
@@ -66,10 +109,17 @@ const rows = [
   await measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.org_id}/manifests`, {
     authorization: `Bearer ${token}`,
   }),
+  await measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`),
+  await measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`),
 ];
 const baseline = rows[0].rps;
 console.log(`database: ${db.kind}; ${CONNECTIONS} connections, ${DURATION_S} s each`);
 console.table(rows.map((r) => ({ ...r, 'ratio to bare': (r.rps / baseline).toFixed(3) })));
+
+// The chain must still verify after the run: every link and every signature.
+const chain = await db.prisma.interactionRecord.findMany({ where: { orgId: org.org_id }, orderBy: { seq: 'asc' } });
+const broken = await verifyChain(chain, app);
+console.log(`record chain: ${chain.length} records, ${broken === 0 ? 'verifies' : `${broken} broken`}`);
 
 server.close();
 bare.close();

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
 
-type Tx = Prisma.TransactionClient;
 
 export interface NewRecord {
   orgId: string;
@@ -98,10 +98,7 @@ export function createRecordService({ db, keys }: Deps) {
       try {
         // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
         const key = await keys.activeKey('record');
-        const records = await db.prisma.$transaction((tx) => appendBatch(tx, orgId, batch, key), {
-          maxWait: 10_000,
-          timeout: 30_000,
-        });
+        const records = await db.sql.transaction((tx) => appendBatch(tx, orgId, batch, key));
         batch.forEach((pending, i) => pending.resolve(records[i]));
       } catch (error) {
         batch.forEach((pending) => pending.reject(error));
@@ -110,19 +107,23 @@ export function createRecordService({ db, keys }: Deps) {
   }
 
   async function appendBatch(
-    tx: Tx,
+    tx: SqlConnection,
     orgId: string,
     batch: Pending[],
     key: Awaited<ReturnType<typeof keys.activeKey>>,
   ): Promise<InteractionRecord[]> {
-    await tx.$executeRaw`
-      INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at)
-      VALUES (${orgId}::uuid, 0, ${GENESIS_HASH}, now()) ON CONFLICT (org_id) DO NOTHING`;
-    const [head] = await tx.$queryRaw<{ seq: bigint; head_hash: string }[]>`
-      SELECT seq, head_hash FROM record_chain_heads WHERE org_id = ${orgId}::uuid FOR UPDATE`;
+    await tx.query(
+      `INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at)
+       VALUES ($1::uuid, 0, $2, now()) ON CONFLICT (org_id) DO NOTHING`,
+      [orgId, GENESIS_HASH],
+    );
+    const [head] = await tx.query<{ seq: string; head_hash: string }>(
+      'SELECT seq::text AS seq, head_hash FROM record_chain_heads WHERE org_id = $1::uuid FOR UPDATE',
+      [orgId],
+    );
     let seq = BigInt(head.seq);
     let prevHash = head.head_hash;
-    const rows: Prisma.InteractionRecordCreateManyInput[] = [];
+    const records: InteractionRecord[] = [];
     for (const { id, entry, storeParams } of batch) {
       seq += 1n;
       const createdAt = new Date();
@@ -146,7 +147,7 @@ export function createRecordService({ db, keys }: Deps) {
         key_id: key.kid,
       };
       const recordHash = recordHashOf(body);
-      rows.push({
+      records.push({
         id,
         orgId,
         seq,
@@ -156,10 +157,10 @@ export function createRecordService({ db, keys }: Deps) {
         tool: entry.tool,
         capability: entry.capability,
         paramsHash: entry.paramsHash,
-        params: storeParams && entry.params ? (entry.params as Prisma.InputJsonValue) : undefined,
+        params: storeParams && entry.params ? (entry.params as Prisma.JsonValue) : null,
         status: body.status,
         executed: entry.executed,
-        reasons: body.reasons as Prisma.InputJsonValue,
+        reasons: body.reasons as Prisma.JsonValue,
         resultHash: entry.resultHash,
         approvalId: entry.approvalId,
         prevHash,
@@ -170,11 +171,32 @@ export function createRecordService({ db, keys }: Deps) {
       });
       prevHash = recordHash;
     }
-    await tx.interactionRecord.createMany({ data: rows });
-    await tx.$executeRaw`
-      UPDATE record_chain_heads SET seq = ${seq}, head_hash = ${prevHash}, updated_at = now()
-      WHERE org_id = ${orgId}::uuid`;
-    return rows.map((row) => ({ ...row, params: row.params ?? null }) as unknown as InteractionRecord);
+    // One multi-row INSERT for the batch (19 columns a row).
+    const columns = [
+      'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
+      'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
+    ];
+    const casts: Record<string, string> = { org_id: '::uuid', seq: '::bigint', params: '::jsonb', reasons: '::jsonb', status: '::"RecordStatus"' };
+    const values: unknown[] = [];
+    const rows = records.map((r) => {
+      const row = [
+        r.id, r.orgId, r.seq.toString(), r.svcId, r.agentId, r.actionType, r.tool, r.capability, r.paramsHash,
+        r.params === null ? null : JSON.stringify(r.params), r.status, r.executed, JSON.stringify(r.reasons), r.resultHash,
+        r.approvalId, r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
+      ];
+      const placeholders = row.map((value, i) => {
+        values.push(value);
+        return `$${values.length}${casts[columns[i]] ?? ''}`;
+      });
+      return `(${placeholders.join(', ')})`;
+    });
+    await tx.query(`INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')}`, values);
+    await tx.query('UPDATE record_chain_heads SET seq = $2::bigint, head_hash = $3, updated_at = now() WHERE org_id = $1::uuid', [
+      orgId,
+      seq.toString(),
+      prevHash,
+    ]);
+    return records;
   }
 
   async function get(orgId: string, recordId: string) {
