@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { GraphQLError } from 'graphql';
 import { createYoga, type YogaServerInstance } from 'graphql-yoga';
@@ -75,6 +76,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       },
     },
     plugins: [
+      // Compiled resolvers for repeated operations (the REST facade's are fixed documents).
+      useGraphQlJit(),
       useRequestLifecycle({ logger, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
       {
         async onRequest({ url, endResponse }) {

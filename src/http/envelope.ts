@@ -36,7 +36,8 @@ const variablePattern = /Variable "\$([A-Za-z0-9_]+)"/;
 /** Classifies whatever SOFA or GraphQL execution produced. */
 export function toWireError(error: unknown): WireError {
   if (error instanceof GraphQLError) {
-    const extensions = error.extensions as {
+    // graphql-jit's coercion errors carry no extensions object at all.
+    const extensions = (error.extensions ?? {}) as {
       code?: string;
       details?: Record<string, unknown>;
       http?: { status?: number; headers?: Record<string, string> };
