@@ -367,3 +367,48 @@ test('a manifest of the same agent id in another org is never used', async () =>
   expect(codes(response.body)).toEqual(['MANIFEST_NOT_ACTIVE', 'CAPABILITY_NOT_APPROVED', 'TOOL_NOT_CONFIGURED']);
   expect(response.body.decision).toBe('deny');
 });
+
+describe('caches', () => {
+  const waitFor = async (check: () => Promise<boolean>, ms: number) => {
+    const until = Date.now() + ms;
+    while (Date.now() < until) {
+      if (await check()) return true;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return false;
+  };
+
+  test('a write made by another process (version bump only) reaches this process within one second', async () => {
+    const org = await signUp(t);
+    const agent = await readyAgent(t, org);
+    expect((await execute(t, agent)).body.decision).toBe('allow');
+    // Another process suspends the manifest and deletes the key: its transaction bumps the version;
+    // nothing in this process is told.
+    await t.database.db.sql.transaction(async (tx) => {
+      await tx.query("UPDATE manifests SET status = 'suspended' WHERE id = $1", [agent.manifestId]);
+      await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
+    });
+    const started = Date.now();
+    const suspended = await waitFor(async () => codes((await evaluate(t, agent)).body).includes('MANIFEST_NOT_ACTIVE'), 1000);
+    expect(suspended).toBe(true);
+    expect(Date.now() - started).toBeLessThan(1000);
+
+    await t.database.db.sql.transaction(async (tx) => {
+      await tx.query('DELETE FROM api_keys WHERE org_id = $1', [org.orgId]);
+      await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
+    });
+    const refused = await waitFor(async () => (await evaluate(t, agent)).status === 401, 1000);
+    expect(refused).toBe(true);
+  });
+
+  test('writes through the API take effect at once in the writing process', async () => {
+    const org = await signUp(t);
+    const agent = await readyAgent(t, org);
+    expect((await execute(t, agent)).body.decision).toBe('allow');
+    await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${agent.manifestId}/suspend`, {
+      token: org.adminToken,
+      body: { reason: 'now' },
+    });
+    expect(codes((await execute(t, agent)).body)).toEqual(['MANIFEST_NOT_ACTIVE']);
+  });
+});
