@@ -78,6 +78,18 @@ export function publicConfig(tool: Tool): Record<string, unknown> {
 }
 
 export function createToolService({ db }: Deps) {
+  /** The stored columns of a validated tool, shared by create and update. */
+  function columns(input: ToolInput, existing?: Tool) {
+    const { actionType, connector, config } = validate(input, existing);
+    return {
+      actionType,
+      connector,
+      config: config.stored as Prisma.InputJsonValue,
+      secret: config.secret,
+      allowPrivateNetwork: config.allowPrivate,
+    };
+  }
+
   function validate(input: ToolInput, existing?: Tool) {
     const errors = new FieldErrors();
     const actionType = input.action_type ?? existing?.actionType;
@@ -95,20 +107,11 @@ export function createToolService({ db }: Deps) {
   }
 
   async function create(orgId: string, input: ToolInput, actor: Principal) {
-    const { actionType, connector, config } = validate(input);
+    const data = columns(input);
+    const { actionType, connector } = data;
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const tool = await tx.tool.create({
-          data: {
-            id: newToolId(),
-            orgId,
-            actionType,
-            connector,
-            config: config.stored as Prisma.InputJsonValue,
-            secret: config.secret,
-            allowPrivateNetwork: config.allowPrivate,
-          },
-        });
+        const tool = await tx.tool.create({ data: { id: newToolId(), orgId, ...data } });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.created',
           targetType: 'tool',
@@ -136,19 +139,11 @@ export function createToolService({ db }: Deps) {
 
   async function update(orgId: string, toolId: string, input: ToolInput, actor: Principal) {
     const existing = await get(orgId, toolId);
-    const { actionType, connector, config } = validate(input, existing);
+    const data = columns(input, existing);
+    const { actionType } = data;
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const tool = await tx.tool.update({
-          where: { id: existing.id },
-          data: {
-            actionType,
-            connector,
-            config: config.stored as Prisma.InputJsonValue,
-            secret: config.secret,
-            allowPrivateNetwork: config.allowPrivate,
-          },
-        });
+        const tool = await tx.tool.update({ where: { id: existing.id }, data });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.updated',
           targetType: 'tool',
