@@ -1,11 +1,11 @@
+import type { FieldError } from '../../errors.js';
+import type { ManifestEvent } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { bodySchemas } from '../../http/openapi.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
-import { OrganizationRef } from '../org/org.types.js';
-import { UserRef } from '../user/user.types.js';
 import type { ManifestDocument } from './manifest-document.js';
 import { manifestPayloadSchema } from './manifest-payload.schema.js';
 import { documentOf, type TransitionName } from './manifest.service.js';
@@ -124,22 +124,22 @@ for (const ref of [ManifestRef, ManifestSummary] as const) {
 
 const ManifestList = listType('ManifestList', ManifestSummary);
 
-const ManifestHistory = builder.objectRef<{ items: unknown[] }>('ManifestHistory').implement({
-  fields: (t) => ({ items: t.field({ type: [ManifestHistoryEntry], resolve: (h) => h.items as never }) }),
+const ManifestHistory = builder.objectRef<{ items: ManifestEvent[] }>('ManifestHistory').implement({
+  fields: (t) => ({ items: t.field({ type: [ManifestHistoryEntry], resolve: (h) => h.items }) }),
 });
 
-const FieldProblem = builder.objectRef<{ field: string; message: string }>('FieldProblem').implement({
+const FieldProblem = builder.objectRef<FieldError>('FieldProblem').implement({
   fields: (t) => ({ field: t.exposeString('field'), message: t.exposeString('message') }),
 });
 
 const ManifestValidation = builder
-  .objectRef<{ valid: boolean; manifest_hash: string | null; errors: unknown[]; warnings: unknown[] }>('ManifestValidation')
+  .objectRef<{ valid: boolean; manifest_hash: string | null; errors: FieldError[]; warnings: FieldError[] }>('ManifestValidation')
   .implement({
     fields: (t) => ({
       valid: t.exposeBoolean('valid'),
       manifest_hash: t.exposeString('manifest_hash', { nullable: true, description: 'Set when valid.' }),
-      errors: t.field({ type: [FieldProblem], resolve: (v) => v.errors as never }),
-      warnings: t.field({ type: [FieldProblem], resolve: (v) => v.warnings as never }),
+      errors: t.field({ type: [FieldProblem], resolve: (v) => v.errors }),
+      warnings: t.field({ type: [FieldProblem], resolve: (v) => v.warnings }),
     }),
   });
 
@@ -176,7 +176,6 @@ builder.prismaObjectField('Organization', 'manifests', (t) =>
     resolve: (org, args, ctx) => ctx.services.manifests.list(org.id, args, {}, principalOf(ctx)),
   }),
 );
-void OrganizationRef;
 
 builder.queryField('validate_manifest', (t) =>
   t.field({
@@ -307,4 +306,3 @@ transitionField('suspend', 'reason', 'Suspend an active manifest');
 transitionField('reactivate', 'notes', 'Reactivate a suspended manifest');
 transitionField('revoke', 'reason', 'Revoke a manifest for good');
 
-void UserRef;
