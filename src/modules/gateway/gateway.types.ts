@@ -50,36 +50,34 @@ const decisionArgs = builder.args((t) => ({
   approval_id: t.string({ description: 'An approved human approval for this exact action.' }),
 }));
 
-builder.mutationField('gateway_execute', (t) =>
-  t.field({
-    type: GatewayDecisionRef,
-    description: 'Decide, count the budget, execute through the org tool connector and record.',
-    args: decisionArgs,
-    authScopes: { own: 'gateway:execute' },
-    resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, 'execute', ctx.state),
-  }),
-);
-restRoute('Mutation.gateway_execute', {
-  method: 'POST',
-  path: '/gateway/execute',
-  tag: 'Gateway',
-  summary: 'Execute an agent action if policy allows it',
-  auth: ['apiKey'],
-});
+/** Execute and evaluate are one decision; the mode says whether it counts, asks, executes and records. */
+function decisionRoute(
+  mode: 'execute' | 'evaluate',
+  description: string,
+  summary: string,
+  auth: ReadonlyArray<'apiKey' | 'bearer'>,
+) {
+  builder.mutationField(`gateway_${mode}`, (t) =>
+    t.field({
+      type: GatewayDecisionRef,
+      description,
+      args: decisionArgs,
+      authScopes: { own: `gateway:${mode}` },
+      resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, mode, ctx.state),
+    }),
+  );
+  restRoute(`Mutation.gateway_${mode}`, { method: 'POST', path: `/gateway/${mode}`, tag: 'Gateway', summary, auth });
+}
 
-builder.mutationField('gateway_evaluate', (t) =>
-  t.field({
-    type: GatewayDecisionRef,
-    description: 'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
-    args: decisionArgs,
-    authScopes: { own: 'gateway:evaluate' },
-    resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, 'evaluate', ctx.state),
-  }),
+decisionRoute(
+  'execute',
+  'Decide, count the budget, execute through the org tool connector and record.',
+  'Execute an agent action if policy allows it',
+  ['apiKey'],
 );
-restRoute('Mutation.gateway_evaluate', {
-  method: 'POST',
-  path: '/gateway/evaluate',
-  tag: 'Gateway',
-  summary: 'Dry-run the decision for an agent action',
-  auth: ['apiKey', 'bearer'],
-});
+decisionRoute(
+  'evaluate',
+  'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
+  'Dry-run the decision for an agent action',
+  ['apiKey', 'bearer'],
+);
