@@ -1,7 +1,9 @@
 // Throughput of the service against a bare node:http server on the same machine, measured in one
 // run so that only ratios matter. `npm run bench` (PGlite), or with DATABASE_URL for PostgreSQL.
 // Later issues add the gateway's evaluate and execute routes here.
+import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
+import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import autocannon from 'autocannon';
 import { createApp } from '../src/app.js';
@@ -29,14 +31,37 @@ async function verifyChain(chain: InteractionRecord[], app: ReturnType<typeof cr
 
 const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+// The load generator runs in a worker thread so that it does not share the service's event loop.
+// BENCH_WORKERS=1 runs the load generator in a worker thread instead (bare then gains more than the service).
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 0);
+// BENCH_ONLY=evaluate (a substring of a row name) measures just the bare server and the matching rows, for profiling.
+const ONLY = process.env.BENCH_ONLY;
 
 const listen = (server: Server) =>
   new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
 
 async function measure(name: string, url: string, headers: Record<string, string> = {}) {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers });
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, ...(WORKERS ? { workers: WORKERS } : {}) });
   const errors = result.errors + result.non2xx;
   return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors };
+}
+
+// BENCH_PROFILE=<dir> writes a CPU profile of each measured service row (not of the bare server).
+const PROFILE_DIR = process.env.BENCH_PROFILE;
+async function profiled<T>(name: string, run: () => Promise<T>): Promise<T> {
+  if (!PROFILE_DIR) return run();
+  const session = new Session();
+  session.connect();
+  const post = <R>(method: string, params?: object) =>
+    new Promise<R>((resolve, reject) => session.post(method, params, (error, result) => (error ? reject(error) : resolve(result as R))));
+  await post('Profiler.enable');
+  await post('Profiler.start');
+  const result = await run();
+  const { profile } = await post<{ profile: object }>('Profiler.stop');
+  await mkdir(PROFILE_DIR, { recursive: true });
+  await writeFile(`${PROFILE_DIR}/${name.replace(/[^a-z0-9]+/gi, '-')}.cpuprofile`, JSON.stringify(profile));
+  session.disconnect();
+  return result;
 }
 
 const bare = createServer((_req, res) => {
@@ -98,20 +123,26 @@ const gatewayRequest = {
   body: JSON.stringify({ svc_id: 'bench-gateway', agent_id: 'bench-gateway', action: { type: 'billing', tool: 'read', params: { invoice: 42 } } }),
 };
 async function measurePost(name: string, url: string) {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...gatewayRequest });
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...gatewayRequest, ...(WORKERS ? { workers: WORKERS } : {}) });
   return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
 }
 
-const rows = [
-  await measure('bare node:http', `http://127.0.0.1:${barePort}/`),
-  await measure('GET /healthz', `${base}/healthz`),
-  await measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, { authorization: `Bearer ${token}` }),
-  await measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.org_id}/manifests`, {
-    authorization: `Bearer ${token}`,
-  }),
-  await measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`),
-  await measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`),
+const scenarios: [string, () => ReturnType<typeof measure>][] = [
+  ['bare node:http', () => measure('bare node:http', `http://127.0.0.1:${barePort}/`)],
+  ['GET /healthz', () => measure('GET /healthz', `${base}/healthz`)],
+  ['GET /api/v1/orgs/{id} (bearer)', () => measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, auth)],
+  [
+    'GET /api/v1/orgs/{id}/manifests, 10 items (bearer)',
+    () => measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.org_id}/manifests`, auth),
+  ],
+  ['POST /api/v1/gateway/evaluate', () => measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`)],
+  ['POST /api/v1/gateway/execute (+ record)', () => measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`)],
 ];
+const rows = [];
+for (const [name, run] of scenarios) {
+  if (ONLY && name !== 'bare node:http' && !name.includes(ONLY)) continue;
+  rows.push(name === 'bare node:http' ? await run() : await profiled(name, run));
+}
 const baseline = rows[0].rps;
 console.log(`database: ${db.kind}; ${CONNECTIONS} connections, ${DURATION_S} s each`);
 console.table(rows.map((r) => ({ ...r, 'ratio to bare': (r.rps / baseline).toFixed(3) })));

@@ -20,6 +20,7 @@ import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import type { AuthState } from './modules/auth/authenticate.js';
 import { createServices, type Services } from './services.js';
+import { Response } from './http/fetch-api.js';
 
 export const packageVersion: string = JSON.parse(
   readFileSync(new URL('../package.json', import.meta.url), 'utf8'),

@@ -169,6 +169,11 @@ describe('budgets', () => {
     expect(await recordCount(org.orgId)).toBe(before + 1);
     const list = await t.request('GET', '/api/v1/records?status=denied', { token: org.adminToken });
     expect(list.body.items[0].reasons[0].code).toBe('POLICY_VIOLATION');
+    // The refused action was counted against the day first and given back in the same statement.
+    const [day] = await t.database.db.sql.query<{ count: number }>('SELECT count FROM rate_counters WHERE bucket = $1', [
+      `budget:day:${org.orgId}:${agent.svcId}`,
+    ]);
+    expect(day.count).toBe(2);
   });
 
   test('50 concurrent executes against a budget of 20 allow exactly 20', async () => {

@@ -64,8 +64,8 @@ function postgresDriver(pool: pg.Pool): SqlDriver {
     async exec(script) {
       await client.query(script);
     },
-    async query<Row>(text: string, params: unknown[] = []) {
-      return (await client.query(text, params)).rows as Row[];
+    async query<Row>(text: string, params: unknown[] = [], prepared?: string) {
+      return (await client.query(prepared ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
     },
   });
   return {

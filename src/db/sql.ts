@@ -5,7 +5,11 @@
 export interface SqlDriver {
   /** Runs a script of one or more statements without parameters. */
   exec(script: string): Promise<void>;
-  query<Row = Record<string, unknown>>(text: string, params?: unknown[]): Promise<Row[]>;
+  /**
+   * `prepared` names a statement run on every gateway call: PostgreSQL parses and plans it once
+   * per connection instead of on every call (PGlite ignores the name).
+   */
+  query<Row = Record<string, unknown>>(text: string, params?: unknown[], prepared?: string): Promise<Row[]>;
   /** Runs `work` on one connection, so session state (locks) holds across its statements. */
   withConnection<T>(work: (conn: SqlConnection) => Promise<T>): Promise<T>;
   /**

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { Response } from './fetch-api.js';
 
 /**
  * Swagger UI at /docs and ReDoc at /redoc, with their assets served from the npm packages so the

@@ -1,5 +1,6 @@
 import { GraphQLError } from 'graphql';
 import { AppError, authErrorCodes, errorStatus, type ErrorCode, type FieldError } from '../errors.js';
+import { Response } from './fetch-api.js';
 
 /**
  * The one place that turns errors into the two REST wire envelopes of decisions.md:

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Plugin } from 'graphql-yoga';
 import { errorResponse, wireError } from './envelope.js';
 import { newRequestState, runWithRequest, type RequestState } from './request-state.js';
+import { Request, Response } from './fetch-api.js';
 
 export interface ServerContext {
   state: RequestState;

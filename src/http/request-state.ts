@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import type { AuthState } from '../modules/auth/authenticate.js';
+import { Headers } from './fetch-api.js';
 
 /**
  * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied

@@ -124,7 +124,7 @@ export function useRestFacade(
 ): Plugin<{}, ServerContext>[] {
   let routes: CompiledRoute[] | undefined;
   const guard: Plugin<{}, ServerContext> = {
-    async onRequest({ request, url, serverContext, endResponse, setRequest }) {
+    async onRequest({ request, url, serverContext, endResponse, setRequest, fetchAPI }) {
       if (url.pathname !== REST_BASE_PATH && !url.pathname.startsWith(`${REST_BASE_PATH}/`)) return;
       routes ??= compile(schema);
       const onPath = routes.filter((r) => r.pattern.test(url.pathname));
@@ -179,7 +179,8 @@ export function useRestFacade(
       const clean = new URL(url);
       clean.search = '';
       const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
-      setRequest(new Request(clean, { method: request.method, headers: request.headers, body: body || null }));
+      // The server's own Request class: Node's global (undici) Request costs ~7% of a gateway call.
+      setRequest(new fetchAPI.Request(clean, { method: request.method, headers: request.headers, body: body || null }));
     },
   };
   const sofa = useSofa({

@@ -22,10 +22,14 @@ export interface RequestOptions {
   clientAddress?: string;
 }
 
-export interface TestApp {
+/** Anything the fixtures can call: the in-process app, or a service process on a real port. */
+export interface TestClient {
+  request<T = any>(method: string, path: string, options?: RequestOptions): Promise<TestResponse<T>>;
+}
+
+export interface TestApp extends TestClient {
   app: App;
   database: TestDatabase;
-  request<T = any>(method: string, path: string, options?: RequestOptions): Promise<TestResponse<T>>;
   graphql<T = any>(query: string, variables?: Record<string, unknown>, options?: RequestOptions): Promise<TestResponse<T>>;
   close(): Promise<void>;
 }

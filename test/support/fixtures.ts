@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { TestApp } from './app.js';
+import type { TestClient } from './app.js';
 
 export const PASSWORD = 'correct horse battery staple';
 
@@ -13,7 +13,7 @@ export interface OrgFixture {
 
 const unique = () => randomBytes(4).toString('hex');
 
-export async function signUp(t: TestApp, prefix = 'org'): Promise<OrgFixture> {
+export async function signUp(t: TestClient, prefix = 'org'): Promise<OrgFixture> {
   const slug = `${prefix}-${unique()}`;
   const adminEmail = `admin@${slug}.example`;
   const created = await t.request('POST', '/api/v1/orgs', {
@@ -24,14 +24,14 @@ export async function signUp(t: TestApp, prefix = 'org'): Promise<OrgFixture> {
   return { orgId: created.body.org_id, slug, adminEmail, adminToken, adminUserId: created.body.admin_user.user_id };
 }
 
-export async function login(t: TestApp, email: string, password = PASSWORD): Promise<string> {
+export async function login(t: TestClient, email: string, password = PASSWORD): Promise<string> {
   const response = await t.request('POST', '/api/v1/auth/login', { body: { email, password } });
   if (response.status !== 200) throw new Error(`login failed: ${response.status} ${response.text}`);
   return response.body.access_token;
 }
 
 /** A user with the role, logged in. */
-export async function addUser(t: TestApp, org: OrgFixture, role: 'admin' | 'operator' | 'viewer') {
+export async function addUser(t: TestClient, org: OrgFixture, role: 'admin' | 'operator' | 'viewer') {
   const email = `${role}-${unique()}@${org.slug}.example`;
   const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/users`, {
     token: org.adminToken,
@@ -41,7 +41,7 @@ export async function addUser(t: TestApp, org: OrgFixture, role: 'admin' | 'oper
   return { userId: created.body.user_id as string, email, token: await login(t, email) };
 }
 
-export async function createKey(t: TestApp, org: OrgFixture, scopes: string[], extra: Record<string, unknown> = {}) {
+export async function createKey(t: TestClient, org: OrgFixture, scopes: string[], extra: Record<string, unknown> = {}) {
   const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/api-keys`, {
     token: org.adminToken,
     body: { name: `key ${unique()}`, scopes, ...extra },
@@ -65,7 +65,7 @@ export type ManifestState = 'pending' | 'active' | 'suspended';
 
 /** Registers a manifest through the API and walks it to `state`. */
 export async function createManifest(
-  t: TestApp,
+  t: TestClient,
   org: OrgFixture,
   state: ManifestState = 'pending',
   payload: Record<string, unknown> = manifestPayload(),

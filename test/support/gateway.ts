@@ -1,4 +1,4 @@
-import type { TestApp } from './app.js';
+import type { TestClient } from './app.js';
 import { createKey, createManifest, manifestPayload, type OrgFixture } from './fixtures.js';
 
 export interface AgentFixture {
@@ -9,7 +9,7 @@ export interface AgentFixture {
 
 /** An org agent ready for the gateway: active manifest, a mock tool for `billing`, an execute key. */
 export async function readyAgent(
-  t: TestApp,
+  t: TestClient,
   org: OrgFixture,
   options: { constraints?: Record<string, unknown>; capabilities?: string[]; tool?: boolean; scopes?: string[] } = {},
 ): Promise<AgentFixture> {
@@ -38,8 +38,8 @@ export const actionBody = (agent: AgentFixture, tool = 'read', params: Record<st
   action: { type: 'billing', tool, params },
 });
 
-export const execute = (t: TestApp, agent: AgentFixture, body: unknown = actionBody(agent)) =>
+export const execute = (t: TestClient, agent: AgentFixture, body: unknown = actionBody(agent)) =>
   t.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body });
 
-export const evaluate = (t: TestApp, agent: AgentFixture, body: unknown = actionBody(agent)) =>
+export const evaluate = (t: TestClient, agent: AgentFixture, body: unknown = actionBody(agent)) =>
   t.request('POST', '/api/v1/gateway/evaluate', { apiKey: agent.key, body });

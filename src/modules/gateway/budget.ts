@@ -32,6 +32,7 @@ export async function peekBudget(sql: SqlDriver, orgId: string, svcId: string, l
     `SELECT bucket, count FROM rate_counters
      WHERE (bucket = $1 AND window_start = $2) OR (bucket = $3 AND window_start = $4)`,
     [names.hour, hour.start, names.day, day.start],
+    'peek_budget',
   );
   const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
   return {
@@ -44,22 +45,19 @@ export type BudgetOutcome =
   | { ok: true; state: BudgetState }
   | { ok: false; exceeded: 'day' | 'hour'; state: BudgetState };
 
-async function take(tx: SqlConnection, bucket: string, window: Window, limit: number): Promise<number | undefined> {
-  const rows = await tx.query<{ count: number }>(
-    `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, 1)
-     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
-     WHERE rate_counters.count < $3
-     RETURNING count`,
-    [bucket, window.start, limit],
-  );
-  return rows[0]?.count;
-}
-
 /**
- * Counts one allowed action against the day and the hour inside `tx`. When either is exhausted
- * nothing is counted: the caller rolls the transaction back.
+ * Counts one allowed action against the day and the hour, in one statement (the `take_budget`
+ * function of the migrations): the counter rows of an agent, which every execute updates, are
+ * locked only for that statement. When either is exhausted nothing is counted. `conn` is the
+ * driver itself (the statement is its own transaction) or a transaction that also uses a token
+ * or an approval.
  */
-export async function takeBudget(tx: SqlConnection, orgId: string, svcId: string, limits: BudgetLimits): Promise<BudgetOutcome> {
+export async function takeBudget(
+  conn: SqlConnection,
+  orgId: string,
+  svcId: string,
+  limits: BudgetLimits,
+): Promise<BudgetOutcome> {
   const hour = fixedWindow(3600);
   const day = fixedWindow(86400);
   const names = buckets(orgId, svcId);
@@ -67,11 +65,12 @@ export async function takeBudget(tx: SqlConnection, orgId: string, svcId: string
     hour: { limit: limits.maxActionsPerHour, current: hourCount, window: hour },
     day: { limit: limits.maxActionsPerDay, current: dayCount, window: day },
   });
-  const dayCount = await take(tx, names.day, day, limits.maxActionsPerDay);
-  if (dayCount === undefined) return { ok: false, exceeded: 'day', state: state(limits.maxActionsPerDay, 0) };
-  const hourCount = await take(tx, names.hour, hour, limits.maxActionsPerHour);
-  if (hourCount === undefined) {
-    return { ok: false, exceeded: 'hour', state: state(dayCount - 1, limits.maxActionsPerHour) };
-  }
-  return { ok: true, state: state(dayCount, hourCount) };
+  const [counts] = await conn.query<{ day_count: number | null; hour_count: number | null }>(
+    'SELECT day_count, hour_count FROM take_budget($1, $2, $3, $4, $5, $6)',
+    [names.day, day.start, limits.maxActionsPerDay, names.hour, hour.start, limits.maxActionsPerHour],
+    'take_budget',
+  );
+  if (counts.day_count === null) return { ok: false, exceeded: 'day', state: state(limits.maxActionsPerDay, 0) };
+  if (counts.hour_count === null) return { ok: false, exceeded: 'hour', state: state(counts.day_count, limits.maxActionsPerHour) };
+  return { ok: true, state: state(counts.day_count, counts.hour_count) };
 }

@@ -1,3 +1,4 @@
+import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
@@ -216,8 +217,8 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
     }
     let budget: BudgetState;
     try {
-      budget = await db.sql.transaction(async (tx) => {
-        const outcome = await takeBudget(tx, orgId, svcId, limits!);
+      const count = async (conn: SqlConnection) => {
+        const outcome = await takeBudget(conn, orgId, svcId, limits!);
         if (!outcome.ok) {
           if (outcome.exceeded === 'day') throw new Refused(budgetReason(outcome.state), outcome.state);
           throw new Refused(
@@ -229,13 +230,18 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
             outcome.state,
           );
         }
+        return outcome.state;
+      };
+      // Without a token or an approval to use, the budget statement is the whole transaction.
+      budget = !tokenId && !approvalToConsume ? await count(db.sql) : await db.sql.transaction(async (tx) => {
+        const state = await count(tx);
         if (tokenId && !(await tokens.use(tx, tokenId))) {
           throw new Refused({ code: 'CAPABILITY_TOKEN_INVALID', message: 'The capability token was used up or revoked meanwhile' });
         }
         if (approvalToConsume && !(await approvals.consume(tx, approvalToConsume, actionHash))) {
           throw new Refused({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' });
         }
-        return outcome.state;
+        return state;
       });
     } catch (error) {
       if (!(error instanceof Refused)) throw error;

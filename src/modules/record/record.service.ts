@@ -112,14 +112,14 @@ export function createRecordService({ db, keys }: Deps) {
     batch: Pending[],
     key: Awaited<ReturnType<typeof keys.activeKey>>,
   ): Promise<InteractionRecord[]> {
-    await tx.query(
-      `INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at)
-       VALUES ($1::uuid, 0, $2, now()) ON CONFLICT (org_id) DO NOTHING`,
-      [orgId, GENESIS_HASH],
-    );
+    // Creates the org's head on its first record and locks it, in one statement: a no-op update
+    // of an existing head takes the row lock like SELECT … FOR UPDATE.
     const [head] = await tx.query<{ seq: string; head_hash: string }>(
-      'SELECT seq::text AS seq, head_hash FROM record_chain_heads WHERE org_id = $1::uuid FOR UPDATE',
-      [orgId],
+      `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, 0, $2, now())
+       ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
+       RETURNING h.seq::text AS seq, h.head_hash`,
+      [orgId, GENESIS_HASH],
+      'lock_chain_head',
     );
     let seq = BigInt(head.seq);
     let prevHash = head.head_hash;
@@ -171,7 +171,6 @@ export function createRecordService({ db, keys }: Deps) {
       });
       prevHash = recordHash;
     }
-    // One multi-row INSERT for the batch (19 columns a row).
     const columns = [
       'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
       'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
@@ -190,12 +189,14 @@ export function createRecordService({ db, keys }: Deps) {
       });
       return `(${placeholders.join(', ')})`;
     });
-    await tx.query(`INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')}`, values);
-    await tx.query('UPDATE record_chain_heads SET seq = $2::bigint, head_hash = $3, updated_at = now() WHERE org_id = $1::uuid', [
-      orgId,
-      seq.toString(),
-      prevHash,
-    ]);
+    // The batch and the new head in one statement.
+    values.push(orgId, seq.toString(), prevHash);
+    const n = values.length;
+    await tx.query(
+      `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')})
+       UPDATE record_chain_heads SET seq = $${n - 1}::bigint, head_hash = $${n}, updated_at = now() WHERE org_id = $${n - 2}::uuid`,
+      values,
+    );
     return records;
   }
 

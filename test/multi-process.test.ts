@@ -1,0 +1,86 @@
+/**
+ * Several gateway processes on one PostgreSQL database, as in production: two real service
+ * processes (separate OS processes, connection pools and caches) share budgets exactly, append to
+ * one unforked record chain, and see each other's configuration changes within a second.
+ *
+ * PostgreSQL only: embedded PGlite is a single-process database.
+ */
+import { createTestDatabase, backend, type TestDatabase } from './support/database.js';
+import { createKey, signUp } from './support/fixtures.js';
+import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
+import { killAllServices, startReadyService, type Service } from './support/service-process.js';
+
+const describeOnPostgres = backend === 'postgresql' ? describe : describe.skip;
+
+describeOnPostgres('two gateway processes on one PostgreSQL', () => {
+  let database: TestDatabase;
+  let first: Service;
+  let second: Service;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    [first, second] = await Promise.all([
+      startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn' } }),
+      startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn' } }),
+    ]);
+  }, 120_000);
+
+  afterAll(async () => {
+    await killAllServices();
+    await database?.close();
+  }, 30_000);
+
+  test('60 concurrent executes spread over both processes against a budget of 20 allow exactly 20, in one chain', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org, { constraints: { max_actions_per_hour: 20, max_actions_per_day: 20 } });
+    // Both processes load the manifest, tool and key first (evaluate counts nothing), so neither starts late.
+    for (const service of [first, second]) expect((await evaluate(service, agent)).body.decision).toBe('allow');
+    const results = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => execute(i % 2 ? second : first, agent, actionBody(agent, 'read', { i }))),
+    );
+    expect(results.map((r) => r.status)).toEqual(Array(60).fill(200));
+    const allowed = results.filter((r) => r.body.decision === 'allow');
+    expect(allowed).toHaveLength(20);
+    // Both processes allowed some: the count really was shared, not decided by one of them.
+    expect(new Set(allowed.map((r) => results.indexOf(r) % 2)).size).toBe(2);
+    expect(results.filter((r) => r.body.reasons?.[0]?.code === 'BUDGET_EXCEEDED')).toHaveLength(40);
+
+    const chain = await database.db.sql.query<{ seq: string; prev_hash: string; record_hash: string }>(
+      'SELECT seq::text AS seq, prev_hash, record_hash FROM interaction_records WHERE org_id = $1 ORDER BY interaction_records.seq',
+      [org.orgId],
+    );
+    expect(chain).toHaveLength(60);
+    chain.forEach((row, i) => {
+      expect(Number(row.seq)).toBe(i + 1);
+      if (i > 0) expect(row.prev_hash).toBe(chain[i - 1].record_hash);
+    });
+  }, 60_000);
+
+  test('a manifest suspended and a key deleted through one process stop working on the other within a second', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    // The other process has the manifest and the key in its caches.
+    expect((await execute(second, agent)).body.decision).toBe('allow');
+
+    const suspended = await first.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${agent.manifestId}/suspend`, {
+      token: org.adminToken,
+      body: { reason: 'incident' },
+    });
+    expect(suspended.status).toBe(200);
+    const suspendedAt = Date.now();
+    // Every request below starts within the second after the change.
+    let decision = await execute(second, agent);
+    while (decision.body.reasons?.[0]?.code !== 'MANIFEST_NOT_ACTIVE' && Date.now() - suspendedAt < 1000) {
+      decision = await execute(second, agent);
+    }
+    expect(decision.body.reasons?.[0]?.code).toBe('MANIFEST_NOT_ACTIVE');
+
+    const { key, keyId } = await createKey(first, org, ['logs:read']);
+    expect((await second.request('GET', '/api/v1/records', { apiKey: key })).status).toBe(200);
+    expect((await first.request('DELETE', `/api/v1/orgs/${org.orgId}/api-keys/${keyId}`, { token: org.adminToken })).status).toBe(204);
+    const deletedAt = Date.now();
+    let status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
+    while (status !== 401 && Date.now() - deletedAt < 1000) status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
+    expect(status).toBe(401);
+  }, 60_000);
+});

@@ -1,0 +1,168 @@
+/**
+ * The real service as a child process on a real port (`src/main.ts` through tsx), for tests that
+ * need separate OS processes: restarts on one data directory, several gateways on one PostgreSQL.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import type { RequestOptions, TestClient, TestResponse } from './app.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const READY_TIMEOUT_MS = 60_000;
+const EXIT_TIMEOUT_MS = 20_000;
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+export interface Service extends TestClient {
+  child: ChildProcess;
+  port: number;
+  base: string;
+  logs: LogLine[];
+  stdout: string[];
+  stderr: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Child output, for failure messages. */
+  output(): string;
+}
+
+export interface ServiceOptions {
+  /** Embedded PGlite in this directory … */
+  dataDir?: string;
+  /** … or this PostgreSQL database. */
+  databaseUrl?: string;
+  env?: Record<string, string>;
+}
+
+const running = new Set<Service>();
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      if (!address || typeof address === 'string') return reject(new Error('no port'));
+      server.close(() => resolve(address.port));
+    });
+  });
+}
+
+export function startService(port: number, options: ServiceOptions): Service {
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...options.env };
+  delete env.DATABASE_URL;
+  delete env.DATA_DIR;
+  delete env.PUBLIC_URL;
+  // Jest's --experimental-vm-modules is not for the child.
+  delete env.NODE_OPTIONS;
+  if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
+  if (options.dataDir) env.DATA_DIR = options.dataDir;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: LogLine[] = [];
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  let pending = '';
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (chunk: string) => {
+    pending += chunk;
+    const lines = pending.split('\n');
+    pending = lines.pop()!;
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      stdout.push(line);
+      try {
+        logs.push(JSON.parse(line));
+      } catch {
+        // Not a log line; kept in stdout for diagnostics.
+      }
+    }
+  });
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', (chunk: string) => stderr.push(chunk));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const service: Service = {
+    child,
+    port,
+    base,
+    logs,
+    stdout,
+    stderr,
+    exited,
+    output: () => `--- stdout ---\n${[...stdout, pending].join('\n')}\n--- stderr ---\n${stderr.join('')}`,
+    request: (method, path, requestOptions) => httpRequest(base, method, path, requestOptions),
+  };
+  running.add(service);
+  void exited.then(() => running.delete(service));
+  return service;
+}
+
+/** Polls /readyz until 200; fails early if the child exits, and after READY_TIMEOUT_MS. */
+export async function waitReady(service: Service): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  void service.exited.then((e) => (exit = e));
+  let last = 'no response';
+  while (Date.now() < deadline) {
+    if (exit) throw new Error(`service exited (code ${exit.code}, signal ${exit.signal}) before ready\n${service.output()}`);
+    try {
+      const response = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2000) });
+      if (response.status === 200) return;
+      last = `${response.status} ${await response.text()}`;
+    } catch (error) {
+      last = String(error);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`service not ready after ${READY_TIMEOUT_MS} ms (last: ${last})\n${service.output()}`);
+}
+
+export async function startReadyService(options: ServiceOptions): Promise<Service> {
+  const service = startService(await freePort(), options);
+  await waitReady(service);
+  return service;
+}
+
+export async function waitExit(service: Service, timeoutMs = EXIT_TIMEOUT_MS) {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`service did not exit within ${timeoutMs} ms\n${service.output()}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([service.exited, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export async function killAllServices() {
+  const all = [...running];
+  for (const service of all) service.child.kill('SIGKILL');
+  await Promise.all(all.map((service) => service.exited));
+}
+
+async function httpRequest<T>(base: string, method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
+  const headers: Record<string, string> = { ...options.headers };
+  let body: string | undefined;
+  if (options.body !== undefined) {
+    body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  if (options.apiKey) headers['x-api-key'] = options.apiKey;
+  const response = await fetch(`${base}${path}`, { method, headers, body, signal: AbortSignal.timeout(30_000) });
+  const text = await response.text();
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, headers: response.headers, body: parsed as T, text };
+}
