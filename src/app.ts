@@ -110,6 +110,10 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     ]).catch((error) => logger.warn({ err: error }, 'maintenance failed'));
   }, MAINTENANCE_INTERVAL_MS);
   maintenance.unref();
+  const approvalSweep = setInterval(() => {
+    services.approvals.expireDue().catch((error) => logger.warn({ err: error }, 'approval expiry sweep failed'));
+  }, env.approvalSweepSeconds * 1000);
+  approvalSweep.unref();
 
   return {
     yoga,
@@ -120,6 +124,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     },
     stop: () => {
       clearInterval(maintenance);
+      clearInterval(approvalSweep);
       cache.stop();
     },
   };

@@ -19,6 +19,8 @@ export interface Env {
   loginMaxFailuresPerAddress: number;
   loginWindowSeconds: number;
   shutdownGraceMs: number;
+  /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
+  approvalSweepSeconds: number;
 }
 
 export class EnvError extends Error {}
@@ -62,5 +64,6 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginMaxFailuresPerAddress: integer(source, 'LOGIN_MAX_FAILURES_PER_ADDRESS', 100, 1),
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
+    approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
   };
 }

@@ -18,7 +18,8 @@ export function createServices(deps: Deps) {
   const records = createRecordService(deps);
   const tools = createToolService(deps);
   const tokens = createCapabilityTokenService(deps);
-  const approvals = createApprovalService(deps);
+  // Webhook notifications are wired in when the webhook module lands.
+  const approvals = createApprovalService(deps, async () => undefined);
   return {
     ...deps,
     orgs: createOrgService(deps),

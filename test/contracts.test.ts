@@ -53,6 +53,11 @@ const expectedRoutes = [
   'GET /records/{record_id}/verify',
   'POST /gateway/execute',
   'POST /gateway/evaluate',
+  'GET /gateway/approvals/{approval_id}',
+  'GET /orgs/{org_id}/approvals',
+  'GET /orgs/{org_id}/approvals/{approval_id}',
+  'POST /orgs/{org_id}/approvals/{approval_id}/approve',
+  'POST /orgs/{org_id}/approvals/{approval_id}/deny',
 ];
 
 describe('OpenAPI document', () => {

@@ -1,7 +1,7 @@
 import { openDatabase } from '../src/db/database.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/database.js';
-import { createKey, createManifest, manifestPayload, signUp } from './support/fixtures.js';
+import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
 
 let t: TestApp;
@@ -232,10 +232,10 @@ describe('budgets', () => {
 });
 
 describe('human approval', () => {
-  const approve = (approvalId: string) =>
-    t.database.db.sql.query("UPDATE approvals SET status = 'approved', decided_by = 'test', decided_at = now() WHERE id = $1", [
-      approvalId,
-    ]);
+  const approve = async (org: OrgFixture, approvalId: string) => {
+    const decided = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, { token: org.adminToken, body: {} });
+    expect(decided.status).toBe(200);
+  };
 
   test('a capability that needs a human creates a pending approval; once approved the identical action runs exactly once', async () => {
     const org = await signUp(t);
@@ -256,7 +256,7 @@ describe('human approval', () => {
 
     // Still pending: using it is refused.
     expect(codes((await execute(t, agent, { ...refund, approval_id: approvalId })).body)).toEqual(['APPROVAL_REQUIRED']);
-    await approve(approvalId);
+    await approve(org, approvalId);
     // Bound to the action: other params are refused.
     const otherParams = await execute(t, agent, { ...actionBody(agent, 'refund', { amount: 4000 }), approval_id: approvalId });
     expect(codes(otherParams.body)).toEqual(['APPROVAL_REQUIRED']);
@@ -277,7 +277,7 @@ describe('human approval', () => {
     });
     const refund = actionBody(agent, 'refund');
     const asked = await execute(t, agent, refund);
-    await approve(asked.body.approval_id);
+    await approve(org, asked.body.approval_id);
     await t.database.db.sql.query("UPDATE approvals SET expires_at = now() - interval '1 second' WHERE id = $1", [
       asked.body.approval_id,
     ]);
@@ -346,6 +346,25 @@ describe('interaction records', () => {
     const foreign = await t.request('GET', `/api/v1/records/${all.body.items[0].record_id}`, { token: other.adminToken });
     expect(foreign.status).toBe(404);
     expect((await t.request('GET', '/api/v1/records', { token: other.adminToken })).body.total).toBe(0);
+  });
+
+  test('an org that turns record_params off keeps only the params hash', async () => {
+    const org = await signUp(t);
+    const agent = await readyAgent(t, org);
+    const kept = await execute(t, agent, actionBody(agent, 'read', { invoice: 'inv-kept' }));
+    const patched = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken, body: { record_params: false } });
+    expect(patched.body.record_params).toBe(false);
+    const hidden = await execute(t, agent, actionBody(agent, 'read', { invoice: 'inv-hidden' }));
+    const read = (id: string) => t.request('GET', `/api/v1/records/${id}`, { token: org.adminToken });
+    expect((await read(kept.body.interaction_id)).body.action.params).toEqual({ invoice: 'inv-kept' });
+    const record = (await read(hidden.body.interaction_id)).body;
+    expect(record.action.params).toBeNull();
+    expect(record.params_hash).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(JSON.stringify(await t.database.db.sql.query('SELECT * FROM interaction_records WHERE id = $1', [record.record_id]))).not.toContain(
+      'inv-hidden',
+    );
+    const verified = await t.request('GET', `/api/v1/records/${record.record_id}/verify`, { token: org.adminToken });
+    expect(verified.body.valid).toBe(true);
   });
 
   test('the JWKS serves the record signing key by key_id', async () => {

@@ -28,6 +28,8 @@ describe('organizations', () => {
       name: 'Acme Robotics',
       slug: 'acme-robotics',
       operator_rate_limit_per_minute: 1000,
+      approval_ttl_seconds: 86400,
+      record_params: true,
       admin_user: {
         user_id: expect.stringMatching(/^[0-9a-f-]{36}$/),
         email: 'ops@acme.example',

@@ -32,6 +32,9 @@ interface World {
   /** An agent of org A with an active manifest, a mock tool for its actions, and one record. */
   agentA: string;
   recordA: string;
+  /** An agent of org A whose refunds need a human, and a key it executes with. */
+  humanAgentA: string;
+  humanAgentKeyA: string;
 }
 
 interface Row {
@@ -65,6 +68,14 @@ const newTool = async (w: World) => {
     body: { action_type: `t-${unique()}`, connector: 'mock' },
   });
   return { tool_id: created.body.tool_id as string };
+};
+/** A fresh pending approval of org A, asked through the gateway. */
+const newApproval = async (w: World) => {
+  const asked = await w.t.request('POST', '/api/v1/gateway/execute', {
+    apiKey: w.humanAgentKeyA,
+    body: { svc_id: w.humanAgentA, agent_id: w.humanAgentA, action: { type: 'billing', tool: 'refund', params: { ref: unique() } } },
+  });
+  return { approval_id: asked.body.approval_id as string };
 };
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
@@ -350,6 +361,56 @@ const matrix: Row[] = [
     check: (r) => expect(r.body).toMatchObject({ decision: 'allow', executed: true }),
   },
   {
+    method: 'GET',
+    route: '/gateway/approvals/:approval_id',
+    ok: 200,
+    roles: [],
+    keyScopes: ['gateway:execute', 'gateway:evaluate', 'approvals:read'],
+    params: newApproval,
+    check: (r) => expect(r.body).toMatchObject({ status: 'pending', approval_id: expect.stringMatching(/^apr_/) }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/approvals',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['approvals:read'],
+    params: async (w) => (await newApproval(w), {}),
+    check: (r, w) => {
+      expect(r.body.pending_count).toBeGreaterThan(0);
+      expect(r.body.items[0]).toMatchObject({ svc_id: w.humanAgentA });
+    },
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/approvals/:approval_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['approvals:read'],
+    params: newApproval,
+    check: (r, w) => expect(r.body).toMatchObject({ status: 'pending', svc_id: w.humanAgentA, capability: 'billing:refund' }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/approvals/:approval_id/approve',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['approvals:write'],
+    params: newApproval,
+    body: () => ({ notes: 'fine' }),
+    check: (r) => expect(r.body).toMatchObject({ status: 'approved', notes: 'fine' }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/approvals/:approval_id/deny',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['approvals:write'],
+    params: newApproval,
+    body: () => ({ reason: 'not today' }),
+    check: (r) => expect(r.body).toMatchObject({ status: 'denied', reason: 'not today' }),
+  },
+  {
     method: 'POST',
     route: '/gateway/evaluate',
     ok: 200,
@@ -414,6 +475,8 @@ beforeAll(async () => {
     adminB: asSessionUser(orgB, orgB.adminUserId, orgB.adminEmail, 'admin'),
     agentA: '',
     recordA: '',
+    humanAgentA: '',
+    humanAgentKeyA: '',
   };
   const agent = await createManifest(
     t,
@@ -433,6 +496,17 @@ beforeAll(async () => {
   });
   expect(executed.status).toBe(200);
   w.recordA = executed.body.interaction_id;
+  const humanAgent = await createManifest(
+    t,
+    orgA,
+    'active',
+    manifestPayload({
+      capabilities: ['billing:refund'],
+      constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000, require_human_approval: ['billing:refund'] },
+    }),
+  );
+  w.humanAgentA = humanAgent.svcId;
+  w.humanAgentKeyA = (await createKey(t, orgA, ['gateway:execute'], { svc_ids: [humanAgent.svcId] })).key;
 });
 
 afterAll(async () => {

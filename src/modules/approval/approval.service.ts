@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import type { SqlConnection } from '../../db/sql.js';
+import { sqlOnPrisma, type SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
-import type { Prisma } from '../../generated/prisma/client.js';
-
-
-export const DEFAULT_APPROVAL_TTL_SECONDS = 24 * 3600;
+import { AppError, FieldErrors, forbidden, notFound } from '../../errors.js';
+import type { Approval, ApprovalStatus, Prisma } from '../../generated/prisma/client.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import type { Principal } from '../auth/authz.js';
 
 export interface ApprovalRequest {
   orgId: string;
@@ -16,26 +17,90 @@ export interface ApprovalRequest {
   actionHash: string;
   reasons: { code: string; message: string }[];
   requestedBy: string;
+  ttlSeconds: number;
 }
 
 export type ApprovalCheck = { ok: true } | { ok: false; message: string };
 
+export type ApprovalEvent = 'approval.requested' | 'approval.decided';
+
 /**
- * The gateway's side of human approval: asking (a pending approval bound to the action's hash)
- * and using an approved one exactly once. Deciding approvals is the approvals module's job.
+ * Tells subscribers (webhooks) about an approval, inside the transaction that changed it, so a
+ * notification exists exactly when the change committed.
  */
-export function createApprovalService({ db }: Deps) {
+export type ApprovalNotifier = (conn: SqlConnection, orgId: string, event: ApprovalEvent, data: Record<string, unknown>) => Promise<void>;
+
+export interface ApprovalFilter {
+  status?: ApprovalStatus | null;
+  svc_id?: string | null;
+  limit?: number | null;
+  offset?: number | null;
+}
+
+/** The relations a GraphQL selection needs, from Pothos' prisma plugin; empty outside GraphQL. */
+type ApprovalQuery = { include?: Prisma.ApprovalInclude; select?: Prisma.ApprovalSelect };
+
+const MAX_TEXT = 2000;
+
+/** What webhooks and the agent's poll see of an approval. */
+export function approvalSummary(approval: Approval) {
+  return {
+    approval_id: approval.id,
+    status: approval.status,
+    svc_id: approval.svcId,
+    agent_id: approval.agentId,
+    capability: approval.capability,
+    action_hash: approval.actionHash,
+    requested_at: approval.requestedAt.toISOString(),
+    expires_at: approval.expiresAt.toISOString(),
+    decided_by: approval.decidedBy,
+    decided_at: approval.decidedAt?.toISOString() ?? null,
+    notes: approval.notes,
+    reason: approval.reason,
+  };
+}
+
+/**
+ * Human approval: the gateway asks (a pending approval bound to the action's hash) and later uses
+ * an approved one exactly once; operators list and decide; pending and unused approved approvals
+ * expire after the org's TTL, lazily on every read and in a periodic sweep.
+ */
+export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
   async function request(entry: ApprovalRequest): Promise<string> {
     const id = `apr_${randomBytes(12).toString('base64url')}`;
-    await db.prisma.approval.create({
-      data: {
-        id,
-        ...entry,
-        action: entry.action as Prisma.InputJsonValue,
-        reasons: entry.reasons as Prisma.InputJsonValue,
+    await db.sql.transaction(async (tx) => {
+      const [approval] = await tx.query<{ requested_at: Date; expires_at: Date }>(
+        `INSERT INTO approvals (id, org_id, svc_id, agent_id, manifest_id, capability, action, action_hash, reasons,
+                                status, requested_by, requested_at, expires_at)
+         VALUES ($1, $2::uuid, $3, $4, $5::uuid, $6, $7::jsonb, $8, $9::jsonb, 'pending', $10, now(),
+                 now() + make_interval(secs => $11::int))
+         RETURNING requested_at, expires_at`,
+        [
+          id,
+          entry.orgId,
+          entry.svcId,
+          entry.agentId,
+          entry.manifestId,
+          entry.capability,
+          JSON.stringify(entry.action),
+          entry.actionHash,
+          JSON.stringify(entry.reasons),
+          entry.requestedBy,
+          entry.ttlSeconds,
+        ],
+      );
+      await notify(tx, entry.orgId, 'approval.requested', {
+        approval_id: id,
         status: 'pending',
-        expiresAt: new Date(Date.now() + DEFAULT_APPROVAL_TTL_SECONDS * 1000),
-      },
+        svc_id: entry.svcId,
+        agent_id: entry.agentId,
+        capability: entry.capability,
+        action: entry.action,
+        action_hash: entry.actionHash,
+        reasons: entry.reasons,
+        requested_at: new Date(approval.requested_at).toISOString(),
+        expires_at: new Date(approval.expires_at).toISOString(),
+      });
     });
     return id;
   }
@@ -46,8 +111,8 @@ export function createApprovalService({ db }: Deps) {
     if (!approval) return { ok: false, message: `Approval ${approvalId} does not exist` };
     if (approval.actionHash !== actionHash) return { ok: false, message: 'The approval was given for a different action' };
     if (approval.status === 'consumed') return { ok: false, message: 'The approval has already been used' };
-    if (approval.status !== 'approved') return { ok: false, message: `The approval is ${approval.status}` };
     if (approval.expiresAt.getTime() <= Date.now()) return { ok: false, message: 'The approval has expired' };
+    if (approval.status !== 'approved') return { ok: false, message: `The approval is ${approval.status}` };
     return { ok: true };
   }
 
@@ -62,7 +127,110 @@ export function createApprovalService({ db }: Deps) {
     return rows.length === 1;
   }
 
-  return { request, check, consume };
+  /**
+   * Turns pending and unused approved approvals past their expiry into `expired` (one org, or all
+   * for the sweep). Reads call it first, so nobody sees an approval that is already over as open.
+   */
+  async function expireDue(orgId?: string): Promise<number> {
+    const rows = await db.sql.query(
+      `UPDATE approvals SET status = 'expired'
+       WHERE status IN ('pending', 'approved') AND expires_at <= now() ${orgId ? 'AND org_id = $1::uuid' : ''}
+       RETURNING id`,
+      orgId ? [orgId] : [],
+    );
+    return rows.length;
+  }
+
+  /** API keys limited to some agents see only those agents' approvals. */
+  const visibleTo = (principal: Principal): Prisma.ApprovalWhereInput =>
+    principal.type === 'api_key' && principal.svcIds.length ? { svcId: { in: [...principal.svcIds] } } : {};
+
+  async function list(orgId: string, filter: ApprovalFilter, principal: Principal, query: ApprovalQuery = {}) {
+    const errors = new FieldErrors();
+    const limit = filter.limit ?? 50;
+    const offset = filter.offset ?? 0;
+    if (limit < 1 || limit > 200) errors.add('limit', 'must be from 1 to 200');
+    if (offset < 0) errors.add('offset', 'must be 0 or more');
+    errors.throwIfAny();
+    await expireDue(orgId);
+    const visible = { orgId, ...visibleTo(principal) };
+    const where: Prisma.ApprovalWhereInput = {
+      ...visible,
+      ...(filter.status ? { status: filter.status } : {}),
+      ...(filter.svc_id ? { AND: [{ svcId: filter.svc_id }] } : {}),
+    };
+    const [items, total, pendingCount] = await Promise.all([
+      db.prisma.approval.findMany({ ...query, where, orderBy: [{ requestedAt: 'desc' }, { id: 'desc' }], take: limit, skip: offset }),
+      db.prisma.approval.count({ where }),
+      db.prisma.approval.count({ where: { ...visible, status: 'pending' } }),
+    ]);
+    return { items, total, pending_count: pendingCount };
+  }
+
+  async function get(orgId: string, approvalId: string, principal: Principal, query: ApprovalQuery = {}) {
+    await expireDue(orgId);
+    const approval = await db.prisma.approval.findFirst({ ...query, where: { id: approvalId, orgId, ...visibleTo(principal) } });
+    if (!approval) throw notFound('Approval');
+    return approval;
+  }
+
+  async function decide(
+    orgId: string,
+    approvalId: string,
+    principal: Principal,
+    verdict: 'approved' | 'denied',
+    text: { notes?: string | null; reason?: string | null },
+    query: ApprovalQuery = {},
+  ) {
+    const errors = new FieldErrors();
+    const notes = text.notes?.trim() || null;
+    const reason = text.reason?.trim() || null;
+    if (verdict === 'denied' && !reason) errors.add('reason', 'is required to deny');
+    if (notes && notes.length > MAX_TEXT) errors.add('notes', `must be at most ${MAX_TEXT} characters`);
+    if (reason && reason.length > MAX_TEXT) errors.add('reason', `must be at most ${MAX_TEXT} characters`);
+    errors.throwIfAny();
+
+    const current = await get(orgId, approvalId, principal);
+    if (principal.type === 'api_key' && principal.svcIds.includes(current.svcId)) {
+      throw forbidden('An API key limited to the agent that asked cannot decide its approval');
+    }
+    const decidedBy = principal.type === 'user' ? principal.email : principal.keyId;
+    return db.prisma.$transaction(async (tx) => {
+      // Conditional on `pending`: of two concurrent decisions exactly one changes the row.
+      const changed = await tx.approval.updateMany({
+        where: { id: approvalId, orgId, status: 'pending', expiresAt: { gt: new Date() } },
+        data: {
+          status: verdict,
+          decidedBy,
+          decidedByUserId: principal.type === 'user' ? principal.userId : null,
+          decidedAt: new Date(),
+          notes,
+          reason: verdict === 'denied' ? reason : null,
+        },
+      });
+      if (changed.count === 0) {
+        const now = await tx.approval.findUniqueOrThrow({ where: { id: approvalId } });
+        const status = now.status === 'pending' ? 'expired' : now.status;
+        throw new AppError('INVALID_STATE_TRANSITION', `The approval is already ${status}`, {
+          details: { from: status, to: verdict },
+        });
+      }
+      const decided = await tx.approval.findUniqueOrThrow({ ...query, where: { id: approvalId } });
+      const snapshot = { svc_id: decided.svcId, capability: decided.capability, action_hash: decided.actionHash };
+      await recordAudit(tx, orgId, actorOf(principal), {
+        action: verdict === 'approved' ? 'approval.approved' : 'approval.denied',
+        targetType: 'approval',
+        targetId: approvalId,
+        before: { status: 'pending', ...snapshot },
+        after: { status: verdict, ...snapshot, notes },
+        reason: reason ?? undefined,
+      });
+      await notify(sqlOnPrisma(tx), orgId, 'approval.decided', approvalSummary(decided));
+      return decided;
+    });
+  }
+
+  return { request, check, consume, expireDue, list, get, decide };
 }
 
 export type ApprovalService = ReturnType<typeof createApprovalService>;

@@ -20,6 +20,8 @@ interface OrgSnapshot {
   name: string;
   slug: string;
   operator_rate_limit_per_minute: number;
+  approval_ttl_seconds: number;
+  record_params: boolean;
 }
 interface UserSnapshot {
   email: string;
@@ -45,6 +47,14 @@ interface ToolSnapshot {
   action_type: string;
   connector: string;
   config: Record<string, unknown>;
+}
+
+interface ApprovalSnapshot {
+  status: string;
+  svc_id: string;
+  capability: string;
+  action_hash: string;
+  notes?: string | null;
 }
 
 interface CapabilityTokenSnapshot {
@@ -74,6 +84,7 @@ export type AuditEvent =
   | Event<'tool.created', 'tool', never, ToolSnapshot>
   | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot>
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
+  | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

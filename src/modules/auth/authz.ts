@@ -65,6 +65,8 @@ export const permissions = {
   'gateway:execute': { roles: [], keyScopes: ['gateway:execute'] },
   'gateway:evaluate': { roles: managers, keyScopes: ['gateway:evaluate', 'gateway:execute'] },
   'approval:read': { roles: anyRole, keyScopes: ['approvals:read'] },
+  /** The agent polling an approval it asked for. */
+  'approval:poll': { roles: [], keyScopes: ['gateway:execute', 'gateway:evaluate', 'approvals:read'] },
   'approval:decide': { roles: managers, keyScopes: ['approvals:write'] },
   'log:read': { roles: anyRole, keyScopes: ['logs:read'] },
   'log:export': { roles: managers, keyScopes: ['logs:export'] },

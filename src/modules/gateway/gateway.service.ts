@@ -65,9 +65,9 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
     );
   const toolFor = (orgId: string, actionType: string) =>
     cache.get(`tool:${orgId}:${actionType}`, () => tools.forAction(orgId, actionType));
-  const recordsParams = (orgId: string) =>
-    cache.get(`org-record-params:${orgId}`, async () =>
-      (await db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true } })).recordParams,
+  const orgSettings = (orgId: string) =>
+    cache.get(`org-gateway-settings:${orgId}`, () =>
+      db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true, approvalTtlSeconds: true } }),
     );
 
   function validateRequest(request: GatewayRequest) {
@@ -185,7 +185,7 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
             resultHash,
             approvalId: decision.approval_id,
           },
-          await recordsParams(orgId),
+          (await orgSettings(orgId)).recordParams,
       );
       return decision;
     };
@@ -203,6 +203,7 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
         actionHash,
         reasons,
         requestedBy: principal.type === 'api_key' ? principal.keyId : principal.email,
+        ttlSeconds: (await orgSettings(orgId)).approvalTtlSeconds,
       });
       reasons[0].details = { approval_id: approvalId };
       return record({ ...base, decision: 'deny', reasons, approval_id: approvalId }, null);

@@ -17,6 +17,8 @@ export interface CreateOrganizationInput {
 export interface UpdateOrganizationInput {
   name?: string | null;
   operator_rate_limit_per_minute?: number | null;
+  approval_ttl_seconds?: number | null;
+  record_params?: boolean | null;
 }
 
 /** The relations a GraphQL selection needs, from Pothos' prisma plugin; empty outside GraphQL. */
@@ -24,6 +26,20 @@ type OrgQuery = { include?: Prisma.OrganizationInclude; select?: Prisma.Organiza
 
 const slugPattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 export const MAX_OPERATOR_RATE_LIMIT = 1_000_000;
+/** How long an agent's request waits for a human: one minute to 30 days (default 24 h in the schema). */
+export const MIN_APPROVAL_TTL_SECONDS = 60;
+export const MAX_APPROVAL_TTL_SECONDS = 30 * 24 * 3600;
+
+type OrgSettings = Pick<Prisma.OrganizationGetPayload<object>, 'name' | 'slug' | 'operatorRateLimitPerMinute' | 'approvalTtlSeconds' | 'recordParams'>;
+
+/** The settings as the audit log records them. */
+const settingsOf = (org: OrgSettings) => ({
+  name: org.name,
+  slug: org.slug,
+  operator_rate_limit_per_minute: org.operatorRateLimitPerMinute,
+  approval_ttl_seconds: org.approvalTtlSeconds,
+  record_params: org.recordParams,
+});
 
 function validateName(errors: FieldErrors, name: string) {
   if (!name.trim()) errors.add('name', 'must not be empty');
@@ -52,7 +68,7 @@ export function createOrgService({ db }: Deps) {
           action: 'org.created',
           targetType: 'organization',
           targetId: org.id,
-          after: { name: org.name, slug: org.slug, operator_rate_limit_per_minute: org.operatorRateLimitPerMinute },
+          after: settingsOf(org),
         });
         await recordAudit(tx, org.id, actor, {
           action: 'user.created',
@@ -87,6 +103,10 @@ export function createOrgService({ db }: Deps) {
     if (limit != null && (!Number.isInteger(limit) || limit < 1 || limit > MAX_OPERATOR_RATE_LIMIT)) {
       errors.add('operator_rate_limit_per_minute', `must be an integer from 1 to ${MAX_OPERATOR_RATE_LIMIT}`);
     }
+    const ttl = input.approval_ttl_seconds;
+    if (ttl != null && (!Number.isInteger(ttl) || ttl < MIN_APPROVAL_TTL_SECONDS || ttl > MAX_APPROVAL_TTL_SECONDS)) {
+      errors.add('approval_ttl_seconds', `must be an integer from ${MIN_APPROVAL_TTL_SECONDS} to ${MAX_APPROVAL_TTL_SECONDS}`);
+    }
     errors.throwIfAny();
     return db.prisma.$transaction(async (tx) => {
       const before = await tx.organization.findUnique({ where: { id: orgId } });
@@ -97,14 +117,16 @@ export function createOrgService({ db }: Deps) {
         data: {
           ...(input.name != null ? { name: input.name.trim() } : {}),
           ...(limit != null ? { operatorRateLimitPerMinute: limit } : {}),
+          ...(ttl != null ? { approvalTtlSeconds: ttl } : {}),
+          ...(input.record_params != null ? { recordParams: input.record_params } : {}),
         },
       });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'org.updated',
         targetType: 'organization',
         targetId: orgId,
-        before: { name: before.name, operator_rate_limit_per_minute: before.operatorRateLimitPerMinute },
-        after: { name: after.name, operator_rate_limit_per_minute: after.operatorRateLimitPerMinute },
+        before: settingsOf(before),
+        after: settingsOf(after),
       });
       return after;
     });

@@ -9,6 +9,12 @@ export const OrganizationRef = builder.prismaObject('Organization', {
     name: t.exposeString('name'),
     slug: t.exposeString('slug'),
     operator_rate_limit_per_minute: t.exposeInt('operatorRateLimitPerMinute'),
+    approval_ttl_seconds: t.exposeInt('approvalTtlSeconds', {
+      description: 'How long a human approval stays open (and an approved one usable) after the agent asked.',
+    }),
+    record_params: t.exposeBoolean('recordParams', {
+      description: 'Whether interaction records keep the action params; their SHA-256 is always kept.',
+    }),
     admin_user: t.field({
       type: UserRef,
       description: 'The first admin: the user who signed the organization up.',
@@ -65,6 +71,8 @@ builder.mutationField('update_organization', (t) =>
       org_id: t.arg.id({ required: true }),
       name: t.arg.string(),
       operator_rate_limit_per_minute: t.arg.int(),
+      approval_ttl_seconds: t.arg.int({ description: '60 to 2592000 (30 days); default 86400.' }),
+      record_params: t.arg.boolean({ description: 'Keep action params in records (default true).' }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:update' } }),
     resolve: (query, _, args, ctx) => ctx.services.orgs.update(String(args.org_id), args, principalOf(ctx), query),
