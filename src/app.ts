@@ -39,8 +39,8 @@ export interface App {
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
 
 export function createApp({ env, db, logger }: { env: Env; db: Database; logger: Logger }): App {
-  const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
   const cache = new ConfigCache(db.sql).start();
+  const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey, cache);
   const services = createServices({ env, db, logger, keys, cache });
   const openapi = buildOpenApiDocument(schema, packageVersion);
   let draining = false;

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { decodeProtectedHeader } from 'jose';
 import { startTestApp, type TestApp } from './support/app.js';
 import { login, signUp } from './support/fixtures.js';
+import { execute, readyAgent } from './support/gateway.js';
 
 const encryptionKey = randomBytes(32).toString('hex');
 let t: TestApp;
@@ -39,4 +40,37 @@ test('rotation makes a new active key while tokens signed with the retired one k
     before,
   ]);
   expect(retired.retired_at).not.toBeNull();
+});
+
+test('after a record key rotation by a second app instance, new records use the new key; old and new records verify', async () => {
+  const org = await signUp(t);
+  const agent = await readyAgent(t, org);
+  const before = await execute(t, agent);
+  const oldKid = (await t.request('GET', `/api/v1/records/${before.body.interaction_id}`, { token: org.adminToken })).body.key_id;
+
+  // A second app instance on the same database (its own key store) rotates the record key;
+  // test/multi-process.test.ts does it from another OS process with the CLI.
+  const other = await startTestApp({ KEY_ENCRYPTION_KEY: encryptionKey }, { db: t.database.db });
+  let newKid: string;
+  try {
+    newKid = (await other.app.services.keys.rotate('record')).kid;
+  } finally {
+    other.app.stop();
+  }
+  expect(newKid).not.toBe(oldKid);
+  const rotatedAt = Date.now();
+  let kid = oldKid;
+  let recordId = '';
+  // Every execute below starts within the second after the rotation.
+  while (kid !== newKid && Date.now() - rotatedAt < 1000) {
+    recordId = (await execute(t, agent)).body.interaction_id;
+    kid = (await t.request('GET', `/api/v1/records/${recordId}`, { token: org.adminToken })).body.key_id;
+  }
+  expect(kid).toBe(newKid);
+  for (const id of [before.body.interaction_id, recordId]) {
+    const verified = await t.request('GET', `/api/v1/records/${id}/verify`, { token: org.adminToken });
+    expect(verified.body).toMatchObject({ valid: true, checks: { hash: true, signature: true, chain: true } });
+  }
+  const jwks = await t.request('GET', '/.well-known/jwks.json');
+  expect(jwks.body.keys.map((k: { kid: string }) => k.kid)).toEqual(expect.arrayContaining([oldKid, newKid]));
 });

@@ -9,6 +9,7 @@ import {
 } from 'node:crypto';
 import type { JWK } from 'jose';
 import type { SqlConnection, SqlDriver } from '../db/sql.js';
+import { configChangedLocally, type ConfigCache } from './config-cache.js';
 
 /**
  * Ed25519 keys the service signs with, one active key per purpose, generated on first use and
@@ -43,14 +44,23 @@ export class SigningKeyStore {
   private readonly byKid = new Map<string, SigningKey>();
   private readonly active = new Map<KeyPurpose, SigningKey>();
 
+  /**
+   * With `cache`, the active keys live in the process's config cache, so a rotation by another
+   * process (`agent-gateway rotate-keys`) reaches this one within a poll interval.
+   */
   constructor(
     private readonly sql: SqlDriver,
     private readonly encryptionKey: Buffer | undefined,
+    private readonly cache?: ConfigCache,
   ) {}
 
-  async activeKey(purpose: KeyPurpose): Promise<SigningKey> {
+  activeKey(purpose: KeyPurpose): Promise<SigningKey> {
+    if (this.cache) return this.cache.get(`signing-key:${purpose}`, () => this.loadActive(purpose));
     const cached = this.active.get(purpose);
-    if (cached) return cached;
+    return cached ? Promise.resolve(cached) : this.loadActive(purpose);
+  }
+
+  private async loadActive(purpose: KeyPurpose): Promise<SigningKey> {
     const key = await this.sql.withConnection(async (conn) => {
       await conn.query('SELECT pg_advisory_lock($1)', [KEY_GENERATION_LOCK]);
       try {
@@ -88,19 +98,17 @@ export class SigningKeyStore {
 
   /** Makes a new active key for the purpose and retires the old one (which still verifies). */
   async rotate(purpose: KeyPurpose): Promise<SigningKey> {
-    const key = await this.sql.withConnection(async (conn) => {
-      await conn.query('SELECT pg_advisory_lock($1)', [KEY_GENERATION_LOCK]);
-      try {
-        await conn.query('UPDATE signing_keys SET retired_at = now() WHERE purpose = $1 AND retired_at IS NULL', [
-          purpose,
-        ]);
-        return this.insertNew(conn, purpose);
-      } finally {
-        await conn.query('SELECT pg_advisory_unlock($1)', [KEY_GENERATION_LOCK]);
-      }
+    const key = await this.sql.transaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock($1)', [KEY_GENERATION_LOCK]);
+      await tx.query('UPDATE signing_keys SET retired_at = now() WHERE purpose = $1 AND retired_at IS NULL', [purpose]);
+      const created = await this.insertNew(tx, purpose);
+      // Other processes drop their cached active key on their next config poll.
+      await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
+      return created;
     });
-    for (const cached of this.byKid.values()) if (cached.purpose === purpose) cached.retired = true;
+    for (const cached of this.byKid.values()) if (cached.purpose === purpose && cached.kid !== key.kid) cached.retired = true;
     this.active.set(purpose, key);
+    configChangedLocally();
     return key;
   }
 
