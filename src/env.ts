@@ -19,6 +19,14 @@ export interface Env {
   loginMaxFailuresPerAddress: number;
   loginWindowSeconds: number;
   shutdownGraceMs: number;
+  /** How often the webhook dispatcher looks for due deliveries. */
+  webhookPollMs: number;
+  /** Delay before the first retry of a failed delivery; each further retry waits twice as long. */
+  webhookRetryBaseMs: number;
+  /** Attempts per delivery, the first included; after the last failed one it is `failed`. */
+  webhookMaxAttempts: number;
+  /** How long one delivery attempt may take. */
+  webhookTimeoutMs: number;
 }
 
 export class EnvError extends Error {}
@@ -62,5 +70,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginMaxFailuresPerAddress: integer(source, 'LOGIN_MAX_FAILURES_PER_ADDRESS', 100, 1),
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
+    webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),
+    webhookRetryBaseMs: integer(source, 'WEBHOOK_RETRY_BASE_MS', 2000, 1),
+    webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
+    webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
   };
 }

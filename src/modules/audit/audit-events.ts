@@ -47,6 +47,14 @@ interface ToolSnapshot {
   config: Record<string, unknown>;
 }
 
+/** A webhook as audited: never its secret, only whether an update replaced it. */
+interface WebhookSnapshot {
+  url: string;
+  events: string[];
+  active: boolean;
+  allow_private_network: boolean;
+}
+
 interface CapabilityTokenSnapshot {
   svc_id: string;
   capabilities: string[];
@@ -74,6 +82,9 @@ export type AuditEvent =
   | Event<'tool.created', 'tool', never, ToolSnapshot>
   | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot>
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
+  | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
+  | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
+  | Event<'webhook.deleted', 'webhook', WebhookSnapshot, never>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'
