@@ -4,7 +4,13 @@ import type { AddressInfo } from 'node:net';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { print } from 'graphql';
 import { sqlConnectionOf } from '../src/db/prisma-sql.js';
-import { MAX_RETRY_DELAY_MS, retryDelayMs, wakeWebhookDispatchers } from '../src/modules/webhook/webhook.dispatcher.js';
+import {
+  MAX_IN_FLIGHT,
+  MAX_IN_FLIGHT_PER_WEBHOOK,
+  MAX_RETRY_DELAY_MS,
+  retryDelayMs,
+  wakeWebhookDispatchers,
+} from '../src/modules/webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent, type WebhookEvent } from '../src/modules/webhook/webhook.service.js';
 import { WebhookDashboardDocument, WebhookWithDeliveriesDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -35,6 +41,9 @@ interface Hit {
 
 const hits: Hit[] = [];
 const pendingTimers = new Set<NodeJS.Timeout>();
+/** Requests of a slow path open right now, and the most ever open at once. */
+const open = new Map<string, number>();
+const mostOpen = new Map<string, number>();
 let receiver: http.Server;
 let port: number;
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
@@ -63,11 +72,17 @@ function respond(hit: Hit, res: http.ServerResponse) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       return res.end(Buffer.alloc(2 * 1024 * 1024, 'x'));
     case 'slow': {
+      open.set(hit.path, (open.get(hit.path) ?? 0) + 1);
+      mostOpen.set(hit.path, Math.max(mostOpen.get(hit.path) ?? 0, open.get(hit.path)!));
       const timer = setTimeout(() => {
-        pendingTimers.delete(timer);
         if (!res.destroyed) res.end();
       }, TIMEOUT_MS * 3);
       pendingTimers.add(timer);
+      res.on('close', () => {
+        clearTimeout(timer);
+        pendingTimers.delete(timer);
+        open.set(hit.path, open.get(hit.path)! - 1);
+      });
       return;
     }
     default:
@@ -539,6 +554,29 @@ describe('delivery', () => {
     expect(page.items[0].last_error).toMatch(/^TIMEOUT: /);
     expect(hitsTo(path).length).toBeGreaterThanOrEqual(1);
     await t.request('DELETE', `${webhooksPath(org)}/${webhook.webhook_id}`, { token: org.adminToken });
+  });
+
+  test('a receiver that never answers in time holds at most MAX_IN_FLIGHT_PER_WEBHOOK slots: other webhooks still go out', async () => {
+    const org = await signUp(t, 'whfair');
+    const slowPath = `/slow/${tag('fair')}`;
+    const slow = await localWebhook(org, slowPath, ['approval.requested']);
+    const backlog = 40;
+    await t.database.db.sql.transaction(async (tx) => {
+      for (let i = 0; i < backlog; i++) await enqueueWebhookEvent(tx, org.orgId, 'approval.requested', { n: i });
+    });
+    wakeWebhookDispatchers();
+    await eventually(async () => open.get(slowPath) ?? 0, (n) => n > 0, 'slow attempts in flight');
+
+    const fastPath = `/ok/${tag('fair-fast')}`;
+    const fast = await localWebhook(org, fastPath, ['approval.decided']);
+    await publish(org.orgId, 'approval.decided', { approval_id: 'apr_fair' });
+    const { items } = await settled(org, fast.webhook_id);
+    expect(items[0]).toMatchObject({ status: 'delivered', attempts: 1 });
+    const waiting = await t.database.db.sql.query('SELECT id FROM webhook_deliveries WHERE webhook_id = $1 AND attempts = 0', [slow.webhook_id]);
+    expect(waiting.length).toBeGreaterThan(0);
+    expect(mostOpen.get(slowPath)).toBeLessThanOrEqual(MAX_IN_FLIGHT_PER_WEBHOOK);
+    expect(MAX_IN_FLIGHT_PER_WEBHOOK).toBeLessThan(MAX_IN_FLIGHT);
+    await t.request('DELETE', `${webhooksPath(org)}/${slow.webhook_id}`, { token: org.adminToken });
   });
 
   test('a 2 MiB answer is not read beyond the cap and does not stop a 200 from counting', async () => {

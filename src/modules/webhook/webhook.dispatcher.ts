@@ -15,6 +15,13 @@ import { postJson, type OutboundOutcome } from '../../lib/outbound-http.js';
 
 /** Deliveries one process sends at the same time. */
 export const MAX_IN_FLIGHT = 16;
+/**
+ * Of which at most this many to one webhook, so one slow or dead receiver with a backlog cannot
+ * hold every slot and delay the other webhooks (of other orgs too).
+ */
+export const MAX_IN_FLIGHT_PER_WEBHOOK = 4;
+/** Due deliveries a claim looks at (oldest first) to share the free slots fairly among webhooks. */
+const CLAIM_WINDOW = 256;
 /** How much of a receiver's answer is read; the rest is ignored (only the status counts). */
 export const MAX_RESPONSE_BYTES = 64 * 1024;
 /** Retries never wait longer than this, however many attempts are configured. */
@@ -88,21 +95,47 @@ export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Dat
   let again = false;
   let stopped = true;
 
+  /** Attempts in flight per webhook in this process. */
+  const perWebhook = new Map<string, number>();
+
+  /**
+   * Claims up to `max` due deliveries, oldest first, keeping each webhook at most at
+   * MAX_IN_FLIGHT_PER_WEBHOOK attempts in flight in this process (`busy`). Candidates are chosen
+   * without locks; `due` locks them, skipping rows another claimer holds, and re-checks that each
+   * is still pending and due (a row claimed and committed meanwhile no longer is).
+   */
   const claim = (max: number) =>
     db.sql.query<Claimed>(
-      `WITH due AS (
-         SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+      `WITH busy AS (
+         SELECT * FROM unnest($3::text[], $6::int[]) AS b(webhook_id, in_flight)
+       ), candidates AS (
+         SELECT d.id, d.webhook_id, d.next_attempt_at, d.seq
+         FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
          WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.active
-         ORDER BY d.next_attempt_at
+           AND d.webhook_id NOT IN (SELECT webhook_id FROM busy WHERE in_flight >= $5)
+         ORDER BY d.next_attempt_at, d.seq
+         LIMIT $4
+       ), fair AS (
+         SELECT ranked.id FROM (
+           SELECT id, webhook_id, next_attempt_at, seq,
+                  row_number() OVER (PARTITION BY webhook_id ORDER BY next_attempt_at, seq) AS rank
+           FROM candidates
+         ) ranked
+         LEFT JOIN busy ON busy.webhook_id = ranked.webhook_id
+         WHERE ranked.rank <= $5 - coalesce(busy.in_flight, 0)
+         ORDER BY ranked.next_attempt_at, ranked.seq
          LIMIT $1
-         FOR UPDATE OF d SKIP LOCKED
+       ), due AS (
+         SELECT d.id FROM webhook_deliveries d
+         WHERE d.id IN (SELECT id FROM fair) AND d.status = 'pending' AND d.next_attempt_at <= now()
+         FOR UPDATE SKIP LOCKED
        )
        UPDATE webhook_deliveries d
        SET attempts = d.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + $2::int * interval '1 millisecond'
        FROM due, webhooks w
        WHERE d.id = due.id AND w.id = d.webhook_id
        RETURNING d.id, d.webhook_id, d.event, d.payload, d.attempts, w.url, w.secret, w.allow_private_network`,
-      [max, leaseMs],
+      [max, leaseMs, [...perWebhook.keys()], CLAIM_WINDOW, MAX_IN_FLIGHT_PER_WEBHOOK, [...perWebhook.values()]],
     );
 
   /** Gives back claims that were never sent (stopped meanwhile): the attempt did not happen. */
@@ -157,10 +190,14 @@ export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Dat
 
   function launch(delivery: Claimed) {
     const controller = new AbortController();
+    perWebhook.set(delivery.webhook_id, (perWebhook.get(delivery.webhook_id) ?? 0) + 1);
     const task: Promise<void> = attempt(delivery, controller.signal)
       .catch((error) => log.warn({ err: error, delivery_id: delivery.id }, 'recording a webhook attempt failed'))
       .finally(() => {
         inFlight.delete(task);
+        const left = perWebhook.get(delivery.webhook_id)! - 1;
+        if (left > 0) perWebhook.set(delivery.webhook_id, left);
+        else perWebhook.delete(delivery.webhook_id);
         dispatcher.wake();
       });
     inFlight.set(task, controller);
