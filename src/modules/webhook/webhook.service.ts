@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
-import { Prisma, type Webhook, type WebhookDelivery } from '../../generated/prisma/client.js';
+import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import type { ListPage } from '../../graphql/list.js';
 import { isRefusedHost } from '../../lib/address-policy.js';
 import { actorOf } from '../audit/audit-events.js';
