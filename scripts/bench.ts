@@ -154,5 +154,5 @@ console.log(`record chain: ${chain.length} records, ${broken === 0 ? 'verifies' 
 
 server.close();
 bare.close();
-app.stop();
+await app.stop();
 await db.close();

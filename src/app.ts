@@ -19,6 +19,7 @@ import { ConfigCache } from './lib/config-cache.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import type { AuthState } from './modules/auth/authenticate.js';
+import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
 import { createServices, type Services } from './services.js';
 import { Response } from './http/fetch-api.js';
 
@@ -32,8 +33,12 @@ export interface App {
   openapi: Record<string, unknown>;
   /** Readiness turns false once shutdown begins, so load balancers stop sending traffic. */
   setDraining(): void;
-  /** Stops background work; the caller closes the database. */
-  stop(): void;
+  /**
+   * Stops background work (cache polling, maintenance, the webhook dispatcher, whose attempts in
+   * flight are aborted); resolves once none touches the database any more, so the caller may
+   * close it.
+   */
+  stop(): Promise<void>;
 }
 
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
@@ -115,6 +120,9 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   }, env.approvalSweepSeconds * 1000);
   approvalSweep.unref();
 
+  // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
+  const webhookDispatcher = createWebhookDispatcher({ env, db, logger }).start();
+
   return {
     yoga,
     services,
@@ -122,10 +130,11 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     setDraining: () => {
       draining = true;
     },
-    stop: () => {
+    stop: async () => {
       clearInterval(maintenance);
       clearInterval(approvalSweep);
       cache.stop();
+      await webhookDispatcher.stop();
     },
   };
 }

@@ -21,6 +21,14 @@ export interface Env {
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
+  /** How often the webhook dispatcher looks for due deliveries. */
+  webhookPollMs: number;
+  /** Delay before the first retry of a failed delivery; each further retry waits twice as long. */
+  webhookRetryBaseMs: number;
+  /** Attempts per delivery, the first included; after the last failed one it is `failed`. */
+  webhookMaxAttempts: number;
+  /** How long one delivery attempt may take. */
+  webhookTimeoutMs: number;
 }
 
 export class EnvError extends Error {}
@@ -65,5 +73,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
+    webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),
+    webhookRetryBaseMs: integer(source, 'WEBHOOK_RETRY_BASE_MS', 2000, 1),
+    webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
+    webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
   };
 }

@@ -26,7 +26,7 @@ async function shutdown(signal: string) {
   stopping = true;
   logger.info({ signal }, 'shutting down: draining requests');
   app.setDraining();
-  app.stop();
+  const stopped = app.stop();
   const forced = setTimeout(() => server.closeAllConnections(), env.shutdownGraceMs);
   forced.unref();
   await new Promise<void>((resolve) => {
@@ -34,6 +34,7 @@ async function shutdown(signal: string) {
     server.closeIdleConnections();
   });
   clearTimeout(forced);
+  await stopped;
   await db.close();
   logger.info('stopped');
   process.exit(0);

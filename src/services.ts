@@ -11,6 +11,7 @@ import { createToolService } from './modules/tool/tool.service.js';
 import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
 import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
+import { createWebhookService } from './modules/webhook/webhook.service.js';
 
 export function createServices(deps: Deps) {
   const sessions = createSessionService(deps);
@@ -18,8 +19,7 @@ export function createServices(deps: Deps) {
   const records = createRecordService(deps);
   const tools = createToolService(deps);
   const tokens = createCapabilityTokenService(deps);
-  // Webhook notifications are wired in when the webhook module lands.
-  const approvals = createApprovalService(deps, async () => undefined);
+  const approvals = createApprovalService(deps);
   return {
     ...deps,
     orgs: createOrgService(deps),
@@ -29,6 +29,7 @@ export function createServices(deps: Deps) {
     records,
     tokens,
     approvals,
+    webhooks: createWebhookService(deps),
     gateway: createGatewayService(deps, { records, tools, tokens, approvals }),
     sessions,
     apiKeys,

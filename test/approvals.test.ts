@@ -3,6 +3,9 @@
  * read and decide, the agent polls and runs the identical action once; denial, expiry (lazy and
  * by the sweep), the org's TTL setting, and who may decide.
  */
+import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
@@ -189,7 +192,7 @@ describe('expiry', () => {
       while ((await status()) !== 'expired' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       expect(await status()).toBe('expired');
     } finally {
-      swept.app.stop();
+      await swept.app.stop();
     }
   });
 
@@ -250,5 +253,83 @@ describe('who may decide', () => {
     expect((await t.request('GET', approvalPath(org, approvalId), { token: other.adminToken })).status).toBe(404);
     // Operators read the queue, not the agent's poll endpoint.
     expect((await t.request('GET', `/api/v1/gateway/approvals/${approvalId}`, { token: org.adminToken })).status).toBe(403);
+  });
+});
+
+describe('webhooks for approvals', () => {
+  test('approval.requested and approval.decided reach a subscribed receiver, signed, after a failed first attempt', async () => {
+    const hits: { headers: http.IncomingHttpHeaders; body: string }[] = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        hits.push({ headers: req.headers, body });
+        // The very first attempt fails: the dispatcher must retry it.
+        res.writeHead(hits.length === 1 ? 503 : 204).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const notified = await startTestApp({ WEBHOOK_POLL_MS: '50', WEBHOOK_RETRY_BASE_MS: '100' }, { db: t.database.db });
+    try {
+      const org = await signUp(notified);
+      const agent = await readyAgent(notified, org, { constraints: humanInTheLoop });
+      const hook = await notified.request('POST', `/api/v1/orgs/${org.orgId}/webhooks`, {
+        token: org.adminToken,
+        body: {
+          url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/approvals`,
+          events: ['approval.requested', 'approval.decided'],
+          allow_private_network: true,
+        },
+      });
+      expect(hook.status).toBe(201);
+
+      const asked = await execute(notified, agent, actionBody(agent, 'refund', { amount: 7 }));
+      const approvalId = asked.body.approval_id as string;
+      const decided = await notified.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, {
+        token: org.adminToken,
+        body: { notes: 'ok' },
+      });
+      expect(decided.status).toBe(200);
+
+      const deadline = Date.now() + 15_000;
+      const delivered = () => hits.filter((h) => h !== hits[0]).map((h) => JSON.parse(h.body).event as string);
+      while (!(delivered().includes('approval.requested') && delivered().includes('approval.decided')) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const events = new Map(hits.slice(1).map((h) => [JSON.parse(h.body).event as string, h]));
+      const requested = events.get('approval.requested')!;
+      const decision = events.get('approval.decided')!;
+      expect(JSON.parse(requested.body)).toMatchObject({
+        event: 'approval.requested',
+        org_id: org.orgId,
+        data: { approval_id: approvalId, status: 'pending', svc_id: agent.svcId, capability: 'billing:refund', action: { params: { amount: 7 } } },
+      });
+      expect(JSON.parse(decision.body)).toMatchObject({
+        event: 'approval.decided',
+        data: { approval_id: approvalId, status: 'approved', decided_by: org.adminEmail, notes: 'ok' },
+      });
+      for (const hit of [requested, decision]) {
+        const expected = createHmac('sha256', hook.body.secret).update(`${hit.headers['x-webhook-timestamp']}.${hit.body}`).digest('hex');
+        expect(hit.headers['x-webhook-signature']).toBe(`sha256=${expected}`);
+      }
+      // The failed first attempt was retried under the same delivery id and shows in the deliveries.
+      const retried = hits.filter((h) => h.headers['x-webhook-delivery'] === hits[0].headers['x-webhook-delivery']);
+      expect(retried).toHaveLength(2);
+      const listDeliveries = () =>
+        notified.request('GET', `/api/v1/orgs/${org.orgId}/webhooks/${hook.body.webhook_id}/deliveries`, { token: org.adminToken });
+      let deliveries = await listDeliveries();
+      // The receiver answered; the dispatcher records the outcome right after.
+      while (deliveries.body.items.some((d: { status: string }) => d.status !== 'delivered') && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        deliveries = await listDeliveries();
+      }
+      expect(deliveries.body.items.map((d: { status: string; attempts: number }) => [d.status, d.attempts]).sort()).toEqual([
+        ['delivered', 1],
+        ['delivered', 2],
+      ]);
+    } finally {
+      await notified.app.stop();
+      receiver.close();
+    }
   });
 });

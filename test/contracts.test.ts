@@ -45,6 +45,12 @@ const expectedRoutes = [
   'GET /orgs/{org_id}/tools/{tool_id}',
   'PATCH /orgs/{org_id}/tools/{tool_id}',
   'DELETE /orgs/{org_id}/tools/{tool_id}',
+  'GET /orgs/{org_id}/webhooks',
+  'POST /orgs/{org_id}/webhooks',
+  'GET /orgs/{org_id}/webhooks/{webhook_id}',
+  'PATCH /orgs/{org_id}/webhooks/{webhook_id}',
+  'DELETE /orgs/{org_id}/webhooks/{webhook_id}',
+  'GET /orgs/{org_id}/webhooks/{webhook_id}/deliveries',
   'POST /orgs/{org_id}/capability-tokens',
   'GET /orgs/{org_id}/capability-tokens',
   'POST /orgs/{org_id}/capability-tokens/{token_id}/revoke',
@@ -94,6 +100,16 @@ describe('OpenAPI document', () => {
       const pathParams = (operation.parameters ?? []).filter((p: any) => p.in === 'path').map((p: any) => p.name);
       for (const name of pathParams) expect({ key, inBody: name in (body.properties ?? {}) }).toEqual({ key, inBody: false });
     }
+  });
+
+  test('documents how webhook deliveries are signed and verified on the create route', () => {
+    const create = doc.paths['/orgs/{org_id}/webhooks'].post;
+    expect(create.summary).toMatch(/secret/);
+    for (const term of ['X-Webhook-Signature: sha256=', 'HMAC-SHA256', '<X-Webhook-Timestamp>.<raw request body>', 'constant time']) {
+      expect(create.description).toContain(term);
+    }
+    // Other operations keep only their summary.
+    expect(doc.paths['/orgs/{org_id}/webhooks'].get.description).toBeUndefined();
   });
 
   test('documents both security schemes and the error envelopes', () => {

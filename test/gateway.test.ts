@@ -199,7 +199,7 @@ describe('budgets', () => {
       expect(allowed).toHaveLength(25);
       expect(results.filter((r) => r.body.reasons?.[0]?.code === 'BUDGET_EXCEEDED')).toHaveLength(25);
     } finally {
-      second.app.stop();
+      await second.app.stop();
       if (backend === 'postgresql') await secondDb.close();
     }
   });

@@ -48,7 +48,7 @@ describe('health', () => {
       expect(logged.length).toBeGreaterThanOrEqual(1);
       expect(logged[0].err).toBeDefined();
     } finally {
-      broken.app.stop();
+      await broken.app.stop();
       await broken.database.close().catch(() => undefined);
     }
   });
@@ -186,7 +186,7 @@ describe('operator rate limit', () => {
       expect(statuses.filter((s) => s === 200).length).toBeLessThanOrEqual(4 + 1);
       expect(statuses).toContain(429);
     } finally {
-      other.app.stop();
+      await other.app.stop();
       if (second && 'close' in second && backend === 'postgresql') await second.close();
     }
   });

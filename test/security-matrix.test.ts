@@ -77,6 +77,13 @@ const newApproval = async (w: World) => {
   });
   return { approval_id: asked.body.approval_id as string };
 };
+const newWebhook = async (w: World) => {
+  const created = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/webhooks`, {
+    token: w.orgA.adminToken,
+    body: { url: `https://hooks.example.com/${unique()}`, events: ['approval.decided'] },
+  });
+  return { webhook_id: created.body.webhook_id as string };
+};
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
 });
@@ -292,6 +299,66 @@ const matrix: Row[] = [
     keyScopes: [],
     params: newTool,
     check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/webhooks',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    check: (r) => {
+      expect(r.body).toMatchObject({ items: expect.any(Array), total: expect.any(Number) });
+      expect(r.text).not.toContain('"secret"');
+    },
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/webhooks',
+    ok: 201,
+    roles: managers,
+    keyScopes: [],
+    body: () => ({ url: `https://hooks.example.com/${unique()}`, events: ['approval.requested'] }),
+    check: (r) => expect(r.body).toMatchObject({ webhook_id: expect.stringMatching(/^whk_/), secret: expect.stringMatching(/^whsec_/) }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/webhooks/:webhook_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newWebhook,
+    check: (r) => {
+      expect(r.body.events).toEqual(['approval.decided']);
+      expect(r.body).not.toHaveProperty('secret');
+    },
+  },
+  {
+    method: 'PATCH',
+    route: '/orgs/:org_id/webhooks/:webhook_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newWebhook,
+    body: () => ({ events: ['approval.requested', 'approval.decided'], active: false }),
+    check: (r) => expect(r.body).toMatchObject({ events: ['approval.requested', 'approval.decided'], active: false }),
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/webhooks/:webhook_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: newWebhook,
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/webhooks/:webhook_id/deliveries',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newWebhook,
+    check: (r) => expect(r.body).toEqual({ items: [], total: 0 }),
   },
   {
     method: 'POST',

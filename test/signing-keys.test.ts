@@ -55,7 +55,7 @@ test('after a record key rotation by a second app instance, new records use the 
   try {
     newKid = (await other.app.services.keys.rotate('record')).kid;
   } finally {
-    other.app.stop();
+    await other.app.stop();
   }
   expect(newKid).not.toBe(oldKid);
   const rotatedAt = Date.now();

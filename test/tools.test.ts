@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress } from '../src/modules/tool/address-policy.js';
+import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress } from '../src/lib/address-policy.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -626,7 +626,7 @@ describe('address policy (pure functions)', () => {
     for (const all of [false, true]) {
       const refused = await resolve(false, all);
       expect(refused.error).toBeInstanceOf(AddressRefusedError);
-      expect((refused.error as AddressRefusedError).code).toBe('TOOL_ADDRESS_REFUSED');
+      expect((refused.error as AddressRefusedError).code).toBe('ADDRESS_REFUSED');
     }
     const allowed = await resolve(true, false);
     expect(allowed.error).toBeNull();

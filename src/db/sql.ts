@@ -21,18 +21,3 @@ export interface SqlDriver {
 
 export type SqlConnection = Pick<SqlDriver, 'exec' | 'query'>;
 
-/**
- * The SQL interface on a Prisma interactive transaction, so a service that writes through Prisma
- * (audit entries) can run raw statements of other modules in the same transaction.
- */
-export function sqlOnPrisma(tx: {
-  $executeRawUnsafe(query: string, ...values: unknown[]): Promise<number>;
-  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T>;
-}): SqlConnection {
-  return {
-    async exec(script) {
-      await tx.$executeRawUnsafe(script);
-    },
-    query: <Row>(text: string, params: unknown[] = []) => tx.$queryRawUnsafe<Row[]>(text, ...params),
-  };
-}

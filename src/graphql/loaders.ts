@@ -1,6 +1,12 @@
 import DataLoader from 'dataloader';
+import type { WebhookDelivery } from '../generated/prisma/client.js';
 import type { Services } from '../services.js';
 import { historyKey } from '../modules/manifest/manifest.service.js';
+import type { DeliveryFilter } from '../modules/webhook/webhook.service.js';
+import type { ListPage } from './list.js';
+
+type DeliveriesKey = DeliveryFilter & { webhookId: string };
+const filterKey = ({ status, limit, offset }: DeliveryFilter) => JSON.stringify([status ?? null, limit ?? null, offset ?? null]);
 
 /**
  * Request-scoped DataLoaders: a list of N items asking for the same relation costs one query.
@@ -14,6 +20,32 @@ export function createLoaders(services: Services) {
         return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
       },
       { cacheKeyFn: ({ orgId, svcId }) => historyKey(orgId, svcId) },
+    ),
+    /** A page of deliveries per webhook: one query per distinct filter, whatever the number of webhooks. */
+    webhookDeliveries: new DataLoader(
+      async (keys: readonly DeliveriesKey[]) => {
+        const groups = new Map<string, DeliveriesKey[]>();
+        for (const key of keys) {
+          const group = groups.get(filterKey(key)) ?? [];
+          group.push(key);
+          groups.set(filterKey(key), group);
+        }
+        const pages = new Map<string, Map<string, ListPage<WebhookDelivery>> | Error>();
+        await Promise.all(
+          [...groups].map(async ([filter, group]) => {
+            try {
+              pages.set(filter, await services.webhooks.deliveriesOf([...new Set(group.map((k) => k.webhookId))], group[0]));
+            } catch (error) {
+              pages.set(filter, error as Error);
+            }
+          }),
+        );
+        return keys.map((key) => {
+          const byWebhook = pages.get(filterKey(key))!;
+          return byWebhook instanceof Error ? byWebhook : byWebhook.get(key.webhookId)!;
+        });
+      },
+      { cacheKeyFn: (key) => `${key.webhookId}\u0000${filterKey(key)}` },
     ),
   };
 }

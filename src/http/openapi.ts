@@ -77,7 +77,8 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
       const hasBody = Boolean(operation.requestBody);
       operation.operationId = field.split('.')[1];
       operation.summary = route.summary;
-      delete operation.description;
+      if (route.description) operation.description = route.description;
+      else delete operation.description;
       operation.parameters = (operation.parameters ?? []).filter((p: Json) => !(hasBody && p.in === 'query'));
       if (!operation.parameters.length) delete operation.parameters;
       if (route.bodyArg) {

@@ -13,6 +13,8 @@ export interface RestRoute {
   status?: 200 | 201 | 204;
   tag: string;
   summary: string;
+  /** Longer text for the OpenAPI operation (Markdown), when the summary is not enough. */
+  description?: string;
   /** Security schemes accepted: bearer token, API key, or none (open route). */
   auth: ReadonlyArray<'bearer' | 'apiKey'>;
   /**

@@ -84,7 +84,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     graphql: (query, variables, options = {}) =>
       request('POST', '/graphql', { ...options, body: { query, variables } }),
     async close() {
-      app.stop();
+      await app.stop();
       await database.close();
     },
   };

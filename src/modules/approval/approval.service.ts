@@ -1,11 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { sqlOnPrisma, type SqlConnection } from '../../db/sql.js';
+import { sqlConnectionOf } from '../../db/prisma-sql.js';
+import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors, forbidden, notFound } from '../../errors.js';
 import type { Approval, ApprovalStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
+import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
+import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 
 export interface ApprovalRequest {
   orgId: string;
@@ -21,14 +24,6 @@ export interface ApprovalRequest {
 }
 
 export type ApprovalCheck = { ok: true } | { ok: false; message: string };
-
-export type ApprovalEvent = 'approval.requested' | 'approval.decided';
-
-/**
- * Tells subscribers (webhooks) about an approval, inside the transaction that changed it, so a
- * notification exists exactly when the change committed.
- */
-export type ApprovalNotifier = (conn: SqlConnection, orgId: string, event: ApprovalEvent, data: Record<string, unknown>) => Promise<void>;
 
 export interface ApprovalFilter {
   status?: ApprovalStatus | null;
@@ -65,7 +60,7 @@ export function approvalSummary(approval: Approval) {
  * an approved one exactly once; operators list and decide; pending and unused approved approvals
  * expire after the org's TTL, lazily on every read and in a periodic sweep.
  */
-export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
+export function createApprovalService({ db }: Deps) {
   async function request(entry: ApprovalRequest): Promise<string> {
     const id = `apr_${randomBytes(12).toString('base64url')}`;
     await db.sql.transaction(async (tx) => {
@@ -89,7 +84,7 @@ export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
           entry.ttlSeconds,
         ],
       );
-      await notify(tx, entry.orgId, 'approval.requested', {
+      await enqueueWebhookEvent(tx, entry.orgId, 'approval.requested', {
         approval_id: id,
         status: 'pending',
         svc_id: entry.svcId,
@@ -102,6 +97,7 @@ export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
         expires_at: new Date(approval.expires_at).toISOString(),
       });
     });
+    wakeWebhookDispatchers();
     return id;
   }
 
@@ -195,7 +191,7 @@ export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
       throw forbidden('An API key limited to the agent that asked cannot decide its approval');
     }
     const decidedBy = principal.type === 'user' ? principal.email : principal.keyId;
-    return db.prisma.$transaction(async (tx) => {
+    const decided = await db.prisma.$transaction(async (tx) => {
       // Conditional on `pending`: of two concurrent decisions exactly one changes the row.
       const changed = await tx.approval.updateMany({
         where: { id: approvalId, orgId, status: 'pending', expiresAt: { gt: new Date() } },
@@ -225,9 +221,12 @@ export function createApprovalService({ db }: Deps, notify: ApprovalNotifier) {
         after: { status: verdict, ...snapshot, notes },
         reason: reason ?? undefined,
       });
-      await notify(sqlOnPrisma(tx), orgId, 'approval.decided', approvalSummary(decided));
+      // Subscribers hear of the decision exactly when it commits.
+      await enqueueWebhookEvent(sqlConnectionOf(tx), orgId, 'approval.decided', approvalSummary(decided));
       return decided;
     });
+    wakeWebhookDispatchers();
+    return decided;
   }
 
   return { request, check, consume, expireDue, list, get, decide };

@@ -57,6 +57,14 @@ interface ApprovalSnapshot {
   notes?: string | null;
 }
 
+/** A webhook as audited: never its secret, only whether an update replaced it. */
+interface WebhookSnapshot {
+  url: string;
+  events: string[];
+  active: boolean;
+  allow_private_network: boolean;
+}
+
 interface CapabilityTokenSnapshot {
   svc_id: string;
   capabilities: string[];
@@ -85,6 +93,9 @@ export type AuditEvent =
   | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot>
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
   | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
+  | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
+  | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
+  | Event<'webhook.deleted', 'webhook', WebhookSnapshot, never>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

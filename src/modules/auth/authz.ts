@@ -72,6 +72,7 @@ export const permissions = {
   'log:export': { roles: managers, keyScopes: ['logs:export'] },
   'tool:manage': { roles: managers, keyScopes: [] },
   'capability_token:manage': { roles: managers, keyScopes: [] },
+  'webhook:manage': { roles: managers, keyScopes: [] },
 } as const satisfies Record<string, Permission>;
 
 export type Action = keyof typeof permissions;

@@ -2,10 +2,11 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 
 /**
- * Where an http connector may connect. Loopback, private, link-local (cloud metadata at
- * 169.254.169.254 included), carrier-grade NAT, multicast and reserved ranges are refused unless
- * the tool allows private networks. The check runs on the address the socket actually connects to
- * (a `lookup` hook), so a hostname that resolves to 127.0.0.1 is refused like the literal.
+ * Where the service may connect on a customer's behalf (http tool connectors, webhooks). Loopback,
+ * private, link-local (cloud metadata at 169.254.169.254 included), carrier-grade NAT, multicast
+ * and reserved ranges are refused unless the tool or webhook allows private networks. The check
+ * runs on the address the socket actually connects to (a `lookup` hook), so a hostname that
+ * resolves to 127.0.0.1 is refused like the literal.
  */
 const refused = new BlockList();
 for (const [network, prefix] of [
@@ -34,7 +35,7 @@ for (const [network, prefix] of [
 }
 
 export class AddressRefusedError extends Error {
-  readonly code = 'TOOL_ADDRESS_REFUSED';
+  readonly code = 'ADDRESS_REFUSED';
 }
 
 export function isRefusedAddress(address: string): boolean {
@@ -69,4 +70,16 @@ export function checkLiteralHost(hostname: string, allowPrivate: boolean): void 
   if (isIP(bare) && !allowPrivate && isRefusedAddress(bare)) {
     throw new AddressRefusedError(`${bare} is a private or reserved address`);
   }
+}
+
+/**
+ * Whether a URL host is refused without resolving it: private or reserved IP literals (as the URL
+ * parser normalised them, so `127.1` and `2130706433` are 127.0.0.1) and the names RFC 6761 reserves
+ * for loopback (`localhost`, `*.localhost`). Other names are only known at connection time.
+ */
+export function isRefusedHost(hostname: string): boolean {
+  const bare = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (isIP(bare)) return isRefusedAddress(bare);
+  const name = bare.replace(/\.$/, '');
+  return name === 'localhost' || name.endsWith('.localhost');
 }

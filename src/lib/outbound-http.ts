@@ -1,0 +1,108 @@
+import http from 'node:http';
+import https from 'node:https';
+import { AddressRefusedError, checkLiteralHost, guardedLookup } from './address-policy.js';
+
+/**
+ * One POST on a customer's behalf (http tool connectors, webhook deliveries), with the same
+ * safety rules for both: only addresses the address policy allows (checked on the literal, and on
+ * every resolved address the socket would connect to), no redirect followed, a deadline, and a
+ * cap on how much of the answer is read. Never throws: every failure is an outcome.
+ */
+
+export interface OutboundPost {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  timeoutMs: number;
+  maxResponseBytes: number;
+  /**
+   * What a longer answer means: `fail` (the caller needs the whole answer: a tool result) or
+   * `truncate` (only the status matters: the rest is not read and the status stands).
+   */
+  oversize: 'fail' | 'truncate';
+  allowPrivateNetwork: boolean;
+  /** Aborting ends the request at once (shutdown). */
+  signal?: AbortSignal;
+}
+
+export type OutboundFailureCode = 'INVALID_URL' | 'ADDRESS_REFUSED' | 'TIMEOUT' | 'RESPONSE_TOO_LARGE' | 'UNREACHABLE' | 'ABORTED';
+
+export type OutboundOutcome =
+  /** Any answer that is not a redirect; `body` holds at most `maxResponseBytes`. */
+  | { kind: 'response'; status: number; body: Buffer }
+  /** A 3xx: never followed. */
+  | { kind: 'redirect'; status: number }
+  | { kind: 'failure'; code: OutboundFailureCode; message: string };
+
+export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
+  let url: URL;
+  try {
+    url = new URL(request.url);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError('not http(s)');
+    checkLiteralHost(url.hostname, request.allowPrivateNetwork);
+  } catch (error) {
+    if (error instanceof AddressRefusedError) return Promise.resolve({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
+    return Promise.resolve({ kind: 'failure', code: 'INVALID_URL', message: 'The URL is not a valid http(s) URL' });
+  }
+  if (request.signal?.aborted) return Promise.resolve({ kind: 'failure', code: 'ABORTED', message: 'The request was aborted' });
+  const client = url.protocol === 'https:' ? https : http;
+  const headers = {
+    ...request.headers,
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(request.body)),
+  };
+
+  return new Promise<OutboundOutcome>((resolve) => {
+    let settled = false;
+    const finish = (outcome: OutboundOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      request.signal?.removeEventListener('abort', onAbort);
+      resolve(outcome);
+    };
+    const outgoing = client.request(
+      url,
+      { method: 'POST', headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: false },
+      (response) => {
+        const status = response.statusCode ?? 0;
+        if (status >= 300 && status < 400) {
+          response.destroy();
+          return finish({ kind: 'redirect', status });
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        response.on('data', (chunk: Buffer) => {
+          if (size + chunk.length > request.maxResponseBytes) {
+            response.destroy();
+            if (request.oversize === 'fail') {
+              finish({ kind: 'failure', code: 'RESPONSE_TOO_LARGE', message: `The response exceeds ${request.maxResponseBytes} bytes` });
+            } else {
+              chunks.push(chunk.subarray(0, request.maxResponseBytes - size));
+              finish({ kind: 'response', status, body: Buffer.concat(chunks) });
+            }
+            return;
+          }
+          size += chunk.length;
+          chunks.push(chunk);
+        });
+        response.on('error', () => finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The connection failed while reading the response' }));
+        response.on('end', () => finish({ kind: 'response', status, body: Buffer.concat(chunks) }));
+      },
+    );
+    const timer = setTimeout(() => {
+      outgoing.destroy();
+      finish({ kind: 'failure', code: 'TIMEOUT', message: `No response within ${request.timeoutMs} ms` });
+    }, request.timeoutMs);
+    const onAbort = () => {
+      outgoing.destroy();
+      finish({ kind: 'failure', code: 'ABORTED', message: 'The request was aborted' });
+    };
+    request.signal?.addEventListener('abort', onAbort, { once: true });
+    outgoing.on('error', (error) => {
+      if (error instanceof AddressRefusedError) finish({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
+      else finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The receiver could not be reached' });
+    });
+    outgoing.end(request.body);
+  });
+}

@@ -1,0 +1,267 @@
+import { createHmac } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Database } from '../../db/database.js';
+import type { Env } from '../../env.js';
+import { postJson, type OutboundOutcome } from '../../lib/outbound-http.js';
+
+/**
+ * Sends the webhook outbox (webhook_deliveries). Each process runs one dispatcher; every
+ * `WEBHOOK_POLL_MS` (or at once when woken) it claims due deliveries in one statement: `FOR UPDATE
+ * SKIP LOCKED` keeps concurrent claimers off each other's rows, and the claim moves
+ * `next_attempt_at` past a lease (timeout + margin) and counts the attempt, so no other process
+ * sends the same attempt while this one is busy with it, and a process that dies mid-send only
+ * delays the retry until the lease ends. Results are written back guarded by the attempt number.
+ */
+
+/** Deliveries one process sends at the same time. */
+export const MAX_IN_FLIGHT = 16;
+/**
+ * Of which at most this many to one webhook, so one slow or dead receiver with a backlog cannot
+ * hold every slot and delay the other webhooks (of other orgs too).
+ */
+export const MAX_IN_FLIGHT_PER_WEBHOOK = 4;
+/** Due deliveries a claim looks at (oldest first) to share the free slots fairly among webhooks. */
+const CLAIM_WINDOW = 256;
+/** How much of a receiver's answer is read; the rest is ignored (only the status counts). */
+export const MAX_RESPONSE_BYTES = 64 * 1024;
+/** Retries never wait longer than this, however many attempts are configured. */
+export const MAX_RETRY_DELAY_MS = 60 * 60 * 1000;
+/** Beyond the attempt's timeout, how long a claim is held before another process may retry it. */
+const LEASE_MARGIN_MS = 30_000;
+
+/** `sha256=` + hex HMAC-SHA256 of `<timestamp>.<body>` with the webhook's secret. */
+export function webhookSignature(secret: string, timestamp: string, body: string): string {
+  return `sha256=${createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex')}`;
+}
+
+/** Wait before the attempt after attempt number `attempts` (1-based): base, 2×base, 4×base, … */
+export function retryDelayMs(attempts: number, baseMs: number): number {
+  return Math.min(baseMs * 2 ** Math.max(0, attempts - 1), MAX_RETRY_DELAY_MS);
+}
+
+interface Claimed {
+  id: string;
+  webhook_id: string;
+  event: string;
+  payload: unknown;
+  attempts: number;
+  url: string;
+  secret: string;
+  allow_private_network: boolean;
+}
+
+export interface WebhookDispatcher {
+  start(): WebhookDispatcher;
+  /** Looks for due deliveries now instead of at the next poll. */
+  wake(): void;
+  /** Stops polling, aborts attempts in flight (their lease lets them be retried) and waits for both. */
+  stop(): Promise<void>;
+}
+
+const running = new Set<WebhookDispatcher>();
+
+/**
+ * Wakes the dispatchers of this process: call after committing a transaction that enqueued
+ * events, so they go out now rather than at the next poll. Correctness never depends on it.
+ */
+export function wakeWebhookDispatchers(): void {
+  for (const dispatcher of running) dispatcher.wake();
+}
+
+/** What an attempt's outcome means for the delivery. */
+function judge(outcome: OutboundOutcome): { delivered: boolean; statusCode: number | null; error: string | null } {
+  switch (outcome.kind) {
+    case 'response':
+      return outcome.status >= 200 && outcome.status < 300
+        ? { delivered: true, statusCode: outcome.status, error: null }
+        : { delivered: false, statusCode: outcome.status, error: `HTTP_ERROR: the receiver answered HTTP ${outcome.status}` };
+    case 'redirect':
+      return {
+        delivered: false,
+        statusCode: outcome.status,
+        error: `REDIRECT_REFUSED: the receiver answered HTTP ${outcome.status}; redirects are not followed`,
+      };
+    case 'failure':
+      return { delivered: false, statusCode: null, error: `${outcome.code}: ${outcome.message}` };
+  }
+}
+
+export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Database; logger: Logger }): WebhookDispatcher {
+  const log = logger.child({ component: 'webhooks' });
+  const leaseMs = env.webhookTimeoutMs + LEASE_MARGIN_MS;
+  const inFlight = new Map<Promise<void>, AbortController>();
+  let timer: NodeJS.Timeout | undefined;
+  let ticking: Promise<void> | undefined;
+  let again = false;
+  let stopped = true;
+
+  /** Attempts in flight per webhook in this process. */
+  const perWebhook = new Map<string, number>();
+
+  /**
+   * Claims up to `max` due deliveries, oldest first, keeping each webhook at most at
+   * MAX_IN_FLIGHT_PER_WEBHOOK attempts in flight in this process (`busy`). Candidates are chosen
+   * without locks; `due` locks them, skipping rows another claimer holds, and re-checks that each
+   * is still pending and due (a row claimed and committed meanwhile no longer is).
+   */
+  const claim = (max: number) =>
+    db.sql.query<Claimed>(
+      `WITH busy AS (
+         SELECT * FROM unnest($3::text[], $6::int[]) AS b(webhook_id, in_flight)
+       ), candidates AS (
+         SELECT d.id, d.webhook_id, d.next_attempt_at, d.seq
+         FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+         WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.active
+           AND d.webhook_id NOT IN (SELECT webhook_id FROM busy WHERE in_flight >= $5)
+         ORDER BY d.next_attempt_at, d.seq
+         LIMIT $4
+       ), fair AS (
+         SELECT ranked.id FROM (
+           SELECT id, webhook_id, next_attempt_at, seq,
+                  row_number() OVER (PARTITION BY webhook_id ORDER BY next_attempt_at, seq) AS rank
+           FROM candidates
+         ) ranked
+         LEFT JOIN busy ON busy.webhook_id = ranked.webhook_id
+         WHERE ranked.rank <= $5 - coalesce(busy.in_flight, 0)
+         ORDER BY ranked.next_attempt_at, ranked.seq
+         LIMIT $1
+       ), due AS (
+         SELECT d.id FROM webhook_deliveries d
+         WHERE d.id IN (SELECT id FROM fair) AND d.status = 'pending' AND d.next_attempt_at <= now()
+         FOR UPDATE SKIP LOCKED
+       )
+       UPDATE webhook_deliveries d
+       SET attempts = d.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + $2::int * interval '1 millisecond'
+       FROM due, webhooks w
+       WHERE d.id = due.id AND w.id = d.webhook_id
+       RETURNING d.id, d.webhook_id, d.event, d.payload, d.attempts, w.url, w.secret, w.allow_private_network`,
+      [max, leaseMs, [...perWebhook.keys()], CLAIM_WINDOW, MAX_IN_FLIGHT_PER_WEBHOOK, [...perWebhook.values()]],
+    );
+
+  /** Gives back claims that were never sent (stopped meanwhile): the attempt did not happen. */
+  const release = (claimed: Claimed[]) =>
+    Promise.all(
+      claimed.map((d) =>
+        db.sql.query(
+          `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now()
+           WHERE id = $1 AND status = 'pending' AND attempts = $2`,
+          [d.id, d.attempts],
+        ),
+      ),
+    );
+
+  async function attempt(delivery: Claimed, signal: AbortSignal): Promise<void> {
+    const body = JSON.stringify(delivery.payload);
+    const timestamp = String(Math.floor(Date.now() / 1000));
+    const outcome = await postJson({
+      url: delivery.url,
+      headers: {
+        'User-Agent': 'agent-gateway-webhooks',
+        'X-Webhook-Id': delivery.webhook_id,
+        'X-Webhook-Event': delivery.event,
+        'X-Webhook-Delivery': delivery.id,
+        'X-Webhook-Timestamp': timestamp,
+        'X-Webhook-Signature': webhookSignature(delivery.secret, timestamp, body),
+      },
+      body,
+      timeoutMs: env.webhookTimeoutMs,
+      maxResponseBytes: MAX_RESPONSE_BYTES,
+      oversize: 'truncate',
+      allowPrivateNetwork: delivery.allow_private_network,
+      signal,
+    });
+    // Aborted by shutdown: the receiver may or may not have it; the lease lets another try.
+    if (outcome.kind === 'failure' && outcome.code === 'ABORTED') return;
+    const { delivered, statusCode, error } = judge(outcome);
+    const status = delivered ? 'delivered' : delivery.attempts >= env.webhookMaxAttempts ? 'failed' : 'pending';
+    await db.sql.query(
+      `UPDATE webhook_deliveries
+       SET status = $3::text::"WebhookDeliveryStatus", last_status_code = $4, last_error = $5,
+           delivered_at = CASE WHEN $3::text = 'delivered' THEN now() END,
+           next_attempt_at = CASE WHEN $3::text = 'pending' THEN now() + $6::int * interval '1 millisecond' END
+       WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
+      [delivery.id, delivery.attempts, status, statusCode, error, retryDelayMs(delivery.attempts, env.webhookRetryBaseMs)],
+    );
+    const fields = { delivery_id: delivery.id, webhook_id: delivery.webhook_id, attempt: delivery.attempts, status_code: statusCode };
+    if (status === 'failed') log.warn({ ...fields, error }, 'webhook delivery failed for good');
+    else if (status === 'pending') log.info({ ...fields, error }, 'webhook delivery attempt failed; will retry');
+    else log.debug(fields, 'webhook delivered');
+  }
+
+  function launch(delivery: Claimed) {
+    const controller = new AbortController();
+    perWebhook.set(delivery.webhook_id, (perWebhook.get(delivery.webhook_id) ?? 0) + 1);
+    const task: Promise<void> = attempt(delivery, controller.signal)
+      .catch((error) => log.warn({ err: error, delivery_id: delivery.id }, 'recording a webhook attempt failed'))
+      .finally(() => {
+        inFlight.delete(task);
+        const left = perWebhook.get(delivery.webhook_id)! - 1;
+        if (left > 0) perWebhook.set(delivery.webhook_id, left);
+        else perWebhook.delete(delivery.webhook_id);
+        dispatcher.wake();
+      });
+    inFlight.set(task, controller);
+  }
+
+  async function tick(): Promise<void> {
+    do {
+      again = false;
+      const free = MAX_IN_FLIGHT - inFlight.size;
+      if (free <= 0) return;
+      const claimed = await claim(free);
+      if (stopped) {
+        await release(claimed);
+        return;
+      }
+      for (const delivery of claimed) launch(delivery);
+      // A full batch: more may be due right away.
+      if (claimed.length === free) again = true;
+    } while (again && !stopped);
+  }
+
+  function schedule(delayMs: number) {
+    clearTimeout(timer);
+    if (stopped) return;
+    timer = setTimeout(run, delayMs);
+    timer.unref();
+  }
+
+  function run() {
+    if (stopped) return;
+    if (ticking) {
+      again = true;
+      return;
+    }
+    clearTimeout(timer);
+    ticking = tick()
+      .catch((error) => log.warn({ err: error }, 'webhook dispatch failed; retrying at the next poll'))
+      .finally(() => {
+        ticking = undefined;
+        // Woken after the loop's last look: go again now rather than at the next poll.
+        schedule(again ? 0 : env.webhookPollMs);
+      });
+  }
+
+  const dispatcher: WebhookDispatcher = {
+    start() {
+      if (!stopped) return dispatcher;
+      stopped = false;
+      running.add(dispatcher);
+      schedule(0);
+      return dispatcher;
+    },
+    wake() {
+      if (stopped) return;
+      if (ticking) again = true;
+      else schedule(0);
+    },
+    async stop() {
+      stopped = true;
+      running.delete(dispatcher);
+      clearTimeout(timer);
+      for (const controller of inFlight.values()) controller.abort();
+      await Promise.allSettled([ticking, ...inFlight.keys()]);
+    },
+  };
+  return dispatcher;
+}

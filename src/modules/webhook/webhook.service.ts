@@ -1,0 +1,286 @@
+import { randomBytes } from 'node:crypto';
+import type { SqlConnection } from '../../db/sql.js';
+import type { Deps } from '../../deps.js';
+import { FieldErrors, notFound } from '../../errors.js';
+import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
+import type { ListPage } from '../../graphql/list.js';
+import { isRefusedHost } from '../../lib/address-policy.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import type { Principal } from '../auth/authz.js';
+
+/**
+ * Org webhooks: subscriptions to events, and the outbox of their deliveries. Events are enqueued
+ * with `enqueueWebhookEvent` inside the transaction that produced them, so a delivery exists
+ * exactly when the change committed; webhook.dispatcher.ts sends them.
+ */
+
+export const webhookEvents = ['approval.requested', 'approval.decided'] as const;
+export type WebhookEvent = (typeof webhookEvents)[number];
+export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const;
+export type DeliveryStatus = (typeof deliveryStatuses)[number];
+
+export interface WebhookInput {
+  url?: string | null;
+  events?: readonly string[] | null;
+  secret?: string | null;
+  allow_private_network?: boolean | null;
+  active?: boolean | null;
+}
+
+export interface DeliveryFilter {
+  status?: DeliveryStatus | null;
+  limit?: number | null;
+  offset?: number | null;
+}
+
+const MAX_URL_LENGTH = 2048;
+const MIN_SECRET_LENGTH = 16;
+const MAX_SECRET_LENGTH = 256;
+export const DEFAULT_DELIVERY_PAGE = 50;
+export const MAX_DELIVERY_PAGE = 200;
+
+const newWebhookId = () => `whk_${randomBytes(12).toString('base64url')}`;
+/** Sortable by time, unique without coordination (like audit ids). */
+const newEventId = (now = Date.now()) => `evt_${now.toString(36).padStart(9, '0')}${randomBytes(8).toString('hex')}`;
+const generateSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
+
+/**
+ * Queues `event` for every active webhook of the org subscribed to it: one pending delivery each,
+ * in ONE statement on the caller's connection, so it commits or rolls back with the caller's
+ * transaction (`db.sql.transaction(tx => …)`, or a Prisma transaction through
+ * `sqlConnectionOf(tx)`). Every delivery of the event carries the same `event_id` and payload
+ * `{event_id, event, org_id, created_at, data}`. Call `wakeWebhookDispatchers()` after the commit
+ * for prompt delivery; without it the next poll sends them.
+ */
+export async function enqueueWebhookEvent(
+  conn: SqlConnection,
+  orgId: string,
+  event: 'approval.requested' | 'approval.decided',
+  data: Record<string, unknown>,
+): Promise<void> {
+  if (!webhookEvents.includes(event)) throw new Error(`Unknown webhook event "${String(event)}"`);
+  // created_at is the database's clock, like the row's and the dispatcher's, rounded as stored.
+  await conn.query(
+    `WITH e AS (SELECT now()::timestamptz(3) AS at)
+     INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_id, payload, created_at, next_attempt_at)
+     SELECT 'whd_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.org_id, $2::text, $3::text,
+            jsonb_build_object(
+              'event_id', $3::text,
+              'event', $2::text,
+              'org_id', $1::uuid::text,
+              'created_at', to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+              'data', $4::jsonb),
+            e.at, e.at
+     FROM webhooks w, e
+     WHERE w.org_id = $1::uuid AND w.active AND $2::text = ANY (w.events)`,
+    [orgId, event, newEventId(), JSON.stringify(data ?? {})],
+  );
+}
+
+/** A webhook as audited: no secret. */
+const snapshot = (webhook: Webhook) => ({
+  url: webhook.url,
+  events: webhook.events,
+  active: webhook.active,
+  allow_private_network: webhook.allowPrivateNetwork,
+});
+
+/** Raw rows of the deliveries page query, as the driver returns them. */
+interface DeliveryRow {
+  page_webhook_id: string;
+  total: number;
+  id: string | null;
+  seq: bigint | number | string;
+  webhook_id: string;
+  org_id: string;
+  event: string;
+  event_id: string;
+  payload: unknown;
+  status: DeliveryStatus;
+  attempts: number;
+  next_attempt_at: Date | null;
+  last_attempt_at: Date | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: Date;
+  delivered_at: Date | null;
+}
+
+const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
+  id: row.id!,
+  seq: BigInt(row.seq),
+  webhookId: row.webhook_id,
+  orgId: row.org_id,
+  event: row.event,
+  eventId: row.event_id,
+  payload: row.payload as Prisma.JsonValue,
+  status: row.status,
+  attempts: row.attempts,
+  nextAttemptAt: row.next_attempt_at,
+  lastAttemptAt: row.last_attempt_at,
+  lastStatusCode: row.last_status_code,
+  lastError: row.last_error,
+  createdAt: row.created_at,
+  deliveredAt: row.delivered_at,
+});
+
+export function createWebhookService({ db }: Deps) {
+  /** The stored columns of a valid webhook, from a create (no `existing`) or an update. */
+  function columns(input: WebhookInput, existing?: Webhook) {
+    const errors = new FieldErrors();
+    const allowPrivate = input.allow_private_network ?? existing?.allowPrivateNetwork ?? false;
+    const urlText = input.url ?? existing?.url;
+    let url: URL | undefined;
+    try {
+      url = typeof urlText === 'string' && urlText.length <= MAX_URL_LENGTH ? new URL(urlText) : undefined;
+    } catch {
+      url = undefined;
+    }
+    if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
+      errors.add('url', `must be an http(s) URL without credentials, at most ${MAX_URL_LENGTH} characters`);
+    } else if (!allowPrivate && isRefusedHost(url.hostname)) {
+      // Known without DNS; names resolving to such addresses are refused when delivering.
+      errors.add(
+        input.url == null ? 'allow_private_network' : 'url',
+        'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
+      );
+    }
+
+    const events = input.events ?? existing?.events;
+    if (!events || events.length === 0) {
+      errors.add('events', `must list at least one of ${webhookEvents.join(', ')}`);
+    } else {
+      events.forEach((event, i) => {
+        if (!webhookEvents.includes(event as WebhookEvent)) errors.add(`events[${i}]`, `must be one of ${webhookEvents.join(', ')}`);
+        else if (events.indexOf(event) !== i) errors.add(`events[${i}]`, `"${event}" is listed twice`);
+      });
+    }
+
+    if (input.secret != null && (input.secret.length < MIN_SECRET_LENGTH || input.secret.length > MAX_SECRET_LENGTH)) {
+      errors.add('secret', `must be ${MIN_SECRET_LENGTH} to ${MAX_SECRET_LENGTH} characters`);
+    }
+    errors.throwIfAny();
+    return {
+      url: urlText!,
+      events: [...events!],
+      allowPrivateNetwork: allowPrivate,
+      active: input.active ?? existing?.active ?? true,
+    };
+  }
+
+  /** The new webhook with its secret: the only time the secret is returned. */
+  async function create(orgId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
+    const data = columns(input);
+    const secret = input.secret ?? generateSecret();
+    return db.prisma.$transaction(async (tx) => {
+      const webhook = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret, ...data } });
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'webhook.created',
+        targetType: 'webhook',
+        targetId: webhook.id,
+        after: { ...snapshot(webhook), secret_generated: input.secret == null },
+      });
+      return webhook;
+    });
+  }
+
+  async function get(orgId: string, webhookId: string): Promise<Webhook> {
+    const webhook = await db.prisma.webhook.findFirst({ where: { id: webhookId, orgId } });
+    if (!webhook) throw notFound('Webhook');
+    return webhook;
+  }
+
+  async function list(orgId: string): Promise<ListPage<Webhook>> {
+    const items = await db.prisma.webhook.findMany({ where: { orgId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
+    return { items, total: items.length };
+  }
+
+  async function update(orgId: string, webhookId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
+    const existing = await get(orgId, webhookId);
+    const data = columns(input, existing);
+    const secretRotated = input.secret != null && input.secret !== existing.secret;
+    return db.prisma.$transaction(async (tx) => {
+      const webhook = await tx.webhook.update({
+        where: { id: existing.id },
+        data: { ...data, ...(input.secret != null ? { secret: input.secret } : {}) },
+      });
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'webhook.updated',
+        targetType: 'webhook',
+        targetId: webhook.id,
+        before: snapshot(existing),
+        after: { ...snapshot(webhook), secret_rotated: secretRotated },
+      });
+      return webhook;
+    });
+  }
+
+  /** Deletes the webhook with its deliveries: pending ones are never sent. */
+  async function remove(orgId: string, webhookId: string, actor: Principal): Promise<void> {
+    const existing = await get(orgId, webhookId);
+    await db.prisma.$transaction(async (tx) => {
+      await tx.webhook.delete({ where: { id: existing.id } });
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'webhook.deleted',
+        targetType: 'webhook',
+        targetId: existing.id,
+        before: snapshot(existing),
+      });
+    });
+  }
+
+  function page(filter: DeliveryFilter) {
+    const errors = new FieldErrors();
+    const limit = filter.limit ?? DEFAULT_DELIVERY_PAGE;
+    const offset = filter.offset ?? 0;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_DELIVERY_PAGE) errors.add('limit', `must be from 1 to ${MAX_DELIVERY_PAGE}`);
+    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    if (filter.status != null && !deliveryStatuses.includes(filter.status)) {
+      errors.add('status', `must be one of ${deliveryStatuses.join(', ')}`);
+    }
+    errors.throwIfAny();
+    return { limit, offset, status: filter.status ?? null };
+  }
+
+  /**
+   * One page of deliveries, newest first, for each of several webhooks, in one statement (the
+   * GraphQL `webhook { deliveries }` loader and the REST listing share it).
+   */
+  async function deliveriesOf(webhookIds: readonly string[], filter: DeliveryFilter): Promise<Map<string, ListPage<WebhookDelivery>>> {
+    const { limit, offset, status } = page(filter);
+    const rows = await db.prisma.$queryRaw<DeliveryRow[]>`
+      SELECT w.webhook_id AS page_webhook_id, c.total, d.*
+      FROM unnest(${[...webhookIds]}::text[]) AS w(webhook_id)
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS total FROM webhook_deliveries x
+        WHERE x.webhook_id = w.webhook_id AND (${status}::text IS NULL OR x.status::text = ${status}::text)
+      ) c
+      LEFT JOIN LATERAL (
+        SELECT y.id, y.seq, y.webhook_id, y.org_id::text AS org_id, y.event, y.event_id, y.payload, y.status::text AS status,
+               y.attempts, y.next_attempt_at, y.last_attempt_at, y.last_status_code, y.last_error, y.created_at, y.delivered_at
+        FROM webhook_deliveries y
+        WHERE y.webhook_id = w.webhook_id AND (${status}::text IS NULL OR y.status::text = ${status}::text)
+        ORDER BY y.seq DESC
+        LIMIT ${limit} OFFSET ${offset}
+      ) d ON true
+      ORDER BY w.webhook_id, d.seq DESC`;
+    const pages = new Map<string, ListPage<WebhookDelivery>>();
+    for (const id of webhookIds) pages.set(id, { items: [], total: 0 });
+    for (const row of rows) {
+      const entry = pages.get(row.page_webhook_id)!;
+      entry.total = Number(row.total);
+      if (row.id !== null) entry.items.push(toDelivery(row));
+    }
+    return pages;
+  }
+
+  async function deliveries(orgId: string, webhookId: string, filter: DeliveryFilter): Promise<ListPage<WebhookDelivery>> {
+    const webhook = await get(orgId, webhookId);
+    return (await deliveriesOf([webhook.id], filter)).get(webhook.id)!;
+  }
+
+  return { create, get, list, update, remove, deliveries, deliveriesOf };
+}
+
+export type WebhookService = ReturnType<typeof createWebhookService>;
