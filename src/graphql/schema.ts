@@ -9,6 +9,7 @@ import '../modules/tool/tool.types.js';
 import '../modules/gateway/gateway.types.js';
 import '../modules/capability-token/capability-token.types.js';
 import '../modules/record/record.types.js';
+import '../modules/audit/audit.types.js';
 import { builder } from './builder.js';
 
 export const schema = builder.toSchema({ sortSchema: true });
