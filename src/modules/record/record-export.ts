@@ -151,18 +151,21 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   return value as unknown as ExportRecordLine;
 }
 
-/** The trusted signing keys by kid; with `trustedKeys`, the file's JWKS must agree with them. */
+/**
+ * The signing keys by kid: the file's JWKS, and with `trustedKeys` each of them must be one of
+ * those (same kid, curve and public point), so a file re-signed with another key fails.
+ */
 function keysOf(header: ExportHeader, options: VerifyOptions): Map<string, JWK> {
   const own = new Map(header.jwks.keys.filter((k) => typeof k.kid === 'string').map((k) => [k.kid!, k]));
   if (!options.trustedKeys) return own;
   const trusted = new Map(options.trustedKeys.filter((k) => typeof k.kid === 'string').map((k) => [k.kid!, k]));
   for (const [kid, key] of own) {
     const pinned = trusted.get(kid);
-    if (!pinned || pinned.x !== key.x || pinned.crv !== key.crv) {
+    if (!pinned || pinned.kty !== key.kty || pinned.crv !== key.crv || pinned.x !== key.x) {
       throw new Broken(`header: key ${kid} is not one of the trusted keys`);
     }
   }
-  return trusted;
+  return own;
 }
 
 /** The Ed25519 public keys by kid, each parsed once; null for a kid whose JWK is not a usable Ed25519 key. */
