@@ -232,6 +232,42 @@ describe('GET /orgs/{org_id}/audit-logs/export', () => {
     expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([field]);
   });
 
+  test('a failure half-way errors the stream: the download never looks complete', async () => {
+    const audit = t.app.services.audit;
+    const original = audit.exportBatches;
+    audit.exportBatches = (orgId, filter) => {
+      const real = original(orgId, filter, 2);
+      return (async function* () {
+        let batches = 0;
+        for await (const batch of real) {
+          if (batches++ === 2) throw new Error('the database went away');
+          yield batch;
+        }
+      })();
+    };
+    try {
+      const response = await t.app.yoga.fetch(
+        `http://localhost${base()}/export`,
+        { headers: { authorization: `Bearer ${org.adminToken}` } },
+        { clientAddress: '192.0.2.1' } as never,
+      );
+      expect(response.status).toBe(200);
+      const reader = response.body!.getReader();
+      let lines = 0;
+      const outcome = (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return 'ended cleanly';
+          lines += new TextDecoder().decode(value).split('\n').length - 1;
+        }
+      })();
+      await expect(outcome).rejects.toThrow();
+      expect(lines).toBe(4);
+    } finally {
+      audit.exportBatches = original;
+    }
+  });
+
   test('a viewer may read but not export; the route answers 405 to other methods', async () => {
     const viewer = await addUser(t, org, 'viewer');
     expect((await list('', viewer.token)).status).toBe(200);
