@@ -323,3 +323,9 @@ describe('GraphQL dashboard', () => {
     expect(large.count).toBeLessThanOrEqual(4);
   });
 });
+
+test('a malformed org id in the export path is 404, not a failure', async () => {
+  const response = await t.request('GET', '/api/v1/orgs/%E0%A4%A/audit-logs/export', { token: org.adminToken });
+  expect(response.status).toBe(404);
+  expect(response.body.error.code).toBe('NOT_FOUND');
+});

@@ -149,6 +149,15 @@ function checkQuery(url: URL, route: CompiledRoute): FieldError[] {
   return errors;
 }
 
+/** A malformed escape stays as sent: it then names no resource (404), rather than failing the request. */
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
 /**
  * A streamed route, once credentials are known: the query string (422), then authorization with
  * the permission table (404 for another org, 403), then the handler's own validation and stream.
@@ -166,9 +175,15 @@ async function serveStream(
     return errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: parsed.errors }));
   }
   const groups = route.pattern.exec(url.pathname)!.slice(1);
-  const path = Object.fromEntries(route.pathParams.map((name, i) => [name, decodeURIComponent(groups[i])]));
+  const path = Object.fromEntries(route.pathParams.map((name, i) => [name, safeDecode(groups[i])]));
+  // In the org named by the path (another org: 404), else in the caller's own org.
   const orgId = path.org_id ?? principal.orgId;
-  const decision = path.org_id !== undefined ? authorize(principal, orgId, route.stream.action) : may(principal, route.stream.action) ? 'allow' : 'forbidden';
+  const decision =
+    path.org_id !== undefined
+      ? authorize(principal, orgId, route.stream.action)
+      : may(principal, route.stream.action)
+        ? 'allow'
+        : 'forbidden';
   try {
     if (decision === 'not_found') throw orgNotFound();
     if (decision === 'forbidden') throw operationForbidden();
