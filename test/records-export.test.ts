@@ -359,3 +359,23 @@ describe('agent-gateway verify', () => {
     }
   }, 180_000);
 });
+
+describe('after a record key rotation', () => {
+  test('the export carries the retired and the new key, and records signed by either verify', async () => {
+    const rotated = await signUp(t, 'rotation');
+    const rotatedAgent = await readyAgent(t, rotated);
+    for (let i = 0; i < 3; i++) await act(rotatedAgent, 0);
+    const fresh = await t.app.services.keys.rotate('record');
+    for (let i = 0; i < 3; i++) await act(rotatedAgent, 0);
+    const { text } = await exportText('', rotated.adminToken);
+    const [header, ...records] = lines(text).map((line) => JSON.parse(line));
+    const signers = [...new Set(records.map((r) => r.body.key_id))];
+    expect(signers).toHaveLength(2);
+    expect(signers[1]).toBe(fresh.kid);
+    expect(header.key_id).toBe(fresh.kid);
+    expect(header.jwks.keys.map((k: { kid: string }) => k.kid)).toEqual(expect.arrayContaining(signers));
+    const result = await verify(await saved(text));
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain(`keys:  ${signers.join(', ')}`);
+  });
+});
