@@ -104,7 +104,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
           if (docs) endResponse(docs);
         },
       },
-      ...useRestFacade(schema, authenticate, logger),
+      ...useRestFacade(schema, authenticate, logger, services),
     ],
   });
 

@@ -59,6 +59,11 @@ export class AppError extends GraphQLError {
 
 export const authenticationRequired = () =>
   new AppError('AUTHENTICATION_REQUIRED', 'This operation needs a bearer token or an API key');
+/** A resource of another org, or an org that does not exist: its existence is never revealed. */
+export const orgNotFound = () => new AppError('NOT_FOUND', 'Organization not found');
+/** Authenticated, but the role or the API key's scopes do not allow the operation. */
+export const operationForbidden = () =>
+  new AppError('FORBIDDEN', 'Your role or API key scopes do not allow this operation');
 export const notFound = (what: string) => new AppError('NOT_FOUND', `${what} not found`);
 export const conflict = (message: string, details?: Record<string, unknown>) =>
   new AppError('CONFLICT', message, { details });

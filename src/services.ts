@@ -4,6 +4,7 @@ import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
 import { createApprovalService } from './modules/approval/approval.service.js';
+import { createAuditService } from './modules/audit/audit.service.js';
 import { createCapabilityTokenService } from './modules/capability-token/capability-token.service.js';
 import { createGatewayService } from './modules/gateway/gateway.service.js';
 import { createRecordService } from './modules/record/record.service.js';
@@ -24,6 +25,7 @@ export function createServices(deps: Deps) {
     ...deps,
     orgs: createOrgService(deps),
     users: createUserService(deps),
+    audit: createAuditService(deps),
     manifests: createManifestService(deps),
     tools,
     records,

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { renderContracts } from '../src/contracts.js';
 import { restRoutes } from '../src/http/rest-routes.js';
+import { streamRoutes } from '../src/http/stream-routes.js';
 import { startTestApp, type TestApp } from './support/app.js';
 
 let t: TestApp;
@@ -54,7 +55,10 @@ const expectedRoutes = [
   'POST /orgs/{org_id}/capability-tokens',
   'GET /orgs/{org_id}/capability-tokens',
   'POST /orgs/{org_id}/capability-tokens/{token_id}/revoke',
+  'GET /orgs/{org_id}/audit-logs',
+  'GET /orgs/{org_id}/audit-logs/export',
   'GET /records',
+  'GET /records/export',
   'GET /records/{record_id}',
   'GET /records/{record_id}/verify',
   'POST /gateway/execute',
@@ -88,7 +92,27 @@ describe('OpenAPI document', () => {
   test('gives every route a unique operationId named after its GraphQL field', () => {
     const ids = operations().map((o) => o.operation.operationId);
     expect(new Set(ids).size).toBe(ids.length);
-    expect(ids.sort()).toEqual([...restRoutes.keys()].map((f) => f.split('.')[1]).sort());
+    expect(ids.sort()).toEqual(
+      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId)].sort(),
+    );
+  });
+
+  test('documents streamed routes with their query parameters, media types and errors', () => {
+    const auditExport = doc.paths['/orgs/{org_id}/audit-logs/export'].get;
+    expect(auditExport.security).toEqual([{ bearerAuth: [] }, { apiKeyAuth: [] }]);
+    expect(auditExport.parameters.map((p: any) => `${p.in}:${p.name}`)).toEqual([
+      'path:org_id', 'query:format', 'query:actor', 'query:action', 'query:target_type', 'query:target_id', 'query:from', 'query:to',
+    ]);
+    expect(auditExport.parameters.find((p: any) => p.name === 'format').schema).toEqual({ type: 'string', enum: ['jsonl', 'csv'] });
+    expect(auditExport.parameters.find((p: any) => p.name === 'from').schema).toMatchObject({ type: 'string', format: 'date-time' });
+    expect(Object.keys(auditExport.responses['200'].content)).toEqual(['application/x-ndjson', 'text/csv']);
+    expect(auditExport.responses['200'].headers).toHaveProperty('Content-Disposition');
+    expect(Object.keys(auditExport.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
+    const recordsExport = doc.paths['/records/export'].get;
+    expect(recordsExport.parameters.map((p: any) => p.name)).toEqual(['from', 'to']);
+    expect(Object.keys(recordsExport.responses['200'].content)).toEqual(['application/x-ndjson']);
+    expect(Object.keys(recordsExport.responses).sort()).toEqual(['200', '401', '403', '422', '429', '500']);
+    expect(doc.tags.map((tag: { name: string }) => tag.name)).toContain('Audit logs');
   });
 
   test('does not repeat bodies as query parameters nor path parameters in bodies', () => {

@@ -5,6 +5,8 @@
  *
  * PostgreSQL only: embedded PGlite is a single-process database.
  */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { createTestDatabase, backend, type TestDatabase } from './support/database.js';
 import { createKey, signUp } from './support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
@@ -82,5 +84,37 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     let status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
     while (status !== 401 && Date.now() - deletedAt < 1000) status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
     expect(status).toBe(401);
+  }, 60_000);
+
+  test('`agent-gateway rotate-keys record` in its own process switches both services to the new key within a second', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    const keyOf = async (service: Service) => {
+      const executed = await execute(service, agent);
+      return (await service.request('GET', `/api/v1/records/${executed.body.interaction_id}`, { token: org.adminToken })).body.key_id as string;
+    };
+    const oldKid = await keyOf(second);
+
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: database.url };
+    delete env.NODE_OPTIONS;
+    const cli = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'rotate-keys', 'record'], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      env,
+      encoding: 'utf8',
+    });
+    expect(cli.stderr).toBe('');
+    expect(cli.status).toBe(0);
+    const newKid = /record: new active key (\S+)/.exec(cli.stdout)![1];
+    expect(newKid).not.toBe(oldKid);
+
+    const rotatedAt = Date.now();
+    for (const service of [first, second]) {
+      // Every execute below starts within the second after the rotation.
+      let kid = await keyOf(service);
+      while (kid !== newKid && Date.now() - rotatedAt < 1000) kid = await keyOf(service);
+      expect(kid).toBe(newKid);
+    }
+    const jwks = await second.request('GET', '/.well-known/jwks.json');
+    expect(jwks.body.keys.map((k: { kid: string }) => k.kid)).toEqual(expect.arrayContaining([oldKid, newKid]));
   }, 60_000);
 });

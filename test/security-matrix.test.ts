@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import '../src/graphql/schema.js';
 import { restRoutes, type RestRoute } from '../src/http/rest-routes.js';
+import { streamRoutes } from '../src/http/stream-routes.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
@@ -50,6 +51,8 @@ interface Row {
   /** Path parameters other than org_id. Called for every request, so consumed resources are fresh. */
   params?: (w: World) => Promise<Record<string, string>>;
   body?: (w: World) => unknown;
+  /** Media type of a successful response when it is not JSON (streamed routes). */
+  contentType?: string;
   /** Extra checks on a successful response. */
   check?: (response: TestResponse, w: World) => void | Promise<void>;
 }
@@ -419,6 +422,43 @@ const matrix: Row[] = [
     check: (r) => expect(r.body).toMatchObject({ valid: true, checks: { hash: true, signature: true, chain: true } }),
   },
   {
+    method: 'GET',
+    route: '/orgs/:org_id/audit-logs',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    check: (r, w) => {
+      expect(r.body.total).toBeGreaterThan(0);
+      for (const item of r.body.items) expect(item.org_id).toBe(w.orgA.orgId);
+    },
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/audit-logs/export',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['logs:export'],
+    contentType: 'application/x-ndjson; charset=utf-8',
+    check: (r, w) => {
+      const entries = r.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+      expect(entries.map((e) => e.action)).toContain('org.created');
+      for (const entry of entries) expect(entry.org_id).toBe(w.orgA.orgId);
+    },
+  },
+  {
+    method: 'GET',
+    route: '/records/export',
+    ok: 200,
+    roles: managers,
+    keyScopes: ['logs:export'],
+    contentType: 'application/x-ndjson; charset=utf-8',
+    check: (r, w) => {
+      const [header, ...records] = r.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+      expect(header).toMatchObject({ type: 'header', org_id: w.orgA.orgId, count: records.length });
+      expect(records.map((x) => x.body.record_id)).toContain(w.recordA);
+    },
+  },
+  {
     method: 'POST',
     route: '/gateway/execute',
     ok: 200,
@@ -623,6 +663,7 @@ async function expectAllowed(row: Row, credentials: RequestOptions) {
   const { path, body } = await prepare(row);
   const response = await w.t.request(row.method, path, { ...credentials, body });
   expect(response).toMatchObject({ status: row.ok });
+  if (row.contentType) expect(response.headers.get('content-type')).toBe(row.contentType);
   await row.check?.(response, w);
 }
 
@@ -703,8 +744,11 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
 ];
 
 describe('the matrix covers every route', () => {
+  // SOFA routes and streamed routes alike.
+  const declaredRoutes = () => [...restRoutes.values(), ...streamRoutes] as { method: string; path: string; auth: readonly string[]; status?: number }[];
+
   test('rows = declared routes that need credentials; open routes = declared routes without', () => {
-    const declared = [...restRoutes.values()];
+    const declared = declaredRoutes();
     const key = (r: { method: string; path?: string; route?: string }) => `${r.method} ${r.path ?? r.route}`;
     expect(new Set(matrix.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length > 0).map(key)));
     expect(new Set(openRoutes.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length === 0).map(key)));
@@ -712,7 +756,7 @@ describe('the matrix covers every route', () => {
   });
 
   test.each(matrix)('$method $route: success status and security schemes agree with its declaration', (row) => {
-    const declared = [...restRoutes.values()].find((r) => r.method === row.method && r.path === row.route)!;
+    const declared = declaredRoutes().find((r) => r.method === row.method && r.path === row.route)!;
     expect(declared.status ?? 200).toBe(row.ok);
     const schemes = [...(row.keyScopes.length ? ['apiKey'] : []), ...(row.roles.length ? ['bearer'] : [])];
     expect([...declared.auth].sort()).toEqual(schemes);

@@ -1,5 +1,5 @@
 import type { ForbiddenResult, AuthFailure } from '@pothos/plugin-scope-auth';
-import { AppError, authenticationRequired } from '../errors.js';
+import { AppError, authenticationRequired, operationForbidden, orgNotFound } from '../errors.js';
 import { authorize, may, type Action } from '../modules/auth/authz.js';
 import type { Context } from './context.js';
 
@@ -27,7 +27,7 @@ export function authScopeLoaders(ctx: Context) {
       const caller = await principal();
       if (!caller) return false;
       const decision = authorize(caller, orgId, action);
-      if (decision === 'not_found') throw new AppError('NOT_FOUND', 'Organization not found');
+      if (decision === 'not_found') throw orgNotFound();
       return decision === 'allow';
     },
   };
@@ -54,5 +54,5 @@ export function unauthorizedError(_parent: unknown, ctx: Context, _info: unknown
       ? state.error
       : authenticationRequired();
   }
-  return new AppError('FORBIDDEN', 'Your role or API key scopes do not allow this operation');
+  return operationForbidden();
 }

@@ -8,6 +8,30 @@ import type { ListPage } from './list.js';
 type DeliveriesKey = DeliveryFilter & { webhookId: string };
 const filterKey = ({ status, limit, offset }: DeliveryFilter) => JSON.stringify([status ?? null, limit ?? null, offset ?? null]);
 
+/** An id within one org: loaders never return another org's row, whatever id they are given. */
+export interface OrgScopedId {
+  orgId: string;
+  id: string;
+}
+
+const scopedKey = ({ orgId, id }: OrgScopedId) => `${orgId}\u0000${id}`;
+
+/** One query per org for the ids asked for in one tick; results in the order of the keys. */
+function byIdLoader<Row extends { id: string }>(load: (orgId: string, ids: string[]) => Promise<Row[]>) {
+  return new DataLoader<OrgScopedId, Row | null, string>(
+    async (keys) => {
+      const orgs = new Map<string, string[]>();
+      for (const { orgId, id } of keys) orgs.set(orgId, [...(orgs.get(orgId) ?? []), id]);
+      const found = new Map<string, Row>();
+      for (const [orgId, ids] of orgs) {
+        for (const row of await load(orgId, [...new Set(ids)])) found.set(scopedKey({ orgId, id: row.id }), row);
+      }
+      return keys.map((key) => found.get(scopedKey(key)) ?? null);
+    },
+    { cacheKeyFn: scopedKey },
+  );
+}
+
 /**
  * Request-scoped DataLoaders: a list of N items asking for the same relation costs one query.
  * Created per request, so nothing is cached across callers or after a write.
@@ -46,6 +70,18 @@ export function createLoaders(services: Services) {
         });
       },
       { cacheKeyFn: (key) => `${key.webhookId}\u0000${filterKey(key)}` },
+    ),
+    /** Audit actors that are users. */
+    userById: byIdLoader((orgId, ids) => services.users.byIds(orgId, ids)),
+    /** Approvals that records name. */
+    approvalById: byIdLoader((orgId, ids) => services.records.approvalsByIds(orgId, ids)),
+    /** Every approved version of an agent's manifest, oldest approval first (records' `manifest`). */
+    approvedManifests: new DataLoader(
+      async (agents: readonly { orgId: string; svcId: string }[]) => {
+        const byKey = await services.records.approvedManifestsOf(agents);
+        return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
+      },
+      { cacheKeyFn: ({ orgId, svcId }) => historyKey(orgId, svcId) },
     ),
   };
 }

@@ -6,8 +6,8 @@ import { Request, Response } from './fetch-api.js';
 
 export interface ServerContext {
   state: RequestState;
-  /** Set by node's adapter. */
-  req?: { socket?: { remoteAddress?: string } };
+  /** Set by node's adapter; a streamed response that fails half-way destroys the socket. */
+  req?: { socket?: { remoteAddress?: string; destroy?(): void } };
   /** Tests calling `yoga.fetch` may name the client address here. */
   clientAddress?: string;
 }

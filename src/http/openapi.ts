@@ -2,6 +2,7 @@ import type { GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
 import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
+import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
 
 /**
  * The OpenAPI 3.0 document of the REST facade. SOFA derives it from the GraphQL schema; as
@@ -29,7 +30,7 @@ const errorResponses: Record<string, { description: string; schema: 'AuthError' 
   '500': { description: 'INTERNAL_ERROR', schema: 'Error' },
 };
 
-function errorCodesFor(route: RestRoute): string[] {
+function errorCodesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): string[] {
   const codes = ['422', '500'];
   if (route.method !== 'GET' && route.method !== 'DELETE') codes.push('400', '413');
   if (route.auth.length) codes.push('401', '403', '429');
@@ -44,6 +45,61 @@ const rateLimitHeaders = {
   'X-RateLimit-Remaining': { description: 'Requests left in the window', schema: { type: 'integer' } },
   'X-RateLimit-Reset': { description: 'Unix time (seconds) when the window resets', schema: { type: 'integer' } },
 };
+
+function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): Json {
+  const responses: Json = {};
+  for (const code of errorCodesFor(route)) {
+    const { description, schema: ref } = errorResponses[code];
+    responses[code] = {
+      description,
+      content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
+    };
+  }
+  return responses;
+}
+
+const securityOf = (auth: RestRoute['auth']) => auth.map((scheme) => ({ [scheme === 'bearer' ? 'bearerAuth' : 'apiKeyAuth']: [] }));
+
+function streamParamSchema(param: StreamParam): Json {
+  if (param.type === 'integer') return { type: 'integer', format: 'int32' };
+  if (param.type === 'timestamp') return { ...sofaCustomScalars.Timestamp };
+  return param.values ? { type: 'string', enum: [...param.values] } : { type: 'string' };
+}
+
+/** A streamed route (stream-routes.ts): SOFA knows nothing of it, so it is described here. */
+function streamOperation(route: StreamRoute): Json {
+  const pathParams = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]);
+  return {
+    operationId: route.operationId,
+    tags: [route.tag],
+    summary: route.summary,
+    ...(route.description ? { description: route.description } : {}),
+    security: securityOf(route.auth),
+    parameters: [
+      ...pathParams.map((name) => ({ name, in: 'path', required: true, schema: { type: 'string' } })),
+      ...route.query.map((param) => ({
+        name: param.name,
+        in: 'query',
+        required: false,
+        description: param.description,
+        schema: streamParamSchema(param),
+      })),
+    ],
+    responses: {
+      '200': {
+        description: 'Streamed as it is read from the database (chunked transfer encoding)',
+        headers: {
+          ...rateLimitHeaders,
+          'Content-Disposition': { description: 'attachment; filename="…"', schema: { type: 'string' } },
+        },
+        content: Object.fromEntries(
+          Object.entries(route.media).map(([type, description]) => [type, { schema: { type: 'string', description } }]),
+        ),
+      },
+      ...errorResponsesFor(route),
+    },
+  };
+}
 
 /** JSON schemas of whole-body arguments (`bodyArg`), which GraphQL only knows as JSON. */
 export const bodySchemas: Record<string, Json> = {};
@@ -96,20 +152,17 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
           operation.requestBody.required = false;
         }
       }
-      operation.security = route.auth.map((scheme) => ({ [scheme === 'bearer' ? 'bearerAuth' : 'apiKeyAuth']: [] }));
+      operation.security = securityOf(route.auth);
       const status = String(route.status ?? 200);
       if (status === '204') operation.responses = { '204': { description: 'No content' } };
       if (route.auth.length) operation.responses[status].headers = rateLimitHeaders;
       operation.responses[status].description ||= 'Success';
-      for (const code of errorCodesFor(route)) {
-        const { description, schema: ref } = errorResponses[code];
-        operation.responses[code] = {
-          description,
-          content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
-        };
-      }
+      Object.assign(operation.responses, errorResponsesFor(route));
       (paths[path] ??= {})[method] = operation;
     }
+  }
+  for (const route of streamRoutes) {
+    (paths[route.path.replace(/:([^/]+)/g, '{$1}')] ??= {})[route.method.toLowerCase()] = streamOperation(route);
   }
 
   const schemas: Json = { ...generated.components?.schemas };
@@ -172,7 +225,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
         'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql.',
     },
     servers: [{ url: REST_BASE_PATH }],
-    tags: [...new Set([...restRoutes.values()].map((r) => r.tag))].map((name) => ({ name })),
+    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag))].map((name) => ({ name })),
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     components: {
       securitySchemes: {

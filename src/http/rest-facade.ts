@@ -12,19 +12,24 @@ import {
 } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from 'pino';
-import { AppError, authenticationRequired, type FieldError } from '../errors.js';
+import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
+import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
+import { authorize, may, type Principal } from '../modules/auth/authz.js';
+import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
 import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
 import { restRoutes, sofaRouteConfig } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
+import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-routes.js';
 
 /**
  * The REST facade: SOFA mounts the declared routes under /api/v1. SOFA would also answer for every
  * other Query/Mutation field and for its /webhook routes, so requests are matched against the
- * declared routes first and anything else answers 404 (or 405 for a known path).
+ * declared routes first and anything else answers 404 (or 405 for a known path). Streamed routes
+ * (stream-routes.ts) are matched here too and answered by their handlers instead of SOFA.
  */
 
 interface CompiledRoute {
@@ -32,32 +37,57 @@ interface CompiledRoute {
   needsAuth: boolean;
   pattern: RegExp;
   label: string;
+  /** Names of the path parameters, in the order of the pattern's groups. */
+  pathParams: string[];
   /** Arguments of the GraphQL field that may come from the JSON body. */
   bodyArgs: Map<string, GraphQLArgument>;
   bodyArg: string | undefined;
+  stream?: StreamRoute;
+}
+
+function pathPattern(path: string): { pattern: RegExp; pathParams: string[] } {
+  const pathParams = [...path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]);
+  const source = path
+    .split('/')
+    .map((segment) => (segment.startsWith(':') ? '([^/]+)' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+    .join('/');
+  return { pattern: new RegExp(`^${REST_BASE_PATH}${source}$`), pathParams };
 }
 
 function compile(schema: GraphQLSchema): CompiledRoute[] {
-  return [...restRoutes].map(([fieldPath, route]) => {
+  const sofaRoutes = [...restRoutes].map(([fieldPath, route]): CompiledRoute => {
     const [typeName, fieldName] = fieldPath.split('.');
     const type = typeName === 'Query' ? schema.getQueryType() : schema.getMutationType();
     const field = type?.getFields()[fieldName];
     if (!field) throw new Error(`REST route ${route.method} ${route.path} names unknown field ${fieldPath}`);
-    const pathParams = new Set([...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]));
-    const source = route.path
-      .split('/')
-      .map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
-      .join('/');
+    const { pattern, pathParams } = pathPattern(route.path);
     return {
       method: route.method,
       needsAuth: route.auth.length > 0,
-      pattern: new RegExp(`^${REST_BASE_PATH}${source}$`),
+      pattern,
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
-      bodyArgs: new Map(field.args.filter((a) => !pathParams.has(a.name)).map((a) => [a.name, a])),
+      pathParams,
+      bodyArgs: new Map(field.args.filter((a) => !pathParams.includes(a.name)).map((a) => [a.name, a])),
       bodyArg: route.bodyArg,
     };
   });
+  const streamed = streamRoutes.map((route): CompiledRoute => {
+    if (!route.auth.length) throw new Error(`streamed route ${route.method} ${route.path} must require credentials`);
+    return {
+      method: route.method,
+      needsAuth: true,
+      ...pathPattern(route.path),
+      label: `${route.method} ${REST_BASE_PATH}${route.path}`,
+      bodyArgs: new Map(),
+      bodyArg: undefined,
+      stream: route,
+    };
+  });
+  return [...sofaRoutes, ...streamed];
 }
+
+/** Of the routes matching a path and method, the most literal wins: /records/export over /records/:record_id. */
+const bySpecificity = (a: CompiledRoute, b: CompiledRoute) => a.pathParams.length - b.pathParams.length;
 
 /**
  * SOFA converts body values with the scalars' lenient `serialize` (42 becomes "42", a lone string
@@ -107,6 +137,8 @@ function checkQuery(url: URL, route: CompiledRoute): FieldError[] {
     for (const value of values) {
       if (named === GraphQLInt && !(/^-?\d{1,10}$/.test(value) && Math.abs(Number(value)) <= 2 ** 31 - 1)) {
         errors.push({ field: name, message: 'must be an integer' });
+      } else if (named.name === 'Timestamp' && !parseTimestamp(value)) {
+        errors.push({ field: name, message: timestampProblem });
       } else if (named === GraphQLBoolean && value !== 'true' && value !== 'false') {
         errors.push({ field: name, message: 'must be true or false' });
       } else if (isEnumType(named) && !named.getValue(value)) {
@@ -117,10 +149,65 @@ function checkQuery(url: URL, route: CompiledRoute): FieldError[] {
   return errors;
 }
 
+/** A malformed escape stays as sent: it then names no resource (404), rather than failing the request. */
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/**
+ * A streamed route, once credentials are known: the query string (422), then authorization with
+ * the permission table (404 for another org, 403), then the handler's own validation and stream.
+ */
+async function serveStream(
+  route: CompiledRoute & { stream: StreamRoute },
+  principal: Principal,
+  url: URL,
+  serverContext: ServerContext,
+  services: Services,
+  logger: Logger,
+): Promise<Response> {
+  const parsed = parseStreamQuery(url, route.stream);
+  if ('errors' in parsed) {
+    return errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: parsed.errors }));
+  }
+  const groups = route.pattern.exec(url.pathname)!.slice(1);
+  const path = Object.fromEntries(route.pathParams.map((name, i) => [name, safeDecode(groups[i])]));
+  // In the org named by the path (another org: 404), else in the caller's own org.
+  const orgId = path.org_id ?? principal.orgId;
+  const decision =
+    path.org_id !== undefined
+      ? authorize(principal, orgId, route.stream.action)
+      : may(principal, route.stream.action)
+        ? 'allow'
+        : 'forbidden';
+  try {
+    if (decision === 'not_found') throw orgNotFound();
+    if (decision === 'forbidden') throw operationForbidden();
+    return await route.stream.handle({
+      principal,
+      orgId,
+      path,
+      query: parsed.query,
+      services,
+      state: serverContext.state,
+      logger,
+      abort: () => serverContext.req?.socket?.destroy?.(),
+    });
+  } catch (error) {
+    if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'streamed route failed');
+    return errorResponse(toWireError(error));
+  }
+}
+
 export function useRestFacade(
   schema: GraphQLSchema,
   authenticate: (request: Request, state: RequestState) => Promise<AuthState>,
   logger: Logger,
+  services: Services,
 ): Plugin<{}, ServerContext>[] {
   let routes: CompiledRoute[] | undefined;
   const guard: Plugin<{}, ServerContext> = {
@@ -128,11 +215,11 @@ export function useRestFacade(
       if (url.pathname !== REST_BASE_PATH && !url.pathname.startsWith(`${REST_BASE_PATH}/`)) return;
       routes ??= compile(schema);
       const onPath = routes.filter((r) => r.pattern.test(url.pathname));
-      const route = onPath.find((r) => r.method === request.method);
+      const route = onPath.filter((r) => r.method === request.method).sort(bySpecificity)[0];
       if (!route) {
         if (onPath.length) {
           const response = errorResponse(wireError('METHOD_NOT_ALLOWED', `${request.method} is not allowed here`));
-          response.headers.set('Allow', onPath.map((r) => r.method).join(', '));
+          response.headers.set('Allow', [...new Set(onPath.map((r) => r.method))].join(', '));
           endResponse(response);
         } else {
           endResponse(errorResponse(wireError('NOT_FOUND', 'No such endpoint')));
@@ -142,11 +229,13 @@ export function useRestFacade(
       serverContext.state.route = route.label;
       // Credentials are checked before the body, so an anonymous caller learns nothing from
       // validation messages. Who may do what is decided later, by the field's auth scopes.
+      let principal: Principal | null = null;
       if (route.needsAuth) {
         let rejection: unknown;
         try {
           const auth = await authenticate(request, serverContext.state);
           if (!auth.principal) rejection = auth.error ?? authenticationRequired();
+          principal = auth.principal;
         } catch (error) {
           // Over the rate limit (an AppError), or the database failing (masked as INTERNAL_ERROR).
           if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'authentication failed');
@@ -156,6 +245,10 @@ export function useRestFacade(
           endResponse(errorResponse(toWireError(rejection)));
           return;
         }
+      }
+      if (route.stream) {
+        endResponse(await serveStream({ ...route, stream: route.stream }, principal!, url, serverContext, services, logger));
+        return;
       }
       if (request.method === 'GET') {
         const problems = checkQuery(url, route);

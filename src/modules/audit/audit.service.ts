@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import type { Prisma } from '../../generated/prisma/client.js';
+import type { Deps } from '../../deps.js';
+import { FieldErrors } from '../../errors.js';
+import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
 import { currentRequest } from '../../http/request-state.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Actor, AuditEvent } from './audit-events.js';
@@ -35,3 +37,104 @@ export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: Au
   // Every audited write may change what gateways cache (keys, manifests, tools, settings).
   await bumpConfigVersion(tx);
 }
+
+export interface AuditFilter {
+  /** An actor id (user id, API key id) or label (email, whatever its case; key prefix). */
+  actor?: string | null;
+  /** `manifest.approved` exactly, or a family: `manifest` matches every `manifest.…` action. */
+  action?: string | null;
+  target_type?: string | null;
+  target_id?: string | null;
+  /** Inclusive. */
+  from?: Date | null;
+  /** Exclusive. */
+  to?: Date | null;
+}
+
+export interface AuditPage {
+  limit?: number | null;
+  offset?: number | null;
+}
+
+export const AUDIT_EXPORT_BATCH = 1000;
+
+const actionPattern = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
+const targetTypePattern = /^[a-z][a-z0-9_]*$/;
+
+function whereOf(orgId: string, filter: AuditFilter, errors: FieldErrors): Prisma.AuditLogWhereInput {
+  const { actor, action, target_type: targetType, target_id: targetId, from, to } = filter;
+  if (actor != null && (actor.length < 1 || actor.length > 320)) errors.add('actor', 'must be 1 to 320 characters');
+  if (action != null && !(action.length <= 100 && actionPattern.test(action))) {
+    errors.add('action', 'must be an action such as manifest.approved, or a family such as manifest');
+  }
+  if (targetType != null && !(targetType.length <= 100 && targetTypePattern.test(targetType))) {
+    errors.add('target_type', 'must be a target type such as manifest or api_key');
+  }
+  if (targetId != null && (targetId.length < 1 || targetId.length > 200)) errors.add('target_id', 'must be 1 to 200 characters');
+  if (from && to && from.getTime() >= to.getTime()) errors.add('to', 'must be after from');
+  const conditions: Prisma.AuditLogWhereInput[] = [{ orgId }];
+  // Emails are stored lower-cased, so a label also matches in lower case.
+  if (actor) conditions.push({ OR: [{ actorId: actor }, { actorLabel: { in: [...new Set([actor, actor.toLowerCase()])] } }] });
+  if (action) conditions.push({ action: action.includes('.') ? action : { startsWith: `${action}.` } });
+  if (targetType) conditions.push({ targetType });
+  if (targetId) conditions.push({ targetId });
+  if (from) conditions.push({ createdAt: { gte: from } });
+  if (to) conditions.push({ createdAt: { lt: to } });
+  return { AND: conditions };
+}
+
+export function createAuditService({ db }: Deps) {
+  /** Newest first. */
+  async function list(orgId: string, filter: AuditFilter & AuditPage) {
+    const errors = new FieldErrors();
+    const limit = filter.limit ?? 50;
+    const offset = filter.offset ?? 0;
+    if (limit < 1 || limit > 1000) errors.add('limit', 'must be from 1 to 1000');
+    if (offset < 0) errors.add('offset', 'must be 0 or more');
+    const where = whereOf(orgId, filter, errors);
+    errors.throwIfAny();
+    const [items, total] = await Promise.all([
+      db.prisma.auditLog.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], take: limit, skip: offset }),
+      db.prisma.auditLog.count({ where }),
+    ]);
+    return { items, total };
+  }
+
+  /**
+   * Every matching entry, oldest first, in batches read one at a time with keyset pagination on
+   * (created_at, id): no transaction or cursor stays open between batches, so a slow reader holds
+   * nothing in the database, and memory holds one batch. The filter is checked now (422 before
+   * any byte is sent); reading starts when the batches are iterated.
+   */
+  function exportBatches(orgId: string, filter: AuditFilter, batchSize = AUDIT_EXPORT_BATCH): AsyncIterable<AuditLog[]> {
+    const errors = new FieldErrors();
+    const where = whereOf(orgId, filter, errors);
+    errors.throwIfAny();
+    return (async function* () {
+      let after: { createdAt: Date; id: string } | undefined;
+      for (;;) {
+        const batch = await db.prisma.auditLog.findMany({
+          where: after
+            ? {
+                AND: [
+                  where,
+                  { createdAt: { gte: after.createdAt } },
+                  { OR: [{ createdAt: { gt: after.createdAt } }, { id: { gt: after.id } }] },
+                ],
+              }
+            : where,
+          orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+          take: batchSize,
+        });
+        if (batch.length) yield batch;
+        if (batch.length < batchSize) return;
+        const last = batch[batch.length - 1];
+        after = { createdAt: last.createdAt, id: last.id };
+      }
+    })();
+  }
+
+  return { list, exportBatches };
+}
+
+export type AuditService = ReturnType<typeof createAuditService>;

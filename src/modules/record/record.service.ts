@@ -2,8 +2,10 @@ import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
-import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js';
+import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
+import { historyKey } from '../manifest/manifest.service.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
+import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 
 
 export interface NewRecord {
@@ -30,6 +32,26 @@ export interface RecordFilter {
   to?: Date | null;
   limit?: number | null;
   offset?: number | null;
+}
+
+export interface RecordExportFilter {
+  /** Inclusive: the export starts at the first record created at or after it. */
+  from?: Date | null;
+  /** Exclusive: the export ends at the last record created before it. */
+  to?: Date | null;
+}
+
+export const RECORD_EXPORT_BATCH = 1000;
+
+/** A record as a line of the export: the hashed body, the params if kept, hash and signature. */
+export function exportLineOf(record: InteractionRecord): ExportRecordLine {
+  return {
+    type: 'record',
+    body: bodyOf(record),
+    params: record.params ?? null,
+    record_hash: record.recordHash,
+    signature: record.signature,
+  };
 }
 
 export const newInteractionId = () => `int_${randomBytes(12).toString('base64url')}`;
@@ -250,7 +272,91 @@ export function createRecordService({ db, keys }: Deps) {
     return { record_id: record.id, valid: hash && signature && chain, checks: { hash, signature, chain } };
   }
 
-  return { append, get, list, verify };
+  /**
+   * The records export, taken at one point of the chain: the head is read in the same statement
+   * as the range, and only records up to that head are exported (records are append-only, so
+   * later reads of seq ≤ head see exactly them). The range is contiguous in seq, from the first
+   * record created at or after `from` to the last created before `to`, so the file verifies link
+   * by link. Batches are read one at a time with keyset pagination on seq; no transaction stays
+   * open while the client reads.
+   */
+  async function exportRecords(orgId: string, filter: RecordExportFilter): Promise<{ header: ExportHeader; batches: AsyncIterable<InteractionRecord[]> }> {
+    const errors = new FieldErrors();
+    if (filter.from && filter.to && filter.from.getTime() >= filter.to.getTime()) errors.add('to', 'must be after from');
+    errors.throwIfAny();
+    const key = await keys.activeKey('record');
+    const jwks = await keys.jwks(['record']);
+    const [range] = await db.sql.query<{ head_seq: string; head_hash: string; first_seq: string | null; last_seq: string | null }>(
+      `SELECT h.seq::text AS head_seq, h.head_hash,
+         (SELECT min(r.seq) FROM interaction_records r
+           WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
+         (SELECT max(r.seq) FROM interaction_records r
+           WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
+       FROM record_chain_heads h WHERE h.org_id = $1::uuid`,
+      [orgId, filter.from ?? null, filter.to ?? null],
+    );
+    const head = { seq: Number(range?.head_seq ?? 0), head_hash: range?.head_hash ?? GENESIS_HASH };
+    let first = range?.first_seq ? BigInt(range.first_seq) : null;
+    let last = range?.last_seq ? BigInt(range.last_seq) : null;
+    if (first === null || last === null || first > last) first = last = null;
+    const count =
+      first === null
+        ? 0
+        : await db.prisma.interactionRecord.count({ where: { orgId, seq: { gte: first, lte: last! } } });
+    const header = signHeader(
+      {
+        type: 'header',
+        format: RECORDS_EXPORT_FORMAT,
+        org_id: orgId,
+        from: filter.from?.toISOString() ?? null,
+        to: filter.to?.toISOString() ?? null,
+        count,
+        first_seq: first === null ? null : Number(first),
+        last_seq: last === null ? null : Number(last),
+        exported_at: new Date().toISOString(),
+        chain_head: head,
+        jwks,
+        key_id: key.kid,
+      },
+      key.privateKey,
+    );
+    async function* batches() {
+      if (first === null || last === null) return;
+      let next = first;
+      while (next <= last) {
+        const batch = await db.prisma.interactionRecord.findMany({
+          where: { orgId, seq: { gte: next, lte: last } },
+          orderBy: [{ seq: 'asc' }],
+          take: RECORD_EXPORT_BATCH,
+        });
+        if (!batch.length) return;
+        yield batch;
+        next = batch[batch.length - 1].seq + 1n;
+      }
+    }
+    return { header, batches: batches() };
+  }
+
+  /** Approvals by id within the org, in one query (the dashboards' `approval` of a record). */
+  async function approvalsByIds(orgId: string, ids: readonly string[]) {
+    return db.prisma.approval.findMany({ where: { orgId, id: { in: [...ids] } } });
+  }
+
+  /** Approved versions of several agents' manifests in one query, oldest approval first, by historyKey. */
+  async function approvedManifestsOf(agents: readonly { orgId: string; svcId: string }[]) {
+    const manifests = await db.prisma.manifest.findMany({
+      where: { approvedAt: { not: null }, OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
+      orderBy: [{ approvedAt: 'asc' }, { id: 'asc' }],
+    });
+    const byKey = new Map<string, Manifest[]>();
+    for (const manifest of manifests) {
+      const key = historyKey(manifest.orgId, manifest.svcId);
+      byKey.set(key, [...(byKey.get(key) ?? []), manifest]);
+    }
+    return byKey;
+  }
+
+  return { append, get, list, verify, exportRecords, approvalsByIds, approvedManifestsOf };
 }
 
 export type RecordService = ReturnType<typeof createRecordService>;

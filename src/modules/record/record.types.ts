@@ -2,6 +2,11 @@ import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
+import { graphqlOnly } from '../../http/rest-schema.js';
+import { streamResponse, streamRoute } from '../../http/stream-routes.js';
+import { ApprovalRef } from '../approval/approval.types.js';
+import { ManifestRef } from '../manifest/manifest.types.js';
+import { exportLineOf, type RecordExportFilter } from './record.service.js';
 
 const RecordStatusEnum = builder.enumType('RecordStatus', { values: ['approved', 'denied'] as const });
 
@@ -40,7 +45,51 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
   }),
 });
 
+/** Relations for dashboards; GraphQL only (see rest-schema.ts), each batched by a DataLoader. */
+builder.prismaObjectFields(RecordRef, (t) => ({
+  manifest: t.field({
+    type: ManifestRef,
+    nullable: true,
+    extensions: graphqlOnly,
+    description:
+      "The version of the agent's manifest the record was decided under: the one approved most recently before the record; null if none was approved yet.",
+    resolve: async (record, _, ctx) => {
+      const approved = await ctx.loaders.approvedManifests.load({ orgId: record.orgId, svcId: record.svcId });
+      return approved.filter((m) => m.approvedAt!.getTime() <= record.createdAt.getTime()).at(-1) ?? null;
+    },
+  }),
+  approval: t.field({
+    type: ApprovalRef,
+    nullable: true,
+    extensions: graphqlOnly,
+    description: 'The human approval the action asked for or used.',
+    resolve: (record, _, ctx) =>
+      record.approvalId ? ctx.loaders.approvalById.load({ orgId: record.orgId, id: record.approvalId }) : null,
+  }),
+}));
+
 const RecordList = listType('RecordList', RecordRef);
+
+const recordFilterArgs = builder.args((t) => ({
+  agent_id: t.string(),
+  action: t.string({ description: '`type` or `type:tool`.' }),
+  status: t.field({ type: RecordStatusEnum }),
+  from: t.field({ type: 'Timestamp' }),
+  to: t.field({ type: 'Timestamp' }),
+  limit: t.int({ description: 'Default 100, at most 1000.' }),
+  offset: t.int(),
+}));
+
+builder.prismaObjectField('Organization', 'records', (t) =>
+  t.field({
+    type: RecordList,
+    extensions: graphqlOnly,
+    description: 'Interaction records of the organization, newest first.',
+    args: recordFilterArgs,
+    authScopes: (org) => ({ org: { orgId: org.id, action: 'log:read' } }),
+    resolve: (org, args, ctx) => ctx.services.records.list(org.id, args),
+  }),
+);
 
 const RecordChecks = builder
   .objectRef<{ hash: boolean; signature: boolean; chain: boolean }>('RecordChecks')
@@ -64,15 +113,7 @@ builder.queryField('records', (t) =>
   t.field({
     type: RecordList,
     description: "Interaction records of the caller's organization, newest first.",
-    args: {
-      agent_id: t.arg.string(),
-      action: t.arg.string({ description: '`type` or `type:tool`.' }),
-      status: t.arg({ type: RecordStatusEnum }),
-      from: t.arg({ type: 'Timestamp' }),
-      to: t.arg({ type: 'Timestamp' }),
-      limit: t.arg.int({ description: 'Default 100, at most 1000.' }),
-      offset: t.arg.int(),
-    },
+    args: recordFilterArgs,
     authScopes: { own: 'log:read' },
     resolve: (_, args, ctx) => ctx.services.records.list(principalOf(ctx).orgId, args),
   }),
@@ -103,4 +144,34 @@ restRoute('Query.verify_record', {
   tag,
   summary: 'Verify a record: hash, signature and link to the previous record',
   auth: ['bearer', 'apiKey'],
+});
+
+streamRoute({
+  operationId: 'export_records',
+  method: 'GET',
+  path: '/records/export',
+  tag,
+  summary: "Export the caller's organization's records with the keys to verify them offline (JSON Lines, streamed)",
+  description:
+    'A signed header line ({type: "header", format: "agent-gateway.records.v1", org_id, from, to, count, first_seq, ' +
+    'last_seq, exported_at, chain_head, jwks, key_id, signature}), then one line per record in seq order ' +
+    '({type: "record", body, params, record_hash, signature}; body is exactly what record_hash covers). ' +
+    'The records are those up to the chain head at export time, contiguous in seq from the first created at or after ' +
+    '`from` to the last created before `to`. Check a file offline with `npx agent-gateway verify <file>`.',
+  auth: ['bearer', 'apiKey'],
+  action: 'log:export',
+  query: [
+    { name: 'from', type: 'timestamp', description: 'Inclusive: from the first record created at or after it.' },
+    { name: 'to', type: 'timestamp', description: 'Exclusive: up to the last record created before it.' },
+  ],
+  media: { 'application/x-ndjson': 'A signed header line, then one line per record in seq order' },
+  async handle(call) {
+    const { header, batches } = await call.services.records.exportRecords(call.orgId, call.query as RecordExportFilter);
+    const lines = async function* () {
+      yield `${JSON.stringify(header)}\n`;
+      for await (const batch of batches) yield batch.map((record) => `${JSON.stringify(exportLineOf(record))}\n`).join('');
+    };
+    const stamp = header.exported_at.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+    return streamResponse(call, lines(), 'application/x-ndjson; charset=utf-8', `records-${call.orgId}-${stamp}.jsonl`);
+  },
 });

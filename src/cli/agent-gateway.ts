@@ -1,0 +1,142 @@
+#!/usr/bin/env node
+/**
+ * The agent-gateway command line. `verify <file>` checks a records export
+ * (GET /api/v1/records/export) offline: no server, no database, only this package.
+ * `rotate-keys` makes new signing keys in the service's database (DATABASE_URL or DATA_DIR).
+ *
+ * Exit status: 0 verified, 1 the file does not verify (the first broken record is named),
+ * 2 usage or I/O error.
+ */
+import { open, readFile } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import type { JWK } from 'jose';
+import { verifyExport, type VerifyResult } from '../modules/record/record-export.js';
+
+const usage = `Usage: agent-gateway verify <export.jsonl> [--jwks <jwks.json>]
+       agent-gateway rotate-keys [record|capability|session|all]
+
+Verifies a records export of Agent Gateway (GET /api/v1/records/export) offline: the signed
+header, every record's hash (RFC 8785 canonical JSON, SHA-256) and Ed25519 signature, the params
+hash, every link of the chain, the count, and the chain head when the file reaches it.
+
+  <export.jsonl>      the export; "-" reads standard input
+  --jwks <file>       trust only these keys (e.g. saved from the service's /.well-known/jwks.json)
+                      instead of the JWKS the file carries
+
+Exit status: 0 verified, 1 not verified (the first broken record is printed), 2 usage or I/O error.
+
+rotate-keys makes a new active Ed25519 key for each purpose named (default: all) in the database of
+DATABASE_URL (or the PGlite DATA_DIR, with the service stopped) and retires the old ones, which keep
+verifying and stay in the JWKS. Running services switch to the new keys within a second.`;
+
+class UsageError extends Error {}
+
+function parseArgs(args: string[]): { file: string; jwks?: string } {
+  let file: string | undefined;
+  let jwks: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === '--jwks') {
+      jwks = args[++i];
+      if (!jwks) throw new UsageError('--jwks needs a file');
+    } else if (arg.startsWith('--jwks=')) {
+      jwks = arg.slice('--jwks='.length);
+    } else if (arg.startsWith('-') && arg !== '-') {
+      throw new UsageError(`unknown option ${arg}`);
+    } else if (file === undefined) {
+      file = arg;
+    } else {
+      throw new UsageError(`unexpected argument ${arg}`);
+    }
+  }
+  if (!file) throw new UsageError('verify needs the export file');
+  return { file, jwks };
+}
+
+async function trustedKeys(path: string): Promise<JWK[]> {
+  const parsed = JSON.parse(await readFile(path, 'utf8')) as { keys?: unknown };
+  if (!Array.isArray(parsed.keys)) throw new Error(`${path} is not a JWKS ({"keys": [...]})`);
+  return parsed.keys as JWK[];
+}
+
+function describe(result: Extract<VerifyResult, { ok: true }>): string {
+  if (result.count === 0) {
+    return `OK: the export of org ${result.orgId} holds no records (chain head at export: seq ${result.chainHead.seq})`;
+  }
+  const start = result.fromGenesis
+    ? 'starts at the genesis hash'
+    : `starts at seq ${result.firstSeq} (its link to seq ${result.firstSeq! - 1} lies outside the file)`;
+  const end = result.reachesHead
+    ? `ends at the chain head at export time (seq ${result.chainHead.seq}, ${result.chainHead.head_hash})`
+    : `ends at seq ${result.lastSeq}; the chain head at export time was seq ${result.chainHead.seq}`;
+  return [
+    `OK: ${result.count} record${result.count === 1 ? '' : 's'} of org ${result.orgId} verified`,
+    `  range: seq ${result.firstSeq}..${result.lastSeq}, created ${result.firstCreatedAt} .. ${result.lastCreatedAt}`,
+    `  keys:  ${result.keyIds.join(', ')}`,
+    `  chain: ${start}; ${end}`,
+  ].join('\n');
+}
+
+async function verify(args: string[]): Promise<number> {
+  const { file, jwks } = parseArgs(args);
+  const keys = jwks ? await trustedKeys(jwks) : undefined;
+  const input = file === '-' ? process.stdin : (await open(file)).createReadStream();
+  const lines = createInterface({ input, crlfDelay: Infinity });
+  const result = await verifyExport(lines, { trustedKeys: keys });
+  if (result.ok) {
+    process.stdout.write(`${describe(result)}\n`);
+    return 0;
+  }
+  const record = result.seq !== undefined ? `, record seq ${result.seq}${result.recordId ? ` (${result.recordId})` : ''}` : '';
+  process.stderr.write(`FAILED: line ${result.line}${record}: ${result.reason}\n`);
+  return 1;
+}
+
+const purposes = ['record', 'capability', 'session'] as const;
+
+async function rotateKeys(args: string[]): Promise<number> {
+  if (args.length > 1 || (args[0] && args[0] !== 'all' && !purposes.includes(args[0] as never))) {
+    throw new UsageError(`rotate-keys takes one of ${purposes.join(', ')} or all`);
+  }
+  const chosen = !args[0] || args[0] === 'all' ? purposes : [args[0] as (typeof purposes)[number]];
+  // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
+  const [{ parseEnv }, { openDatabase }, { SigningKeyStore }] = await Promise.all([
+    import('../env.js'),
+    import('../db/database.js'),
+    import('../lib/signing-keys.js'),
+  ]);
+  const env = parseEnv();
+  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  try {
+    const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
+    for (const purpose of chosen) {
+      const key = await keys.rotate(purpose);
+      process.stdout.write(`${purpose}: new active key ${key.kid}\n`);
+    }
+  } finally {
+    await db.close();
+  }
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    if (command === 'verify') return await verify(rest);
+    if (command === 'rotate-keys') return await rotateKeys(rest);
+    if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
+      process.stdout.write(`${usage}\n`);
+      return command === undefined ? 2 : 0;
+    }
+    throw new UsageError(`unknown command ${command}`);
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`agent-gateway: ${error.message}\n\n${usage}\n`);
+    } else {
+      process.stderr.write(`agent-gateway: ${error instanceof Error ? error.message : String(error)}\n`);
+    }
+    return 2;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,284 @@
+import { createPublicKey, type KeyObject } from 'node:crypto';
+import type { JWK } from 'jose';
+import { canonicalHash } from '../../lib/canonical-json.js';
+import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
+
+/**
+ * The records export (`GET /api/v1/records/export`): JSON Lines, a signed header then one line
+ * per record in seq order, and the offline check of such a file (`agent-gateway verify`). Pure:
+ * no server and no database, so the CLI carries nothing else.
+ *
+ *   {"type":"header","format":"agent-gateway.records.v1","org_id",…,"jwks":{"keys":[…]},"signature"}
+ *   {"type":"record","body":{…exactly what was hashed…},"params":{…}|null,"record_hash","signature"}
+ *
+ * `record_hash` = "sha256:" + hex SHA-256 of the RFC 8785 canonical JSON of `body`; `signature`
+ * is Ed25519 over the UTF-8 bytes of `record_hash` by the key `body.key_id` of the header's JWKS.
+ * The header is signed alike over the canonical JSON of the header without `signature`, so its
+ * count, range and chain head cannot be edited to hide a removed record.
+ */
+
+export const RECORDS_EXPORT_FORMAT = 'agent-gateway.records.v1';
+
+export interface ExportHeader {
+  type: 'header';
+  format: typeof RECORDS_EXPORT_FORMAT;
+  org_id: string;
+  /** The requested range (created_at, from inclusive, to exclusive), null when open. */
+  from: string | null;
+  to: string | null;
+  /** Records in the file; their seqs run from first_seq to last_seq without a gap (null when none). */
+  count: number;
+  first_seq: number | null;
+  last_seq: number | null;
+  exported_at: string;
+  /** The org's chain when the export was taken; every exported record has seq ≤ chain_head.seq. */
+  chain_head: { seq: number; head_hash: string };
+  /** The record signing public keys, as /.well-known/jwks.json serves them. */
+  jwks: { keys: JWK[] };
+  /** The key that signed this header. */
+  key_id: string;
+  signature: string;
+}
+
+export interface ExportRecordLine {
+  type: 'record';
+  body: RecordBody;
+  /** The action's params when the org keeps them (their canonical hash is body.params_hash). */
+  params: unknown;
+  record_hash: string;
+  signature: string;
+}
+
+export type UnsignedHeader = Omit<ExportHeader, 'signature'>;
+
+export const headerHashOf = (header: UnsignedHeader): string => canonicalHash(header);
+
+export function signHeader(header: UnsignedHeader, privateKey: KeyObject): ExportHeader {
+  return { ...header, signature: signRecordHash(headerHashOf(header), privateKey) };
+}
+
+export interface VerifyOptions {
+  /**
+   * Keys to trust instead of the file's own JWKS (e.g. saved from the service's
+   * /.well-known/jwks.json): then a file signed with any other key fails, even if it carries it.
+   */
+  trustedKeys?: JWK[];
+}
+
+export interface VerifySuccess {
+  ok: true;
+  orgId: string;
+  count: number;
+  firstSeq: number | null;
+  lastSeq: number | null;
+  firstCreatedAt: string | null;
+  lastCreatedAt: string | null;
+  /** Key ids that signed the records. */
+  keyIds: string[];
+  chainHead: { seq: number; head_hash: string };
+  /** The last record is the chain head at export time (its hash matched). */
+  reachesHead: boolean;
+  /** The first record links to the genesis hash (seq 1), rather than to a record outside the file. */
+  fromGenesis: boolean;
+}
+
+export interface VerifyFailure {
+  ok: false;
+  /** 1-based line of the file. */
+  line: number;
+  seq?: number;
+  recordId?: string;
+  reason: string;
+}
+
+export type VerifyResult = VerifySuccess | VerifyFailure;
+
+class Broken extends Error {
+  constructor(
+    readonly reason: string,
+    readonly record?: { seq?: number; recordId?: string },
+  ) {
+    super(reason);
+  }
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isSeq = (value: unknown): value is number => Number.isSafeInteger(value) && (value as number) >= 0;
+const isHash = (value: unknown): value is string => typeof value === 'string' && /^sha256:[0-9a-f]{64}$/.test(value);
+
+function parseLine(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Broken('malformed line: not JSON');
+  }
+}
+
+function checkHeader(value: unknown): ExportHeader {
+  if (!isObject(value) || value.type !== 'header') throw new Broken('malformed header: the first line must be {"type":"header",…}');
+  if (value.format !== RECORDS_EXPORT_FORMAT) throw new Broken(`malformed header: format must be ${RECORDS_EXPORT_FORMAT}`);
+  const problems: string[] = [];
+  if (typeof value.org_id !== 'string') problems.push('org_id');
+  if (!isSeq(value.count)) problems.push('count');
+  if (!(value.first_seq === null || isSeq(value.first_seq))) problems.push('first_seq');
+  if (!(value.last_seq === null || isSeq(value.last_seq))) problems.push('last_seq');
+  const head = value.chain_head;
+  if (!isObject(head) || !isSeq(head.seq) || !isHash(head.head_hash)) problems.push('chain_head');
+  if (!isObject(value.jwks) || !Array.isArray(value.jwks.keys) || !value.jwks.keys.every(isObject)) problems.push('jwks');
+  if (typeof value.key_id !== 'string') problems.push('key_id');
+  if (typeof value.signature !== 'string') problems.push('signature');
+  if (problems.length) throw new Broken(`malformed header: bad or missing ${problems.join(', ')}`);
+  return value as unknown as ExportHeader;
+}
+
+function checkRecordShape(value: unknown): ExportRecordLine {
+  if (!isObject(value) || value.type !== 'record') throw new Broken('malformed line: expected {"type":"record",…}');
+  const body = value.body;
+  if (!isObject(body)) throw new Broken('malformed line: no record body');
+  const record = { seq: isSeq(body.seq) ? body.seq : undefined, recordId: typeof body.record_id === 'string' ? body.record_id : undefined };
+  const problems: string[] = [];
+  if (record.seq === undefined || record.seq < 1) problems.push('body.seq');
+  if (!record.recordId) problems.push('body.record_id');
+  if (typeof body.org_id !== 'string') problems.push('body.org_id');
+  if (!isHash(body.prev_hash)) problems.push('body.prev_hash');
+  if (!isHash(body.params_hash)) problems.push('body.params_hash');
+  if (typeof body.key_id !== 'string') problems.push('body.key_id');
+  if (typeof body.created_at !== 'string') problems.push('body.created_at');
+  if (!isHash(value.record_hash)) problems.push('record_hash');
+  if (typeof value.signature !== 'string') problems.push('signature');
+  if (problems.length) throw new Broken(`malformed line: bad or missing ${problems.join(', ')}`, record);
+  return value as unknown as ExportRecordLine;
+}
+
+/**
+ * The signing keys by kid: the file's JWKS, and with `trustedKeys` each of them must be one of
+ * those (same kid, curve and public point), so a file re-signed with another key fails.
+ */
+function keysOf(header: ExportHeader, options: VerifyOptions): Map<string, JWK> {
+  const own = new Map(header.jwks.keys.filter((k) => typeof k.kid === 'string').map((k) => [k.kid!, k]));
+  if (!options.trustedKeys) return own;
+  const trusted = new Map(options.trustedKeys.filter((k) => typeof k.kid === 'string').map((k) => [k.kid!, k]));
+  for (const [kid, key] of own) {
+    const pinned = trusted.get(kid);
+    if (!pinned || pinned.kty !== key.kty || pinned.crv !== key.crv || pinned.x !== key.x) {
+      throw new Broken(`header: key ${kid} is not one of the trusted keys`);
+    }
+  }
+  return own;
+}
+
+/** The Ed25519 public keys by kid, each parsed once; null for a kid whose JWK is not a usable Ed25519 key. */
+class KeyRing {
+  private readonly parsed = new Map<string, KeyObject | null>();
+  constructor(private readonly jwks: Map<string, JWK>) {}
+
+  get(kid: string): KeyObject | null {
+    if (!this.parsed.has(kid)) {
+      const jwk = this.jwks.get(kid);
+      let key: KeyObject | null = null;
+      if (jwk?.kty === 'OKP' && jwk.crv === 'Ed25519' && typeof jwk.x === 'string') {
+        try {
+          key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' });
+        } catch {
+          key = null;
+        }
+      }
+      this.parsed.set(kid, key);
+    }
+    return this.parsed.get(kid)!;
+  }
+}
+
+/**
+ * Checks an export line by line, holding one record at a time: the header and its signature, then
+ * each record's shape, org, params hash, record hash, signature and link to the record before
+ * (seqs contiguous, the first one of the chain linked to the genesis hash), and at the end the
+ * count, the range and, when the file reaches it, the chain head. Stops at the first problem.
+ */
+export async function verifyExport(lines: AsyncIterable<string>, options: VerifyOptions = {}): Promise<VerifyResult> {
+  let lineNo = 0;
+  let header: ExportHeader | undefined;
+  let keys = new KeyRing(new Map());
+  let previous: { seq: number; hash: string } | undefined;
+  let first: RecordBody | undefined;
+  let last: RecordBody | undefined;
+  let count = 0;
+  const keyIds = new Set<string>();
+  let pendingBlank = 0;
+  try {
+    for await (const raw of lines) {
+      lineNo += 1;
+      const text = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+      if (text === '') {
+        // Blank lines may end the file; anywhere else they are malformed.
+        pendingBlank = pendingBlank || lineNo;
+        continue;
+      }
+      if (pendingBlank) {
+        lineNo = pendingBlank;
+        throw new Broken('malformed line: blank line');
+      }
+      const value = parseLine(text);
+      if (!header) {
+        header = checkHeader(value);
+        keys = new KeyRing(keysOf(header, options));
+        const { signature, ...unsigned } = header;
+        const headerKey = keys.get(header.key_id);
+        if (!headerKey) throw new Broken(`header: unknown key: ${header.key_id} is not a usable Ed25519 key of the JWKS`);
+        if (!verifyRecordSignature(headerHashOf(unsigned), signature, headerKey)) throw new Broken('header: bad signature');
+        continue;
+      }
+      const line = checkRecordShape(value);
+      const { body } = line;
+      const where = { seq: body.seq, recordId: body.record_id };
+      if (body.org_id !== header.org_id) throw new Broken(`record of another org (${body.org_id})`, where);
+      if (line.params !== null && line.params !== undefined && canonicalHash(line.params) !== body.params_hash) {
+        throw new Broken('params mismatch: params do not hash to body.params_hash', where);
+      }
+      if (recordHashOf(body) !== line.record_hash) throw new Broken('hash mismatch: the body does not hash to record_hash', where);
+      const key = keys.get(body.key_id);
+      if (!key) throw new Broken(`unknown key: ${body.key_id} is not a usable Ed25519 key of the JWKS`, where);
+      if (!verifyRecordSignature(line.record_hash, line.signature, key)) throw new Broken('bad signature', where);
+      if (previous) {
+        if (body.seq !== previous.seq + 1) throw new Broken(`broken link: seq ${body.seq} follows seq ${previous.seq}`, where);
+        if (body.prev_hash !== previous.hash) throw new Broken('broken link: prev_hash is not the record_hash of the record before', where);
+      } else {
+        if (body.seq !== header.first_seq) throw new Broken(`broken link: the first record is seq ${body.seq}, the header says ${header.first_seq}`, where);
+        if (body.seq === 1 && body.prev_hash !== GENESIS_HASH) throw new Broken('broken link: seq 1 does not link to the genesis hash', where);
+        first = body;
+      }
+      if (body.seq > header.chain_head.seq) throw new Broken(`seq ${body.seq} is past the chain head (${header.chain_head.seq})`, where);
+      previous = { seq: body.seq, hash: line.record_hash };
+      last = body;
+      keyIds.add(body.key_id);
+      count += 1;
+    }
+  } catch (error) {
+    if (error instanceof Broken) return { ok: false, line: lineNo, ...error.record, reason: error.reason };
+    throw error;
+  }
+  if (!header) return { ok: false, line: 0, reason: 'malformed header: the file is empty' };
+  const end = { line: lineNo, ...(last ? { seq: last.seq, recordId: last.record_id } : {}) };
+  if (count !== header.count) return { ok: false, ...end, reason: `count mismatch: ${count} records, the header says ${header.count}` };
+  if ((last?.seq ?? null) !== header.last_seq) {
+    return { ok: false, ...end, reason: `count mismatch: the last record is seq ${last?.seq ?? 'none'}, the header says ${header.last_seq}` };
+  }
+  const reachesHead = (last?.seq ?? 0) === header.chain_head.seq;
+  if (reachesHead && (previous?.hash ?? GENESIS_HASH) !== header.chain_head.head_hash) {
+    return { ok: false, ...end, reason: 'chain head mismatch: the last record is not the chain head of the header' };
+  }
+  return {
+    ok: true,
+    orgId: header.org_id,
+    count,
+    firstSeq: first?.seq ?? null,
+    lastSeq: last?.seq ?? null,
+    firstCreatedAt: first?.created_at ?? null,
+    lastCreatedAt: last?.created_at ?? null,
+    keyIds: [...keyIds],
+    chainHead: header.chain_head,
+    reachesHead,
+    fromGenesis: first?.seq === 1,
+  };
+}
