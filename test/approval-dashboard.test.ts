@@ -1,33 +1,18 @@
-import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
-import { print } from 'graphql';
 import { ApprovalDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, signUp } from './support/fixtures.js';
 import { actionBody, execute, readyAgent } from './support/gateway.js';
+import { runOperation, StatementCounter } from './support/statements.js';
 
-const statements: string[] = [];
-let counting = false;
+const statements = new StatementCounter();
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({}, { onQuery: (sql) => counting && statements.push(sql) });
+  t = await startTestApp({}, { onQuery: statements.observe });
 });
 afterAll(() => t.close());
 
-async function run<Result, Variables extends Record<string, unknown>>(
-  document: TypedDocumentNode<Result, Variables>,
-  variables: Variables,
-  token: string,
-) {
-  statements.length = 0;
-  counting = true;
-  try {
-    const response = await t.graphql<{ data: Result; errors?: unknown[] }>(print(document), variables, { token });
-    expect(response.body.errors).toBeUndefined();
-    return { data: response.body.data, count: statements.length };
-  } finally {
-    counting = false;
-  }
-}
+const dashboard = (orgId: string, limit: number, token: string) =>
+  statements.count(() => runOperation(t, ApprovalDashboardDocument, { orgId, limit }, token));
 
 test('the approvals dashboard with agent, manifest and decider costs the same statements for 40 items as for 4', async () => {
   const org = await signUp(t);
@@ -52,9 +37,9 @@ test('the approvals dashboard with agent, manifest and decider costs the same st
     expect(decided.status).toBe(200);
   }
 
-  const small = await run(ApprovalDashboardDocument, { orgId: org.orgId, limit: 4 }, org.adminToken);
-  const large = await run(ApprovalDashboardDocument, { orgId: org.orgId, limit: 40 }, org.adminToken);
-  const page = large.data.organization.approvals;
+  const small = await dashboard(org.orgId, 4, org.adminToken);
+  const large = await dashboard(org.orgId, 40, org.adminToken);
+  const page = large.result.organization.approvals;
   expect(page).toMatchObject({ total: 40, pending_count: 20 });
   expect(page.items).toHaveLength(40);
   for (const item of page.items) {

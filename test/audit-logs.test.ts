@@ -1,12 +1,10 @@
-import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
-import { print } from 'graphql';
 import { AuditDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { parseCsv } from './support/csv.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
+import { runOperation, StatementCounter } from './support/statements.js';
 
-const statements: string[] = [];
-let counting = false;
+const statements = new StatementCounter();
 let t: TestApp;
 let org: OrgFixture;
 let other: OrgFixture;
@@ -16,7 +14,7 @@ let rejectedId: string;
 const awkwardReason = 'she said "no", twice,\r\nthen left; also a, comma';
 
 beforeAll(async () => {
-  t = await startTestApp({}, { onQuery: (sql) => counting && statements.push(sql) });
+  t = await startTestApp({}, { onQuery: statements.observe });
   org = await signUp(t, 'audit');
   other = await signUp(t, 'audit-other');
   operator = await addUser(t, org, 'operator');
@@ -281,24 +279,11 @@ describe('GET /orgs/{org_id}/audit-logs/export', () => {
 });
 
 describe('GraphQL dashboard', () => {
-  async function run<Result, Variables extends Record<string, unknown>>(
-    document: TypedDocumentNode<Result, Variables>,
-    variables: Variables,
-  ) {
-    const response = await t.graphql<{ data: Result; errors?: unknown[] }>(print(document), variables, { token: org.adminToken });
-    expect(response.body.errors).toBeUndefined();
-    return response.body.data;
-  }
-
   async function countStatements(limit: number) {
-    statements.length = 0;
-    counting = true;
-    try {
-      const data = await run(AuditDashboardDocument, { orgId: org.orgId, limit });
-      return { data, count: statements.length };
-    } finally {
-      counting = false;
-    }
+    const { result: data, count } = await statements.count(() =>
+      runOperation(t, AuditDashboardDocument, { orgId: org.orgId, limit }, org.adminToken),
+    );
+    return { data, count };
   }
 
   test('audit entries with their acting users cost the same statements for 5 items as for 60', async () => {

@@ -1,37 +1,21 @@
-import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
-import { print } from 'graphql';
 import { ManifestDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
+import { runOperation, StatementCounter } from './support/statements.js';
 
-const statements: string[] = [];
-let counting = false;
+const statements = new StatementCounter();
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({}, { onQuery: (sql) => counting && statements.push(sql) });
+  t = await startTestApp({}, { onQuery: statements.observe });
 });
 afterAll(() => t.close());
 
-async function run<Result, Variables extends Record<string, unknown>>(
-  document: TypedDocumentNode<Result, Variables>,
-  variables: Variables,
-  token: string,
-) {
-  const response = await t.graphql<{ data: Result; errors?: unknown[] }>(print(document), variables, { token });
-  expect(response.body.errors).toBeUndefined();
-  return response.body.data;
-}
-
 /** Statements Prisma sends while serving one dashboard query. */
 async function countStatements(org: OrgFixture, limit: number) {
-  statements.length = 0;
-  counting = true;
-  try {
-    const data = await run(ManifestDashboardDocument, { orgId: org.orgId, limit }, org.adminToken);
-    return { data, count: statements.length };
-  } finally {
-    counting = false;
-  }
+  const { result: data, count } = await statements.count(() =>
+    runOperation(t, ManifestDashboardDocument, { orgId: org.orgId, limit }, org.adminToken),
+  );
+  return { data, count };
 }
 
 describe('dashboard queries resolve relations without N+1', () => {

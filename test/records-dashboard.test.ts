@@ -1,15 +1,14 @@
-import { print } from 'graphql';
 import { RecordsDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
+import { runOperation, StatementCounter } from './support/statements.js';
 
-const statements: string[] = [];
-let counting = false;
+const statements = new StatementCounter();
 let t: TestApp;
 let org: OrgFixture;
 beforeAll(async () => {
-  t = await startTestApp({}, { onQuery: (sql) => counting && statements.push(sql) });
+  t = await startTestApp({}, { onQuery: statements.observe });
   org = await signUp(t, 'records-dash');
 });
 afterAll(() => t.close());
@@ -18,19 +17,10 @@ const constraints = { max_actions_per_hour: 1000, max_actions_per_day: 10000, re
 const ready = () => readyAgent(t, org, { capabilities: ['billing:read', 'billing:refund'], constraints });
 
 async function dashboard(limit: number) {
-  statements.length = 0;
-  counting = true;
-  try {
-    const response = await t.graphql<{ data: any; errors?: unknown[] }>(
-      print(RecordsDashboardDocument),
-      { orgId: org.orgId, limit },
-      { token: org.adminToken },
-    );
-    expect(response.body.errors).toBeUndefined();
-    return { records: response.body.data.organization.records, count: statements.length };
-  } finally {
-    counting = false;
-  }
+  const { result, count } = await statements.count(() =>
+    runOperation(t, RecordsDashboardDocument, { orgId: org.orgId, limit }, org.adminToken),
+  );
+  return { records: result.organization.records, count };
 }
 
 type Act = 'read' | 'refund' | 'ghost';

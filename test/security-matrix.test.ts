@@ -562,6 +562,14 @@ beforeAll(async () => {
   const t = await startTestApp();
   const orgA = await signUp(t, 'matrix-a');
   const orgB = await signUp(t, 'matrix-b');
+  // The matrix sends well over 1000 requests a minute as org A; the limit itself is tested in identity tests.
+  for (const org of [orgA, orgB]) {
+    const raised = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+      token: org.adminToken,
+      body: { operator_rate_limit_per_minute: 1_000_000 },
+    });
+    expect(raised.status).toBe(200);
+  }
   const asSessionUser = (org: OrgFixture, id: string, email: string, role: UserRole): SessionUser => ({
     id,
     orgId: org.orgId,

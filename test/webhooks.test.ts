@@ -2,7 +2,6 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
-import { print } from 'graphql';
 import { sqlConnectionOf } from '../src/db/prisma-sql.js';
 import {
   MAX_IN_FLIGHT,
@@ -15,6 +14,7 @@ import { enqueueWebhookEvent, type WebhookEvent } from '../src/modules/webhook/w
 import { WebhookDashboardDocument, WebhookWithDeliveriesDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
+import { runOperation, StatementCounter } from './support/statements.js';
 
 /**
  * Org webhooks: CRUD with a secret shown once, the outbox filled inside the caller's transaction,
@@ -24,8 +24,7 @@ import { signUp, type OrgFixture } from './support/fixtures.js';
 
 const MAX_ATTEMPTS = 4;
 const TIMEOUT_MS = 1000;
-const statements: string[] = [];
-let counting = false;
+const statements = new StatementCounter();
 let t: TestApp;
 const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
@@ -110,7 +109,7 @@ beforeAll(async () => {
       WEBHOOK_MAX_ATTEMPTS: String(MAX_ATTEMPTS),
       WEBHOOK_TIMEOUT_MS: String(TIMEOUT_MS),
     },
-    { onQuery: (sql) => counting && statements.push(sql) },
+    { onQuery: statements.observe },
   );
 });
 
@@ -769,25 +768,17 @@ describe('listing deliveries', () => {
 });
 
 describe('GraphQL', () => {
-  async function run<Result, Variables extends Record<string, unknown>>(
+  const run = <Result, Variables extends Record<string, unknown>>(
     document: TypedDocumentNode<Result, Variables>,
     variables: Variables,
     token: string,
-  ) {
-    const response = await t.graphql<{ data: Result; errors?: unknown[] }>(print(document), variables, { token });
-    expect(response.body.errors).toBeUndefined();
-    return response.body.data;
-  }
+  ) => runOperation(t, document, variables, token);
 
   async function dashboardStatements(org: OrgFixture) {
-    statements.length = 0;
-    counting = true;
-    try {
-      const data = await run(WebhookDashboardDocument, { orgId: org.orgId, limit: 2 }, org.adminToken);
-      return { data, count: statements.length };
-    } finally {
-      counting = false;
-    }
+    const { result: data, count } = await statements.count(() =>
+      run(WebhookDashboardDocument, { orgId: org.orgId, limit: 2 }, org.adminToken),
+    );
+    return { data, count };
   }
 
   test('webhooks with their deliveries cost the same few statements for 2 webhooks as for 8', async () => {
