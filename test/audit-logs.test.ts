@@ -1,3 +1,4 @@
+import type { AuditEntry as Item } from '../src/modules/audit/audit-export.js';
 import { AuditDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { parseCsv } from './support/csv.js';
@@ -37,18 +38,6 @@ afterAll(() => t.close());
 const base = () => `/api/v1/orgs/${org.orgId}/audit-logs`;
 const list = (query = '', token = org.adminToken) => t.request('GET', `${base()}${query}`, { token });
 
-interface Item {
-  audit_id: string;
-  org_id: string;
-  actor: { type: string; id: string | null; label: string | null };
-  action: string;
-  target: { type: string; id: string };
-  before: unknown;
-  after: unknown;
-  reason: string | null;
-  request_id: string | null;
-  created_at: string;
-}
 
 async function all(query = ''): Promise<Item[]> {
   const response = await list(`?limit=1000${query}`);

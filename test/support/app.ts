@@ -42,6 +42,31 @@ export interface TestAppOptions {
   onQuery?: QueryObserver;
 }
 
+/** The fetch options of a test request: JSON body, bearer token or API key, extra headers. */
+export function requestInit(method: string, options: RequestOptions): RequestInit {
+  const headers: Record<string, string> = { ...options.headers };
+  let body: string | undefined;
+  if (options.body !== undefined) {
+    body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  if (options.apiKey) headers['x-api-key'] = options.apiKey;
+  return { method, headers, body };
+}
+
+/** Status, headers, text and the JSON body when there is one. */
+export async function testResponse<T>(response: Response): Promise<TestResponse<T>> {
+  const text = await response.text();
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, headers: response.headers, body: parsed as T, text };
+}
+
 /** The real app on a real database, called in-process through `yoga.fetch`. */
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database: TestDatabase = options.db
@@ -54,27 +79,10 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   });
 
   async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
-    const headers: Record<string, string> = { ...options.headers };
-    let body: string | undefined;
-    if (options.body !== undefined) {
-      body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
-      headers['content-type'] ??= 'application/json';
-    }
-    if (options.token) headers.authorization = `Bearer ${options.token}`;
-    if (options.apiKey) headers['x-api-key'] = options.apiKey;
-    const response = await app.yoga.fetch(
-      `http://localhost${path}`,
-      { method, headers, body },
-      { clientAddress: options.clientAddress ?? '192.0.2.1' } as never,
-    );
-    const text = await response.text();
-    let parsed: unknown = undefined;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    return { status: response.status, headers: response.headers, body: parsed as T, text };
+    const response = await app.yoga.fetch(`http://localhost${path}`, requestInit(method, options), {
+      clientAddress: options.clientAddress ?? '192.0.2.1',
+    } as never);
+    return testResponse<T>(response);
   }
 
   return {

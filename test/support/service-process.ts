@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import type { RequestOptions, TestClient, TestResponse } from './app.js';
+import { requestInit, testResponse, type RequestOptions, type TestClient, type TestResponse } from './app.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const READY_TIMEOUT_MS = 60_000;
@@ -148,21 +148,6 @@ export async function killAllServices() {
 }
 
 async function httpRequest<T>(base: string, method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
-  const headers: Record<string, string> = { ...options.headers };
-  let body: string | undefined;
-  if (options.body !== undefined) {
-    body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
-    headers['content-type'] ??= 'application/json';
-  }
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
-  if (options.apiKey) headers['x-api-key'] = options.apiKey;
-  const response = await fetch(`${base}${path}`, { method, headers, body, signal: AbortSignal.timeout(30_000) });
-  const text = await response.text();
-  let parsed: unknown;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  return { status: response.status, headers: response.headers, body: parsed as T, text };
+  const response = await fetch(`${base}${path}`, { ...requestInit(method, options), signal: AbortSignal.timeout(30_000) });
+  return testResponse<T>(response);
 }
