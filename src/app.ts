@@ -65,11 +65,15 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       error: (...args) => logger.error(args.map(String).join(' ')),
     },
     context({ request, state }): Context {
+      let loaders: Context['loaders'] | undefined;
       return {
         request,
         state,
         services,
-        loaders: createLoaders(services),
+        // Made on first use: gateway calls, most of the traffic, never batch relations.
+        get loaders() {
+          return (loaders ??= createLoaders(services));
+        },
         authenticate: () => authenticate(request, state),
       };
     },

@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { randomBytes } from 'node:crypto';
 import type { AuthState } from '../modules/auth/authenticate.js';
 import { Headers } from './fetch-api.js';
+import { randomHexId } from '../lib/ids.js';
 
 /**
  * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied
@@ -31,7 +31,7 @@ const acceptableRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 export function newRequestState(request: Request, clientAddress: string): RequestState {
   const given = request.headers.get('x-request-id');
   return {
-    requestId: given && acceptableRequestId.test(given) ? given : `req_${randomBytes(12).toString('hex')}`,
+    requestId: given && acceptableRequestId.test(given) ? given : randomHexId('req'),
     startedAt: process.hrtime.bigint(),
     clientAddress,
     route: undefined,

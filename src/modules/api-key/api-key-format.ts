@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { sha256Hex } from '../../lib/hash.js';
 import { crc32 } from 'node:zlib';
+import { randomId } from '../../lib/ids.js';
 
 /**
  * `agw_` + 32 random bytes in base62 (43 characters) + CRC32 of that body in base62 (6
@@ -42,4 +43,4 @@ export function isWellFormedApiKey(key: string): boolean {
 
 export const hashApiKey = (key: string): string => sha256Hex(key);
 
-export const newKeyId = (): string => `key_${randomBytes(12).toString('base64url')}`;
+export const newKeyId = (): string => randomId('key');

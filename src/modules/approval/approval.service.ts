@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
@@ -9,6 +8,7 @@ import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
+import { randomId } from '../../lib/ids.js';
 
 export interface ApprovalRequest {
   orgId: string;
@@ -62,7 +62,7 @@ export function approvalSummary(approval: Approval) {
  */
 export function createApprovalService({ db }: Deps) {
   async function request(entry: ApprovalRequest): Promise<string> {
-    const id = `apr_${randomBytes(12).toString('base64url')}`;
+    const id = randomId('apr');
     await db.sql.transaction(async (tx) => {
       const [approval] = await tx.query<{ requested_at: Date; expires_at: Date }>(
         `INSERT INTO approvals (id, org_id, svc_id, agent_id, manifest_id, capability, action, action_hash, reasons,

@@ -1,16 +1,16 @@
-import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { FieldErrors } from '../../errors.js';
 import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
 import { currentRequest } from '../../http/request-state.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Actor, AuditEvent } from './audit-events.js';
+import { timeOrderedId } from '../../lib/ids.js';
 
 type Tx = Prisma.TransactionClient;
 
 /** Sortable by time, unique without coordination: `aud_` + ms timestamp + random. */
 export function auditId(now = Date.now()): string {
-  return `aud_${now.toString(36).padStart(9, '0')}${randomBytes(8).toString('hex')}`;
+  return timeOrderedId('aud', now);
 }
 
 /**

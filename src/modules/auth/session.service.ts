@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, errors as joseErrors } from 'jose';
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
@@ -6,6 +5,7 @@ import { fixedWindow, hit, peek, reset } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from './authz.js';
 import { verifyPassword } from './password.js';
+import { randomId } from '../../lib/ids.js';
 
 /**
  * Operator sessions: EdDSA-signed JWTs with their own `typ` and audience, so a session token is
@@ -41,7 +41,7 @@ export function createSessionService({ env, db, keys }: Deps) {
       .setIssuer(ISSUER)
       .setAudience(SESSION_AUDIENCE)
       .setSubject(user.id)
-      .setJti(`ses_${randomBytes(16).toString('base64url')}`)
+      .setJti(randomId('ses', 16))
       .setIssuedAt(now)
       .setExpirationTime(now + ttlSeconds)
       .sign(key.privateKey);

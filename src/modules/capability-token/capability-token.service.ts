@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify } from 'jose';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
@@ -6,6 +5,7 @@ import type { SqlConnection } from '../../db/sql.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
+import { randomId } from '../../lib/ids.js';
 
 /**
  * Capability tokens: EdDSA JWTs (`typ: cap+jwt`, audience `agent-gateway`) that narrow what an
@@ -52,7 +52,7 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
     errors.throwIfAny();
 
     const key = await keys.activeKey('capability');
-    const tokenId = `cap_${randomBytes(16).toString('base64url')}`;
+    const tokenId = randomId('cap', 16);
     const now = Math.floor(Date.now() / 1000);
     const expiresAt = new Date((now + lifetime) * 1000);
     const capabilities = [...new Set(input.capabilities)];

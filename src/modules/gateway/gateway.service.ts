@@ -147,8 +147,9 @@ export function createGatewayService({ db, cache }: Deps, { records, tools, toke
         });
       }
     }
-    const actionHash = canonicalHash({ svc_id: svcId, agent_id: agentId, action });
     const needsHuman = Boolean(manifest && document!.constraints?.require_human_approval?.includes(capability));
+    // What an approval is bound to; only needed when a human is involved.
+    const actionHash = needsHuman ? canonicalHash({ svc_id: svcId, agent_id: agentId, action }) : '';
     let approvalToConsume: string | undefined;
     if (needsHuman) {
       if (request.approval_id) {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
@@ -6,6 +5,7 @@ import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma
 import { historyKey } from '../manifest/manifest.service.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
+import { randomId } from '../../lib/ids.js';
 
 
 export interface NewRecord {
@@ -54,7 +54,7 @@ export function exportLineOf(record: InteractionRecord): ExportRecordLine {
   };
 }
 
-export const newInteractionId = () => `int_${randomBytes(12).toString('base64url')}`;
+export const newInteractionId = () => randomId('int');
 
 /** The canonical body of a stored record, exactly as it was hashed when appended. */
 export function bodyOf(record: InteractionRecord): RecordBody {

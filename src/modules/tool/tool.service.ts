@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
@@ -6,6 +5,7 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { runHttp, runMock, type HttpToolConfig, type ToolCall, type ToolResult } from './connectors.js';
+import { randomId } from '../../lib/ids.js';
 
 export const connectors = ['http', 'mock'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -69,7 +69,7 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
 const storedInput = (tool: Tool) =>
   tool.connector === 'http' && tool.secret ? { ...(tool.config as object), secret: tool.secret } : tool.config;
 
-const newToolId = () => `tool_${randomBytes(12).toString('base64url')}`;
+const newToolId = () => randomId('tool');
 
 /** The tool as the API shows it: the secret never leaves, only whether one is set. */
 export function publicConfig(tool: Tool): Record<string, unknown> {

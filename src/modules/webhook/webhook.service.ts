@@ -8,6 +8,7 @@ import { isRefusedHost } from '../../lib/address-policy.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
+import { randomId, timeOrderedId } from '../../lib/ids.js';
 
 /**
  * Org webhooks: subscriptions to events, and the outbox of their deliveries. Events are enqueued
@@ -40,9 +41,9 @@ const MAX_SECRET_LENGTH = 256;
 export const DEFAULT_DELIVERY_PAGE = 50;
 export const MAX_DELIVERY_PAGE = 200;
 
-const newWebhookId = () => `whk_${randomBytes(12).toString('base64url')}`;
+const newWebhookId = () => randomId('whk');
 /** Sortable by time, unique without coordination (like audit ids). */
-const newEventId = (now = Date.now()) => `evt_${now.toString(36).padStart(9, '0')}${randomBytes(8).toString('hex')}`;
+const newEventId = (now = Date.now()) => timeOrderedId('evt', now);
 const generateSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
 
 /**
