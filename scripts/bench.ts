@@ -72,6 +72,7 @@ const barePort = await listen(bare);
 const env = parseEnv({ ...process.env, LOG_LEVEL: 'silent' });
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
 const app = createApp({ env, db, logger: createLogger('silent') });
+await app.ready;
 const server = createServer(app.yoga);
 const port = await listen(server);
 const base = `http://127.0.0.1:${port}`;

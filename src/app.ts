@@ -31,6 +31,11 @@ export interface App {
   yoga: YogaServerInstance<ServerContext, Context>;
   services: Services;
   openapi: Record<string, unknown>;
+  /**
+   * Resolves once the process owns its execution journal and has recorded the executions that
+   * stopped processes left unrecorded; serve traffic after it.
+   */
+  ready: Promise<void>;
   /** Readiness turns false once shutdown begins, so load balancers stop sending traffic. */
   setDraining(): void;
   /**
@@ -126,11 +131,14 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
   const webhookDispatcher = createWebhookDispatcher({ env, db, logger }).start();
+  const ready = services.journal.start();
+  ready.catch((error) => logger.error({ err: error }, 'execution journal recovery failed at start'));
 
   return {
     yoga,
     services,
     openapi,
+    ready,
     setDraining: () => {
       draining = true;
     },
@@ -138,7 +146,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       clearInterval(maintenance);
       clearInterval(approvalSweep);
       cache.stop();
-      await webhookDispatcher.stop();
+      await ready.catch(() => undefined);
+      await Promise.all([webhookDispatcher.stop(), services.journal.stop()]);
     },
   };
 }

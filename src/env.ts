@@ -29,6 +29,8 @@ export interface Env {
   webhookMaxAttempts: number;
   /** How long one delivery attempt may take. */
   webhookTimeoutMs: number;
+  /** How often executions left by stopped gateway processes are recorded as interrupted (also at start). */
+  executionRecoverySeconds: number;
 }
 
 export class EnvError extends Error {}
@@ -77,5 +79,6 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookRetryBaseMs: integer(source, 'WEBHOOK_RETRY_BASE_MS', 2000, 1),
     webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
+    executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
   };
 }

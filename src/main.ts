@@ -9,6 +9,7 @@ const logger = createLogger(env.logLevel);
 
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
 const app = createApp({ env, db, logger });
+await app.ready;
 const server = createServer(app.yoga);
 server.keepAliveTimeout = 5000;
 

@@ -6,6 +6,7 @@ import { createManifestService } from './modules/manifest/manifest.service.js';
 import { createApprovalService } from './modules/approval/approval.service.js';
 import { createAuditService } from './modules/audit/audit.service.js';
 import { createCapabilityTokenService } from './modules/capability-token/capability-token.service.js';
+import { createExecutionJournal } from './modules/gateway/execution-journal.js';
 import { createGatewayService } from './modules/gateway/gateway.service.js';
 import { createRecordService } from './modules/record/record.service.js';
 import { createToolService } from './modules/tool/tool.service.js';
@@ -21,18 +22,22 @@ export function createServices(deps: Deps) {
   const tools = createToolService(deps);
   const tokens = createCapabilityTokenService(deps);
   const approvals = createApprovalService(deps);
+  const orgs = createOrgService(deps);
+  const manifests = createManifestService(deps);
+  const journal = createExecutionJournal(deps, records);
   return {
     ...deps,
-    orgs: createOrgService(deps),
+    orgs,
     users: createUserService(deps),
     audit: createAuditService(deps),
-    manifests: createManifestService(deps),
+    manifests,
     tools,
     records,
     tokens,
     approvals,
     webhooks: createWebhookService(deps),
-    gateway: createGatewayService(deps, { records, tools, tokens, approvals }),
+    journal,
+    gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal }),
     sessions,
     apiKeys,
     authenticate: createAuthenticator({ sessions, apiKeys, countOperatorRequest: createOperatorRateLimit(deps) }),

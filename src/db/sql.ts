@@ -17,6 +17,16 @@ export interface SqlDriver {
    * the hot path this replaces Prisma's interactive transactions, which cost far more per statement.
    */
   transaction<T>(work: (tx: SqlConnection) => Promise<T>): Promise<T>;
+  /**
+   * Like `transaction`, but `work` decides: its writes are committed when it answers
+   * `commit: true` and rolled back otherwise (a refusal found half-way is an answer, not an error).
+   */
+  transactionIf<T>(work: (tx: SqlConnection) => Promise<TransactionAnswer<T>>): Promise<T>;
+}
+
+export interface TransactionAnswer<T> {
+  commit: boolean;
+  value: T;
 }
 
 export type SqlConnection = Pick<SqlDriver, 'exec' | 'query'>;

@@ -77,6 +77,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     db: database.db,
     logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
   });
+  await app.ready;
 
   async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
     const response = await app.yoga.fetch(`http://localhost${path}`, requestInit(method, options), {

@@ -1,7 +1,10 @@
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { restRoute } from '../../http/rest-routes.js';
-import type { GatewayDecision, Reason } from './gateway.service.js';
+import { AppError } from '../../errors.js';
+import type { RequestState } from '../../http/request-state.js';
+import type { GatewayDecision, Reason } from './decision.js';
+import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
   fields: (t) => ({
@@ -50,6 +53,27 @@ const decisionArgs = builder.args((t) => ({
   approval_id: t.string({ description: 'An approved human approval for this exact action.' }),
 }));
 
+/**
+ * The HTTP edge of a decision (REST and GraphQL alike): the agent's hourly budget in the
+ * X-RateLimit headers, and the hourly limit as 429 POLICY_VIOLATION with Retry-After (the denial
+ * is already recorded).
+ */
+function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
+  const { budget, rateLimited } = outcome;
+  if (budget) {
+    state.responseHeaders.set('X-RateLimit-Limit', String(budget.hour.limit));
+    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, budget.hour.limit - budget.hour.current)));
+    state.responseHeaders.set('X-RateLimit-Reset', String(budget.hour.window.resetAt));
+  }
+  if (rateLimited) {
+    throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
+      details: rateLimited.reason.details,
+      headers: { 'Retry-After': String(rateLimited.retryAfterSeconds) },
+    });
+  }
+  return outcome.decision;
+}
+
 /** Execute and evaluate are one decision; the mode says whether it counts, asks, executes and records. */
 function decisionRoute(
   mode: 'execute' | 'evaluate',
@@ -63,7 +87,10 @@ function decisionRoute(
       description,
       args: decisionArgs,
       authScopes: { own: `gateway:${mode}` },
-      resolve: (_, args, ctx) => ctx.services.gateway.decide(principalOf(ctx), args, mode, ctx.state),
+      async resolve(_, args, ctx) {
+        const channel = ctx.state.route ? 'rest' : 'graphql';
+        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, { mode, channel }), ctx.state);
+      },
     }),
   );
   restRoute(`Mutation.gateway_${mode}`, { method: 'POST', path: `/gateway/${mode}`, tag: 'Gateway', summary, auth });

@@ -5,7 +5,7 @@ import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/cl
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
-import { checkManifest, type ManifestDocument } from './manifest-document.js';
+import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
 
 type Tx = Prisma.TransactionClient;
 export type ManifestQuery = { include?: Prisma.ManifestInclude; select?: Prisma.ManifestSelect };
@@ -81,8 +81,42 @@ async function appendHistory(tx: Tx, manifest: Manifest, status: ManifestStatus,
   });
 }
 
-export function createManifestService({ db }: Deps) {
+/** An agent's current manifest as the gateway judges requests by it. */
+export interface CurrentManifest {
+  id: string;
+  status: ManifestStatus;
+  /** `agent.id` of the document (equals the svc_id). */
+  agentId: string;
+  approvedCapabilities: readonly string[];
+  requireHumanApproval: readonly string[];
+  limits: { maxActionsPerHour: number; maxActionsPerDay: number };
+}
+
+export function createManifestService({ db, cache }: Deps) {
   const validate = (payload: unknown) => checkManifest(payload);
+
+  /**
+   * The manifest the gateway judges an agent by: its active or suspended version, else its newest
+   * (pending, rejected or revoked: a denial then names that status). Cached per process; every
+   * manifest write bumps the config version, which empties the cache on every process.
+   */
+  function current(orgId: string, svcId: string): Promise<CurrentManifest | null> {
+    return cache.get(`manifest:${orgId}:${svcId}`, async () => {
+      const manifest =
+        (await db.prisma.manifest.findFirst({ where: { orgId, svcId, status: { in: ['active', 'suspended'] } } })) ??
+        (await db.prisma.manifest.findFirst({ where: { orgId, svcId }, orderBy: [{ createdAt: 'desc' }] }));
+      if (!manifest) return null;
+      const document = documentOf(manifest);
+      return {
+        id: manifest.id,
+        status: manifest.status,
+        agentId: document.agent.id,
+        approvedCapabilities: manifest.approvedCapabilities,
+        requireHumanApproval: document.constraints?.require_human_approval ?? [],
+        limits: effectiveLimits(document),
+      };
+    });
+  }
 
   async function register(orgId: string, payload: unknown, actor: Principal, query: ManifestQuery = {}) {
     const check = checkManifest(payload);
@@ -296,7 +330,7 @@ export function createManifestService({ db }: Deps) {
     return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
   }
 
-  return { validate, register, get, bySvc, list, history, historyOf, transition };
+  return { validate, register, get, bySvc, list, history, historyOf, transition, current };
 }
 
 export const historyKey = (orgId: string, svcId: string) => `${orgId}\u0000${svcId}`;

@@ -46,7 +46,20 @@ function validateName(errors: FieldErrors, name: string) {
   else if (name.length > 200) errors.add('name', 'must be at most 200 characters');
 }
 
-export function createOrgService({ db }: Deps) {
+/** What the gateway reads of an org on every execute. */
+export interface GatewaySettings {
+  /** Records keep the action's params (else only their hash). */
+  recordParams: boolean;
+  approvalTtlSeconds: number;
+}
+
+export function createOrgService({ db, cache }: Deps) {
+  /** Cached per process; org updates are audited, which empties the cache on every process. */
+  const gatewaySettings = (orgId: string): Promise<GatewaySettings> =>
+    cache.get(`org-gateway-settings:${orgId}`, () =>
+      db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true, approvalTtlSeconds: true } }),
+    );
+
   /** Open sign-up: the org and its first user, an admin, in one transaction. */
   async function create(input: CreateOrganizationInput, query: OrgQuery = {}) {
     const errors = new FieldErrors();
@@ -132,7 +145,7 @@ export function createOrgService({ db }: Deps) {
     });
   }
 
-  return { create, get, update };
+  return { create, get, update, gatewaySettings };
 }
 
 export type OrgService = ReturnType<typeof createOrgService>;

@@ -6,6 +6,7 @@ import { historyKey } from '../manifest/manifest.service.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
+import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 
 
 export interface NewRecord {
@@ -97,6 +98,11 @@ export function createRecordService({ db, keys }: Deps) {
    * lock round per batch instead of one per record.
    */
   function append(id: string, entry: NewRecord, storeParams: boolean): Promise<InteractionRecord> {
+    // What the database could not store fails this append alone, before it joins a batch. The
+    // edge refuses such input (src/lib/storable-input.ts); this guards the chain against a path
+    // that forgot to.
+    const unstorable = findUnstorable({ id, ...entry, params: storeParams ? entry.params : undefined }, 'record', MAX_JSON_DEPTH + 1);
+    if (unstorable) return Promise.reject(new Error(`record ${id} cannot be stored: ${unstorable.field} ${unstorable.message}`));
     return new Promise((resolve, reject) => {
       const queue = queues.get(entry.orgId);
       const pending = { id, entry, storeParams, resolve, reject };
@@ -118,14 +124,30 @@ export function createRecordService({ db, keys }: Deps) {
       }
       const batch = queue.splice(0, MAX_BATCH);
       try {
-        // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
-        const key = await keys.activeKey('record');
-        const records = await db.sql.transaction((tx) => appendBatch(tx, orgId, batch, key));
-        batch.forEach((pending, i) => pending.resolve(records[i]));
+        await write(orgId, batch);
       } catch (error) {
-        batch.forEach((pending) => pending.reject(error));
+        if (batch.length === 1) {
+          batch[0].reject(error);
+          continue;
+        }
+        // One failing record must not fail the others of its batch: each is tried on its own.
+        for (const pending of batch) await write(orgId, [pending]).catch(pending.reject);
       }
     }
+  }
+
+  async function write(orgId: string, batch: Pending[]): Promise<void> {
+    // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
+    const key = await keys.activeKey('record');
+    const records = await db.sql.transaction((tx) => appendBatch(tx, orgId, batch, key));
+    batch.forEach((pending, i) => pending.resolve(records[i]));
+  }
+
+  /** Which of these interaction ids already have their record (a record's id is its interaction id). */
+  async function existing(ids: readonly string[]): Promise<Set<string>> {
+    if (!ids.length) return new Set();
+    const rows = await db.sql.query<{ id: string }>('SELECT id FROM interaction_records WHERE id = ANY($1)', [ids]);
+    return new Set(rows.map((row) => row.id));
   }
 
   async function appendBatch(
@@ -356,7 +378,7 @@ export function createRecordService({ db, keys }: Deps) {
     return byKey;
   }
 
-  return { append, get, list, verify, exportRecords, approvalsByIds, approvedManifestsOf };
+  return { append, existing, get, list, verify, exportRecords, approvalsByIds, approvedManifestsOf };
 }
 
 export type RecordService = ReturnType<typeof createRecordService>;

@@ -77,7 +77,7 @@ export function publicConfig(tool: Tool): Record<string, unknown> {
   return tool.connector === 'http' ? { ...config, secret: tool.secret ? '[redacted]' : null } : config;
 }
 
-export function createToolService({ db }: Deps) {
+export function createToolService({ db, cache, logger }: Deps) {
   /** The stored columns of a validated tool, shared by create and update. */
   function columns(input: ToolInput, existing?: Tool) {
     const { actionType, connector, config } = validate(input, existing);
@@ -172,13 +172,22 @@ export function createToolService({ db }: Deps) {
     });
   }
 
-  /** The org's connector for an action type, or undefined (TOOL_NOT_CONFIGURED). */
-  const forAction = (orgId: string, actionType: string) =>
-    db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } });
+  /**
+   * The org's connector for an action type, or null (TOOL_NOT_CONFIGURED). Cached per process; tool
+   * writes are audited, which empties the cache on every process.
+   */
+  const forAction = (orgId: string, actionType: string): Promise<Tool | null> =>
+    cache.get(`tool:${orgId}:${actionType}`, () => db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } }));
 
-  function execute(tool: Tool, call: ToolCall): Promise<ToolResult> {
-    if (tool.connector === 'mock') return Promise.resolve(runMock(tool.config as { response?: unknown }, call));
-    return runHttp(tool.config as unknown as HttpToolConfig, tool.secret, call);
+  /** Runs the connector. Never throws: whatever fails is a failed result, so the call still gets its record. */
+  async function execute(tool: Tool, call: ToolCall): Promise<ToolResult> {
+    try {
+      if (tool.connector === 'mock') return runMock(tool.config as { response?: unknown }, call);
+      return await runHttp(tool.config as unknown as HttpToolConfig, tool.secret, call);
+    } catch (error) {
+      logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
+      return { success: false, data: {}, error: { code: 'TOOL_FAILED', message: 'The tool connector failed' } };
+    }
   }
 
   return { create, get, list, update, remove, forAction, execute };

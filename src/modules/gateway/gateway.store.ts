@@ -1,0 +1,134 @@
+import type { SqlConnection, SqlDriver } from '../../db/sql.js';
+import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows } from './budget.js';
+
+/**
+ * The gateway module's SQL: the agent budgets (rate_counters through `take_budget`) and the
+ * write-ahead journal of executions (`gateway_executions`, see its migration).
+ */
+
+/** What the journal keeps of an allowed execute until its record exists: enough to write that record. */
+export interface JournalEntry {
+  id: string;
+  orgId: string;
+  svcId: string;
+  agentId: string;
+  actionType: string;
+  tool: string;
+  capability: string;
+  paramsHash: string;
+  /** The params when the org keeps them in records, else null. */
+  params: Record<string, unknown> | null;
+  approvalId: string | null;
+}
+
+/** The agent's counts in the current hour and day, without counting anything (evaluate; requests already denied). */
+export async function peekBudget(sql: SqlDriver, windows: BudgetWindows): Promise<BudgetCounts> {
+  const rows = await sql.query<{ bucket: string; count: number }>(
+    `SELECT bucket, count FROM rate_counters
+     WHERE (bucket = $1 AND window_start = $2) OR (bucket = $3 AND window_start = $4)`,
+    [windows.hour.bucket, windows.hour.window.start, windows.day.bucket, windows.day.window.start],
+    'peek_budget',
+  );
+  const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
+  return { day: count(windows.day.bucket), hour: count(windows.hour.bucket) };
+}
+
+/**
+ * The commit of an allowed execute, in one statement: counts the action against the day and the
+ * hour (`take_budget`, which locks the agent's two counter rows only while the statement runs)
+ * and, only when both had room, writes the journal entry. Counted and journaled are therefore
+ * one fact: a crash after it leaves a journal entry for every counted action, and a refusal
+ * leaves neither. `conn` is the driver itself (the statement is its own transaction) or a
+ * transaction that also uses a capability token or an approval.
+ */
+export async function countAndJournal(
+  conn: SqlConnection,
+  windows: BudgetWindows,
+  limits: BudgetLimits,
+  owner: number,
+  entry: JournalEntry,
+): Promise<BudgetOutcome> {
+  const [counts] = await conn.query<{ day_count: number | null; hour_count: number | null }>(
+    `WITH budget AS MATERIALIZED (SELECT day_count, hour_count FROM take_budget($1, $2, $3, $4, $5, $6)),
+     journal AS (
+       INSERT INTO gateway_executions
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id)
+       SELECT $7, $8::uuid, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17
+       FROM budget WHERE day_count IS NOT NULL AND hour_count IS NOT NULL
+     )
+     SELECT day_count, hour_count FROM budget`,
+    [
+      windows.day.bucket, windows.day.window.start, limits.maxActionsPerDay,
+      windows.hour.bucket, windows.hour.window.start, limits.maxActionsPerHour,
+      entry.id, entry.orgId, owner, entry.svcId, entry.agentId, entry.actionType, entry.tool, entry.capability,
+      entry.paramsHash, entry.params === null ? null : JSON.stringify(entry.params), entry.approvalId,
+    ],
+    'count_and_journal',
+  );
+  return budgetOutcome(windows, limits, counts);
+}
+
+/** Drops the journal entries of executions whose records exist. */
+export async function forgetExecutions(sql: SqlDriver, ids: string[]): Promise<void> {
+  await sql.query('DELETE FROM gateway_executions WHERE id = ANY($1)', [ids]);
+}
+
+/** Whether an owner id is free to take: no journal entry names it (a previous process's id). */
+export async function ownerIsUnused(sql: SqlDriver, owner: number): Promise<boolean> {
+  const rows = await sql.query('SELECT 1 FROM gateway_executions WHERE owner = $1 LIMIT 1', [owner]);
+  return rows.length === 0;
+}
+
+/** The owners, other than `self`, that have journal entries. */
+export async function otherOwners(sql: SqlDriver, self: number): Promise<number[]> {
+  const rows = await sql.query<{ owner: number }>('SELECT DISTINCT owner FROM gateway_executions WHERE owner <> $1', [self]);
+  return rows.map((r) => r.owner);
+}
+
+interface JournalRow {
+  id: string;
+  org_id: string;
+  svc_id: string;
+  agent_id: string;
+  action_type: string;
+  tool: string;
+  capability: string;
+  params_hash: string;
+  params: Record<string, unknown> | null;
+  approval_id: string | null;
+}
+
+/** The journal entries of one owner, oldest first. */
+export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
+  const rows = await conn.query<JournalRow>(
+    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id
+     FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
+    [owner],
+  );
+  return rows.map((row) => ({
+    id: row.id,
+    orgId: row.org_id,
+    svcId: row.svc_id,
+    agentId: row.agent_id,
+    actionType: row.action_type,
+    tool: row.tool,
+    capability: row.capability,
+    paramsHash: row.params_hash,
+    params: row.params,
+    approvalId: row.approval_id,
+  }));
+}
+
+/** Runs `work` holding the advisory lock of another owner; skipped (false) while that owner is alive. */
+export async function withOwnerLock(sql: SqlDriver, lockClass: number, owner: number, work: () => Promise<void>): Promise<boolean> {
+  return sql.withConnection(async (conn) => {
+    const [row] = await conn.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [lockClass, owner]);
+    if (!row.locked) return false;
+    try {
+      await work();
+      return true;
+    } finally {
+      await conn.query('SELECT pg_advisory_unlock($1, $2)', [lockClass, owner]);
+    }
+  });
+}
