@@ -13,6 +13,7 @@ import {
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from 'pino';
 import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
+import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
 import { authorize, may, type Principal } from '../modules/auth/authz.js';
@@ -105,6 +106,8 @@ function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return [{ field: 'body', message: 'must be a JSON object' }];
   }
+  const unstorable = findUnstorable(body, '');
+  if (unstorable) return [unstorable];
   if (route.bodyArg) return [];
   const errors: FieldError[] = [];
   for (const [name, value] of Object.entries(body)) {
@@ -156,6 +159,20 @@ function safeDecode(segment: string): string {
   } catch {
     return segment;
   }
+}
+
+/** The path parameters and query-string names and values that the database could not store (the edge rule). */
+function checkUrlText(url: URL, route: CompiledRoute): FieldError[] {
+  const errors: FieldError[] = [];
+  const groups = route.pattern.exec(url.pathname)?.slice(1) ?? [];
+  route.pathParams.forEach((name, i) => {
+    if (!isStorableText(safeDecode(groups[i]))) errors.push({ field: name, message: UNSTORABLE_TEXT_MESSAGE });
+  });
+  for (const [name, value] of url.searchParams) {
+    if (!isStorableText(name)) errors.push({ field: 'query', message: `has a parameter name that ${UNSTORABLE_TEXT_MESSAGE}` });
+    else if (!isStorableText(value)) errors.push({ field: name, message: UNSTORABLE_TEXT_MESSAGE });
+  }
+  return errors;
 }
 
 /**
@@ -245,6 +262,11 @@ export function useRestFacade(
           endResponse(errorResponse(toWireError(rejection)));
           return;
         }
+      }
+      const unstorable = checkUrlText(url, route);
+      if (unstorable.length) {
+        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request is invalid', { errors: unstorable })));
+        return;
       }
       if (route.stream) {
         endResponse(await serveStream({ ...route, stream: route.stream }, principal!, url, serverContext, services, logger));
