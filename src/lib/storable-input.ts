@@ -54,3 +54,15 @@ export function findUnstorable(value: unknown, root: string, maxDepth = MAX_JSON
   }
   return undefined;
 }
+
+/** Whether a value nests deeper than `maxDepth` levels (iteratively: the value may be hostile). */
+export function nestsDeeperThan(value: unknown, maxDepth = MAX_JSON_DEPTH): boolean {
+  const stack: { value: unknown; depth: number }[] = [{ value, depth: 0 }];
+  while (stack.length) {
+    const { value: current, depth } = stack.pop()!;
+    if (typeof current !== 'object' || current === null) continue;
+    if (depth >= maxDepth) return true;
+    for (const item of Array.isArray(current) ? current : Object.values(current)) stack.push({ value: item, depth: depth + 1 });
+  }
+  return false;
+}

@@ -1,4 +1,4 @@
-import { findUnstorable, isStorableText, MAX_JSON_DEPTH, TOO_DEEP_MESSAGE, UNSTORABLE_TEXT_MESSAGE } from '../../src/lib/storable-input.js';
+import { findUnstorable, isStorableText, MAX_JSON_DEPTH, nestsDeeperThan, TOO_DEEP_MESSAGE, UNSTORABLE_TEXT_MESSAGE } from '../../src/lib/storable-input.js';
 
 const nested = (depth: number): unknown => {
   let value: unknown = 'leaf';
@@ -34,5 +34,15 @@ describe('the edge rule for storable input', () => {
 
   test('accepts ordinary JSON', () => {
     expect(findUnstorable({ a: [1, true, null, { b: 'c' }], d: 'é' }, '')).toBeUndefined();
+  });
+});
+
+describe('nestsDeeperThan', () => {
+  test('counts arrays and objects, iteratively', () => {
+    expect(nestsDeeperThan(nested(MAX_JSON_DEPTH))).toBe(false);
+    expect(nestsDeeperThan(nested(MAX_JSON_DEPTH + 1))).toBe(true);
+    expect(nestsDeeperThan({ a: { b: { c: 1 } } }, 3)).toBe(false);
+    expect(nestsDeeperThan({ a: { b: { c: {} } } }, 3)).toBe(true);
+    expect(nestsDeeperThan(JSON.parse('['.repeat(100_000) + ']'.repeat(100_000)))).toBe(true);
   });
 });

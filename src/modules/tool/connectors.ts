@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { postJson, type OutboundFailureCode } from '../../lib/outbound-http.js';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 
 /** What a tool execution returns into the gateway decision's `result`. */
 export type ToolResult =
@@ -72,6 +73,10 @@ export async function runHttp(config: HttpToolConfig, secret: string | null, cal
         } catch {
           data = { body: text };
         }
+      }
+      // The result is hashed into the record and returned; a hostile depth would overflow both.
+      if (nestsDeeperThan(data)) {
+        return failure('TOOL_RESPONSE_INVALID', `The tool response nests deeper than ${MAX_JSON_DEPTH} levels`);
       }
       const object =
         typeof data === 'object' && data !== null && !Array.isArray(data) ? (data as Record<string, unknown>) : { value: data };
