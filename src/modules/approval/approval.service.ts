@@ -9,6 +9,7 @@ import type { Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { randomId } from '../../lib/ids.js';
+import { consumeApproval, expireDueApprovals, insertPendingApproval } from './approval.store.js';
 
 export interface ApprovalRequest {
   orgId: string;
@@ -64,26 +65,7 @@ export function createApprovalService({ db }: Deps) {
   async function request(entry: ApprovalRequest): Promise<string> {
     const id = randomId('apr');
     await db.sql.transaction(async (tx) => {
-      const [approval] = await tx.query<{ requested_at: Date; expires_at: Date }>(
-        `INSERT INTO approvals (id, org_id, svc_id, agent_id, manifest_id, capability, action, action_hash, reasons,
-                                status, requested_by, requested_at, expires_at)
-         VALUES ($1, $2::uuid, $3, $4, $5::uuid, $6, $7::jsonb, $8, $9::jsonb, 'pending', $10, now(),
-                 now() + make_interval(secs => $11::int))
-         RETURNING requested_at, expires_at`,
-        [
-          id,
-          entry.orgId,
-          entry.svcId,
-          entry.agentId,
-          entry.manifestId,
-          entry.capability,
-          JSON.stringify(entry.action),
-          entry.actionHash,
-          JSON.stringify(entry.reasons),
-          entry.requestedBy,
-          entry.ttlSeconds,
-        ],
-      );
+      const approval = await insertPendingApproval(tx, id, entry);
       await enqueueWebhookEvent(tx, entry.orgId, 'approval.requested', {
         approval_id: id,
         status: 'pending',
@@ -113,28 +95,16 @@ export function createApprovalService({ db }: Deps) {
   }
 
   /** Marks the approval used inside the decision's transaction; false if another request used it first. */
-  async function consume(tx: SqlConnection, approvalId: string, actionHash: string): Promise<boolean> {
-    const rows = await tx.query(
-      `UPDATE approvals SET status = 'consumed', consumed_at = now()
-       WHERE id = $1 AND status = 'approved' AND action_hash = $2 AND expires_at > now()
-       RETURNING id`,
-      [approvalId, actionHash],
-    );
-    return rows.length === 1;
+  function consume(tx: SqlConnection, approvalId: string, actionHash: string): Promise<boolean> {
+    return consumeApproval(tx, approvalId, actionHash);
   }
 
   /**
    * Turns pending and unused approved approvals past their expiry into `expired` (one org, or all
    * for the sweep). Reads call it first, so nobody sees an approval that is already over as open.
    */
-  async function expireDue(orgId?: string): Promise<number> {
-    const rows = await db.sql.query(
-      `UPDATE approvals SET status = 'expired'
-       WHERE status IN ('pending', 'approved') AND expires_at <= now() ${orgId ? 'AND org_id = $1::uuid' : ''}
-       RETURNING id`,
-      orgId ? [orgId] : [],
-    );
-    return rows.length;
+  function expireDue(orgId?: string): Promise<number> {
+    return expireDueApprovals(db.sql, orgId);
   }
 
   /** API keys limited to some agents see only those agents' approvals. */

@@ -6,6 +6,7 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { randomId } from '../../lib/ids.js';
+import { useToken } from './capability-token.store.js';
 
 /**
  * Capability tokens: EdDSA JWTs (`typ: cap+jwt`, audience `agent-gateway`) that narrow what an
@@ -154,14 +155,8 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
   }
 
   /** Counts one use inside the decision's transaction; false when the token was used up meanwhile. */
-  async function use(tx: SqlConnection, tokenId: string): Promise<boolean> {
-    const rows = await tx.query(
-      `UPDATE capability_tokens SET uses = uses + 1
-       WHERE id = $1 AND revoked_at IS NULL AND expires_at > now() AND (max_uses IS NULL OR uses < max_uses)
-       RETURNING id`,
-      [tokenId],
-    );
-    return rows.length === 1;
+  function use(tx: SqlConnection, tokenId: string): Promise<boolean> {
+    return useToken(tx, tokenId);
   }
 
   return { issue, list, revoke, check, use };

@@ -6,6 +6,7 @@ import { historyKey } from '../manifest/manifest.service.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
+import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 
 
@@ -145,9 +146,7 @@ export function createRecordService({ db, keys }: Deps) {
 
   /** Which of these interaction ids already have their record (a record's id is its interaction id). */
   async function existing(ids: readonly string[]): Promise<Set<string>> {
-    if (!ids.length) return new Set();
-    const rows = await db.sql.query<{ id: string }>('SELECT id FROM interaction_records WHERE id = ANY($1)', [ids]);
-    return new Set(rows.map((row) => row.id));
+    return ids.length ? existingRecordIds(db.sql, ids) : new Set();
   }
 
   async function appendBatch(
@@ -156,15 +155,7 @@ export function createRecordService({ db, keys }: Deps) {
     batch: Pending[],
     key: Awaited<ReturnType<typeof keys.activeKey>>,
   ): Promise<InteractionRecord[]> {
-    // Creates the org's head on its first record and locks it, in one statement: a no-op update
-    // of an existing head takes the row lock like SELECT … FOR UPDATE.
-    const [head] = await tx.query<{ seq: string; head_hash: string }>(
-      `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, 0, $2, now())
-       ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
-       RETURNING h.seq::text AS seq, h.head_hash`,
-      [orgId, GENESIS_HASH],
-      'lock_chain_head',
-    );
+    const head = await lockChainHead(tx, orgId);
     let seq = BigInt(head.seq);
     let prevHash = head.head_hash;
     const records: InteractionRecord[] = [];
@@ -215,32 +206,7 @@ export function createRecordService({ db, keys }: Deps) {
       });
       prevHash = recordHash;
     }
-    const columns = [
-      'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
-      'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
-    ];
-    const casts: Record<string, string> = { org_id: '::uuid', seq: '::bigint', params: '::jsonb', reasons: '::jsonb', status: '::"RecordStatus"' };
-    const values: unknown[] = [];
-    const rows = records.map((r) => {
-      const row = [
-        r.id, r.orgId, r.seq.toString(), r.svcId, r.agentId, r.actionType, r.tool, r.capability, r.paramsHash,
-        r.params === null ? null : JSON.stringify(r.params), r.status, r.executed, JSON.stringify(r.reasons), r.resultHash,
-        r.approvalId, r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
-      ];
-      const placeholders = row.map((value, i) => {
-        values.push(value);
-        return `$${values.length}${casts[columns[i]] ?? ''}`;
-      });
-      return `(${placeholders.join(', ')})`;
-    });
-    // The batch and the new head in one statement.
-    values.push(orgId, seq.toString(), prevHash);
-    const n = values.length;
-    await tx.query(
-      `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')})
-       UPDATE record_chain_heads SET seq = $${n - 1}::bigint, head_hash = $${n}, updated_at = now() WHERE org_id = $${n - 2}::uuid`,
-      values,
-    );
+    await insertRecordsAndAdvanceHead(tx, orgId, records);
     return records;
   }
 
@@ -308,15 +274,7 @@ export function createRecordService({ db, keys }: Deps) {
     errors.throwIfAny();
     const key = await keys.activeKey('record');
     const jwks = await keys.jwks(['record']);
-    const [range] = await db.sql.query<{ head_seq: string; head_hash: string; first_seq: string | null; last_seq: string | null }>(
-      `SELECT h.seq::text AS head_seq, h.head_hash,
-         (SELECT min(r.seq) FROM interaction_records r
-           WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
-         (SELECT max(r.seq) FROM interaction_records r
-           WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
-       FROM record_chain_heads h WHERE h.org_id = $1::uuid`,
-      [orgId, filter.from ?? null, filter.to ?? null],
-    );
+    const range = await exportRange(db.sql, orgId, filter.from ?? null, filter.to ?? null);
     const head = { seq: Number(range?.head_seq ?? 0), head_hash: range?.head_hash ?? GENESIS_HASH };
     let first = range?.first_seq ? BigInt(range.first_seq) : null;
     let last = range?.last_seq ? BigInt(range.last_seq) : null;

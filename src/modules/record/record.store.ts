@@ -1,0 +1,77 @@
+import type { SqlConnection, SqlDriver } from '../../db/sql.js';
+import type { InteractionRecord } from '../../generated/prisma/client.js';
+import { GENESIS_HASH } from './record-chain.js';
+
+/**
+ * The record module's SQL: the org's chain head (locked by every append, so the chain never
+ * forks), batch inserts of signed records, and the reads the export and recovery need.
+ */
+
+/**
+ * Creates the org's head on its first record and locks it, in one statement: a no-op update of an
+ * existing head takes the row lock like SELECT … FOR UPDATE. Held until the transaction ends.
+ */
+export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<{ seq: string; head_hash: string }> {
+  const [head] = await tx.query<{ seq: string; head_hash: string }>(
+    `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, 0, $2, now())
+     ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
+     RETURNING h.seq::text AS seq, h.head_hash`,
+    [orgId, GENESIS_HASH],
+    'lock_chain_head',
+  );
+  return head;
+}
+
+const columns = [
+  'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
+  'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
+];
+const casts: Record<string, string> = { org_id: '::uuid', seq: '::bigint', params: '::jsonb', reasons: '::jsonb', status: '::"RecordStatus"' };
+
+/** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
+export async function insertRecordsAndAdvanceHead(tx: SqlConnection, orgId: string, records: InteractionRecord[]): Promise<void> {
+  const values: unknown[] = [];
+  const rows = records.map((r) => {
+    const row = [
+      r.id, r.orgId, r.seq.toString(), r.svcId, r.agentId, r.actionType, r.tool, r.capability, r.paramsHash,
+      r.params === null ? null : JSON.stringify(r.params), r.status, r.executed, JSON.stringify(r.reasons), r.resultHash,
+      r.approvalId, r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
+    ];
+    const placeholders = row.map((value, i) => {
+      values.push(value);
+      return `$${values.length}${casts[columns[i]] ?? ''}`;
+    });
+    return `(${placeholders.join(', ')})`;
+  });
+  const last = records[records.length - 1];
+  values.push(orgId, last.seq.toString(), last.recordHash);
+  const n = values.length;
+  await tx.query(
+    `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')})
+     UPDATE record_chain_heads SET seq = $${n - 1}::bigint, head_hash = $${n}, updated_at = now() WHERE org_id = $${n - 2}::uuid`,
+    values,
+  );
+}
+
+/** Which of these record ids exist. */
+export async function existingRecordIds(sql: SqlDriver, ids: readonly string[]): Promise<Set<string>> {
+  const rows = await sql.query<{ id: string }>('SELECT id FROM interaction_records WHERE id = ANY($1)', [ids]);
+  return new Set(rows.map((row) => row.id));
+}
+
+/**
+ * The org's chain head and the seq range of its records created in [from, to), read in one
+ * statement so the range never runs past the head it is reported with.
+ */
+export async function exportRange(sql: SqlDriver, orgId: string, from: Date | null, to: Date | null) {
+  const [range] = await sql.query<{ head_seq: string; head_hash: string; first_seq: string | null; last_seq: string | null }>(
+    `SELECT h.seq::text AS head_seq, h.head_hash,
+       (SELECT min(r.seq) FROM interaction_records r
+         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
+       (SELECT max(r.seq) FROM interaction_records r
+         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
+     FROM record_chain_heads h WHERE h.org_id = $1::uuid`,
+    [orgId, from, to],
+  );
+  return range as typeof range | undefined;
+}
