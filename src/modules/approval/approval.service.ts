@@ -9,20 +9,9 @@ import type { Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { randomId } from '../../lib/ids.js';
-import { consumeApproval, expireDueApprovals, insertPendingApproval } from './approval.store.js';
+import { consumeApproval, expireDueApprovals, insertPendingApproval, type ApprovalRequest } from './approval.store.js';
 
-export interface ApprovalRequest {
-  orgId: string;
-  svcId: string;
-  agentId: string;
-  manifestId: string;
-  capability: string;
-  action: Record<string, unknown>;
-  actionHash: string;
-  reasons: { code: string; message: string }[];
-  requestedBy: string;
-  ttlSeconds: number;
-}
+export type { ApprovalRequest } from './approval.store.js';
 
 export type ApprovalCheck = { ok: true } | { ok: false; message: string };
 

@@ -1,7 +1,20 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
-import type { ApprovalRequest } from './approval.service.js';
 
 /** The approval module's raw SQL: the statements the gateway's hot path and the expiry sweep run. */
+
+/** What the gateway asks a human about. */
+export interface ApprovalRequest {
+  orgId: string;
+  svcId: string;
+  agentId: string;
+  manifestId: string;
+  capability: string;
+  action: Record<string, unknown>;
+  actionHash: string;
+  reasons: { code: string; message: string }[];
+  requestedBy: string;
+  ttlSeconds: number;
+}
 
 /** A new pending approval that expires `ttlSeconds` after the database's now. */
 export async function insertPendingApproval(tx: SqlConnection, id: string, entry: ApprovalRequest) {
