@@ -64,6 +64,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
   let forgetTimer: NodeJS.Timeout | undefined;
   let sweep: NodeJS.Timeout | undefined;
   let recovering: Promise<number> | undefined;
+  let stopped = false;
 
   async function claimOwner(): Promise<number> {
     for (;;) {
@@ -92,7 +93,10 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     running.delete(id);
     if (!hasRecord) return;
     recorded.push(id);
+    // After stop the database may be closing: the entries stay, and the next recovery forgets them.
+    if (stopped) return;
     forgetTimer ??= setTimeout(() => void forgetRecorded(), FORGET_DELAY_MS);
+    forgetTimer.unref();
   }
 
   async function forgetRecorded(): Promise<void> {
@@ -153,6 +157,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
       sweep.unref();
     },
     async stop(): Promise<void> {
+      stopped = true;
       clearInterval(sweep);
       await recovering?.catch(() => undefined);
       await forgetRecorded();
