@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps.js';
-import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { FieldErrors, conflict, isUniqueViolation, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -142,8 +142,8 @@ export function createToolService({ db }: Deps) {
     const data = columns(input, existing);
     const { actionType } = data;
     try {
-      return await db.prisma.$transaction(async (tx) => {
-        const tool = await tx.tool.update({ where: { id: existing.id }, data });
+      return await notFoundIfGone('Tool', db.prisma.$transaction(async (tx) => {
+        const tool = await tx.tool.update({ where: { id: existing.id, orgId }, data });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.updated',
           targetType: 'tool',
@@ -152,24 +152,27 @@ export function createToolService({ db }: Deps) {
           after: { action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) },
         });
         return tool;
-      });
+      }));
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
     }
   }
 
+  /** One statement deletes and returns the row, so of concurrent deletes one wins and the rest are 404. */
   async function remove(orgId: string, toolId: string, actor: Principal) {
-    const existing = await get(orgId, toolId);
-    await db.prisma.$transaction(async (tx) => {
-      await tx.tool.delete({ where: { id: existing.id } });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'tool.deleted',
-        targetType: 'tool',
-        targetId: existing.id,
-        before: { action_type: existing.actionType, connector: existing.connector, config: publicConfig(existing) },
-      });
-    });
+    await notFoundIfGone(
+      'Tool',
+      db.prisma.$transaction(async (tx) => {
+        const deleted = await tx.tool.delete({ where: { id: toolId, orgId } });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'tool.deleted',
+          targetType: 'tool',
+          targetId: deleted.id,
+          before: { action_type: deleted.actionType, connector: deleted.connector, config: publicConfig(deleted) },
+        });
+      }),
+    );
   }
 
   /** The org's connector for an action type, or undefined (TOOL_NOT_CONFIGURED). */

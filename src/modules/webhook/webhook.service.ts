@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
-import { FieldErrors, notFound } from '../../errors.js';
+import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import type { ListPage } from '../../graphql/list.js';
 import { isRefusedHost } from '../../lib/address-policy.js';
@@ -201,9 +201,9 @@ export function createWebhookService({ db }: Deps) {
     const existing = await get(orgId, webhookId);
     const data = columns(input, existing);
     const secretRotated = input.secret != null && input.secret !== existing.secret;
-    return db.prisma.$transaction(async (tx) => {
+    return notFoundIfGone('Webhook', db.prisma.$transaction(async (tx) => {
       const webhook = await tx.webhook.update({
-        where: { id: existing.id },
+        where: { id: existing.id, orgId },
         data: { ...data, ...(input.secret != null ? { secret: input.secret } : {}) },
       });
       await recordAudit(tx, orgId, actorOf(actor), {
@@ -214,21 +214,26 @@ export function createWebhookService({ db }: Deps) {
         after: { ...snapshot(webhook), secret_rotated: secretRotated },
       });
       return webhook;
-    });
+    }));
   }
 
-  /** Deletes the webhook with its deliveries: pending ones are never sent. */
+  /**
+   * Deletes the webhook with its deliveries: pending ones are never sent. One statement deletes and
+   * returns the row, so of concurrent deletes one wins and the rest are 404.
+   */
   async function remove(orgId: string, webhookId: string, actor: Principal): Promise<void> {
-    const existing = await get(orgId, webhookId);
-    await db.prisma.$transaction(async (tx) => {
-      await tx.webhook.delete({ where: { id: existing.id } });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'webhook.deleted',
-        targetType: 'webhook',
-        targetId: existing.id,
-        before: snapshot(existing),
-      });
-    });
+    await notFoundIfGone(
+      'Webhook',
+      db.prisma.$transaction(async (tx) => {
+        const deleted = await tx.webhook.delete({ where: { id: webhookId, orgId } });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'webhook.deleted',
+          targetType: 'webhook',
+          targetId: deleted.id,
+          before: snapshot(deleted),
+        });
+      }),
+    );
   }
 
   function page(filter: DeliveryFilter) {
