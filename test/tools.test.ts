@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress } from '../src/lib/address-policy.js';
+import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress, isRefusedHost } from '../src/lib/address-policy.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -418,15 +418,6 @@ describe('execution through the gateway', () => {
     expect(response.body.result).toEqual({ success: true, data: { invoice: 'inv_7', amount: 3 }, error: null });
   });
 
-  test('http to 127.0.0.1 without allow_private_network: allowed, executed, TOOL_ADDRESS_REFUSED, no request sent', async () => {
-    const before = hits.length;
-    const { execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET }));
-    const response = await execute();
-    expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
-    expect(response.body.result.data).toEqual({});
-    expect(hits.length).toBe(before);
-  });
-
   test('http with allow_private_network: the receiver gets a signed POST of the call and its JSON is the result', async () => {
     const { svcId, execute } = await gatewayOrg(
       httpTool({ url: local('/ok'), secret: SECRET, headers: { 'x-tenant': 'acme' }, allow_private_network: true }),
@@ -547,7 +538,10 @@ describe('execution through the gateway', () => {
     });
   });
 
-  describe('address policy without allow_private_network (SSRF): refused before connecting', () => {
+  describe('address policy at call time: rows saved before save-time checks, names that resolve to private addresses', () => {
+    // Saving refuses these (see "address policy when saving"); rows written before that check
+    // existed, or names that start resolving to such addresses (DNS rebinding), are still refused
+    // on connecting. The rows are written directly, as saving (rightly) refuses them.
     const cases: [string, () => string][] = [
       ['127.0.0.1', () => local('/ok')],
       ['10.0.0.1', () => 'http://10.0.0.1/'],
@@ -555,6 +549,8 @@ describe('execution through the gateway', () => {
       ['[::1]', () => `http://[::1]:${port}/ok`],
       ['localhost (resolves to loopback)', () => `http://localhost:${port}/ok`],
       ['[::ffff:127.0.0.1] (IPv4-mapped loopback)', () => `http://[::ffff:127.0.0.1]:${port}/ok`],
+      ['[64:ff9b::127.0.0.1] (NAT64 of loopback)', () => `http://[64:ff9b::127.0.0.1]:${port}/ok`],
+      ['[::127.0.0.1] (IPv4-compatible)', () => `http://[::127.0.0.1]:${port}/ok`],
       ['0.0.0.0', () => `http://0.0.0.0:${port}/ok`],
       ['2130706433 (decimal loopback)', () => `http://2130706433:${port}/ok`],
       ['127.1 (short loopback)', () => `http://127.1:${port}/ok`],
@@ -563,7 +559,8 @@ describe('execution through the gateway', () => {
 
     test.each(cases)('%s: TOOL_ADDRESS_REFUSED and the receiver counts no request', async (_label, url) => {
       const before = hits.length;
-      const { execute } = await gatewayOrg(httpTool({ url: url(), timeout_ms: 5000 }));
+      const { toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/placeholder', timeout_ms: 5000 }));
+      await t.database.db.sql.query(`UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`, [toolId, url()]);
       const started = Date.now();
       const response = await execute();
       expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
@@ -571,6 +568,104 @@ describe('execution through the gateway', () => {
       expect(Date.now() - started).toBeLessThan(4000);
       expect(hits.length).toBe(before);
     });
+  });
+});
+
+describe('address policy when saving (SSRF): the rule webhooks follow, 422 on config.url', () => {
+  let org: OrgFixture;
+  beforeAll(async () => {
+    org = await signUp(t, 'toolssrf');
+  });
+
+  // As the URL parser reads them: `127.1`, `2130706433`, `0x7f.1` and `017700000001` are 127.0.0.1,
+  // `[::ffff:127.0.0.1]` becomes `[::ffff:7f00:1]`.
+  const refusedUrls: [string, () => string][] = [
+    ['127.0.0.1', () => local('/ok')],
+    ['127.1', () => `http://127.1:${port}/ok`],
+    ['2130706433 (decimal)', () => `http://2130706433:${port}/ok`],
+    ['0x7f.1 (hex)', () => `http://0x7f.1:${port}/ok`],
+    ['017700000001 (octal)', () => `http://017700000001:${port}/ok`],
+    ['0.0.0.0', () => `http://0.0.0.0:${port}/ok`],
+    ['0 (0.0.0.0)', () => `http://0:${port}/ok`],
+    ['10.0.0.1', () => 'http://10.0.0.1/'],
+    ['172.16.0.1', () => 'http://172.16.0.1/'],
+    ['192.168.1.1', () => 'http://192.168.1.1/'],
+    ['100.64.0.1 (carrier-grade NAT)', () => 'http://100.64.0.1/'],
+    ['169.254.169.254 (cloud metadata)', () => 'http://169.254.169.254/latest/meta-data'],
+    ['192.0.2.1 (documentation)', () => 'http://192.0.2.1/'],
+    ['localhost', () => `http://localhost:${port}/ok`],
+    ['LOCALHOST. (upper case, trailing dot)', () => `http://LOCALHOST.:${port}/ok`],
+    ['api.localhost', () => `http://api.localhost:${port}/ok`],
+    ['[::1]', () => `http://[::1]:${port}/ok`],
+    ['[::]', () => `http://[::]:${port}/ok`],
+    ['[0:0:0:0:0:0:0:1] (long loopback)', () => `http://[0:0:0:0:0:0:0:1]:${port}/ok`],
+    ['[::ffff:127.0.0.1] (IPv4-mapped)', () => `http://[::ffff:127.0.0.1]:${port}/ok`],
+    ['[::ffff:a9fe:a9fe] (IPv4-mapped metadata, hex)', () => 'http://[::ffff:a9fe:a9fe]/'],
+    ['[64:ff9b::127.0.0.1] (NAT64 of loopback)', () => `http://[64:ff9b::127.0.0.1]:${port}/ok`],
+    ['[64:ff9b::a9fe:a9fe] (NAT64 of metadata)', () => 'http://[64:ff9b::a9fe:a9fe]/'],
+    ['[64:ff9b:1::1] (local-use NAT64)', () => 'http://[64:ff9b:1::808:808]/'],
+    ['[2002:7f00:1::1] (6to4)', () => 'http://[2002:7f00:1::1]/'],
+    ['[2002:808:808::1] (6to4 of a public address)', () => 'http://[2002:808:808::1]/'],
+    ['[::127.0.0.1] (IPv4-compatible)', () => `http://[::127.0.0.1]:${port}/ok`],
+    ['[::ffff:0:127.0.0.1] (IPv4-translated)', () => `http://[::ffff:0:127.0.0.1]:${port}/ok`],
+    ['[2001::1] (Teredo)', () => 'http://[2001::1]/'],
+    ['[fec0::1] (site-local)', () => 'http://[fec0::1]/'],
+    ['[fd00::1] (unique local)', () => 'http://[fd00::1]/'],
+    ['[fe80::1] (link-local)', () => 'http://[fe80::1]/'],
+    ['[ff02::1] (multicast)', () => 'http://[ff02::1]/'],
+    ['[2001:db8::1] (documentation)', () => 'http://[2001:db8::1]/'],
+    ['[100::1] (discard)', () => 'http://[100::1]/'],
+  ];
+  let n = 0;
+  const nextActionType = () => `ssrf-${++n}`;
+
+  test.each(refusedUrls)('%s without allow_private_network: 422 on config.url, nothing saved or sent; accepted with it', async (_label, url) => {
+    const before = hits.length;
+    const total = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
+    const refused = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: nextActionType(), ...httpTool({ url: url(), secret: SECRET }) },
+    });
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.details.errors).toEqual([{ field: 'config.url', message: expect.stringContaining('allow_private_network') }]);
+    expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(total);
+    const allowed = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
+    });
+    expect(allowed.status).toBe(201);
+    expect(hits.length).toBe(before);
+  });
+
+  test.each([
+    ['a public IPv4 address', 'http://93.184.216.34/'],
+    ['IPv4-mapped public', 'http://[::ffff:93.184.216.34]/'],
+    ['NAT64 of a public address (DNS64 networks)', 'http://[64:ff9b::93.184.216.34]/'],
+    ['public IPv6', 'http://[2606:4700:4700::1111]/'],
+    ['a name', 'https://tools.example.com/'],
+  ])('%s is saved without allow_private_network', async (_label, url) => {
+    const saved = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: nextActionType(), ...httpTool({ url }) } });
+    expect(saved.status).toBe(201);
+  });
+
+  test('PATCH to a private URL is 422 and keeps the tool; a refused save leaves the action unconfigured and the receiver untouched', async () => {
+    const { org: gatewayOrgFixture, toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/' }));
+    const path = `${toolsPath(gatewayOrgFixture)}/${toolId}`;
+    const before = hits.length;
+    const patched = await t.request('PATCH', path, { token: gatewayOrgFixture.adminToken, body: { config: { url: local('/ok') } } });
+    expect(patched.status).toBe(422);
+    expect(patched.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['config.url']);
+    expect((await t.request('GET', path, { token: gatewayOrgFixture.adminToken })).body.config.url).toBe('https://tools.example.com/');
+
+    expect((await t.request('DELETE', path, { token: gatewayOrgFixture.adminToken })).status).toBe(204);
+    const refused = await t.request('POST', toolsPath(gatewayOrgFixture), {
+      token: gatewayOrgFixture.adminToken,
+      body: { action_type: 'billing', ...httpTool({ url: local('/ok') }) },
+    });
+    expect(refused.status).toBe(422);
+    const response = await execute();
+    expect(response.body.reasons.map((r: { code: string }) => r.code)).toEqual(['TOOL_NOT_CONFIGURED']);
+    expect(hits.length).toBe(before);
   });
 });
 
@@ -596,17 +691,74 @@ describe('address policy (pure functions)', () => {
     '::ffff:127.0.0.1',
     '::ffff:7f00:1',
     '::ffff:169.254.169.254',
+    '192.0.2.1', // documentation
+    '198.51.100.1',
+    '203.0.113.1',
+    '192.88.99.1', // 6to4 relay anycast
+    '198.18.0.1', // benchmarking
+    // NAT64 (64:ff9b::/96): the IPv4 policy applies to the embedded address
+    '64:ff9b::127.0.0.1',
+    '64:ff9b::7f00:1',
+    '64:ff9b::a9fe:a9fe',
+    '64:ff9b::10.0.0.1',
+    '64:ff9b:1::808:808', // local-use NAT64 (RFC 8215): refused whole
+    // 6to4 (2002::/16): refused whole, whatever the embedded IPv4
+    '2002:7f00:1::1',
+    '2002:a9fe:a9fe::1',
+    '2002:808:808::1',
+    // IPv4-compatible (::/96) and IPv4-translated (::ffff:0:0:0/96): refused whole
+    '::127.0.0.1',
+    '::7f00:1',
+    '::8.8.8.8',
+    '::ffff:0:127.0.0.1',
+    '::ffff:0:8.8.8.8',
+    'fec0::1', // site-local
+    'feff::1',
+    'fe80::1%eth0', // with a zone
+    '2001::1', // Teredo
+    '2001:2::1', // benchmarking
+    '2001:db8::1', // documentation
+    '3fff::1', // documentation (RFC 9637)
+    '100::1', // discard-only
+    '5f00::1', // SRv6
+    '1::', // reserved, outside global unicast
     'not-an-address',
   ])('isRefusedAddress(%s) is true', (address) => {
     expect(isRefusedAddress(address)).toBe(true);
   });
 
-  test.each(['93.184.216.34', '2606:2800::1', '8.8.8.8', '172.32.0.1', '100.128.0.1', '::ffff:93.184.216.34'])(
-    'isRefusedAddress(%s) is false',
-    (address) => {
-      expect(isRefusedAddress(address)).toBe(false);
-    },
-  );
+  test.each([
+    '93.184.216.34',
+    '2606:2800::1',
+    '8.8.8.8',
+    '172.32.0.1',
+    '100.128.0.1',
+    '::ffff:93.184.216.34',
+    '::ffff:5db8:d822',
+    '64:ff9b::93.184.216.34', // NAT64 of a public address: how DNS64 networks reach IPv4 sites
+    '64:ff9b::808:808',
+    '2001:4860:4860::8888', // outside 2001::/23
+    '2a00:1450:4001::1',
+  ])('isRefusedAddress(%s) is false', (address) => {
+    expect(isRefusedAddress(address)).toBe(false);
+  });
+
+  test.each([
+    ['http://127.1/', true],
+    ['http://0x7f.0.0.1/', true],
+    ['http://0177.0.0.1/', true],
+    ['http://2130706433/', true],
+    ['http://[0:0:0:0:0:ffff:127.0.0.1]/', true],
+    ['http://[::FFFF:A9FE:A9FE]/', true],
+    ['http://[0064:ff9b:0000::7f00:0001]/', true],
+    ['http://[::ffff:0:7f00:1]/', true],
+    ['http://[FEC0::1]/', true],
+    ['http://sub.LOCALHOST./', true],
+    ['http://[64:ff9b::5db8:d822]/', false],
+    ['http://localhost.example.com/', false],
+  ])('isRefusedHost of the parsed %s is %s', (url, refused) => {
+    expect(isRefusedHost(new URL(url).hostname)).toBe(refused);
+  });
 
   test('checkLiteralHost refuses private literals (bracketed too), leaves hostnames to the lookup, and honours allowPrivate', () => {
     expect(() => checkLiteralHost('127.0.0.1', false)).toThrow(AddressRefusedError);

@@ -6,6 +6,7 @@ import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { runHttp, runMock, type HttpToolConfig, type ToolCall, type ToolResult } from './connectors.js';
 import { randomId } from '../../lib/ids.js';
+import { outboundUrlError } from '../../lib/outbound-http.js';
 
 export const connectors = ['http', 'mock'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -34,15 +35,6 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
   }
   const known = ['url', 'timeout_ms', 'headers', 'secret', 'allow_private_network'];
   for (const key of Object.keys(config)) if (!known.includes(key)) errors.add(`config.${key}`, 'unknown field for an http tool');
-  let url: URL | undefined;
-  try {
-    url = typeof config.url === 'string' ? new URL(config.url) : undefined;
-  } catch {
-    url = undefined;
-  }
-  if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
-    errors.add('config.url', 'must be an http(s) URL without credentials');
-  }
   const timeout = config.timeout_ms ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     errors.add('config.timeout_ms', `must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
@@ -56,6 +48,9 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
   }
   const allowPrivate = config.allow_private_network ?? false;
   if (typeof allowPrivate !== 'boolean') errors.add('config.allow_private_network', 'must be a boolean');
+  // The webhooks' rule: what is known to be private without DNS is refused when saving.
+  const urlError = outboundUrlError(config.url, allowPrivate === true);
+  if (urlError) errors.add('config.url', urlError.message);
   const stored: HttpToolConfig = {
     url: String(config.url),
     timeout_ms: timeout as number,

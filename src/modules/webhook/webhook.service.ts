@@ -4,7 +4,7 @@ import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import type { ListPage } from '../../graphql/list.js';
-import { isRefusedHost } from '../../lib/address-policy.js';
+import { outboundUrlError } from '../../lib/outbound-http.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -35,7 +35,6 @@ export interface DeliveryFilter {
   offset?: number | null;
 }
 
-const MAX_URL_LENGTH = 2048;
 const MIN_SECRET_LENGTH = 16;
 const MAX_SECRET_LENGTH = 256;
 export const DEFAULT_DELIVERY_PAGE = 50;
@@ -132,21 +131,9 @@ export function createWebhookService({ db }: Deps) {
     const errors = new FieldErrors();
     const allowPrivate = input.allow_private_network ?? existing?.allowPrivateNetwork ?? false;
     const urlText = input.url ?? existing?.url;
-    let url: URL | undefined;
-    try {
-      url = typeof urlText === 'string' && urlText.length <= MAX_URL_LENGTH ? new URL(urlText) : undefined;
-    } catch {
-      url = undefined;
-    }
-    if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
-      errors.add('url', `must be an http(s) URL without credentials, at most ${MAX_URL_LENGTH} characters`);
-    } else if (!allowPrivate && isRefusedHost(url.hostname)) {
-      // Known without DNS; names resolving to such addresses are refused when delivering.
-      errors.add(
-        input.url == null ? 'allow_private_network' : 'url',
-        'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
-      );
-    }
+    const urlError = outboundUrlError(urlText, allowPrivate);
+    // A stored URL refused because allow_private_network is being turned off: that field is the cause.
+    if (urlError) errors.add(urlError.refused && input.url == null ? 'allow_private_network' : 'url', urlError.message);
 
     const events = input.events ?? existing?.events;
     if (!events || events.length === 0) {
