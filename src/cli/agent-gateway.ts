@@ -99,16 +99,10 @@ async function rotateKeys(args: string[]): Promise<number> {
     throw new UsageError(`rotate-keys takes one of ${purposes.join(', ')} or all`);
   }
   const chosen = !args[0] || args[0] === 'all' ? purposes : [args[0] as (typeof purposes)[number]];
-  // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
-  const [{ parseEnv }, { openDatabase }, { SigningKeyStore }] = await Promise.all([
-    import('../env.js'),
-    import('../db/database.js'),
-    import('../lib/signing-keys.js'),
-  ]);
-  const env = parseEnv();
-  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  const { SigningKeyStore } = await import('../lib/signing-keys.js');
+  const { db, secrets } = await openServiceDatabase();
   try {
-    const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
+    const keys = new SigningKeyStore(db.sql, secrets);
     for (const purpose of chosen) {
       const key = await keys.rotate(purpose);
       process.stdout.write(`${purpose}: new active key ${key.kid}\n`);
@@ -117,6 +111,19 @@ async function rotateKeys(args: string[]): Promise<number> {
     await db.close();
   }
   return 0;
+}
+
+/** The service's database and secret box, from its environment (DATABASE_URL or DATA_DIR, KEY_ENCRYPTION_KEY…). */
+async function openServiceDatabase() {
+  // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
+  const [{ parseEnv }, { openDatabase }, { SecretBox }] = await Promise.all([
+    import('../env.js'),
+    import('../db/database.js'),
+    import('../lib/secret-box.js'),
+  ]);
+  const env = parseEnv();
+  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  return { db, secrets: new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious) };
 }
 
 async function main(argv: string[]): Promise<number> {

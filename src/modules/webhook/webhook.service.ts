@@ -5,6 +5,7 @@ import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import type { ListPage } from '../../graphql/list.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
+import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -125,7 +126,7 @@ const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
   deliveredAt: row.delivered_at,
 });
 
-export function createWebhookService({ db }: Deps) {
+export function createWebhookService({ db, secrets }: Deps) {
   /** The stored columns of a valid webhook, from a create (no `existing`) or an update. */
   function columns(input: WebhookInput, existing?: Webhook) {
     const errors = new FieldErrors();
@@ -157,20 +158,21 @@ export function createWebhookService({ db }: Deps) {
     };
   }
 
-  /** The new webhook with its secret: the only time the secret is returned. */
+  /** The new webhook with its secret in plaintext: the only time the secret is returned. */
   async function create(orgId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
     const data = columns(input);
     const secret = input.secret ?? generateSecret();
-    return db.prisma.$transaction(async (tx) => {
-      const webhook = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret, ...data } });
+    const webhook = await db.prisma.$transaction(async (tx) => {
+      const created = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data } });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.created',
         targetType: 'webhook',
-        targetId: webhook.id,
-        after: { ...snapshot(webhook), secret_generated: input.secret == null },
+        targetId: created.id,
+        after: { ...snapshot(created), secret_generated: input.secret == null },
       });
-      return webhook;
+      return created;
     });
+    return { ...webhook, secret };
   }
 
   async function get(orgId: string, webhookId: string): Promise<Webhook> {
@@ -184,14 +186,24 @@ export function createWebhookService({ db }: Deps) {
     return { items, total: items.length };
   }
 
+  /** Whether the webhook's stored secret is `secret`; one that no configured key opens is not. */
+  function holdsSecret(webhook: Webhook, secret: string): boolean {
+    try {
+      return secrets.open(webhook.secret) === secret;
+    } catch (error) {
+      if (error instanceof SecretUnavailableError) return false;
+      throw error;
+    }
+  }
+
   async function update(orgId: string, webhookId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
     const existing = await get(orgId, webhookId);
     const data = columns(input, existing);
-    const secretRotated = input.secret != null && input.secret !== existing.secret;
+    const secretRotated = input.secret != null && !holdsSecret(existing, input.secret);
     return notFoundIfGone('Webhook', db.prisma.$transaction(async (tx) => {
       const webhook = await tx.webhook.update({
         where: { id: existing.id, orgId },
-        data: { ...data, ...(input.secret != null ? { secret: input.secret } : {}) },
+        data: { ...data, ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}) },
       });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.updated',
@@ -277,3 +289,14 @@ export function createWebhookService({ db }: Deps) {
 }
 
 export type WebhookService = ReturnType<typeof createWebhookService>;
+
+/**
+ * Seals every webhook secret not yet sealed with the current key (`agent-gateway reencrypt`, in
+ * the caller's transaction); returns how many it rewrote.
+ */
+export async function reencryptWebhookSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
+  const rows = await conn.query<{ id: string; secret: string }>('SELECT id, secret FROM webhooks ORDER BY id FOR UPDATE');
+  const stale = rows.filter((row) => !secrets.isCurrent(row.secret));
+  for (const row of stale) await conn.query('UPDATE webhooks SET secret = $2 WHERE id = $1', [row.id, secrets.reseal(row.secret)]);
+  return stale.length;
+}
