@@ -14,6 +14,9 @@ import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFi
 let t: TestApp;
 const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const SECRET = 'whsec-0123456789abcdef';
+/** Header values are credentials as often as not: write-only like the secret. */
+const HEADERS = { Authorization: 'Bearer tok-4f9d2c1e8b7a6350', 'x-tenant': 'acme-tenant-7731' };
+const WRITE_ONLY_VALUES = [SECRET, ...Object.values(HEADERS)];
 
 // ---------------------------------------------------------------------------------------------
 // A local receiver on 127.0.0.1 that records every request it gets.
@@ -162,13 +165,13 @@ describe('tool CRUD', () => {
     expect(list.body.items).toContainEqual(created.body);
   });
 
-  test('an http tool: the secret is write-only ("[redacted]"), never in GET, list or the audit log', async () => {
+  test('an http tool: the secret and header values are write-only ("[redacted]"), never in GET, list, GraphQL or the audit log', async () => {
     const created = await t.request('POST', toolsPath(org), {
       token: org.adminToken,
       body: {
         action_type: 'crm',
         connector: 'http',
-        config: { url: 'https://tools.example.com/hook', timeout_ms: 2500, headers: { 'x-tenant': 'acme' }, secret: SECRET },
+        config: { url: 'https://tools.example.com/hook', timeout_ms: 2500, headers: HEADERS, secret: SECRET },
       },
     });
     expect(created.status).toBe(201);
@@ -179,26 +182,35 @@ describe('tool CRUD', () => {
       config: {
         url: 'https://tools.example.com/hook',
         timeout_ms: 2500,
-        headers: { 'x-tenant': 'acme' },
+        headers: { Authorization: '[redacted]', 'x-tenant': '[redacted]' },
         allow_private_network: false,
         secret: '[redacted]',
       },
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });
-    expect(created.text).not.toContain(SECRET);
     const read = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: org.adminToken });
-    expect(read.body.config.secret).toBe('[redacted]');
-    expect(read.text).not.toContain(SECRET);
+    expect(read.body.config).toEqual(created.body.config);
     const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
-    expect(list.text).not.toContain(SECRET);
     const graphql = await t.graphql(`query($org: ID!) { tools(org_id: $org) { items { tool_id config } } }`, { org: org.orgId }, { token: org.adminToken });
     expect(graphql.status).toBe(200);
     expect(graphql.text).toContain(created.body.tool_id);
-    expect(graphql.text).not.toContain(SECRET);
-    const audit = await t.database.db.sql.query('SELECT * FROM audit_logs WHERE org_id = $1', [org.orgId]);
-    expect(audit.length).toBeGreaterThan(0);
-    expect(JSON.stringify(audit)).not.toContain(SECRET);
+    const audit = await t.database.db.sql.query<{ after: any }>('SELECT * FROM audit_logs WHERE target_id = $1', [created.body.tool_id]);
+    expect(audit).toHaveLength(1);
+    expect(audit[0].after.config).toEqual(created.body.config);
+    // The audit log as a viewer and a logs:read key read it, and its export.
+    const viewer = await addUser(t, org, 'viewer');
+    const { key } = await createKey(t, org, ['logs:read', 'logs:export']);
+    const auditViews = [
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=tool`, { token: viewer.token }),
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=tool`, { apiKey: key }),
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs/export?format=jsonl`, { apiKey: key }),
+    ];
+    expect(auditViews.map((r) => r.status)).toEqual([200, 200, 200]);
+    expect(auditViews[0].text).toContain(created.body.tool_id);
+    for (const text of [created.text, read.text, list.text, graphql.text, JSON.stringify(audit), ...auditViews.map((r) => r.text)]) {
+      for (const secret of WRITE_ONLY_VALUES) expect(text).not.toContain(secret);
+    }
   });
 
   test('an http tool without a secret shows secret: null and the default timeout', async () => {
@@ -302,6 +314,76 @@ describe('tool CRUD', () => {
     });
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ action_type: 'mock-renamed', connector: 'mock', config: { response: { kept: true } } });
+  });
+
+  test('PATCH with the config as GET shows it ("[redacted]") keeps the secret and header values; given values replace them', async () => {
+    const { org: own, toolId, execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }));
+    const path = `${toolsPath(own)}/${toolId}`;
+    const lastHit = () => hitsTo('/ok')[hitsTo('/ok').length - 1];
+    const signedWith = (secret: string) => {
+      const hit = lastHit();
+      return hit.headers['x-signature'] === `sha256=${createHmac('sha256', secret).update(`${hit.headers['x-timestamp']}.${hit.body}`).digest('hex')}`;
+    };
+
+    // Read, change the timeout, write back: what is "[redacted]" stays as it was.
+    const shown = (await t.request('GET', path, { token: own.adminToken })).body.config;
+    const roundTrip = await t.request('PATCH', path, { token: own.adminToken, body: { config: { ...shown, timeout_ms: 3000 } } });
+    expect(roundTrip.status).toBe(200);
+    expect(roundTrip.body.config).toEqual({ ...shown, timeout_ms: 3000 });
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'] });
+    expect(signedWith(SECRET)).toBe(true);
+
+    // One header value replaced, one kept, one header dropped by leaving it out, a new secret.
+    const newSecret = 'a-new-secret-0123456789';
+    const changed = await t.request('PATCH', path, {
+      token: own.adminToken,
+      body: { config: { ...shown, headers: { Authorization: 'Bearer tok-rotated-99887766' }, secret: newSecret } },
+    });
+    expect(changed.status).toBe(200);
+    expect(changed.body.config.headers).toEqual({ Authorization: '[redacted]' });
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers.authorization).toBe('Bearer tok-rotated-99887766');
+    expect(lastHit().headers['x-tenant']).toBeUndefined();
+    expect(signedWith(newSecret)).toBe(true);
+
+    // Without config everything is kept.
+    expect((await t.request('PATCH', path, { token: own.adminToken, body: { action_type: 'billing' } })).status).toBe(200);
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers.authorization).toBe('Bearer tok-rotated-99887766');
+    expect(signedWith(newSecret)).toBe(true);
+
+    const audits = await t.database.db.sql.query<{ action: string; before: any; after: any }>(
+      'SELECT action, before, after FROM audit_logs WHERE target_id = $1 ORDER BY created_at, id',
+      [toolId],
+    );
+    expect(audits.map((a) => [a.action, a.after.secrets_set])).toEqual([
+      ['tool.created', undefined],
+      ['tool.updated', []],
+      ['tool.updated', ['headers.Authorization', 'secret']],
+      ['tool.updated', []],
+    ]);
+    expect(audits[2].before.config.headers).toEqual({ Authorization: '[redacted]', 'x-tenant': '[redacted]' });
+    const text = JSON.stringify(audits);
+    for (const secret of [...WRITE_ONLY_VALUES, newSecret, 'tok-rotated-99887766']) expect(text).not.toContain(secret);
+  });
+
+  test.each([
+    ['"[redacted]" for a header the tool does not have', { headers: { 'x-other': '[redacted]' } }, 'config.headers.x-other'],
+    ['"[redacted]" for a secret the tool does not have', { secret: '[redacted]' }, 'config.secret'],
+    ['a header name with a space', { headers: { 'x bad': 'v' } }, 'config.headers.x bad'],
+    ['a header value with a line break', { headers: { 'x-injected': 'v\r\nx-evil: 1' } }, 'config.headers.x-injected'],
+    ['one header named twice', { headers: { 'X-A': '1', 'x-a': '2' } }, 'config.headers'],
+  ])('%s: 422 naming it, the tool unchanged', async (_label, change, field) => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: `h-${Math.random().toString(36).slice(2, 8)}`, connector: 'http', config: { url: 'https://tools.example.com/' } },
+    });
+    const path = `${toolsPath(org)}/${created.body.tool_id}`;
+    const response = await t.request('PATCH', path, { token: org.adminToken, body: { config: { url: 'https://tools.example.com/', ...change } } });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual([{ field, message: expect.any(String) }]);
+    expect((await t.request('GET', path, { token: org.adminToken })).body).toEqual(created.body);
   });
 
   test('DELETE: 204, then GET, PATCH and DELETE are 404 and the action type is free again', async () => {
@@ -420,7 +502,7 @@ describe('execution through the gateway', () => {
 
   test('http with allow_private_network: the receiver gets a signed POST of the call and its JSON is the result', async () => {
     const { svcId, execute } = await gatewayOrg(
-      httpTool({ url: local('/ok'), secret: SECRET, headers: { 'x-tenant': 'acme' }, allow_private_network: true }),
+      httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }),
     );
     const before = hitsTo('/ok').length;
     const response = await execute({ invoice: 'inv_42', amount: 1250 });
@@ -437,7 +519,8 @@ describe('execution through the gateway', () => {
     const hit = received[received.length - 1];
     expect(hit.method).toBe('POST');
     expect(hit.headers['content-type']).toBe('application/json');
-    expect(hit.headers['x-tenant']).toBe('acme');
+    expect(hit.headers.authorization).toBe(HEADERS.Authorization);
+    expect(hit.headers['x-tenant']).toBe(HEADERS['x-tenant']);
     expect(hit.headers['x-interaction-id']).toBe(response.body.interaction_id);
     expect(JSON.parse(hit.body)).toEqual({
       svc_id: svcId,
