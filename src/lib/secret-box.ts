@@ -13,6 +13,8 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:
  *   `agw:plain:<text>`  a plaintext that would otherwise read as one of these forms (written
  *       without a key; the migration escapes older such values);
  *   anything else  plaintext, as written without a key or before encryption existed.
+ * Any other `agw:` value is a form this version does not know (written by a later one): it is
+ * refused rather than taken for plaintext.
  */
 
 const SEALED_PREFIX = 'agw:v1:';
@@ -68,7 +70,8 @@ export class SecretBox {
   /** The plaintext of a stored value in any of its forms. */
   open(stored: string): string {
     if (stored.startsWith(ESCAPED_PREFIX)) return stored.slice(ESCAPED_PREFIX.length);
-    if (!stored.startsWith(SEALED_PREFIX)) return stored;
+    if (!stored.startsWith(RESERVED_PREFIX)) return stored;
+    if (!stored.startsWith(SEALED_PREFIX)) throw new SecretUnavailableError(`a secret is stored in an unknown form (${stored.slice(0, 8)}…)`);
     const [keyId, data] = stored.slice(SEALED_PREFIX.length).split(':');
     const key = this.keys.get(keyId);
     if (!key) {
