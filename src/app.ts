@@ -16,6 +16,7 @@ import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { ConfigCache } from './lib/config-cache.js';
+import { SecretBox } from './lib/secret-box.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import type { AuthState } from './modules/auth/authenticate.js';
@@ -49,9 +50,16 @@ export interface App {
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
 
 export function createApp({ env, db, logger }: { env: Env; db: Database; logger: Logger }): App {
+  const secrets = new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious);
+  if (!secrets.encrypting) {
+    logger.warn(
+      'KEY_ENCRYPTION_KEY is not set: signing keys, tool secrets and header values and webhook secrets are stored in plaintext ' +
+        '(set it to 32 random bytes, hex or base64, then run `agent-gateway reencrypt`)',
+    );
+  }
   const cache = new ConfigCache(db.sql).start();
-  const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey, cache);
-  const services = createServices({ env, db, logger, keys, cache });
+  const keys = new SigningKeyStore(db.sql, secrets, cache);
+  const services = createServices({ env, db, logger, keys, cache, secrets });
   const openapi = buildOpenApiDocument(schema, packageVersion);
   let draining = false;
   const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
@@ -130,7 +138,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   approvalSweep.unref();
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
-  const webhookDispatcher = createWebhookDispatcher({ env, db, logger }).start();
+  const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets }).start();
   const ready = services.journal.start();
   ready.catch((error) => logger.error({ err: error }, 'execution journal recovery failed at start'));
 

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Database } from './db/database.js';
 import type { Env } from './env.js';
 import type { ConfigCache } from './lib/config-cache.js';
+import type { SecretBox } from './lib/secret-box.js';
 import type { SigningKeyStore } from './lib/signing-keys.js';
 
 /** What every service is built from; created once per app. */
@@ -11,4 +12,6 @@ export interface Deps {
   logger: Logger;
   keys: SigningKeyStore;
   cache: ConfigCache;
+  /** Seals and opens secrets at rest (KEY_ENCRYPTION_KEY). */
+  secrets: SecretBox;
 }

@@ -10,8 +10,13 @@ export interface Env {
   /** Public base URL used in logs, the OpenAPI `servers` entry and token issuers. */
   publicUrl: string;
   logLevel: string;
-  /** 32-byte key (base64 or hex) that encrypts signing keys at rest; optional. */
+  /**
+   * 32-byte key (base64 or hex) that encrypts secrets at rest (signing keys, tool secrets and
+   * header values, webhook secrets); optional, warned about at start when absent.
+   */
   keyEncryptionKey: Buffer | undefined;
+  /** Earlier keys, comma-separated: what they sealed still opens (rotation); nothing new is sealed with them. */
+  keyEncryptionKeyPrevious: Buffer[];
   sessionTtlSeconds: number;
   maxBodyBytes: number;
   trustProxy: boolean;
@@ -45,11 +50,22 @@ function integer(source: NodeJS.ProcessEnv, name: string, fallback: number, min 
   return value;
 }
 
-function encryptionKey(raw: string | undefined): Buffer | undefined {
+function encryptionKey(raw: string | undefined, name = 'KEY_ENCRYPTION_KEY'): Buffer | undefined {
   if (!raw) return undefined;
   const key = /^[0-9a-f]{64}$/i.test(raw) ? Buffer.from(raw, 'hex') : Buffer.from(raw, 'base64');
-  if (key.length !== 32) throw new EnvError('KEY_ENCRYPTION_KEY must be 32 bytes, hex or base64');
+  if (key.length !== 32) throw new EnvError(`${name} must be 32 bytes, hex or base64`);
   return key;
+}
+
+function previousEncryptionKeys(source: NodeJS.ProcessEnv): Buffer[] {
+  const raw = source.KEY_ENCRYPTION_KEY_PREVIOUS;
+  if (!raw) return [];
+  if (!source.KEY_ENCRYPTION_KEY) throw new EnvError('KEY_ENCRYPTION_KEY_PREVIOUS needs KEY_ENCRYPTION_KEY (the key to seal with)');
+  return raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)
+    .map((part) => encryptionKey(part, 'each key of KEY_ENCRYPTION_KEY_PREVIOUS')!);
 }
 
 export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
@@ -67,6 +83,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     publicUrl: (source.PUBLIC_URL || `http://localhost:${port}`).replace(/\/$/, ''),
     logLevel: source.LOG_LEVEL || 'info',
     keyEncryptionKey: encryptionKey(source.KEY_ENCRYPTION_KEY),
+    keyEncryptionKeyPrevious: previousEncryptionKeys(source),
     sessionTtlSeconds: 3600,
     maxBodyBytes: 1024 * 1024,
     trustProxy: source.TRUST_PROXY === 'true' || source.TRUST_PROXY === '1',

@@ -89,3 +89,17 @@ export function isUniqueViolation(error: unknown): boolean {
   const e = error as { code?: string; cause?: { code?: string }; meta?: unknown } | null;
   return e?.code === 'P2002' || e?.cause?.code === '23505';
 }
+
+/**
+ * Runs a write on one row and answers 404 when the row is gone by the time the write runs: Prisma
+ * raises P2025 when an update or delete matches no row, e.g. when a concurrent request deleted it
+ * first (the read before it, if any, still saw the row).
+ */
+export async function notFoundIfGone<T>(what: string, write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    if ((error as { code?: string } | null)?.code === 'P2025') throw notFound(what);
+    throw error;
+  }
+}

@@ -21,7 +21,7 @@ test('with KEY_ENCRYPTION_KEY the private keys are stored encrypted and still si
   expect(rows.length).toBeGreaterThan(0);
   for (const row of rows) {
     expect(row.encrypted).toBe(true);
-    expect(row.private_key).toMatch(/^v1:/);
+    expect(row.private_key).toMatch(/^agw:v1:[0-9a-f]{8}:/);
     expect(row.private_key).not.toContain('PRIVATE KEY');
   }
 });

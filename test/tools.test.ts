@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress } from '../src/lib/address-policy.js';
+import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress, isRefusedHost } from '../src/lib/address-policy.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -14,6 +14,9 @@ import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFi
 let t: TestApp;
 const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const SECRET = 'whsec-0123456789abcdef';
+/** Header values are credentials as often as not: write-only like the secret. */
+const HEADERS = { Authorization: 'Bearer tok-4f9d2c1e8b7a6350', 'x-tenant': 'acme-tenant-7731' };
+const WRITE_ONLY_VALUES = [SECRET, ...Object.values(HEADERS)];
 
 // ---------------------------------------------------------------------------------------------
 // A local receiver on 127.0.0.1 that records every request it gets.
@@ -162,13 +165,13 @@ describe('tool CRUD', () => {
     expect(list.body.items).toContainEqual(created.body);
   });
 
-  test('an http tool: the secret is write-only ("[redacted]"), never in GET, list or the audit log', async () => {
+  test('an http tool: the secret and header values are write-only ("[redacted]"), never in GET, list, GraphQL or the audit log', async () => {
     const created = await t.request('POST', toolsPath(org), {
       token: org.adminToken,
       body: {
         action_type: 'crm',
         connector: 'http',
-        config: { url: 'https://tools.example.com/hook', timeout_ms: 2500, headers: { 'x-tenant': 'acme' }, secret: SECRET },
+        config: { url: 'https://tools.example.com/hook', timeout_ms: 2500, headers: HEADERS, secret: SECRET },
       },
     });
     expect(created.status).toBe(201);
@@ -179,26 +182,35 @@ describe('tool CRUD', () => {
       config: {
         url: 'https://tools.example.com/hook',
         timeout_ms: 2500,
-        headers: { 'x-tenant': 'acme' },
+        headers: { Authorization: '[redacted]', 'x-tenant': '[redacted]' },
         allow_private_network: false,
         secret: '[redacted]',
       },
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });
-    expect(created.text).not.toContain(SECRET);
     const read = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: org.adminToken });
-    expect(read.body.config.secret).toBe('[redacted]');
-    expect(read.text).not.toContain(SECRET);
+    expect(read.body.config).toEqual(created.body.config);
     const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
-    expect(list.text).not.toContain(SECRET);
     const graphql = await t.graphql(`query($org: ID!) { tools(org_id: $org) { items { tool_id config } } }`, { org: org.orgId }, { token: org.adminToken });
     expect(graphql.status).toBe(200);
     expect(graphql.text).toContain(created.body.tool_id);
-    expect(graphql.text).not.toContain(SECRET);
-    const audit = await t.database.db.sql.query('SELECT * FROM audit_logs WHERE org_id = $1', [org.orgId]);
-    expect(audit.length).toBeGreaterThan(0);
-    expect(JSON.stringify(audit)).not.toContain(SECRET);
+    const audit = await t.database.db.sql.query<{ after: any }>('SELECT * FROM audit_logs WHERE target_id = $1', [created.body.tool_id]);
+    expect(audit).toHaveLength(1);
+    expect(audit[0].after.config).toEqual(created.body.config);
+    // The audit log as a viewer and a logs:read key read it, and its export.
+    const viewer = await addUser(t, org, 'viewer');
+    const { key } = await createKey(t, org, ['logs:read', 'logs:export']);
+    const auditViews = [
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=tool`, { token: viewer.token }),
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=tool`, { apiKey: key }),
+      await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs/export?format=jsonl`, { apiKey: key }),
+    ];
+    expect(auditViews.map((r) => r.status)).toEqual([200, 200, 200]);
+    expect(auditViews[0].text).toContain(created.body.tool_id);
+    for (const text of [created.text, read.text, list.text, graphql.text, JSON.stringify(audit), ...auditViews.map((r) => r.text)]) {
+      for (const secret of WRITE_ONLY_VALUES) expect(text).not.toContain(secret);
+    }
   });
 
   test('an http tool without a secret shows secret: null and the default timeout', async () => {
@@ -302,6 +314,76 @@ describe('tool CRUD', () => {
     });
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ action_type: 'mock-renamed', connector: 'mock', config: { response: { kept: true } } });
+  });
+
+  test('PATCH with the config as GET shows it ("[redacted]") keeps the secret and header values; given values replace them', async () => {
+    const { org: own, toolId, execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }));
+    const path = `${toolsPath(own)}/${toolId}`;
+    const lastHit = () => hitsTo('/ok')[hitsTo('/ok').length - 1];
+    const signedWith = (secret: string) => {
+      const hit = lastHit();
+      return hit.headers['x-signature'] === `sha256=${createHmac('sha256', secret).update(`${hit.headers['x-timestamp']}.${hit.body}`).digest('hex')}`;
+    };
+
+    // Read, change the timeout, write back: what is "[redacted]" stays as it was.
+    const shown = (await t.request('GET', path, { token: own.adminToken })).body.config;
+    const roundTrip = await t.request('PATCH', path, { token: own.adminToken, body: { config: { ...shown, timeout_ms: 3000 } } });
+    expect(roundTrip.status).toBe(200);
+    expect(roundTrip.body.config).toEqual({ ...shown, timeout_ms: 3000 });
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'] });
+    expect(signedWith(SECRET)).toBe(true);
+
+    // One header value replaced, one kept, one header dropped by leaving it out, a new secret.
+    const newSecret = 'a-new-secret-0123456789';
+    const changed = await t.request('PATCH', path, {
+      token: own.adminToken,
+      body: { config: { ...shown, headers: { Authorization: 'Bearer tok-rotated-99887766' }, secret: newSecret } },
+    });
+    expect(changed.status).toBe(200);
+    expect(changed.body.config.headers).toEqual({ Authorization: '[redacted]' });
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers.authorization).toBe('Bearer tok-rotated-99887766');
+    expect(lastHit().headers['x-tenant']).toBeUndefined();
+    expect(signedWith(newSecret)).toBe(true);
+
+    // Without config everything is kept.
+    expect((await t.request('PATCH', path, { token: own.adminToken, body: { action_type: 'billing' } })).status).toBe(200);
+    expect((await execute()).body.result.success).toBe(true);
+    expect(lastHit().headers.authorization).toBe('Bearer tok-rotated-99887766');
+    expect(signedWith(newSecret)).toBe(true);
+
+    const audits = await t.database.db.sql.query<{ action: string; before: any; after: any }>(
+      'SELECT action, before, after FROM audit_logs WHERE target_id = $1 ORDER BY created_at, id',
+      [toolId],
+    );
+    expect(audits.map((a) => [a.action, a.after.secrets_set])).toEqual([
+      ['tool.created', undefined],
+      ['tool.updated', []],
+      ['tool.updated', ['headers.Authorization', 'secret']],
+      ['tool.updated', []],
+    ]);
+    expect(audits[2].before.config.headers).toEqual({ Authorization: '[redacted]', 'x-tenant': '[redacted]' });
+    const text = JSON.stringify(audits);
+    for (const secret of [...WRITE_ONLY_VALUES, newSecret, 'tok-rotated-99887766']) expect(text).not.toContain(secret);
+  });
+
+  test.each([
+    ['"[redacted]" for a header the tool does not have', { headers: { 'x-other': '[redacted]' } }, 'config.headers.x-other'],
+    ['"[redacted]" for a secret the tool does not have', { secret: '[redacted]' }, 'config.secret'],
+    ['a header name with a space', { headers: { 'x bad': 'v' } }, 'config.headers.x bad'],
+    ['a header value with a line break', { headers: { 'x-injected': 'v\r\nx-evil: 1' } }, 'config.headers.x-injected'],
+    ['one header named twice', { headers: { 'X-A': '1', 'x-a': '2' } }, 'config.headers'],
+  ])('%s: 422 naming it, the tool unchanged', async (_label, change, field) => {
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: `h-${Math.random().toString(36).slice(2, 8)}`, connector: 'http', config: { url: 'https://tools.example.com/' } },
+    });
+    const path = `${toolsPath(org)}/${created.body.tool_id}`;
+    const response = await t.request('PATCH', path, { token: org.adminToken, body: { config: { url: 'https://tools.example.com/', ...change } } });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual([{ field, message: expect.any(String) }]);
+    expect((await t.request('GET', path, { token: org.adminToken })).body).toEqual(created.body);
   });
 
   test('DELETE: 204, then GET, PATCH and DELETE are 404 and the action type is free again', async () => {
@@ -418,18 +500,9 @@ describe('execution through the gateway', () => {
     expect(response.body.result).toEqual({ success: true, data: { invoice: 'inv_7', amount: 3 }, error: null });
   });
 
-  test('http to 127.0.0.1 without allow_private_network: allowed, executed, TOOL_ADDRESS_REFUSED, no request sent', async () => {
-    const before = hits.length;
-    const { execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET }));
-    const response = await execute();
-    expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
-    expect(response.body.result.data).toEqual({});
-    expect(hits.length).toBe(before);
-  });
-
   test('http with allow_private_network: the receiver gets a signed POST of the call and its JSON is the result', async () => {
     const { svcId, execute } = await gatewayOrg(
-      httpTool({ url: local('/ok'), secret: SECRET, headers: { 'x-tenant': 'acme' }, allow_private_network: true }),
+      httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }),
     );
     const before = hitsTo('/ok').length;
     const response = await execute({ invoice: 'inv_42', amount: 1250 });
@@ -446,7 +519,8 @@ describe('execution through the gateway', () => {
     const hit = received[received.length - 1];
     expect(hit.method).toBe('POST');
     expect(hit.headers['content-type']).toBe('application/json');
-    expect(hit.headers['x-tenant']).toBe('acme');
+    expect(hit.headers.authorization).toBe(HEADERS.Authorization);
+    expect(hit.headers['x-tenant']).toBe(HEADERS['x-tenant']);
     expect(hit.headers['x-interaction-id']).toBe(response.body.interaction_id);
     expect(JSON.parse(hit.body)).toEqual({
       svc_id: svcId,
@@ -547,7 +621,10 @@ describe('execution through the gateway', () => {
     });
   });
 
-  describe('address policy without allow_private_network (SSRF): refused before connecting', () => {
+  describe('address policy at call time: rows saved before save-time checks, names that resolve to private addresses', () => {
+    // Saving refuses these (see "address policy when saving"); rows written before that check
+    // existed, or names that start resolving to such addresses (DNS rebinding), are still refused
+    // on connecting. The rows are written directly, as saving (rightly) refuses them.
     const cases: [string, () => string][] = [
       ['127.0.0.1', () => local('/ok')],
       ['10.0.0.1', () => 'http://10.0.0.1/'],
@@ -555,6 +632,8 @@ describe('execution through the gateway', () => {
       ['[::1]', () => `http://[::1]:${port}/ok`],
       ['localhost (resolves to loopback)', () => `http://localhost:${port}/ok`],
       ['[::ffff:127.0.0.1] (IPv4-mapped loopback)', () => `http://[::ffff:127.0.0.1]:${port}/ok`],
+      ['[64:ff9b::127.0.0.1] (NAT64 of loopback)', () => `http://[64:ff9b::127.0.0.1]:${port}/ok`],
+      ['[::127.0.0.1] (IPv4-compatible)', () => `http://[::127.0.0.1]:${port}/ok`],
       ['0.0.0.0', () => `http://0.0.0.0:${port}/ok`],
       ['2130706433 (decimal loopback)', () => `http://2130706433:${port}/ok`],
       ['127.1 (short loopback)', () => `http://127.1:${port}/ok`],
@@ -563,7 +642,8 @@ describe('execution through the gateway', () => {
 
     test.each(cases)('%s: TOOL_ADDRESS_REFUSED and the receiver counts no request', async (_label, url) => {
       const before = hits.length;
-      const { execute } = await gatewayOrg(httpTool({ url: url(), timeout_ms: 5000 }));
+      const { toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/placeholder', timeout_ms: 5000 }));
+      await t.database.db.sql.query(`UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`, [toolId, url()]);
       const started = Date.now();
       const response = await execute();
       expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
@@ -571,6 +651,104 @@ describe('execution through the gateway', () => {
       expect(Date.now() - started).toBeLessThan(4000);
       expect(hits.length).toBe(before);
     });
+  });
+});
+
+describe('address policy when saving (SSRF): the rule webhooks follow, 422 on config.url', () => {
+  let org: OrgFixture;
+  beforeAll(async () => {
+    org = await signUp(t, 'toolssrf');
+  });
+
+  // As the URL parser reads them: `127.1`, `2130706433`, `0x7f.1` and `017700000001` are 127.0.0.1,
+  // `[::ffff:127.0.0.1]` becomes `[::ffff:7f00:1]`.
+  const refusedUrls: [string, () => string][] = [
+    ['127.0.0.1', () => local('/ok')],
+    ['127.1', () => `http://127.1:${port}/ok`],
+    ['2130706433 (decimal)', () => `http://2130706433:${port}/ok`],
+    ['0x7f.1 (hex)', () => `http://0x7f.1:${port}/ok`],
+    ['017700000001 (octal)', () => `http://017700000001:${port}/ok`],
+    ['0.0.0.0', () => `http://0.0.0.0:${port}/ok`],
+    ['0 (0.0.0.0)', () => `http://0:${port}/ok`],
+    ['10.0.0.1', () => 'http://10.0.0.1/'],
+    ['172.16.0.1', () => 'http://172.16.0.1/'],
+    ['192.168.1.1', () => 'http://192.168.1.1/'],
+    ['100.64.0.1 (carrier-grade NAT)', () => 'http://100.64.0.1/'],
+    ['169.254.169.254 (cloud metadata)', () => 'http://169.254.169.254/latest/meta-data'],
+    ['192.0.2.1 (documentation)', () => 'http://192.0.2.1/'],
+    ['localhost', () => `http://localhost:${port}/ok`],
+    ['LOCALHOST. (upper case, trailing dot)', () => `http://LOCALHOST.:${port}/ok`],
+    ['api.localhost', () => `http://api.localhost:${port}/ok`],
+    ['[::1]', () => `http://[::1]:${port}/ok`],
+    ['[::]', () => `http://[::]:${port}/ok`],
+    ['[0:0:0:0:0:0:0:1] (long loopback)', () => `http://[0:0:0:0:0:0:0:1]:${port}/ok`],
+    ['[::ffff:127.0.0.1] (IPv4-mapped)', () => `http://[::ffff:127.0.0.1]:${port}/ok`],
+    ['[::ffff:a9fe:a9fe] (IPv4-mapped metadata, hex)', () => 'http://[::ffff:a9fe:a9fe]/'],
+    ['[64:ff9b::127.0.0.1] (NAT64 of loopback)', () => `http://[64:ff9b::127.0.0.1]:${port}/ok`],
+    ['[64:ff9b::a9fe:a9fe] (NAT64 of metadata)', () => 'http://[64:ff9b::a9fe:a9fe]/'],
+    ['[64:ff9b:1::1] (local-use NAT64)', () => 'http://[64:ff9b:1::808:808]/'],
+    ['[2002:7f00:1::1] (6to4)', () => 'http://[2002:7f00:1::1]/'],
+    ['[2002:808:808::1] (6to4 of a public address)', () => 'http://[2002:808:808::1]/'],
+    ['[::127.0.0.1] (IPv4-compatible)', () => `http://[::127.0.0.1]:${port}/ok`],
+    ['[::ffff:0:127.0.0.1] (IPv4-translated)', () => `http://[::ffff:0:127.0.0.1]:${port}/ok`],
+    ['[2001::1] (Teredo)', () => 'http://[2001::1]/'],
+    ['[fec0::1] (site-local)', () => 'http://[fec0::1]/'],
+    ['[fd00::1] (unique local)', () => 'http://[fd00::1]/'],
+    ['[fe80::1] (link-local)', () => 'http://[fe80::1]/'],
+    ['[ff02::1] (multicast)', () => 'http://[ff02::1]/'],
+    ['[2001:db8::1] (documentation)', () => 'http://[2001:db8::1]/'],
+    ['[100::1] (discard)', () => 'http://[100::1]/'],
+  ];
+  let n = 0;
+  const nextActionType = () => `ssrf-${++n}`;
+
+  test.each(refusedUrls)('%s without allow_private_network: 422 on config.url, nothing saved or sent; accepted with it', async (_label, url) => {
+    const before = hits.length;
+    const total = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
+    const refused = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: nextActionType(), ...httpTool({ url: url(), secret: SECRET }) },
+    });
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.details.errors).toEqual([{ field: 'config.url', message: expect.stringContaining('allow_private_network') }]);
+    expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(total);
+    const allowed = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
+    });
+    expect(allowed.status).toBe(201);
+    expect(hits.length).toBe(before);
+  });
+
+  test.each([
+    ['a public IPv4 address', 'http://93.184.216.34/'],
+    ['IPv4-mapped public', 'http://[::ffff:93.184.216.34]/'],
+    ['NAT64 of a public address (DNS64 networks)', 'http://[64:ff9b::93.184.216.34]/'],
+    ['public IPv6', 'http://[2606:4700:4700::1111]/'],
+    ['a name', 'https://tools.example.com/'],
+  ])('%s is saved without allow_private_network', async (_label, url) => {
+    const saved = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: nextActionType(), ...httpTool({ url }) } });
+    expect(saved.status).toBe(201);
+  });
+
+  test('PATCH to a private URL is 422 and keeps the tool; a refused save leaves the action unconfigured and the receiver untouched', async () => {
+    const { org: gatewayOrgFixture, toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/' }));
+    const path = `${toolsPath(gatewayOrgFixture)}/${toolId}`;
+    const before = hits.length;
+    const patched = await t.request('PATCH', path, { token: gatewayOrgFixture.adminToken, body: { config: { url: local('/ok') } } });
+    expect(patched.status).toBe(422);
+    expect(patched.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['config.url']);
+    expect((await t.request('GET', path, { token: gatewayOrgFixture.adminToken })).body.config.url).toBe('https://tools.example.com/');
+
+    expect((await t.request('DELETE', path, { token: gatewayOrgFixture.adminToken })).status).toBe(204);
+    const refused = await t.request('POST', toolsPath(gatewayOrgFixture), {
+      token: gatewayOrgFixture.adminToken,
+      body: { action_type: 'billing', ...httpTool({ url: local('/ok') }) },
+    });
+    expect(refused.status).toBe(422);
+    const response = await execute();
+    expect(response.body.reasons.map((r: { code: string }) => r.code)).toEqual(['TOOL_NOT_CONFIGURED']);
+    expect(hits.length).toBe(before);
   });
 });
 
@@ -596,17 +774,74 @@ describe('address policy (pure functions)', () => {
     '::ffff:127.0.0.1',
     '::ffff:7f00:1',
     '::ffff:169.254.169.254',
+    '192.0.2.1', // documentation
+    '198.51.100.1',
+    '203.0.113.1',
+    '192.88.99.1', // 6to4 relay anycast
+    '198.18.0.1', // benchmarking
+    // NAT64 (64:ff9b::/96): the IPv4 policy applies to the embedded address
+    '64:ff9b::127.0.0.1',
+    '64:ff9b::7f00:1',
+    '64:ff9b::a9fe:a9fe',
+    '64:ff9b::10.0.0.1',
+    '64:ff9b:1::808:808', // local-use NAT64 (RFC 8215): refused whole
+    // 6to4 (2002::/16): refused whole, whatever the embedded IPv4
+    '2002:7f00:1::1',
+    '2002:a9fe:a9fe::1',
+    '2002:808:808::1',
+    // IPv4-compatible (::/96) and IPv4-translated (::ffff:0:0:0/96): refused whole
+    '::127.0.0.1',
+    '::7f00:1',
+    '::8.8.8.8',
+    '::ffff:0:127.0.0.1',
+    '::ffff:0:8.8.8.8',
+    'fec0::1', // site-local
+    'feff::1',
+    'fe80::1%eth0', // with a zone
+    '2001::1', // Teredo
+    '2001:2::1', // benchmarking
+    '2001:db8::1', // documentation
+    '3fff::1', // documentation (RFC 9637)
+    '100::1', // discard-only
+    '5f00::1', // SRv6
+    '1::', // reserved, outside global unicast
     'not-an-address',
   ])('isRefusedAddress(%s) is true', (address) => {
     expect(isRefusedAddress(address)).toBe(true);
   });
 
-  test.each(['93.184.216.34', '2606:2800::1', '8.8.8.8', '172.32.0.1', '100.128.0.1', '::ffff:93.184.216.34'])(
-    'isRefusedAddress(%s) is false',
-    (address) => {
-      expect(isRefusedAddress(address)).toBe(false);
-    },
-  );
+  test.each([
+    '93.184.216.34',
+    '2606:2800::1',
+    '8.8.8.8',
+    '172.32.0.1',
+    '100.128.0.1',
+    '::ffff:93.184.216.34',
+    '::ffff:5db8:d822',
+    '64:ff9b::93.184.216.34', // NAT64 of a public address: how DNS64 networks reach IPv4 sites
+    '64:ff9b::808:808',
+    '2001:4860:4860::8888', // outside 2001::/23
+    '2a00:1450:4001::1',
+  ])('isRefusedAddress(%s) is false', (address) => {
+    expect(isRefusedAddress(address)).toBe(false);
+  });
+
+  test.each([
+    ['http://127.1/', true],
+    ['http://0x7f.0.0.1/', true],
+    ['http://0177.0.0.1/', true],
+    ['http://2130706433/', true],
+    ['http://[0:0:0:0:0:ffff:127.0.0.1]/', true],
+    ['http://[::FFFF:A9FE:A9FE]/', true],
+    ['http://[0064:ff9b:0000::7f00:0001]/', true],
+    ['http://[::ffff:0:7f00:1]/', true],
+    ['http://[FEC0::1]/', true],
+    ['http://sub.LOCALHOST./', true],
+    ['http://[64:ff9b::5db8:d822]/', false],
+    ['http://localhost.example.com/', false],
+  ])('isRefusedHost of the parsed %s is %s', (url, refused) => {
+    expect(isRefusedHost(new URL(url).hostname)).toBe(refused);
+  });
 
   test('checkLiteralHost refuses private literals (bracketed too), leaves hostnames to the lookup, and honours allowPrivate', () => {
     expect(() => checkLiteralHost('127.0.0.1', false)).toThrow(AddressRefusedError);

@@ -399,6 +399,10 @@ describe('address policy (SSRF)', () => {
     ['[::1]', () => `http://[::1]:${port}/ok/ssrf-v6`],
     ['2130706433 (decimal loopback)', () => `http://2130706433:${port}/ok/ssrf-decimal`],
     ['api.localhost', () => `http://api.localhost:${port}/ok/ssrf-sub`],
+    ['[64:ff9b::127.0.0.1] (NAT64 of loopback)', () => `http://[64:ff9b::127.0.0.1]:${port}/ok/ssrf-nat64`],
+    ['[2002:7f00:1::1] (6to4)', () => `http://[2002:7f00:1::1]:${port}/ok/ssrf-6to4`],
+    ['[::127.0.0.1] (IPv4-compatible)', () => `http://[::127.0.0.1]:${port}/ok/ssrf-compat`],
+    ['[fec0::1] (site-local)', () => `http://[fec0::1]:${port}/ok/ssrf-site-local`],
   ];
 
   test.each(refusedUrls)('%s without allow_private_network: 422 on url when saving; accepted with it', async (_label, url) => {

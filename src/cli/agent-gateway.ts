@@ -2,7 +2,8 @@
 /**
  * The agent-gateway command line. `verify <file>` checks a records export
  * (GET /api/v1/records/export) offline: no server, no database, only this package.
- * `rotate-keys` makes new signing keys in the service's database (DATABASE_URL or DATA_DIR).
+ * `rotate-keys` makes new signing keys in the service's database (DATABASE_URL or DATA_DIR);
+ * `reencrypt` seals every secret at rest with the current KEY_ENCRYPTION_KEY.
  *
  * Exit status: 0 verified, 1 the file does not verify (the first broken record is named),
  * 2 usage or I/O error.
@@ -14,6 +15,7 @@ import { verifyExport, type VerifyResult } from '../modules/record/record-export
 
 const usage = `Usage: agent-gateway verify <export.jsonl> [--jwks <jwks.json>]
        agent-gateway rotate-keys [record|capability|session|all]
+       agent-gateway reencrypt
 
 Verifies a records export of Agent Gateway (GET /api/v1/records/export) offline: the signed
 header, every record's hash (RFC 8785 canonical JSON, SHA-256) and Ed25519 signature, the params
@@ -27,7 +29,12 @@ Exit status: 0 verified, 1 not verified (the first broken record is printed), 2 
 
 rotate-keys makes a new active Ed25519 key for each purpose named (default: all) in the database of
 DATABASE_URL (or the PGlite DATA_DIR, with the service stopped) and retires the old ones, which keep
-verifying and stay in the JWKS. Running services switch to the new keys within a second.`;
+verifying and stay in the JWKS. Running services switch to the new keys within a second.
+
+reencrypt seals every secret at rest (signing keys, tool secrets and header values, webhook
+secrets) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and those sealed with a key
+of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database. Run it after setting a
+key for the first time, and after rotating it (then drop KEY_ENCRYPTION_KEY_PREVIOUS).`;
 
 class UsageError extends Error {}
 
@@ -99,16 +106,10 @@ async function rotateKeys(args: string[]): Promise<number> {
     throw new UsageError(`rotate-keys takes one of ${purposes.join(', ')} or all`);
   }
   const chosen = !args[0] || args[0] === 'all' ? purposes : [args[0] as (typeof purposes)[number]];
-  // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
-  const [{ parseEnv }, { openDatabase }, { SigningKeyStore }] = await Promise.all([
-    import('../env.js'),
-    import('../db/database.js'),
-    import('../lib/signing-keys.js'),
-  ]);
-  const env = parseEnv();
-  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  const { SigningKeyStore } = await import('../lib/signing-keys.js');
+  const { db, secrets } = await openServiceDatabase();
   try {
-    const keys = new SigningKeyStore(db.sql, env.keyEncryptionKey);
+    const keys = new SigningKeyStore(db.sql, secrets);
     for (const purpose of chosen) {
       const key = await keys.rotate(purpose);
       process.stdout.write(`${purpose}: new active key ${key.kid}\n`);
@@ -119,11 +120,41 @@ async function rotateKeys(args: string[]): Promise<number> {
   return 0;
 }
 
+async function reencrypt(args: string[]): Promise<number> {
+  if (args.length) throw new UsageError('reencrypt takes no arguments');
+  const { reencryptSecrets } = await import('./reencrypt.js');
+  const { db, secrets } = await openServiceDatabase();
+  try {
+    if (!secrets.encrypting) throw new UsageError('reencrypt needs KEY_ENCRYPTION_KEY (the key to seal with)');
+    const counts = await reencryptSecrets(db.sql, secrets);
+    process.stdout.write(
+      `sealed with key ${secrets.currentKeyId}: ${counts.signingKeys} signing keys, ${counts.tools} tools, ${counts.webhooks} webhooks rewritten\n`,
+    );
+  } finally {
+    await db.close();
+  }
+  return 0;
+}
+
+/** The service's database and secret box, from its environment (DATABASE_URL or DATA_DIR, KEY_ENCRYPTION_KEY…). */
+async function openServiceDatabase() {
+  // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
+  const [{ parseEnv }, { openDatabase }, { SecretBox }] = await Promise.all([
+    import('../env.js'),
+    import('../db/database.js'),
+    import('../lib/secret-box.js'),
+  ]);
+  const env = parseEnv();
+  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  return { db, secrets: new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious) };
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     if (command === 'verify') return await verify(rest);
     if (command === 'rotate-keys') return await rotateKeys(rest);
+    if (command === 'reencrypt') return await reencrypt(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
       process.stdout.write(`${usage}\n`);
       return command === undefined ? 2 : 0;

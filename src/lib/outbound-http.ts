@@ -1,6 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
-import { AddressRefusedError, checkLiteralHost, guardedLookup } from './address-policy.js';
+import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedHost } from './address-policy.js';
 
 /**
  * One POST on a customer's behalf (http tool connectors, webhook deliveries), with the same
@@ -8,6 +8,34 @@ import { AddressRefusedError, checkLiteralHost, guardedLookup } from './address-
  * every resolved address the socket would connect to), no redirect followed, a deadline, and a
  * cap on how much of the answer is read. Never throws: every failure is an outcome.
  */
+
+export const MAX_OUTBOUND_URL_LENGTH = 2048;
+
+/**
+ * What is wrong with a URL saved for outbound POSTs (http tools, webhooks), or undefined when it may
+ * be saved. Saving refuses what is known without DNS: private, loopback, link-local and reserved IP
+ * literals however the URL parser normalised them (`127.1`, `2130706433`, `[::ffff:7f00:1]`) and
+ * `localhost`/`*.localhost`, unless private networks are allowed. Names are checked again, on each
+ * address they resolve to, when connecting.
+ */
+export function outboundUrlError(text: unknown, allowPrivateNetwork: boolean): { refused: boolean; message: string } | undefined {
+  let url: URL | undefined;
+  try {
+    url = typeof text === 'string' && text.length <= MAX_OUTBOUND_URL_LENGTH ? new URL(text) : undefined;
+  } catch {
+    url = undefined;
+  }
+  if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
+    return { refused: false, message: `must be an http(s) URL without credentials, at most ${MAX_OUTBOUND_URL_LENGTH} characters` };
+  }
+  if (!allowPrivateNetwork && isRefusedHost(url.hostname)) {
+    return {
+      refused: true,
+      message: 'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
+    };
+  }
+  return undefined;
+}
 
 export interface OutboundPost {
   url: string;

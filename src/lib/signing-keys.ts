@@ -1,20 +1,13 @@
-import {
-  createCipheriv,
-  createDecipheriv,
-  createPrivateKey,
-  createPublicKey,
-  generateKeyPairSync,
-  randomBytes,
-  type KeyObject,
-} from 'node:crypto';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, type KeyObject } from 'node:crypto';
 import type { JWK } from 'jose';
 import type { SqlConnection, SqlDriver } from '../db/sql.js';
 import { configChangedLocally, type ConfigCache } from './config-cache.js';
+import { SecretUnavailableError, type SecretBox } from './secret-box.js';
 
 /**
  * Ed25519 keys the service signs with, one active key per purpose, generated on first use and
  * stored in the database so every process on that database signs and verifies alike. Retired keys
- * stay for verification. With KEY_ENCRYPTION_KEY set, private keys are AES-256-GCM encrypted at rest.
+ * stay for verification. With KEY_ENCRYPTION_KEY set, private keys are sealed at rest (secret-box.ts).
  */
 
 export type KeyPurpose = 'session' | 'capability' | 'record';
@@ -50,7 +43,7 @@ export class SigningKeyStore {
    */
   constructor(
     private readonly sql: SqlDriver,
-    private readonly encryptionKey: Buffer | undefined,
+    private readonly secrets: SecretBox,
     private readonly cache?: ConfigCache,
   ) {}
 
@@ -117,10 +110,9 @@ export class SigningKeyStore {
     const kid = `${purpose}_${randomBytes(9).toString('base64url')}`;
     const publicJwk = { ...publicKey.export({ format: 'jwk' }), kid, alg: 'EdDSA', use: 'sig' } as JWK;
     const pem = privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-    const stored = this.encryptionKey ? encrypt(pem, this.encryptionKey) : pem;
     await conn.query(
       'INSERT INTO signing_keys (kid, purpose, algorithm, public_jwk, private_key, encrypted) VALUES ($1, $2, $3, $4, $5, $6)',
-      [kid, purpose, 'EdDSA', JSON.stringify(publicJwk), stored, Boolean(this.encryptionKey)],
+      [kid, purpose, 'EdDSA', JSON.stringify(publicJwk), this.secrets.seal(pem), this.secrets.encrypting],
     );
     const key: SigningKey = { kid, purpose, privateKey, publicKey, publicJwk, retired: false };
     this.byKid.set(kid, key);
@@ -128,12 +120,7 @@ export class SigningKeyStore {
   }
 
   private fromRow(row: KeyRow): SigningKey {
-    let pem = row.private_key;
-    if (row.encrypted) {
-      if (!this.encryptionKey) throw new Error(`signing key ${row.kid} is encrypted but KEY_ENCRYPTION_KEY is not set`);
-      pem = decrypt(pem, this.encryptionKey);
-    }
-    const privateKey = createPrivateKey(pem);
+    const privateKey = createPrivateKey(openPrivateKey(row, this.secrets));
     const key: SigningKey = {
       kid: row.kid,
       purpose: row.purpose,
@@ -147,16 +134,29 @@ export class SigningKeyStore {
   }
 }
 
-function encrypt(plain: string, key: Buffer): string {
-  const iv = randomBytes(12);
-  const cipher = createCipheriv('aes-256-gcm', key, iv);
-  const body = Buffer.concat([cipher.update(plain, 'utf8'), cipher.final()]);
-  return `v1:${Buffer.concat([iv, cipher.getAuthTag(), body]).toString('base64')}`;
+/** The PEM of a stored private key, whichever form it was stored in. */
+function openPrivateKey(row: Pick<KeyRow, 'kid' | 'private_key' | 'encrypted'>, secrets: SecretBox): string {
+  try {
+    // `v1:` is how keys were encrypted before secret-box.ts; plain PEM is never flagged encrypted.
+    return row.encrypted && row.private_key.startsWith('v1:') ? secrets.openUnlabelled(row.private_key) : secrets.open(row.private_key);
+  } catch (error) {
+    if (error instanceof SecretUnavailableError) throw new SecretUnavailableError(`signing key ${row.kid}: ${error.message}`);
+    throw error;
+  }
 }
 
-function decrypt(stored: string, key: Buffer): string {
-  const raw = Buffer.from(stored.replace(/^v1:/, ''), 'base64');
-  const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
-  decipher.setAuthTag(raw.subarray(12, 28));
-  return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
+/**
+ * Seals every private key not yet sealed with the current key (`agent-gateway reencrypt`, in the
+ * caller's transaction); returns how many it rewrote.
+ */
+export async function reencryptSigningKeys(conn: SqlConnection, secrets: SecretBox): Promise<number> {
+  const rows = await conn.query<KeyRow>('SELECT kid, private_key, encrypted FROM signing_keys ORDER BY created_at FOR UPDATE');
+  const stale = rows.filter((row) => !secrets.isCurrent(row.private_key));
+  for (const row of stale) {
+    await conn.query('UPDATE signing_keys SET private_key = $2, encrypted = true WHERE kid = $1', [
+      row.kid,
+      secrets.seal(openPrivateKey(row, secrets)),
+    ]);
+  }
+  return stale.length;
 }

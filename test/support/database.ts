@@ -46,3 +46,14 @@ export async function createTestDatabase(options: { migrate?: boolean; onQuery?:
     },
   };
 }
+
+/**
+ * The same database opened a second time, as another process would: on PostgreSQL with a pool of
+ * its own (so concurrent transactions really interleave); PGlite is one connection, so it is shared.
+ * Closing it closes only this second handle.
+ */
+export async function reopenTestDatabase(database: TestDatabase): Promise<TestDatabase> {
+  if (!database.url) return { db: database.db, url: undefined, close: async () => undefined };
+  const db = await openDatabase({ databaseUrl: database.url, migrate: false, poolSize: 20 });
+  return { db, url: database.url, close: () => db.close() };
+}

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps.js';
-import { AppError, FieldErrors, notFound } from '../../errors.js';
+import { AppError, FieldErrors, notFoundIfGone } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
@@ -87,24 +87,26 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     return { items, total };
   }
 
+  /** One statement deletes and returns the row, so of concurrent deletes one wins and the rest are 404. */
   async function remove(orgId: string, keyId: string, actor: Principal): Promise<void> {
-    await db.prisma.$transaction(async (tx) => {
-      const existing = await tx.apiKey.findFirst({ where: { id: keyId, orgId } });
-      if (!existing) throw notFound('API key');
-      await tx.apiKey.delete({ where: { id: keyId } });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'api_key.deleted',
-        targetType: 'api_key',
-        targetId: keyId,
-        before: {
-          name: existing.name,
-          key_prefix: existing.keyPrefix,
-          scopes: existing.scopes,
-          svc_ids: existing.svcIds,
-          expires_at: existing.expiresAt.toISOString(),
-        },
-      });
-    });
+    await notFoundIfGone(
+      'API key',
+      db.prisma.$transaction(async (tx) => {
+        const deleted = await tx.apiKey.delete({ where: { id: keyId, orgId } });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'api_key.deleted',
+          targetType: 'api_key',
+          targetId: keyId,
+          before: {
+            name: deleted.name,
+            key_prefix: deleted.keyPrefix,
+            scopes: deleted.scopes,
+            svc_ids: deleted.svcIds,
+            expires_at: deleted.expiresAt.toISOString(),
+          },
+        });
+      }),
+    );
     lastTouched.delete(keyId);
   }
 

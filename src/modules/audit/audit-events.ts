@@ -43,6 +43,7 @@ interface ManifestSnapshot {
   superseded_by?: string;
 }
 
+/** A tool as audited: its config as the API shows it, header values and secret "[redacted]". */
 interface ToolSnapshot {
   action_type: string;
   connector: string;
@@ -90,7 +91,7 @@ export type AuditEvent =
   | Event<'capability_token.issued', 'capability_token', never, CapabilityTokenSnapshot>
   | Event<'capability_token.revoked', 'capability_token', CapabilityTokenSnapshot, never>
   | Event<'tool.created', 'tool', never, ToolSnapshot>
-  | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot>
+  | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot & { secrets_set: string[] }>
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
   | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
   | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>

@@ -7,11 +7,17 @@ export type ToolResult =
   | { success: true; data: Record<string, unknown> }
   | { success: false; data: Record<string, unknown>; error: { code: string; message: string } };
 
+/** What an http tool stores in `config`: nothing secret (the API shows it, the audit log records it). */
 export interface HttpToolConfig {
   url: string;
   timeout_ms: number;
-  headers: Record<string, string>;
   allow_private_network: boolean;
+}
+
+/** The write-only parts of an http tool, in plaintext: the HMAC secret and the headers sent. */
+export interface HttpToolCredentials {
+  secret: string | null;
+  headers: Record<string, string>;
 }
 
 export interface ToolCall {
@@ -23,7 +29,7 @@ export interface ToolCall {
 
 export const MAX_RESPONSE_BYTES = 1024 * 1024;
 
-const failure = (code: string, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
+export const failure = (code: string, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
 
 export function runMock(config: { response?: unknown }, call: ToolCall): ToolResult {
   const data = config.response === undefined ? call.action.params : config.response;
@@ -40,11 +46,11 @@ export function signBody(secret: string, timestamp: string, body: string): strin
  * followed, gives up after `timeout_ms`, reads at most 1 MiB, and connects only to addresses the
  * address policy allows. Never throws: failures are results.
  */
-export async function runHttp(config: HttpToolConfig, secret: string | null, call: ToolCall): Promise<ToolResult> {
+export async function runHttp(config: HttpToolConfig, { secret, headers: configured }: HttpToolCredentials, call: ToolCall): Promise<ToolResult> {
   const body = JSON.stringify(call);
   const timestamp = String(Math.floor(Date.now() / 1000));
   const headers: Record<string, string> = {
-    ...config.headers,
+    ...configured,
     'user-agent': 'agent-gateway',
     'x-timestamp': timestamp,
     'x-interaction-id': call.interaction_id,

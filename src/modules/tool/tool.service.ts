@@ -1,11 +1,22 @@
+import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
-import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
-import type { Prisma, Tool } from '../../generated/prisma/client.js';
+import { AppError, FieldErrors, conflict, isUniqueViolation, notFound, notFoundIfGone } from '../../errors.js';
+import { Prisma, type Tool } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
-import { runHttp, runMock, type HttpToolConfig, type ToolCall, type ToolResult } from './connectors.js';
+import {
+  failure,
+  runHttp,
+  runMock,
+  type HttpToolConfig,
+  type HttpToolCredentials,
+  type ToolCall,
+  type ToolResult,
+} from './connectors.js';
 import { randomId } from '../../lib/ids.js';
+import { outboundUrlError } from '../../lib/outbound-http.js';
+import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 
 export const connectors = ['http', 'mock'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -21,8 +32,60 @@ const DEFAULT_TIMEOUT_MS = 10_000;
 const MAX_TIMEOUT_MS = 60_000;
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Splits a submitted config into what is stored in `config` and the write-only secret. */
-function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors) {
+/** What the API shows for a write-only value that is set; given back on a write, it keeps the value. */
+export const REDACTED = '[redacted]';
+const MIN_SECRET_LENGTH = 16;
+// RFC 9110 field names (tokens) and values (no control characters but tab): what Node will send.
+const headerNamePattern = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const headerValuePattern = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** A tool with its write-only values opened: what the gateway caches (per process) and executes. */
+export type ConfiguredTool = Tool & {
+  /** Null when they do not open with the configured keys: the tool's calls then fail. */
+  credentials: HttpToolCredentials | null;
+};
+
+const noCredentials = (): HttpToolCredentials => ({ secret: null, headers: {} });
+
+/**
+ * Checks submitted header values into `credentials`; one given as "[redacted]" keeps the stored
+ * value (`kept`). Returns the names of the headers whose value this write sets.
+ */
+function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => HttpToolCredentials, credentials: HttpToolCredentials): string[] {
+  if (!isObject(headers) || Object.values(headers).some((v) => typeof v !== 'string')) {
+    errors.add('config.headers', 'must be an object of string values');
+    return [];
+  }
+  const names = Object.keys(headers);
+  if (new Set(names.map((name) => name.toLowerCase())).size !== names.length) {
+    errors.add('config.headers', 'must not name a header twice (names are case-insensitive)');
+  }
+  const set: string[] = [];
+  for (const [name, value] of Object.entries(headers as Record<string, string>)) {
+    if (!headerNamePattern.test(name)) {
+      errors.add(`config.headers.${name}`, 'must be an HTTP header name (letters, digits and !#$%&\'*+.^_`|~-)');
+    } else if (value === REDACTED) {
+      const stored = kept().headers[name];
+      if (stored === undefined) errors.add(`config.headers.${name}`, `"${REDACTED}" keeps a stored value, but the tool has no header "${name}"`);
+      else credentials.headers[name] = stored;
+    } else if (!headerValuePattern.test(value)) {
+      errors.add(`config.headers.${name}`, 'must not contain control characters (line breaks included)');
+    } else {
+      credentials.headers[name] = value;
+      set.push(name);
+    }
+  }
+  return set;
+}
+
+/**
+ * Splits a submitted config into what is stored in `config` (shown by the API, recorded by the
+ * audit log) and the write-only credentials (the secret and the header values). A write-only value
+ * given as "[redacted]" (as GET shows it) keeps the stored one, so a tool read, edited and written
+ * back keeps its credentials; `kept` opens them only then. `set` names the write-only values this
+ * write sets rather than keeps.
+ */
+function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors, kept: () => HttpToolCredentials) {
   const config = raw ?? {};
   if (!isObject(config)) {
     errors.add('config', 'must be an object');
@@ -30,63 +93,110 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
   }
   if (connector === 'mock') {
     for (const key of Object.keys(config)) if (key !== 'response') errors.add(`config.${key}`, 'unknown field for a mock tool');
-    return { stored: config.response === undefined ? {} : { response: config.response }, secret: null, allowPrivate: false };
+    return { stored: config.response === undefined ? {} : { response: config.response }, credentials: null, set: [], allowPrivate: false };
   }
   const known = ['url', 'timeout_ms', 'headers', 'secret', 'allow_private_network'];
   for (const key of Object.keys(config)) if (!known.includes(key)) errors.add(`config.${key}`, 'unknown field for an http tool');
-  let url: URL | undefined;
-  try {
-    url = typeof config.url === 'string' ? new URL(config.url) : undefined;
-  } catch {
-    url = undefined;
-  }
-  if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
-    errors.add('config.url', 'must be an http(s) URL without credentials');
-  }
   const timeout = config.timeout_ms ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     errors.add('config.timeout_ms', `must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
   }
-  const headers = config.headers ?? {};
-  if (!isObject(headers) || Object.values(headers).some((v) => typeof v !== 'string')) {
-    errors.add('config.headers', 'must be an object of string values');
-  }
-  if (config.secret !== undefined && (typeof config.secret !== 'string' || config.secret.length < 16)) {
-    errors.add('config.secret', 'must be a string of at least 16 characters');
+  const credentials = noCredentials();
+  const set = parseHeaders(config.headers ?? {}, errors, kept, credentials).map((name) => `headers.${name}`);
+  if (config.secret === REDACTED) {
+    credentials.secret = kept().secret;
+    if (credentials.secret === null) errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
+  } else if (config.secret != null) {
+    if (typeof config.secret !== 'string' || config.secret.length < MIN_SECRET_LENGTH) {
+      errors.add('config.secret', `must be a string of at least ${MIN_SECRET_LENGTH} characters`);
+    } else {
+      credentials.secret = config.secret;
+      set.push('secret');
+    }
   }
   const allowPrivate = config.allow_private_network ?? false;
   if (typeof allowPrivate !== 'boolean') errors.add('config.allow_private_network', 'must be a boolean');
-  const stored: HttpToolConfig = {
-    url: String(config.url),
-    timeout_ms: timeout as number,
-    headers: headers as Record<string, string>,
-    allow_private_network: allowPrivate === true,
-  };
-  return { stored, secret: (config.secret as string | undefined) ?? null, allowPrivate: allowPrivate === true };
+  // The webhooks' rule: what is known to be private without DNS is refused when saving.
+  const urlError = outboundUrlError(config.url, allowPrivate === true);
+  if (urlError) errors.add('config.url', urlError.message);
+  const stored: HttpToolConfig = { url: String(config.url), timeout_ms: timeout as number, allow_private_network: allowPrivate === true };
+  return { stored, credentials, set, allowPrivate: allowPrivate === true };
 }
-
-/** A stored tool's config as it would have been submitted (the http secret put back). */
-const storedInput = (tool: Tool) =>
-  tool.connector === 'http' && tool.secret ? { ...(tool.config as object), secret: tool.secret } : tool.config;
 
 const newToolId = () => randomId('tool');
 
-/** The tool as the API shows it: the secret never leaves, only whether one is set. */
+/** The tool as the API shows it and the audit log records it: header names, never a write-only value. */
 export function publicConfig(tool: Tool): Record<string, unknown> {
   const config = tool.config as Record<string, unknown>;
-  return tool.connector === 'http' ? { ...config, secret: tool.secret ? '[redacted]' : null } : config;
+  if (tool.connector !== 'http') return config;
+  const headerNames = Object.keys((tool.secretHeaders ?? {}) as Record<string, string>);
+  return {
+    ...config,
+    headers: Object.fromEntries(headerNames.map((name) => [name, REDACTED])),
+    secret: tool.secret ? REDACTED : null,
+  };
 }
 
-export function createToolService({ db, cache, logger }: Deps) {
-  /** The stored columns of a validated tool, shared by create and update. */
+const snapshot = (tool: Tool) => ({ action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) });
+
+/**
+ * Seals every tool secret and header value not yet sealed with the current key (`agent-gateway
+ * reencrypt`, in the caller's transaction); returns how many tools it rewrote.
+ */
+export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
+  const rows = await conn.query<{ id: string; secret: string | null; secret_headers: Record<string, string> | null }>(
+    'SELECT id, secret, secret_headers FROM tools WHERE secret IS NOT NULL OR secret_headers IS NOT NULL ORDER BY id FOR UPDATE',
+  );
+  const stale = rows.filter((row) =>
+    [row.secret, ...Object.values(row.secret_headers ?? {})].some((value) => value !== null && !secrets.isCurrent(value)),
+  );
+  for (const row of stale) {
+    await conn.query('UPDATE tools SET secret = $2, secret_headers = $3::jsonb WHERE id = $1', [
+      row.id,
+      row.secret === null ? null : secrets.reseal(row.secret),
+      row.secret_headers === null ? null : JSON.stringify(mapValues(row.secret_headers, (value) => secrets.reseal(value))),
+    ]);
+  }
+  return stale.length;
+}
+
+export function createToolService({ db, cache, logger, secrets }: Deps) {
+  function openCredentials(tool: Tool): HttpToolCredentials {
+    return {
+      secret: tool.secret === null ? null : secrets.open(tool.secret),
+      headers: mapValues((tool.secretHeaders ?? {}) as Record<string, string>, (value) => secrets.open(value)),
+    };
+  }
+
+  /** A stored tool's credentials, when a write keeps them ("[redacted]"). */
+  function storedCredentials(tool: Tool | undefined): HttpToolCredentials {
+    if (!tool || tool.connector !== 'http') return noCredentials();
+    try {
+      return openCredentials(tool);
+    } catch (error) {
+      if (!(error instanceof SecretUnavailableError)) throw error;
+      logger.error({ tool_id: tool.id, org_id: tool.orgId, reason: error.message }, 'a tool’s secrets do not open');
+      throw new AppError(
+        'SERVICE_UNAVAILABLE',
+        `The tool's stored secret or header values cannot be decrypted with this service's KEY_ENCRYPTION_KEY; give them in full instead of "${REDACTED}"`,
+      );
+    }
+  }
+
+  /** The stored columns of a validated tool, shared by create and update, and the write-only values it sets. */
   function columns(input: ToolInput, existing?: Tool) {
     const { actionType, connector, config } = validate(input, existing);
+    const credentials = config.credentials;
     return {
-      actionType,
-      connector,
-      config: config.stored as Prisma.InputJsonValue,
-      secret: config.secret,
-      allowPrivateNetwork: config.allowPrivate,
+      data: {
+        actionType,
+        connector,
+        config: config.stored as Prisma.InputJsonValue,
+        secret: credentials?.secret == null ? null : secrets.seal(credentials.secret),
+        secretHeaders: credentials ? mapValues(credentials.headers, (value) => secrets.seal(value)) : Prisma.DbNull,
+        allowPrivateNetwork: config.allowPrivate,
+      },
+      secretsSet: config.set,
     };
   }
 
@@ -98,26 +208,25 @@ export function createToolService({ db, cache, logger }: Deps) {
     }
     const connector = (input.connector ?? existing?.connector) as ConnectorKind | undefined;
     if (!connector || !connectors.includes(connector)) errors.add('connector', `must be one of ${connectors.join(', ')}`);
+    let stored: HttpToolCredentials | undefined;
+    // Without `config` the stored one is kept: as shown, its write-only values "[redacted]".
     const config =
       connector && connectors.includes(connector)
-        ? parseConfig(connector, input.config === undefined ? existing && storedInput(existing) : input.config, errors)
+        ? parseConfig(connector, input.config === undefined ? existing && publicConfig(existing) : input.config, errors, () =>
+            (stored ??= storedCredentials(existing)),
+          )
         : undefined;
     errors.throwIfAny();
     return { actionType: actionType!, connector: connector!, config: config! };
   }
 
   async function create(orgId: string, input: ToolInput, actor: Principal) {
-    const data = columns(input);
-    const { actionType, connector } = data;
+    const { data } = columns(input);
+    const { actionType } = data;
     try {
       return await db.prisma.$transaction(async (tx) => {
         const tool = await tx.tool.create({ data: { id: newToolId(), orgId, ...data } });
-        await recordAudit(tx, orgId, actorOf(actor), {
-          action: 'tool.created',
-          targetType: 'tool',
-          targetId: tool.id,
-          after: { action_type: actionType, connector, config: publicConfig(tool) },
-        });
+        await recordAudit(tx, orgId, actorOf(actor), { action: 'tool.created', targetType: 'tool', targetId: tool.id, after: snapshot(tool) });
         return tool;
       });
     } catch (error) {
@@ -139,54 +248,75 @@ export function createToolService({ db, cache, logger }: Deps) {
 
   async function update(orgId: string, toolId: string, input: ToolInput, actor: Principal) {
     const existing = await get(orgId, toolId);
-    const data = columns(input, existing);
+    const { data, secretsSet } = columns(input, existing);
     const { actionType } = data;
     try {
-      return await db.prisma.$transaction(async (tx) => {
-        const tool = await tx.tool.update({ where: { id: existing.id }, data });
-        await recordAudit(tx, orgId, actorOf(actor), {
-          action: 'tool.updated',
-          targetType: 'tool',
-          targetId: tool.id,
-          before: { action_type: existing.actionType, connector: existing.connector, config: publicConfig(existing) },
-          after: { action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) },
-        });
-        return tool;
-      });
+      return await notFoundIfGone(
+        'Tool',
+        db.prisma.$transaction(async (tx) => {
+          const tool = await tx.tool.update({ where: { id: existing.id, orgId }, data });
+          await recordAudit(tx, orgId, actorOf(actor), {
+            action: 'tool.updated',
+            targetType: 'tool',
+            targetId: tool.id,
+            before: snapshot(existing),
+            after: { ...snapshot(tool), secrets_set: secretsSet },
+          });
+          return tool;
+        }),
+      );
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
     }
   }
 
+  /** One statement deletes and returns the row, so of concurrent deletes one wins and the rest are 404. */
   async function remove(orgId: string, toolId: string, actor: Principal) {
-    const existing = await get(orgId, toolId);
-    await db.prisma.$transaction(async (tx) => {
-      await tx.tool.delete({ where: { id: existing.id } });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'tool.deleted',
-        targetType: 'tool',
-        targetId: existing.id,
-        before: { action_type: existing.actionType, connector: existing.connector, config: publicConfig(existing) },
-      });
-    });
+    await notFoundIfGone(
+      'Tool',
+      db.prisma.$transaction(async (tx) => {
+        const deleted = await tx.tool.delete({ where: { id: toolId, orgId } });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'tool.deleted',
+          targetType: 'tool',
+          targetId: deleted.id,
+          before: snapshot(deleted),
+        });
+      }),
+    );
   }
 
   /**
-   * The org's connector for an action type, or null (TOOL_NOT_CONFIGURED). Cached per process; tool
+   * The org's connector for an action type with its credentials opened, or null
+   * (TOOL_NOT_CONFIGURED). Cached per process, so credentials are opened once, not per call; tool
    * writes are audited, which empties the cache on every process.
    */
-  const forAction = (orgId: string, actionType: string): Promise<Tool | null> =>
-    cache.get(`tool:${orgId}:${actionType}`, () => db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } }));
+  function forAction(orgId: string, actionType: string): Promise<ConfiguredTool | null> {
+    return cache.get(`tool:${orgId}:${actionType}`, async () => {
+      const tool = await db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } });
+      if (!tool) return null;
+      try {
+        return { ...tool, credentials: tool.connector === 'http' ? openCredentials(tool) : null };
+      } catch (error) {
+        if (!(error instanceof SecretUnavailableError)) throw error;
+        logger.error({ tool_id: tool.id, org_id: orgId, reason: error.message }, 'a tool’s secrets do not open; its calls fail');
+        return { ...tool, credentials: null };
+      }
+    });
+  }
 
   /** Runs the connector. Never throws: whatever fails is a failed result, so the call still gets its record. */
-  async function execute(tool: Tool, call: ToolCall): Promise<ToolResult> {
+  async function execute(tool: ConfiguredTool, call: ToolCall): Promise<ToolResult> {
     try {
       if (tool.connector === 'mock') return runMock(tool.config as { response?: unknown }, call);
-      return await runHttp(tool.config as unknown as HttpToolConfig, tool.secret, call);
+      if (!tool.credentials) {
+        return failure('TOOL_CONFIG_INVALID', 'The tool’s secret or header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY');
+      }
+      return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call);
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
-      return { success: false, data: {}, error: { code: 'TOOL_FAILED', message: 'The tool connector failed' } };
+      return failure('TOOL_FAILED', 'The tool connector failed');
     }
   }
 

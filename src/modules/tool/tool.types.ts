@@ -9,7 +9,11 @@ export const ToolRef = builder.prismaObject('Tool', {
     tool_id: t.exposeID('id'),
     action_type: t.exposeString('actionType'),
     connector: t.exposeString('connector', { description: '`http` or `mock`.' }),
-    config: t.field({ type: 'JSON', description: 'The secret is never returned.', resolve: (tool) => publicConfig(tool) }),
+    config: t.field({
+      type: 'JSON',
+      description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
+      resolve: (tool) => publicConfig(tool),
+    }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
   }),
@@ -42,7 +46,9 @@ restRoute('Query.tool', { method: 'GET', path: `${toolsPath}/:tool_id`, tag, sum
 builder.mutationField('create_tool', (t) =>
   t.field({
     type: ToolRef,
-    description: 'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network} or `mock` {response}.',
+    description:
+      'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network} or `mock` {response}. ' +
+      'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network`.',
     args: {
       org_id: t.arg.id({ required: true }),
       action_type: t.arg.string({ required: true }),
@@ -58,7 +64,9 @@ restRoute('Mutation.create_tool', { method: 'POST', path: toolsPath, status: 201
 builder.mutationField('update_tool', (t) =>
   t.field({
     type: ToolRef,
-    description: 'Replaces the fields given; `config` is replaced whole.',
+    description:
+      'Replaces the fields given; `config` is replaced whole, except that a header value or `secret` given as "[redacted]" ' +
+      '(as read) keeps the stored one.',
     args: {
       org_id: t.arg.id({ required: true }),
       tool_id: t.arg.id({ required: true }),

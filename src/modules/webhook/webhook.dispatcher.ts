@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Database } from '../../db/database.js';
 import type { Env } from '../../env.js';
 import { postJson, type OutboundOutcome } from '../../lib/outbound-http.js';
+import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 
 /**
  * Sends the webhook outbox (webhook_deliveries). Each process runs one dispatcher; every
@@ -46,9 +47,13 @@ interface Claimed {
   payload: unknown;
   attempts: number;
   url: string;
+  /** As stored: sealed when KEY_ENCRYPTION_KEY was set. */
   secret: string;
   allow_private_network: boolean;
 }
+
+/** An attempt that never left: the webhook's secret does not open with the configured keys. */
+type SecretUnavailable = { kind: 'failure'; code: 'SECRET_UNAVAILABLE'; message: string };
 
 export interface WebhookDispatcher {
   start(): WebhookDispatcher;
@@ -69,7 +74,7 @@ export function wakeWebhookDispatchers(): void {
 }
 
 /** What an attempt's outcome means for the delivery. */
-function judge(outcome: OutboundOutcome): { delivered: boolean; statusCode: number | null; error: string | null } {
+function judge(outcome: OutboundOutcome | SecretUnavailable): { delivered: boolean; statusCode: number | null; error: string | null } {
   switch (outcome.kind) {
     case 'response':
       return outcome.status >= 200 && outcome.status < 300
@@ -86,7 +91,17 @@ function judge(outcome: OutboundOutcome): { delivered: boolean; statusCode: numb
   }
 }
 
-export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Database; logger: Logger }): WebhookDispatcher {
+export function createWebhookDispatcher({
+  env,
+  db,
+  logger,
+  secrets,
+}: {
+  env: Env;
+  db: Database;
+  logger: Logger;
+  secrets: SecretBox;
+}): WebhookDispatcher {
   const log = logger.child({ component: 'webhooks' });
   const leaseMs = env.webhookTimeoutMs + LEASE_MARGIN_MS;
   const inFlight = new Map<Promise<void>, AbortController>();
@@ -150,10 +165,20 @@ export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Dat
       ),
     );
 
-  async function attempt(delivery: Claimed, signal: AbortSignal): Promise<void> {
+  /** The webhook's secret in plaintext, or why it cannot be had (a failed attempt, retried as any). */
+  function openSecret(delivery: Claimed): string | SecretUnavailable {
+    try {
+      return secrets.open(delivery.secret);
+    } catch (error) {
+      if (!(error instanceof SecretUnavailableError)) throw error;
+      return { kind: 'failure', code: 'SECRET_UNAVAILABLE', message: `the webhook secret cannot be opened: ${error.message}` };
+    }
+  }
+
+  function send(delivery: Claimed, secret: string, signal: AbortSignal): Promise<OutboundOutcome> {
     const body = JSON.stringify(delivery.payload);
     const timestamp = String(Math.floor(Date.now() / 1000));
-    const outcome = await postJson({
+    return postJson({
       url: delivery.url,
       headers: {
         'User-Agent': 'agent-gateway-webhooks',
@@ -161,7 +186,7 @@ export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Dat
         'X-Webhook-Event': delivery.event,
         'X-Webhook-Delivery': delivery.id,
         'X-Webhook-Timestamp': timestamp,
-        'X-Webhook-Signature': webhookSignature(delivery.secret, timestamp, body),
+        'X-Webhook-Signature': webhookSignature(secret, timestamp, body),
       },
       body,
       timeoutMs: env.webhookTimeoutMs,
@@ -170,6 +195,11 @@ export function createWebhookDispatcher({ env, db, logger }: { env: Env; db: Dat
       allowPrivateNetwork: delivery.allow_private_network,
       signal,
     });
+  }
+
+  async function attempt(delivery: Claimed, signal: AbortSignal): Promise<void> {
+    const secret = openSecret(delivery);
+    const outcome = typeof secret === 'string' ? await send(delivery, secret, signal) : secret;
     // Aborted by shutdown: the receiver may or may not have it; the lease lets another try.
     if (outcome.kind === 'failure' && outcome.code === 'ABORTED') return;
     const { delivered, statusCode, error } = judge(outcome);

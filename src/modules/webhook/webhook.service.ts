@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
-import { FieldErrors, notFound } from '../../errors.js';
+import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import type { ListPage } from '../../graphql/list.js';
-import { isRefusedHost } from '../../lib/address-policy.js';
+import { outboundUrlError } from '../../lib/outbound-http.js';
+import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -35,7 +36,6 @@ export interface DeliveryFilter {
   offset?: number | null;
 }
 
-const MAX_URL_LENGTH = 2048;
 const MIN_SECRET_LENGTH = 16;
 const MAX_SECRET_LENGTH = 256;
 export const DEFAULT_DELIVERY_PAGE = 50;
@@ -126,27 +126,15 @@ const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
   deliveredAt: row.delivered_at,
 });
 
-export function createWebhookService({ db }: Deps) {
+export function createWebhookService({ db, secrets }: Deps) {
   /** The stored columns of a valid webhook, from a create (no `existing`) or an update. */
   function columns(input: WebhookInput, existing?: Webhook) {
     const errors = new FieldErrors();
     const allowPrivate = input.allow_private_network ?? existing?.allowPrivateNetwork ?? false;
     const urlText = input.url ?? existing?.url;
-    let url: URL | undefined;
-    try {
-      url = typeof urlText === 'string' && urlText.length <= MAX_URL_LENGTH ? new URL(urlText) : undefined;
-    } catch {
-      url = undefined;
-    }
-    if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
-      errors.add('url', `must be an http(s) URL without credentials, at most ${MAX_URL_LENGTH} characters`);
-    } else if (!allowPrivate && isRefusedHost(url.hostname)) {
-      // Known without DNS; names resolving to such addresses are refused when delivering.
-      errors.add(
-        input.url == null ? 'allow_private_network' : 'url',
-        'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
-      );
-    }
+    const urlError = outboundUrlError(urlText, allowPrivate);
+    // A stored URL refused because allow_private_network is being turned off: that field is the cause.
+    if (urlError) errors.add(urlError.refused && input.url == null ? 'allow_private_network' : 'url', urlError.message);
 
     const events = input.events ?? existing?.events;
     if (!events || events.length === 0) {
@@ -170,20 +158,21 @@ export function createWebhookService({ db }: Deps) {
     };
   }
 
-  /** The new webhook with its secret: the only time the secret is returned. */
+  /** The new webhook with its secret in plaintext: the only time the secret is returned. */
   async function create(orgId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
     const data = columns(input);
     const secret = input.secret ?? generateSecret();
-    return db.prisma.$transaction(async (tx) => {
-      const webhook = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret, ...data } });
+    const webhook = await db.prisma.$transaction(async (tx) => {
+      const created = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data } });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.created',
         targetType: 'webhook',
-        targetId: webhook.id,
-        after: { ...snapshot(webhook), secret_generated: input.secret == null },
+        targetId: created.id,
+        after: { ...snapshot(created), secret_generated: input.secret == null },
       });
-      return webhook;
+      return created;
     });
+    return { ...webhook, secret };
   }
 
   async function get(orgId: string, webhookId: string): Promise<Webhook> {
@@ -197,14 +186,24 @@ export function createWebhookService({ db }: Deps) {
     return { items, total: items.length };
   }
 
+  /** Whether the webhook's stored secret is `secret`; one that no configured key opens is not. */
+  function holdsSecret(webhook: Webhook, secret: string): boolean {
+    try {
+      return secrets.open(webhook.secret) === secret;
+    } catch (error) {
+      if (error instanceof SecretUnavailableError) return false;
+      throw error;
+    }
+  }
+
   async function update(orgId: string, webhookId: string, input: WebhookInput, actor: Principal): Promise<Webhook> {
     const existing = await get(orgId, webhookId);
     const data = columns(input, existing);
-    const secretRotated = input.secret != null && input.secret !== existing.secret;
-    return db.prisma.$transaction(async (tx) => {
+    const secretRotated = input.secret != null && !holdsSecret(existing, input.secret);
+    return notFoundIfGone('Webhook', db.prisma.$transaction(async (tx) => {
       const webhook = await tx.webhook.update({
-        where: { id: existing.id },
-        data: { ...data, ...(input.secret != null ? { secret: input.secret } : {}) },
+        where: { id: existing.id, orgId },
+        data: { ...data, ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}) },
       });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.updated',
@@ -214,21 +213,26 @@ export function createWebhookService({ db }: Deps) {
         after: { ...snapshot(webhook), secret_rotated: secretRotated },
       });
       return webhook;
-    });
+    }));
   }
 
-  /** Deletes the webhook with its deliveries: pending ones are never sent. */
+  /**
+   * Deletes the webhook with its deliveries: pending ones are never sent. One statement deletes and
+   * returns the row, so of concurrent deletes one wins and the rest are 404.
+   */
   async function remove(orgId: string, webhookId: string, actor: Principal): Promise<void> {
-    const existing = await get(orgId, webhookId);
-    await db.prisma.$transaction(async (tx) => {
-      await tx.webhook.delete({ where: { id: existing.id } });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'webhook.deleted',
-        targetType: 'webhook',
-        targetId: existing.id,
-        before: snapshot(existing),
-      });
-    });
+    await notFoundIfGone(
+      'Webhook',
+      db.prisma.$transaction(async (tx) => {
+        const deleted = await tx.webhook.delete({ where: { id: webhookId, orgId } });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'webhook.deleted',
+          targetType: 'webhook',
+          targetId: deleted.id,
+          before: snapshot(deleted),
+        });
+      }),
+    );
   }
 
   function page(filter: DeliveryFilter) {
@@ -285,3 +289,14 @@ export function createWebhookService({ db }: Deps) {
 }
 
 export type WebhookService = ReturnType<typeof createWebhookService>;
+
+/**
+ * Seals every webhook secret not yet sealed with the current key (`agent-gateway reencrypt`, in
+ * the caller's transaction); returns how many it rewrote.
+ */
+export async function reencryptWebhookSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
+  const rows = await conn.query<{ id: string; secret: string }>('SELECT id, secret FROM webhooks ORDER BY id FOR UPDATE');
+  const stale = rows.filter((row) => !secrets.isCurrent(row.secret));
+  for (const row of stale) await conn.query('UPDATE webhooks SET secret = $2 WHERE id = $1', [row.id, secrets.reseal(row.secret)]);
+  return stale.length;
+}
