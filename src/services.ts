@@ -21,6 +21,7 @@ export function createServices(deps: Deps) {
   const tools = createToolService(deps);
   const tokens = createCapabilityTokenService(deps);
   const approvals = createApprovalService(deps);
+  const countOperatorRequests = createOperatorRateLimit(deps);
   return {
     ...deps,
     orgs: createOrgService(deps),
@@ -35,7 +36,9 @@ export function createServices(deps: Deps) {
     gateway: createGatewayService(deps, { records, tools, tokens, approvals }),
     sessions,
     apiKeys,
-    authenticate: createAuthenticator({ sessions, apiKeys, countOperatorRequest: createOperatorRateLimit(deps) }),
+    countOperatorRequests,
+    /** `identify` reads credentials; `authenticate` also counts the request (operator rate limit). */
+    ...createAuthenticator({ sessions, apiKeys, countOperatorRequests }),
   };
 }
 
