@@ -47,17 +47,19 @@ test(`${DOCUMENTS} anonymous ~570 KB documents of ${ALIASES} aliases: each refus
   gc();
   const baseline = process.memoryUsage().heapUsed;
   let peakGrowth = 0;
+  const answers: { status: number; code?: string; message?: string }[] = [];
   for (let i = 0; i < DOCUMENTS; i++) {
     const query = floodDocument();
     expect(query.length).toBeGreaterThan(550_000);
     const response = await t.request<{ errors?: { message: string; extensions: { code: string } }[] }>('POST', '/graphql', { body: { query } });
-    expect(response.status).toBe(422);
-    expect(response.body.errors?.[0].extensions.code).toBe('VALIDATION_ERROR');
-    expect(response.body.errors?.[0].message).toMatch(/Token limit of 1000 exceeded/);
+    answers.push({ status: response.status, code: response.body.errors?.[0].extensions.code, message: response.body.errors?.[0].message });
     gc();
     peakGrowth = Math.max(peakGrowth, process.memoryUsage().heapUsed - baseline);
   }
   expect(peakGrowth).toBeLessThan(MAX_HEAP_GROWTH);
+  for (const answer of answers) {
+    expect(answer).toEqual({ status: 422, code: 'VALIDATION_ERROR', message: expect.stringMatching(/Token limit of 1000 exceeded/) });
+  }
 
   // The service still answers, anonymous and authenticated.
   const org = await signUp(t, 'after-flood');
