@@ -79,20 +79,23 @@ const throwLimitError = (_context: unknown, error: GraphQLError) => {
   throw limitError(error);
 };
 
-function parseWithin(source: string | Source, options: ParseOptions | undefined, limits: OperationLimits): DocumentNode {
-  try {
-    return new MaxTokensParserWLexer(source, { ...options, n: limits.tokens, onAccept: [], onReject: [throwLimitError] }).parseDocument();
-  } catch (error) {
-    throw reported(parseProblem(error));
-  }
-}
+/**
+ * graphql-js parses and validates recursively, so nesting costs stack; the token limit keeps it far
+ * below the stack's depth, and a RangeError, should one still happen, is the document's problem.
+ */
+const tooDeep = () => documentError('The document nests too deeply');
 
-function parseProblem(error: unknown): AppError {
-  if (error instanceof AppError) return error;
-  // The parser recurses; the token limit keeps nesting well below the stack's depth, this is the backstop.
-  if (error instanceof RangeError) return documentError('The document nests too deeply');
-  if (error instanceof GraphQLError) return new AppError('BAD_REQUEST', error.message, { at: error });
-  throw error;
+function parseWithin(source: string | Source, options: ParseOptions | undefined, limits: OperationLimits): DocumentNode {
+  const parser = new MaxTokensParserWLexer(source, { ...options, n: limits.tokens, onAccept: [], onReject: [] });
+  try {
+    return parser.parseDocument();
+  } catch (error) {
+    // Decided by the count, not by the error: at the deepest point even building the error can overflow.
+    if (parser.tokenCount > limits.tokens) throw reported(documentError(`Token limit of ${limits.tokens} exceeded.`));
+    if (error instanceof RangeError) throw reported(tooDeep());
+    if (error instanceof GraphQLError) throw reported(new AppError('BAD_REQUEST', error.message, { at: error }));
+    throw error;
+  }
 }
 
 /**
@@ -294,10 +297,17 @@ export function useGraphQlGuard(deps: {
       };
     },
 
-    onValidate({ context, addValidationRule }) {
+    onValidate({ context, addValidationRule, validateFn, setValidationFn }) {
       const request = guardedOf(context);
       if (!request) return;
       for (const rule of validationRules[request.callerClass]) addValidationRule(rule);
+      setValidationFn((...args) => {
+        try {
+          return validateFn(...args);
+        } catch (error) {
+          throw error instanceof RangeError ? reported(tooDeep()) : error;
+        }
+      });
       return ({ valid, result }) => {
         if (!valid) throw reported(result.map(asAppError));
       };
