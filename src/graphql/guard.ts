@@ -73,11 +73,16 @@ function documentError(message: string, at?: Pick<GraphQLErrorOptions, 'nodes' |
 }
 
 /** graphql-armor words its limits as syntax errors; they are limits of this service. */
-const limitError = (armorError: GraphQLError) => documentError(armorError.message.replace(/^Syntax Error: /, ''));
-
-const throwLimitError = (_context: unknown, error: GraphQLError) => {
-  throw limitError(error);
+const throwLimitError = (_context: unknown, armorError: GraphQLError) => {
+  throw documentError(armorError.message.replace(/^Syntax Error: /, ''));
 };
+
+/**
+ * Errors thrown from parse or validation as an AggregateError reach the response one by one, with
+ * their own status: yoga would mark a single GraphQLError as a GraphQL-over-HTTP "spec" error,
+ * which it answers 200 to JSON clients. Bad input here is a 4xx like everywhere else.
+ */
+const reported = (errors: AppError | AppError[]) => new AggregateError(Array.isArray(errors) ? errors : [errors]);
 
 /**
  * graphql-js parses and validates recursively, so nesting costs stack; the token limit keeps it far
@@ -97,13 +102,6 @@ function parseWithin(source: string | Source, options: ParseOptions | undefined,
     throw error;
   }
 }
-
-/**
- * Errors thrown from parse or validation as an AggregateError reach the response one by one, with
- * their own status: yoga would mark a single GraphQLError as a GraphQL-over-HTTP "spec" error,
- * which it answers 200 to JSON clients. Bad input here is a 4xx like everywhere else.
- */
-const reported = (errors: AppError | AppError[]) => new AggregateError(Array.isArray(errors) ? errors : [errors]);
 
 /** Validation rules are cached by name with the document, so each caller class names its own. */
 const named = (name: string, rule: ValidationRule): ValidationRule => Object.defineProperty(rule, 'name', { value: name });
