@@ -8,6 +8,7 @@ import type { Database } from './db/database.js';
 import type { Env } from './env.js';
 import { AppError } from './errors.js';
 import type { Context } from './graphql/context.js';
+import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
 import { createLoaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
@@ -67,7 +68,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
 
   const yoga = createYoga<ServerContext, Context>({
     schema,
-    graphqlEndpoint: '/graphql',
+    graphqlEndpoint: GRAPHQL_ENDPOINT,
+    parserAndValidationCache: boundedDocumentCaches(),
     landingPage: false,
     graphiql: { title: 'Agent Gateway GraphiQL' },
     renderGraphiQL,
@@ -99,9 +101,11 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       },
     },
     plugins: [
-      // Compiled resolvers for repeated operations (the REST facade's are fixed documents).
-      useGraphQlJit(),
+      // Compiled resolvers for the REST facade's fixed documents. Never for /graphql: compiling
+      // whatever anyone sends is slow and holds memory per document.
+      useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
       useRequestLifecycle({ logger, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
+      useGraphQlGuard(services),
       {
         async onRequest({ url, endResponse }) {
           if (url.pathname === '/healthz') return endResponse(Response.json({ status: 'ok' }));

@@ -1,4 +1,4 @@
-import { GraphQLError } from 'graphql';
+import { GraphQLError, type GraphQLErrorOptions } from 'graphql';
 
 /**
  * The one error type of the service. It is a GraphQLError so that GraphQL reports it as is
@@ -39,11 +39,19 @@ export class AppError extends GraphQLError {
   constructor(
     code: ErrorCode,
     message: string,
-    options: { details?: Record<string, unknown>; headers?: Record<string, string> } = {},
+    options: {
+      details?: Record<string, unknown>;
+      headers?: Record<string, string>;
+      /** Where in a GraphQL document the problem is: reported as the error's `locations`. */
+      at?: Pick<GraphQLErrorOptions, 'nodes' | 'source' | 'positions'>;
+    } = {},
   ) {
     const status = errorStatus[code];
     const details = options.details ?? {};
     super(message, {
+      nodes: options.at?.nodes,
+      source: options.at?.source,
+      positions: options.at?.positions,
       extensions: {
         code,
         ...(Object.keys(details).length ? { details } : {}),

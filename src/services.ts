@@ -25,6 +25,7 @@ export function createServices(deps: Deps) {
   const orgs = createOrgService(deps);
   const manifests = createManifestService(deps);
   const journal = createExecutionJournal(deps, records);
+  const countOperatorRequests = createOperatorRateLimit(deps);
   return {
     ...deps,
     orgs,
@@ -40,7 +41,9 @@ export function createServices(deps: Deps) {
     gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal }),
     sessions,
     apiKeys,
-    authenticate: createAuthenticator({ sessions, apiKeys, countOperatorRequest: createOperatorRateLimit(deps) }),
+    countOperatorRequests,
+    /** `identify` reads credentials; `authenticate` also counts the request (operator rate limit). */
+    ...createAuthenticator({ sessions, apiKeys, countOperatorRequests }),
   };
 }
 

@@ -1,4 +1,5 @@
 import SchemaBuilder from '@pothos/core';
+import ComplexityPlugin from '@pothos/plugin-complexity';
 import PrismaPlugin from '@pothos/plugin-prisma';
 import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
 import type PrismaTypes from '../generated/pothos-types.js';
@@ -6,6 +7,7 @@ import { getDatamodel } from '../generated/pothos-types.js';
 import type { Action } from '../modules/auth/authz.js';
 import type { Context } from './context.js';
 import { authScopeLoaders, unauthorizedError } from './auth-scopes.js';
+import { fieldCost } from './limits.js';
 
 export interface AuthScopes {
   /** Any valid credential. */
@@ -28,8 +30,14 @@ export const builder = new SchemaBuilder<{
     JSON: { Input: unknown; Output: unknown };
   };
 }>({
-  plugins: [ScopeAuthPlugin, PrismaPlugin],
+  plugins: [ScopeAuthPlugin, PrismaPlugin, ComplexityPlugin],
   defaultFieldNullability: false,
+  complexity: {
+    // Every field carries its cost; the /graphql guard (guard.ts) measures an operation before
+    // it executes. `disabled` leaves resolvers unwrapped: REST's fixed operations are not measured.
+    fieldComplexity: fieldCost,
+    disabled: true,
+  },
   scopeAuth: {
     authScopes: authScopeLoaders,
     unauthorizedError,

@@ -11,7 +11,10 @@ export interface Context {
   services: Services;
   /** Per-request batching for relations that dashboards query in lists. */
   loaders: Loaders;
-  /** Resolves the caller's credentials once per request (and counts the request against limits). */
+  /**
+   * Resolves the caller's credentials once per request. On REST it also counts the request against
+   * the operator rate limit; on /graphql the guard (guard.ts) read them first and counts by cost.
+   */
   authenticate(): Promise<AuthState>;
   /** Set by the scope loaders once `authenticate` resolved: read by the synchronous error builder. */
   authState?: AuthState;

@@ -10,7 +10,8 @@ export type AuthState = { principal: Principal } | { principal: null; error?: Ap
 export interface AuthenticatorDeps {
   sessions: SessionService;
   apiKeys: ApiKeyService;
-  countOperatorRequest: (principal: Principal, state: RequestState) => Promise<void>;
+  /** Counts `requests` (default one) against the org's operator rate limit; throws past it. */
+  countOperatorRequests: (principal: Principal, state: RequestState, requests?: number) => Promise<void>;
 }
 
 const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
@@ -18,8 +19,9 @@ const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
 /** Routes governed by manifest budgets rather than the operator rate limit. */
 const isGatewayRoute = (route: string | undefined) => route?.startsWith('POST /api/v1/gateway/') ?? false;
 
-export function createAuthenticator({ sessions, apiKeys, countOperatorRequest }: AuthenticatorDeps) {
-  return async function authenticate(request: Request, state: RequestState): Promise<AuthState> {
+export function createAuthenticator({ sessions, apiKeys, countOperatorRequests }: AuthenticatorDeps) {
+  /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */
+  async function identify(request: Request, state: RequestState): Promise<AuthState> {
     const authorization = request.headers.get('authorization');
     const apiKey = request.headers.get('x-api-key');
     if (!authorization && !apiKey) return { principal: null };
@@ -40,7 +42,15 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequest }:
       throw error;
     }
     state.orgId = principal.orgId;
-    if (!isGatewayRoute(state.route)) await countOperatorRequest(principal, state);
     return { principal };
-  };
+  }
+
+  /** Reads the credentials and counts the request against the operator rate limit (REST). */
+  async function authenticate(request: Request, state: RequestState): Promise<AuthState> {
+    const auth = await identify(request, state);
+    if (auth.principal && !isGatewayRoute(state.route)) await countOperatorRequests(auth.principal, state);
+    return auth;
+  }
+
+  return { identify, authenticate };
 }

@@ -8,16 +8,20 @@ import type { Principal } from '../auth/authz.js';
  * The per-org limit on operator traffic (decisions.md: 1000 a minute unless the org says
  * otherwise), counted in the database so that every process on it shares the count. Gateway
  * routes are left to the manifest budgets instead.
+ *
+ * A REST call counts one request; a GraphQL operation counts as many as its cost is worth
+ * (src/graphql/limits.ts), so that one document cannot do the work of hundreds of calls for the
+ * price of one. Refused requests count too, as every request did before.
  */
 export function createOperatorRateLimit({ db }: Deps) {
-  return async function count(principal: Principal, state: RequestState): Promise<void> {
+  return async function count(principal: Principal, state: RequestState, requests = 1): Promise<void> {
     const window = fixedWindow(60);
     // One round trip: count this request and read the org's limit.
     const [row] = await db.sql.query<{ count: number; limit: number | null }>(
-      `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, 1)
-       ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
+      `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $4)
+       ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + $4
        RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $3::uuid) AS limit`,
-      [`operator:${principal.orgId}`, window.start, principal.orgId],
+      [`operator:${principal.orgId}`, window.start, principal.orgId, requests],
     );
     const limit = row.limit ?? 0;
     const headers = state.responseHeaders;
