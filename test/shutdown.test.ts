@@ -9,6 +9,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { openDatabase } from '../src/db/database.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
@@ -18,10 +19,14 @@ import { killAllServices, startReadyService, waitExit, type Service } from './su
 const GRACE_MS = 2000;
 /**
  * What the service promises: grace, then at most 3 s to close the database and 1 s for the last
- * log lines, then its watchdog kills it. The bound leaves a margin for a loaded machine; before
- * the fix, a stdout whose reader stopped reading kept the process alive for good.
+ * log lines; 1 s later its watchdog kills it.
  */
-const EXIT_BOUND_MS = GRACE_MS + 8000;
+const WATCHDOG_KILLS_AFTER_MS = GRACE_MS + 5000;
+/**
+ * With a margin for a loaded machine. Before the fix, a stdout whose reader stopped reading kept
+ * the process alive for good.
+ */
+const EXIT_BOUND_MS = WATCHDOG_KILLS_AFTER_MS + 3000;
 const TEST_TIMEOUT_MS = 120_000;
 
 const databases: TestDatabase[] = [];
@@ -39,9 +44,9 @@ async function freshStorage(): Promise<{ dataDir?: string; databaseUrl?: string 
   return { dataDir };
 }
 
-async function startOnFreshStorage(env: Record<string, string> = {}) {
+async function startOnFreshStorage(env: Record<string, string> = {}, preload?: string) {
   const storage = await freshStorage();
-  const service = await startReadyService({ ...storage, env: { SHUTDOWN_GRACE_MS: String(GRACE_MS), ...env } });
+  const service = await startReadyService({ ...storage, env: { SHUTDOWN_GRACE_MS: String(GRACE_MS), ...env }, preload });
   return { service, storage };
 }
 
@@ -188,5 +193,15 @@ describe(`SIGTERM ends the service within the grace period plus a few seconds ($
     } finally {
       await db.close();
     }
+  }, TEST_TIMEOUT_MS);
+
+  test('with the main thread stuck after SIGTERM began the shutdown: its watchdog thread kills the process', async () => {
+    const { service } = await startOnFreshStorage({}, fileURLToPath(new URL('./support/stuck-after-sigterm.ts', import.meta.url)));
+    const exit = await terminate(service);
+    expect(exit).toMatchObject({ code: null, signal: 'SIGKILL' });
+    expect(exit.afterMs).toBeLessThan(EXIT_BOUND_MS);
+    // Not before the orderly path had its chance: grace, finishing and the last log lines.
+    expect(exit.afterMs).toBeGreaterThanOrEqual(WATCHDOG_KILLS_AFTER_MS - 100);
+    expect(service.stderr.join('')).toContain('agent-gateway: shutdown after SIGTERM did not end the process in time; killing the process (SIGKILL)');
   }, TEST_TIMEOUT_MS);
 });
