@@ -26,8 +26,9 @@ hash, every link of the chain, the count, and the chain head when the file reach
 Exit status: 0 verified, 1 not verified (the first broken record is printed), 2 usage or I/O error.
 
 rotate-keys makes a new active Ed25519 key for each purpose named (default: all) in the database of
-DATABASE_URL (or the PGlite DATA_DIR, with the service stopped) and retires the old ones, which keep
-verifying and stay in the JWKS. Running services switch to the new keys within a second.`;
+DATABASE_URL (or the PGlite DATA_DIR, which it refuses while a service runs on it: PGlite allows one
+process) and retires the old ones, which keep verifying and stay in the JWKS. Running services switch
+to the new keys within a second.`;
 
 class UsageError extends Error {}
 
