@@ -195,7 +195,7 @@ describe(`SIGTERM ends the service within the grace period plus a few seconds ($
     }
   }, TEST_TIMEOUT_MS);
 
-  test('with the main thread stuck after SIGTERM began the shutdown: its watchdog thread kills the process', async () => {
+  test('with the main thread stuck in a futex wait on exit after SIGTERM: its watchdog thread kills the process', async () => {
     const { service } = await startOnFreshStorage({}, fileURLToPath(new URL('./support/stuck-after-sigterm.ts', import.meta.url)));
     const exit = await terminate(service);
     expect(exit).toMatchObject({ code: null, signal: 'SIGKILL' });
