@@ -36,15 +36,45 @@ interface FileLocks {
 let fileLocks: FileLocks | undefined;
 const loadFileLocks = (): FileLocks => (fileLocks ??= createRequire(import.meta.url)('fs-native-extensions') as FileLocks);
 
-/** Who holds the lock, from the content its holder wrote. */
-async function describeHolder(lockPath: string): Promise<string> {
+interface Holder {
+  pid: number;
+  host?: string;
+  since?: string;
+}
+
+async function readHolder(lockPath: string): Promise<Holder | undefined> {
   try {
-    const holder = JSON.parse(await readFile(lockPath, 'utf8')) as { pid?: unknown; host?: unknown; since?: unknown };
-    if (typeof holder.pid === 'number') {
-      return `pid ${holder.pid}${typeof holder.host === 'string' ? ` on ${holder.host}` : ''}${typeof holder.since === 'string' ? `, running since ${holder.since}` : ''}`;
-    }
+    const holder = JSON.parse(await readFile(lockPath, 'utf8')) as Partial<Holder>;
+    return typeof holder.pid === 'number' ? (holder as Holder) : undefined;
   } catch {
-    // Written by a holder that has not finished writing it, or not ours: no name to give.
+    // Empty (the holder is between truncating and writing) or not ours.
+    return undefined;
+  }
+}
+
+/** False only when the pid surely names no process (on this host; other hosts cannot be asked). */
+function mayBeAlive(holder: Holder): boolean {
+  if (holder.host !== os.hostname()) return true;
+  try {
+    process.kill(holder.pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Who holds the lock, from the details its holder writes right after taking it. A holder that
+ * has just won a simultaneous start may not have written them yet (the file is empty or still
+ * names the previous, dead holder): it gets a moment.
+ */
+async function describeHolder(lockPath: string): Promise<string> {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const holder = await readHolder(lockPath);
+    if (holder && mayBeAlive(holder)) {
+      return `pid ${holder.pid}${holder.host ? ` on ${holder.host}` : ''}${holder.since ? `, running since ${holder.since}` : ''}`;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
   return 'another process';
 }
