@@ -65,7 +65,12 @@ async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
   const finishBy = env.shutdownGraceMs + SHUTDOWN_FINISH_MS;
-  armExitWatchdog(finishBy + LOG_FLUSH_MS + WATCHDOG_MARGIN_MS, `shutdown after ${signal} did not end the process in time`);
+  try {
+    armExitWatchdog(finishBy + LOG_FLUSH_MS + WATCHDOG_MARGIN_MS, `shutdown after ${signal} did not end the process in time`);
+  } catch (error) {
+    // No thread to be had (resources exhausted): the orderly path and its deadline still run.
+    logger.warn({ err: error }, 'the shutdown watchdog could not start');
+  }
   const overdue = setTimeout(
     () => void exitWith(1, `shutdown did not finish within ${finishBy} ms; exiting with work left undone`),
     finishBy,
