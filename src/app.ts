@@ -129,15 +129,23 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     ],
   });
 
+  // Periodic database work in flight: stop() waits for it, so the database is not closed under it.
+  const periodicWork = new Set<Promise<void>>();
+  const runPeriodic = (work: () => Promise<unknown>, failure: string) => {
+    const task: Promise<void> = work()
+      .then(() => undefined, (error) => logger.warn({ err: error }, failure))
+      .finally(() => periodicWork.delete(task));
+    periodicWork.add(task);
+  };
   const maintenance = setInterval(() => {
-    Promise.all([
-      pruneCounters(db.sql),
-      db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
-    ]).catch((error) => logger.warn({ err: error }, 'maintenance failed'));
+    runPeriodic(
+      () => Promise.all([pruneCounters(db.sql), db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()')]),
+      'maintenance failed',
+    );
   }, MAINTENANCE_INTERVAL_MS);
   maintenance.unref();
   const approvalSweep = setInterval(() => {
-    services.approvals.expireDue().catch((error) => logger.warn({ err: error }, 'approval expiry sweep failed'));
+    runPeriodic(() => services.approvals.expireDue(), 'approval expiry sweep failed');
   }, env.approvalSweepSeconds * 1000);
   approvalSweep.unref();
 
@@ -159,7 +167,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       clearInterval(approvalSweep);
       cache.stop();
       await ready.catch(() => undefined);
-      await Promise.all([webhookDispatcher.stop(), services.journal.stop()]);
+      await Promise.all([webhookDispatcher.stop(), services.journal.stop(), ...periodicWork]);
     },
   };
 }

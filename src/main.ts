@@ -1,15 +1,55 @@
 import { createServer } from 'node:http';
 import { createApp } from './app.js';
+import { DataDirInUseError } from './db/data-dir-lock.js';
 import { openDatabase } from './db/database.js';
 import { parseEnv } from './env.js';
-import { createLogger } from './logger.js';
+import { armExitWatchdog } from './lib/exit-watchdog.js';
+import { createLogger, stdoutLogOutput } from './logger.js';
+
+/**
+ * Shutdown budget after SHUTDOWN_GRACE_MS (in-flight requests): stopping background work, closing
+ * the database and writing the last log lines. Past it the process exits with status 1.
+ */
+const SHUTDOWN_FINISH_MS = 3000;
+/** How long the last log lines may take to reach a slow stdout reader before exit. */
+const LOG_FLUSH_MS = 1000;
+/**
+ * Past grace + finish + flush + this, a watchdog thread kills the process: the orderly exit above
+ * runs on the main thread, and a main thread stuck in a native call would never reach it.
+ */
+const WATCHDOG_MARGIN_MS = 1000;
 
 const env = parseEnv();
-const logger = createLogger(env.logLevel);
+const logOutput = stdoutLogOutput();
+const logger = createLogger(env.logLevel, logOutput);
 
-const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+let exiting = false;
+
+/** Writes `message` as the last log line, gives stdout a bounded time to take it, and exits. */
+async function exitWith(code: number, message: string, fields: Record<string, unknown> = {}): Promise<never> {
+  // The first decision stands: an overdue shutdown is not turned into a clean one by a late finish.
+  if (exiting) return new Promise<never>(() => undefined);
+  exiting = true;
+  if (code === 0) logger.info(fields, message);
+  else logger.error(fields, message);
+  if (!(await logOutput.flushWithin(LOG_FLUSH_MS))) {
+    // stderr is written asynchronously too (a pipe or socket in libuv): it cannot block the exit.
+    process.stderr.write(
+      `agent-gateway: stdout did not take every log line before exit (${logOutput.pendingBytes} bytes queued, ${logOutput.droppedLines} lines dropped)\n`,
+    );
+  }
+  process.exit(code);
+}
+
+/** Start-up failed: one line that says why (a locked DATA_DIR needs no stack trace). */
+function failToStart(error: unknown): Promise<never> {
+  const message = error instanceof Error ? error.message : String(error);
+  return exitWith(1, `cannot start: ${message}`, error instanceof DataDirInUseError ? {} : { err: error });
+}
+
+const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir }).catch(failToStart);
 const app = createApp({ env, db, logger });
-await app.ready;
+await app.ready.catch(failToStart);
 const server = createServer(app.yoga);
 server.keepAliveTimeout = 5000;
 
@@ -25,20 +65,32 @@ let stopping = false;
 async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
+  const finishBy = env.shutdownGraceMs + SHUTDOWN_FINISH_MS;
+  try {
+    armExitWatchdog(finishBy + LOG_FLUSH_MS + WATCHDOG_MARGIN_MS, `shutdown after ${signal} did not end the process in time`);
+  } catch (error) {
+    // No thread to be had (resources exhausted): the orderly path and its deadline still run.
+    logger.warn({ err: error }, 'the shutdown watchdog could not start');
+  }
+  const overdue = setTimeout(
+    () => void exitWith(1, `shutdown did not finish within ${finishBy} ms; exiting with work left undone`),
+    finishBy,
+  );
   logger.info({ signal }, 'shutting down: draining requests');
   app.setDraining();
-  const stopped = app.stop();
+  const failureOf = (work: Promise<unknown>) => work.then(() => undefined, (error: unknown) => error ?? 'failed');
+  // Background work stops while requests drain.
+  const backgroundStopped = failureOf(app.stop());
   const forced = setTimeout(() => server.closeAllConnections(), env.shutdownGraceMs);
-  forced.unref();
   await new Promise<void>((resolve) => {
     server.close(() => resolve());
     server.closeIdleConnections();
   });
   clearTimeout(forced);
-  await stopped;
-  await db.close();
-  logger.info('stopped');
-  process.exit(0);
+  const failure = (await backgroundStopped) ?? (await failureOf(db.close()));
+  clearTimeout(overdue);
+  if (failure !== undefined) await exitWith(1, 'shutdown failed', { err: failure });
+  await exitWith(0, 'stopped');
 }
 
 process.on('SIGTERM', () => void shutdown('SIGTERM'));

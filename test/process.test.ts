@@ -1,18 +1,29 @@
 /**
- * The real service as a child process on a real port: start-up log, health endpoints, and the
- * embedded PGlite database surviving SIGKILL and SIGTERM restarts on the same DATA_DIR.
+ * The real service as a child process on a real port: start-up log, health endpoints, the
+ * embedded PGlite database surviving SIGKILL and SIGTERM restarts on the same DATA_DIR, and one
+ * process at most on a DATA_DIR (services and the CLI).
  *
  * The child always runs on embedded PGlite: DATABASE_URL is removed from its environment even
  * when the suite itself runs against PostgreSQL.
  */
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { readMigrations } from '../src/db/migrate.js';
 import type { TestResponse } from './support/app.js';
-import { killAllServices, startReadyService, waitExit, type Service } from './support/service-process.js';
+import {
+  freePort,
+  killAllServices,
+  startReadyService,
+  startService,
+  waitExit,
+  waitReady,
+  type Service,
+} from './support/service-process.js';
 
 const PASSWORD = 'correct horse battery staple';
 
@@ -176,5 +187,84 @@ describe('restarts on the same DATA_DIR', () => {
     expect(await waitExit(second)).toEqual({ code: 0, signal: null });
     const third = await startReady(dataDir);
     await expectSeeded(third, seeded);
+  }, TEST_TIMEOUT_MS);
+});
+
+/** The refusal a second process on a DATA_DIR gets, naming the holder. */
+const inUse = (dataDir: string, holder: Service) =>
+  `DATA_DIR ${dataDir} is in use by another Agent Gateway process (pid ${holder.child.pid} on ${os.hostname()}, running since `;
+
+/** `agent-gateway rotate-keys` as its own process on the PGlite DATA_DIR. */
+function rotateKeys(dataDir: string) {
+  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
+  delete env.DATABASE_URL;
+  delete env.NODE_OPTIONS;
+  return spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'rotate-keys', 'record'], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    env,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+}
+
+describe('one process per DATA_DIR', () => {
+  test('a second service on it exits non-zero naming the holder, the first keeps serving, and after kill -9 of the first a new one starts', async () => {
+    const dataDir = await tempDataDir();
+    const first = await startReady(dataDir);
+    const seeded = await seed(first);
+
+    const second = startService(await freePort(), { dataDir });
+    expect(await waitExit(second, 60_000)).toEqual({ code: 1, signal: null });
+    const refusal = second.logs.find((line) => line.level >= 50);
+    expect(refusal?.msg).toContain(`cannot start: ${inUse(dataDir, first)}`);
+    expect(refusal?.msg).toContain('set DATABASE_URL to run several processes on PostgreSQL');
+
+    // The first one was not disturbed: it still reads and writes.
+    await expectSeeded(first, seeded);
+    const more = await seed(first);
+
+    // kill -9 leaves no stale lock behind.
+    first.child.kill('SIGKILL');
+    await waitExit(first);
+    const third = await startReady(dataDir);
+    await expectSeeded(third, more);
+  }, TEST_TIMEOUT_MS);
+
+  test('of two services started at the same moment on a new DATA_DIR, exactly one serves', async () => {
+    const dataDir = await tempDataDir();
+    const [portA, portB] = [await freePort(), await freePort()];
+    const both = [startService(portA, { dataDir }), startService(portB, { dataDir })];
+    const outcomes = await Promise.all(
+      both.map((service) =>
+        Promise.race([
+          waitReady(service).then(() => 'serving' as const),
+          service.exited.then(() => 'refused' as const),
+        ]).catch(() => 'refused' as const),
+      ),
+    );
+    expect([...outcomes].sort()).toEqual(['refused', 'serving']);
+    const winner = both[outcomes.indexOf('serving')];
+    const loser = both[outcomes.indexOf('refused')];
+    expect(await waitExit(loser, 60_000)).toEqual({ code: 1, signal: null });
+    expect(loser.logs.find((line) => line.level >= 50)?.msg).toContain(`cannot start: ${inUse(dataDir, winner)}`);
+    await seed(winner);
+  }, TEST_TIMEOUT_MS);
+
+  test('`agent-gateway rotate-keys` refuses it while a service runs on it, and rotates once the service stopped', async () => {
+    const dataDir = await tempDataDir();
+    const service = await startReady(dataDir);
+
+    const refused = rotateKeys(dataDir);
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toContain(`agent-gateway: ${inUse(dataDir, service)}`);
+    expect(refused.stdout).toBe('');
+    expect((await service.request('GET', '/readyz')).status).toBe(200);
+
+    service.child.kill('SIGTERM');
+    expect(await waitExit(service)).toEqual({ code: 0, signal: null });
+    const rotated = rotateKeys(dataDir);
+    expect(rotated.stderr).toBe('');
+    expect(rotated.status).toBe(0);
+    expect(rotated.stdout).toMatch(/^record: new active key \S+\n$/);
   }, TEST_TIMEOUT_MS);
 });

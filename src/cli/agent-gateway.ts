@@ -28,13 +28,15 @@ hash, every link of the chain, the count, and the chain head when the file reach
 Exit status: 0 verified, 1 not verified (the first broken record is printed), 2 usage or I/O error.
 
 rotate-keys makes a new active Ed25519 key for each purpose named (default: all) in the database of
-DATABASE_URL (or the PGlite DATA_DIR, with the service stopped) and retires the old ones, which keep
-verifying and stay in the JWKS. Running services switch to the new keys within a second.
+DATABASE_URL (or the PGlite DATA_DIR, which it refuses while a service runs on it: PGlite allows one
+process) and retires the old ones, which keep verifying and stay in the JWKS. Running services switch
+to the new keys within a second.
 
 reencrypt seals every secret at rest (signing keys, tool secrets and header values, webhook
 secrets) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and those sealed with a key
-of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database. Run it after setting a
-key for the first time, and after rotating it (then drop KEY_ENCRYPTION_KEY_PREVIOUS).`;
+of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database (for PGlite, with the
+service stopped). Run it after setting a key for the first time, and after rotating it (then drop
+KEY_ENCRYPTION_KEY_PREVIOUS).`;
 
 class UsageError extends Error {}
 

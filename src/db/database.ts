@@ -4,6 +4,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
+import { lockDataDir } from './data-dir-lock.js';
 import { migrate } from './migrate.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
 import type { SqlConnection, SqlDriver, TransactionAnswer } from './sql.js';
@@ -148,14 +149,24 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   }
 
   const dataDir = options.dataDir ?? './data';
+  const inMemory = dataDir.startsWith('memory://');
   // PGlite creates its files world-writable; a private directory keeps other users out.
-  if (!dataDir.startsWith('memory://')) await mkdir(dataDir, { recursive: true, mode: 0o700 });
-  const pglite = await PGlite.create(dataDir);
+  if (!inMemory) await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  // Before PGlite touches the files: a second process on them would corrupt the database.
+  const lock = inMemory ? undefined : await lockDataDir(dataDir);
+  let pglite: PGlite;
+  try {
+    pglite = await PGlite.create(dataDir);
+  } catch (error) {
+    await lock?.release();
+    throw error;
+  }
   const sql = pgliteDriver(pglite);
   try {
     if (shouldMigrate) await migrate(sql);
   } catch (error) {
     await pglite.close();
+    await lock?.release();
     throw error;
   }
   const adapter = new PrismaPGlite(pglite);
@@ -174,6 +185,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       await prisma.$disconnect();
       // $disconnect does not close PGlite; without this the process never exits.
       if (!pglite.closed) await pglite.close();
+      await lock?.release();
     },
   };
 }

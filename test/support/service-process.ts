@@ -35,6 +35,8 @@ export interface ServiceOptions {
   /** … or this PostgreSQL database. */
   databaseUrl?: string;
   env?: Record<string, string>;
+  /** A module the child imports before the service: puts it in a state a test needs. */
+  preload?: string;
 }
 
 const running = new Set<Service>();
@@ -61,7 +63,8 @@ export function startService(port: number, options: ServiceOptions): Service {
   delete env.NODE_OPTIONS;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.dataDir) env.DATA_DIR = options.dataDir;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const preload = options.preload ? ['--import', options.preload] : [];
+  const child = spawn(process.execPath, ['--import', 'tsx', ...preload, 'src/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: LogLine[] = [];
   const stdout: string[] = [];
   const stderr: string[] = [];
