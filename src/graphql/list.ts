@@ -1,10 +1,6 @@
 import type { ObjectRef } from '@pothos/core';
+import type { ListPage } from '../lib/list-page.js';
 import { builder } from './builder.js';
-
-export interface ListPage<T> {
-  items: T[];
-  total: number;
-}
 
 /** `{items, total}`: the list shape of every REST listing. */
 export function listType<T>(name: string, item: ObjectRef<any, T>) {

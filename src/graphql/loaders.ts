@@ -3,7 +3,7 @@ import type { WebhookDelivery } from '../generated/prisma/client.js';
 import type { Services } from '../services.js';
 import { historyKey } from '../modules/manifest/manifest.service.js';
 import type { DeliveryFilter } from '../modules/webhook/webhook.service.js';
-import type { ListPage } from './list.js';
+import type { ListPage } from '../lib/list-page.js';
 
 type DeliveriesKey = DeliveryFilter & { webhookId: string };
 const filterKey = ({ status, limit, offset }: DeliveryFilter) => JSON.stringify([status ?? null, limit ?? null, offset ?? null]);

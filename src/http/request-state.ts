@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { AuthState } from '../modules/auth/authenticate.js';
+import type { AuthState } from '../modules/auth/authz.js';
 import { Headers } from './fetch-api.js';
 import { randomHexId } from '../lib/ids.js';
 

@@ -1,11 +1,10 @@
 import { AppError } from '../../errors.js';
 import type { RequestState } from '../../http/request-state.js';
 import type { ApiKeyService } from '../api-key/api-key.service.js';
-import type { Principal } from './authz.js';
+import type { AuthState, Principal } from './authz.js';
 import type { SessionService } from './session.service.js';
 
-/** The outcome of reading a request's credentials: a principal, nothing, or a rejected credential. */
-export type AuthState = { principal: Principal } | { principal: null; error?: AppError };
+export type { AuthState } from './authz.js';
 
 export interface AuthenticatorDeps {
   sessions: SessionService;

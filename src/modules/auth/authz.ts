@@ -1,3 +1,4 @@
+import type { AppError } from '../../errors.js';
 /**
  * Who is calling and what they may do: the one principal type, the typed list of actions, and
  * the table of decisions.md § "Scopes (API keys) and roles (bearer) per endpoint". Resolvers name
@@ -41,6 +42,9 @@ export interface ApiKeyPrincipal {
 }
 
 export type Principal = UserPrincipal | ApiKeyPrincipal;
+
+/** The outcome of reading a request's credentials: a principal, nothing, or a rejected credential. */
+export type AuthState = { principal: Principal } | { principal: null; error?: AppError };
 
 interface Permission {
   roles: readonly UserRole[];

@@ -3,7 +3,7 @@ import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
-import type { ListPage } from '../../graphql/list.js';
+import type { ListPage } from '../../lib/list-page.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { actorOf } from '../audit/audit-events.js';
