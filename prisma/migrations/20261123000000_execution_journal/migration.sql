@@ -2,6 +2,8 @@
 -- counts its budget, before the tool is called; the row goes once the interaction's record is
 -- written. A row left by a process that died (its advisory lock on `owner` is free) becomes a
 -- record marked as interrupted, so every tool invocation has a record after any crash.
+-- No index besides the key: the table holds only executions in flight (a few per connection), and
+-- every index would be one more write on each execute's commit and on its deletion.
 -- CreateTable
 CREATE TABLE "gateway_executions" (
     "id" TEXT NOT NULL,
@@ -19,6 +21,3 @@ CREATE TABLE "gateway_executions" (
 
     CONSTRAINT "gateway_executions_pkey" PRIMARY KEY ("id")
 );
-
--- CreateIndex
-CREATE INDEX "gateway_executions_owner_idx" ON "gateway_executions"("owner");
