@@ -129,6 +129,37 @@ describe('decisions and reasons', () => {
   });
 });
 
+describe('one decision, two channels', () => {
+  const selection = `{ approval_id decision executed interaction_id reasons { code details message } result { data error { code message } success } }`;
+  const viaGraphQL = async (agent: { svcId: string; key: string }, mode: 'execute' | 'evaluate', tool: string) => {
+    const response = await t.graphql(
+      `mutation($svc: String!, $action: GatewayActionInput!) { gateway_${mode}(svc_id: $svc, agent_id: $svc, action: $action) ${selection} }`,
+      { svc: agent.svcId, action: { type: 'billing', tool, params: { invoice: 'inv-1' } } },
+      { apiKey: agent.key },
+    );
+    expect(response.body.errors).toBeUndefined();
+    return response.body.data[`gateway_${mode}`];
+  };
+  const withoutId = ({ interaction_id, ...rest }: Record<string, unknown>) => ({ ...rest, has_id: typeof interaction_id === 'string' });
+
+  test.each([
+    ['execute', 'read'],
+    ['execute', 'delete'],
+    ['evaluate', 'read'],
+    ['evaluate', 'delete'],
+  ] as const)('REST %s of billing:%s answers exactly what the GraphQL field does, key order included', async (mode, tool) => {
+    const org = await signUp(t);
+    const agent = await readyAgent(t, org);
+    const rest = await t.request('POST', `/api/v1/gateway/${mode}`, { apiKey: agent.key, body: actionBody(agent, tool) });
+    expect(rest.status).toBe(200);
+    const graphql = await viaGraphQL(agent, mode, tool);
+    expect(withoutId(rest.body)).toEqual(withoutId(graphql));
+    expect(Object.keys(rest.body)).toEqual(Object.keys(graphql));
+    if (rest.body.result) expect(Object.keys(rest.body.result)).toEqual(Object.keys(graphql.result));
+    for (const [i, reason] of rest.body.reasons.entries()) expect(Object.keys(reason)).toEqual(Object.keys(graphql.reasons[i]));
+  });
+});
+
 describe('budgets', () => {
   test('the daily budget denies with BUDGET_EXCEEDED and details; denied actions do not count', async () => {
     const org = await signUp(t);

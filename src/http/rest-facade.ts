@@ -12,7 +12,7 @@ import {
 } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from 'pino';
-import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
+import { AppError, authenticationRequired, operationForbidden, orgNotFound, validationError, type FieldError } from '../errors.js';
 import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
@@ -22,7 +22,8 @@ import { errorResponse, restErrorHandler, toWireError, wireError } from './envel
 import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
-import { restRoutes, sofaRouteConfig } from './rest-routes.js';
+import { restRoutes, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
+import { Response } from './fetch-api.js';
 import { restSchema } from './rest-schema.js';
 import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-routes.js';
 
@@ -44,6 +45,7 @@ interface CompiledRoute {
   bodyArgs: Map<string, GraphQLArgument>;
   bodyArg: string | undefined;
   stream?: StreamRoute;
+  direct?: DirectRoute;
 }
 
 function pathPattern(path: string): { pattern: RegExp; pathParams: string[] } {
@@ -70,6 +72,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       pathParams,
       bodyArgs: new Map(field.args.filter((a) => !pathParams.includes(a.name)).map((a) => [a.name, a])),
       bodyArg: route.bodyArg,
+      direct: route.direct,
     };
   });
   const streamed = streamRoutes.map((route): CompiledRoute => {
@@ -95,8 +98,9 @@ const bySpecificity = (a: CompiledRoute, b: CompiledRoute) => a.pathParams.lengt
  * becomes a list). JSON bodies are checked first with GraphQL's strict input coercion instead, so a
  * wrong type is a 422 naming the field.
  */
-function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json' {
-  if (!text.trim()) return route.bodyArg ? [{ field: 'body', message: 'must be a JSON object' }] : [];
+function checkBody(text: string, route: CompiledRoute): { errors: FieldError[]; args: Record<string, unknown> } | 'not_json' {
+  const args: Record<string, unknown> = {};
+  if (!text.trim()) return { errors: route.bodyArg ? [{ field: 'body', message: 'must be a JSON object' }] : [], args };
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -104,21 +108,21 @@ function checkBody(text: string, route: CompiledRoute): FieldError[] | 'not_json
     return 'not_json';
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    return [{ field: 'body', message: 'must be a JSON object' }];
+    return { errors: [{ field: 'body', message: 'must be a JSON object' }], args };
   }
   const unstorable = findUnstorable(body, '');
-  if (unstorable) return [unstorable];
-  if (route.bodyArg) return [];
+  if (unstorable) return { errors: [unstorable], args };
+  if (route.bodyArg) return { errors: [], args: { [route.bodyArg]: body } };
   const errors: FieldError[] = [];
   for (const [name, value] of Object.entries(body)) {
     const arg = route.bodyArgs.get(name);
     if (!arg || value === undefined) continue;
-    coerceInputValue(value, arg.type, (path, _invalid, error) => {
+    args[name] = coerceInputValue(value, arg.type, (path, _invalid, error) => {
       const suffix = path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('');
       errors.push({ field: `${name}${suffix}`, message: error.message });
     });
   }
-  return errors;
+  return { errors, args };
 }
 
 /**
@@ -220,6 +224,33 @@ async function serveStream(
   }
 }
 
+/**
+ * A direct route, once credentials and the body's types are known: the required arguments (422,
+ * as GraphQL's variable coercion words it), authorization with the permission table (403), then
+ * the handler. Whatever it throws is shaped by the envelopes, unknown errors as a masked 500.
+ */
+async function serveDirect(
+  route: CompiledRoute & { direct: DirectRoute },
+  principal: Principal,
+  args: Record<string, unknown>,
+  serverContext: ServerContext,
+  services: Services,
+  logger: Logger,
+): Promise<Response> {
+  const missing = [...route.bodyArgs.values()]
+    .filter((arg) => isNonNullType(arg.type) && args[arg.name] === undefined)
+    .map((arg) => ({ field: arg.name, message: `of required type "${String(arg.type)}" was not provided.` }));
+  try {
+    if (missing.length) throw validationError(missing);
+    if (!may(principal, route.direct.action)) throw operationForbidden();
+    const body = await route.direct.handle({ principal, args, services, state: serverContext.state });
+    return Response.json(body);
+  } catch (error) {
+    if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'unexpected error');
+    return errorResponse(toWireError(error));
+  }
+}
+
 export function useRestFacade(
   schema: GraphQLSchema,
   authenticate: (request: Request, state: RequestState) => Promise<AuthState>,
@@ -280,13 +311,17 @@ export function useRestFacade(
         return;
       }
       const text = await request.text();
-      const problems = checkBody(text, route);
-      if (problems === 'not_json') {
+      const checked = checkBody(text, route);
+      if (checked === 'not_json') {
         endResponse(errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON')));
         return;
       }
-      if (problems.length) {
-        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: problems })));
+      if (checked.errors.length) {
+        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: checked.errors })));
+        return;
+      }
+      if (route.direct) {
+        endResponse(await serveDirect({ ...route, direct: route.direct }, principal!, checked.args, serverContext, services, logger));
         return;
       }
       // Arguments of body-carrying routes come from the path and the JSON body only: SOFA would

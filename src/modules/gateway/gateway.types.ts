@@ -3,7 +3,7 @@ import { principalOf } from '../../graphql/context.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { AppError } from '../../errors.js';
 import type { RequestState } from '../../http/request-state.js';
-import type { GatewayDecision, Reason } from './decision.js';
+import type { GatewayDecision, GatewayRequest, Reason } from './decision.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
@@ -74,26 +74,60 @@ function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision 
   return outcome.decision;
 }
 
-/** Execute and evaluate are one decision; the mode says whether it counts, asks, executes and records. */
+/**
+ * A decision as the REST facade answers it: the GatewayDecision type's fields, nulls included, in
+ * the (sorted) key order SOFA gives a field's value, so a direct route answers byte for byte what
+ * the SOFA route did.
+ */
+function decisionBody(decision: GatewayDecision) {
+  const { result } = decision;
+  return {
+    approval_id: decision.approval_id,
+    decision: decision.decision,
+    executed: decision.executed,
+    interaction_id: decision.interaction_id,
+    reasons: decision.reasons.map((r) => ({ code: r.code, details: r.details ?? null, message: r.message })),
+    result: result && { data: result.data, error: result.success ? null : result.error, success: result.success },
+  };
+}
+
+/**
+ * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
+ * records. One declaration per mode: the GraphQL field and its REST route, authorized by the same
+ * action, answering through the same edge (`answer`); the REST route calls the service directly.
+ */
 function decisionRoute(
   mode: 'execute' | 'evaluate',
   description: string,
   summary: string,
   auth: ReadonlyArray<'apiKey' | 'bearer'>,
 ) {
+  const action = `gateway:${mode}` as const;
   builder.mutationField(`gateway_${mode}`, (t) =>
     t.field({
       type: GatewayDecisionRef,
       description,
       args: decisionArgs,
-      authScopes: { own: `gateway:${mode}` },
+      authScopes: { own: action },
       async resolve(_, args, ctx) {
-        const channel = ctx.state.route ? 'rest' : 'graphql';
-        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, { mode, channel }), ctx.state);
+        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, { mode, channel: 'graphql' }), ctx.state);
       },
     }),
   );
-  restRoute(`Mutation.gateway_${mode}`, { method: 'POST', path: `/gateway/${mode}`, tag: 'Gateway', summary, auth });
+  restRoute(`Mutation.gateway_${mode}`, {
+    method: 'POST',
+    path: `/gateway/${mode}`,
+    tag: 'Gateway',
+    summary,
+    auth,
+    direct: {
+      action,
+      async handle({ principal, args, services, state }) {
+        const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, { mode, channel: 'rest' });
+        return decisionBody(answer(outcome, state));
+      },
+    },
+  });
 }
 
 decisionRoute(
