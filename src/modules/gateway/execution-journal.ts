@@ -38,21 +38,15 @@ export const INTERRUPTED_REASON = {
 } as const;
 
 /** The record of an execution whose outcome was lost. */
-export function interruptedRecord(entry: JournalEntry): NewRecord {
+export function interruptedRecord({ id: _id, params, approvalId, ...subject }: JournalEntry): NewRecord {
   return {
-    orgId: entry.orgId,
-    svcId: entry.svcId,
-    agentId: entry.agentId,
-    actionType: entry.actionType,
-    tool: entry.tool,
-    capability: entry.capability,
-    paramsHash: entry.paramsHash,
-    params: entry.params ?? undefined,
+    ...subject,
+    params: params ?? undefined,
     decision: 'allow',
     executed: true,
     reasons: [{ ...INTERRUPTED_REASON }],
     resultHash: null,
-    approvalId: entry.approvalId,
+    approvalId,
   };
 }
 

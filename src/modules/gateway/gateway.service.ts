@@ -6,7 +6,7 @@ import type { Principal } from '../auth/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
-import { newInteractionId, type NewRecord, type RecordService } from '../record/record.service.js';
+import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolService } from '../tool/tool.service.js';
 import { budgetState, budgetWindows, retryAfterSeconds, type BudgetState, type BudgetWindows } from './budget.js';
 import {
@@ -114,7 +114,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       return { decision: { ...base, decision, reasons: checked.reasons, approval_id: call.approvalId }, budget: null, rateLimited: null };
     }
 
-    const recordOf = (decision: GatewayDecision, resultHash: string | null): NewRecord => ({
+    const subject: RecordSubject = {
       orgId,
       svcId: call.svcId,
       agentId: call.agentId,
@@ -122,6 +122,9 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       tool: call.action.tool,
       capability: call.capability,
       paramsHash,
+    };
+    const recordOf = (decision: GatewayDecision, resultHash: string | null): NewRecord => ({
+      ...subject,
       params: call.action.params,
       decision: decision.decision,
       executed: decision.executed,
@@ -164,13 +167,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     const approvalToUse = checked.needsHuman ? call.approvalId : null;
     const entry: JournalEntry = {
       id: interactionId,
-      orgId,
-      svcId: call.svcId,
-      agentId: call.agentId,
-      actionType: call.action.type,
-      tool: call.action.tool,
-      capability: call.capability,
-      paramsHash,
+      ...subject,
       params: settings.recordParams ? call.action.params : null,
       approvalId: approvalToUse,
     };

@@ -1,4 +1,5 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
+import type { RecordSubject } from '../record/record.service.js';
 import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows } from './budget.js';
 
 /**
@@ -7,15 +8,9 @@ import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome
  */
 
 /** What the journal keeps of an allowed execute until its record exists: enough to write that record. */
-export interface JournalEntry {
+export interface JournalEntry extends RecordSubject {
+  /** The interaction id, which its record will carry. */
   id: string;
-  orgId: string;
-  svcId: string;
-  agentId: string;
-  actionType: string;
-  tool: string;
-  capability: string;
-  paramsHash: string;
   /** The params when the org keeps them in records, else null. */
   params: Record<string, unknown> | null;
   approvalId: string | null;

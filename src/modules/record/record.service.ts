@@ -10,7 +10,8 @@ import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainH
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 
 
-export interface NewRecord {
+/** What a record is about: the org, the agent and its action (params by hash). */
+export interface RecordSubject {
   orgId: string;
   svcId: string;
   agentId: string;
@@ -18,6 +19,9 @@ export interface NewRecord {
   tool: string;
   capability: string;
   paramsHash: string;
+}
+
+export interface NewRecord extends RecordSubject {
   params: Record<string, unknown> | undefined;
   decision: 'allow' | 'deny';
   executed: boolean;
