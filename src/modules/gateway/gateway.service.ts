@@ -102,8 +102,6 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     const { call } = parsed;
     const orgId = principal.orgId;
     const interactionId = newInteractionId();
-    // Hashed before anything is counted or called, so nothing about the params can fail later.
-    const paramsHash = canonicalHash(call.action.params);
     const windows = budgetWindows(orgId, call.svcId);
     const { context, tool, settings } = await loadContext(principal, call, options.mode, windows);
     let checked = checkDecision(context);
@@ -113,6 +111,9 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       const decision = checked.reasons.length ? 'deny' : 'allow';
       return { decision: { ...base, decision, reasons: checked.reasons, approval_id: call.approvalId }, budget: null, rateLimited: null };
     }
+
+    // Hashed before anything is counted or called, so nothing about the params can fail later.
+    const paramsHash = canonicalHash(call.action.params);
 
     const subject: RecordSubject = {
       orgId,
