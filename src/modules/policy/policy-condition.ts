@@ -1,0 +1,153 @@
+import { Environment } from '@marcbachmann/cel-js';
+
+/**
+ * Policy conditions: CEL (Common Expression Language) over the facts of one gateway request,
+ * through `@marcbachmann/cel-js`. A condition is checked once when it is saved (parsed, bounded,
+ * type-checked against the declared variables, regular expressions refused) and compiled once per
+ * policy version; evaluating it is then a call of the compiled program on the request's facts.
+ * Nothing here touches the database or the clock: the facts come in whole.
+ */
+
+export const MAX_CONDITION_LENGTH = 4096;
+
+/**
+ * Bounds of a condition's syntax tree, at parse time. Evaluation cost is linear in the size of
+ * the params for everything CEL offers except comprehensions inside comprehensions, refused below.
+ */
+const limits = { maxAstNodes: 300, maxDepth: 32, maxListElements: 100, maxMapEntries: 100, maxCallArguments: 8 };
+
+/** The CEL variables of decisions.md § Policies. Integer fields are CEL ints (BigInt). */
+export interface ConditionFacts {
+  agent: { id: string; name: string; version: string; team: string };
+  action: { type: string; tool: string; capability: string; params: Record<string, unknown> };
+  params: Record<string, unknown>;
+  key: { id: string; prefix: string; scopes: string[] };
+  request: { time: Date; hour: bigint; weekday: bigint; channel: string; mode: string };
+}
+
+const environment = new Environment({ limits, homogeneousAggregateLiterals: false })
+  .registerVariable({ name: 'agent', schema: { id: 'string', name: 'string', version: 'string', team: 'string' } })
+  .registerVariable({ name: 'action', schema: { type: 'string', tool: 'string', capability: 'string', params: 'map<string, dyn>' } })
+  .registerVariable('params', 'map<string, dyn>')
+  .registerVariable({ name: 'key', schema: { id: 'string', prefix: 'string', scopes: 'list<string>' } })
+  // `time` is dyn: the library cannot yet declare a timestamp field; the value is a timestamp.
+  .registerVariable({ name: 'request', schema: { time: 'dyn', hour: 'int', weekday: 'int', channel: 'string', mode: 'string' } });
+
+// JSON numbers are CEL doubles, literals like `500` ints. CEL compares the two, but arithmetic
+// between them has no overload: `params.amount * 2 > 1000` would fail on every request. Operators
+// write such conditions; mixed arithmetic is done in double.
+for (const op of ['+', '-', '*', '/'] as const) {
+  const apply = (a: number, b: number) => (op === '+' ? a + b : op === '-' ? a - b : op === '*' ? a * b : a / b);
+  environment.registerOperator(`double ${op} int`, (a: number, b: bigint) => apply(a, Number(b)));
+  environment.registerOperator(`int ${op} double`, (a: bigint, b: number) => apply(Number(a), b));
+}
+
+export interface ConditionPosition {
+  /** 0-based offset in the condition text. */
+  offset: number;
+  /** 1-based. */
+  line: number;
+  column: number;
+}
+
+export interface ConditionError {
+  message: string;
+  position: ConditionPosition | null;
+}
+
+/** A checked condition, ready to evaluate. */
+export type CompiledCondition = (facts: ConditionFacts) => unknown;
+
+export type CompileResult = { ok: true; condition: CompiledCondition } | { ok: false; error: ConditionError };
+
+interface AstNode {
+  op: string;
+  args: unknown;
+  pos?: number;
+}
+
+const isNode = (value: unknown): value is AstNode =>
+  typeof value === 'object' && value !== null && typeof (value as AstNode).op === 'string';
+
+/** Macros that loop over a list: one inside another is quadratic in the size of the params. */
+const comprehensions = new Set(['all', 'exists', 'exists_one', 'map', 'filter']);
+
+function positionOf(text: string, offset: number | undefined): ConditionPosition | null {
+  if (offset === undefined || !Number.isInteger(offset) || offset < 0) return null;
+  const before = text.slice(0, offset).split('\n');
+  return { offset, line: before.length, column: before[before.length - 1].length + 1 };
+}
+
+/** What the save-time rules refuse in the tree: regular expressions, comprehensions nested in comprehensions. */
+function refusedConstruct(node: unknown, insideComprehension = false): { message: string; pos?: number } | null {
+  if (Array.isArray(node)) {
+    for (const child of node) {
+      const found = refusedConstruct(child, insideComprehension);
+      if (found) return found;
+    }
+    return null;
+  }
+  if (!isNode(node)) return null;
+  let inside = insideComprehension;
+  if ((node.op === 'call' || node.op === 'rcall') && Array.isArray(node.args)) {
+    const name = node.args[0];
+    if (name === 'matches') {
+      return { message: 'regular expressions (`matches`) are not allowed: they can take exponential time on crafted input', pos: node.pos };
+    }
+    if (node.op === 'rcall' && typeof name === 'string' && comprehensions.has(name)) {
+      if (insideComprehension) {
+        return { message: `\`${name}\` inside another comprehension is not allowed: its cost grows with the square of the params`, pos: node.pos };
+      }
+      inside = true;
+    }
+  }
+  return refusedConstruct(node.args, inside);
+}
+
+const firstLine = (message: string) => message.split('\n')[0].trim();
+
+/**
+ * Checks a condition as saved: length, syntax (within the bounds above), no regular expressions,
+ * no nested comprehensions, and a type that can be true (`bool`, or `dyn` such as `params.flag`,
+ * whose value is checked when evaluated). Returns the compiled program or the first problem.
+ */
+export function compileCondition(text: string): CompileResult {
+  const fail = (message: string, offset?: number): CompileResult => ({ ok: false, error: { message, position: positionOf(text, offset) } });
+  if (text.trim() === '') return fail('must not be empty (omit the condition to match every request)');
+  if (text.length > MAX_CONDITION_LENGTH) return fail(`must be at most ${MAX_CONDITION_LENGTH} characters`);
+  let program: ReturnType<typeof environment.parse>;
+  try {
+    program = environment.parse(text);
+  } catch (error) {
+    const node = (error as { node?: { pos?: number } }).node;
+    return fail(firstLine((error as Error).message), node?.pos);
+  }
+  const refused = refusedConstruct(program.ast);
+  if (refused) return fail(refused.message, refused.pos);
+  const checked = program.check();
+  if (!checked.valid) {
+    const error = checked.error as Error & { node?: { pos?: number } };
+    return fail(firstLine(error.message), error.node?.pos);
+  }
+  if (checked.type !== 'bool' && checked.type !== 'dyn') return fail(`must be a boolean expression, not ${checked.type}`, 0);
+  return { ok: true, condition: (facts) => program(facts as unknown as Record<string, unknown>) };
+}
+
+export type ConditionOutcome = { matched: boolean; error: string | null };
+
+/**
+ * Runs a compiled condition. Policies fail closed: a condition that fails (a missing field, a
+ * type error) or yields anything but a boolean counts as matched, and says why.
+ */
+export function runCondition(condition: CompiledCondition, facts: ConditionFacts): ConditionOutcome {
+  try {
+    const value = condition(facts);
+    if (typeof value === 'boolean') return { matched: value, error: null };
+    return { matched: true, error: `the condition gave ${value === null ? 'null' : typeof value}, not a boolean` };
+  } catch (error) {
+    return { matched: true, error: firstLine(error instanceof Error ? error.message : String(error)) };
+  }
+}
+
+export const describePosition = (position: ConditionPosition | null) =>
+  position ? `line ${position.line}, column ${position.column}` : null;

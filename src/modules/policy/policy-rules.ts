@@ -1,0 +1,84 @@
+import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
+
+/**
+ * Which of an org's policies apply to a request (decisions.md § Policies), as pure functions: the
+ * gateway loads the org's enabled policies (policy.service.ts, cached and compiled), builds the
+ * request's facts once, and gets the matches in priority order. What a match does (deny, ask a
+ * human, count a rate limit) is the decision's (gateway/decision.ts).
+ */
+
+export const policyEffects = ['deny', 'require_approval', 'rate_limit'] as const;
+export type PolicyEffect = (typeof policyEffects)[number];
+export const policyModes = ['enforce', 'shadow'] as const;
+export type PolicyMode = (typeof policyModes)[number];
+export const rateLimitScopes = ['agent', 'api_key', 'org'] as const;
+export type RateLimitScope = (typeof rateLimitScopes)[number];
+
+export interface RateLimitRule {
+  limit: number;
+  windowSeconds: number;
+  per: RateLimitScope;
+}
+
+/** An enabled policy as the gateway applies it. */
+export interface ActivePolicy {
+  id: string;
+  name: string;
+  version: number;
+  mode: PolicyMode;
+  priority: number;
+  effect: PolicyEffect;
+  /** Null: every agent. */
+  svcIds: readonly string[] | null;
+  /** `<domain>:<action>` patterns, either part `*`; null: every capability. */
+  capabilities: readonly string[] | null;
+  /** Null: always true. */
+  condition: CompiledCondition | null;
+  rateLimit: RateLimitRule | null;
+  message: string | null;
+}
+
+export interface PolicyMatch {
+  policy: ActivePolicy;
+  /** Why the condition failed at run time; the policy then matched (fail closed). */
+  conditionError: string | null;
+}
+
+/** Whether `<domain>:<action>` pattern (either part may be `*`) covers a capability. */
+export function capabilityMatches(pattern: string, capability: string): boolean {
+  const cut = pattern.indexOf(':');
+  const at = capability.indexOf(':');
+  const domain = pattern.slice(0, cut);
+  const action = pattern.slice(cut + 1);
+  return (domain === '*' || domain === capability.slice(0, at)) && (action === '*' || action === capability.slice(at + 1));
+}
+
+/** Lower priority first; equal priorities by name, then id, so the order is the same on every process. */
+export function byPriority(a: { priority: number; name: string; id: string }, b: { priority: number; name: string; id: string }): number {
+  return a.priority - b.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+/**
+ * The policies that apply to an agent's capability, in the order given (the service keeps them by
+ * priority). `facts` is built only if some targeted policy has a condition.
+ */
+export function matchPolicies(
+  policies: readonly ActivePolicy[],
+  svcId: string,
+  capability: string,
+  facts: () => ConditionFacts,
+): PolicyMatch[] {
+  const matches: PolicyMatch[] = [];
+  let known: ConditionFacts | undefined;
+  for (const policy of policies) {
+    if (policy.svcIds && !policy.svcIds.includes(svcId)) continue;
+    if (policy.capabilities && !policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))) continue;
+    if (!policy.condition) {
+      matches.push({ policy, conditionError: null });
+      continue;
+    }
+    const outcome = runCondition(policy.condition, (known ??= facts()));
+    if (outcome.matched) matches.push({ policy, conditionError: outcome.error });
+  }
+  return matches;
+}
