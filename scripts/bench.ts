@@ -1,6 +1,5 @@
 // Throughput of the service against a bare node:http server on the same machine, measured in one
 // run so that only ratios matter. `npm run bench` (PGlite), or with DATABASE_URL for PostgreSQL.
-// Later issues add the gateway's evaluate and execute routes here.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { Session } from 'node:inspector';
@@ -104,27 +103,78 @@ for (let i = 0; i < 10; i++) {
 }
 
 // The gateway: an active manifest with budgets the run cannot exhaust, a mock tool, an agent key.
+// Built twice: in the bench org (no policies) and in a second org whose agent 50 policies apply to.
+async function gatewayAgent(orgId: string, headers: Record<string, string>) {
+  const manifest = await post(
+    `/api/v1/orgs/${orgId}/manifests`,
+    {
+      version: '1.0',
+      agent: { id: 'bench-gateway', name: 'Bench', version: '1.0.0', team: 'bench' },
+      capabilities: { requested: ['billing:read'] },
+      constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
+    },
+    headers,
+  );
+  await post(`/api/v1/orgs/${orgId}/manifests/${manifest.manifest_id}/approve`, {}, headers);
+  await post(`/api/v1/orgs/${orgId}/tools`, { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } }, headers);
+  const key = (await post(`/api/v1/orgs/${orgId}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, headers)).key;
+  return {
+    method: 'POST' as const,
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({
+      svc_id: 'bench-gateway',
+      agent_id: 'bench-gateway',
+      action: { type: 'billing', tool: 'read', params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } } },
+    }),
+  };
+}
 const auth = { authorization: `Bearer ${token}` };
-const manifest = await post(
-  `/api/v1/orgs/${org.org_id}/manifests`,
-  {
-    version: '1.0',
-    agent: { id: 'bench-gateway', name: 'Bench', version: '1.0.0' },
-    capabilities: { requested: ['billing:read'] },
-    constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
-  },
-  auth,
-);
-await post(`/api/v1/orgs/${org.org_id}/manifests/${manifest.manifest_id}/approve`, {}, auth);
-await post(`/api/v1/orgs/${org.org_id}/tools`, { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } }, auth);
-const agentKey = (await post(`/api/v1/orgs/${org.org_id}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, auth)).key;
-const gatewayRequest = {
-  method: 'POST' as const,
-  headers: { 'content-type': 'application/json', 'x-api-key': agentKey },
-  body: JSON.stringify({ svc_id: 'bench-gateway', agent_id: 'bench-gateway', action: { type: 'billing', tool: 'read', params: { invoice: 42 } } }),
-};
-async function measurePost(name: string, url: string) {
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...gatewayRequest, ...(WORKERS ? { workers: WORKERS } : {}) });
+const gatewayRequest = await gatewayAgent(org.org_id, auth);
+
+// 50 enabled policies on the second org's agent: targets by agent and capability pattern (some
+// elsewhere), conditions over params (numbers, strings, lists, nested maps; false for the bench
+// request, so every one is evaluated and none denies), shadow matches that enter every record,
+// and one enforced rate limit per agent the run cannot reach.
+const policySlug = `bench-policies-${Date.now()}`;
+const policyOrgId = (await post('/api/v1/orgs', { name: 'Bench policies', slug: policySlug, admin_email: `a@${policySlug}.example`, admin_password: 'benchmark password' })).org_id as string;
+const policyToken = (await post('/api/v1/auth/login', { email: `a@${policySlug}.example`, password: 'benchmark password' })).access_token;
+const policyAuth = { authorization: `Bearer ${policyToken}` };
+await fetch(`${base}/api/v1/orgs/${policyOrgId}`, {
+  method: 'PATCH',
+  headers: { 'content-type': 'application/json', ...policyAuth },
+  body: JSON.stringify({ operator_rate_limit_per_minute: 1_000_000 }),
+});
+const policyRequest = await gatewayAgent(policyOrgId, policyAuth);
+const conditions = [
+  (i: number) => `params.amount > ${1000 + i}`,
+  (i: number) => `params.currency == "USD" && params.invoice > ${i}`,
+  (i: number) => `"blocked-${i}" in params.customer.tags`,
+  (i: number) => `has(params.refund_reason) && params.amount * 2 > ${500 + i}`,
+  (i: number) => `params.customer.tier == "bronze-${i}" || request.hour > 24`,
+];
+const targets = [{}, { capabilities: ['billing:*'] }, { svc_ids: ['bench-gateway'], capabilities: ['*:read'] }, { svc_ids: ['other-agent'] }, { capabilities: ['email:*'] }];
+for (let i = 0; i < 50; i++) {
+  const body =
+    i === 0
+      ? { name: 'rate limit', effect: 'rate_limit', rate_limit: { limit: 1_000_000_000, window_seconds: 86400, per: 'agent' } }
+      : i < 4
+        ? { name: `shadow ${i}`, effect: 'deny', mode: 'shadow', condition: `params.invoice == 42 && params.customer.tier == "gold"` }
+        : {
+            name: `policy ${i}`,
+            effect: i % 2 ? 'deny' : 'require_approval',
+            mode: i % 3 ? 'enforce' : 'shadow',
+            priority: i * 7 % 1000,
+            target: targets[i % targets.length],
+            condition: conditions[i % conditions.length](i),
+          };
+  const created = await fetch(`${base}/api/v1/policies`, { method: 'POST', headers: { 'content-type': 'application/json', ...policyAuth }, body: JSON.stringify(body) });
+  if (created.status !== 201) throw new Error(`policy ${i}: ${created.status} ${await created.text()}`);
+}
+const check = (await (await fetch(`${base}/api/v1/gateway/evaluate`, { ...policyRequest })).json()) as { decision: string; policies: unknown[] };
+if (check.decision !== 'allow' || check.policies.length !== 4) throw new Error(`the policy bench request must be allowed with 4 matches: ${JSON.stringify(check)}`);
+
+async function measurePost(name: string, url: string, request = gatewayRequest) {
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
   return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
 }
 
@@ -138,6 +188,14 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ],
   ['POST /api/v1/gateway/evaluate', () => measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`)],
   ['POST /api/v1/gateway/execute (+ record)', () => measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`)],
+  [
+    'POST /api/v1/gateway/evaluate, 50 policies',
+    () => measurePost('POST /api/v1/gateway/evaluate, 50 policies', `${base}/api/v1/gateway/evaluate`, policyRequest),
+  ],
+  [
+    'POST /api/v1/gateway/execute (+ record), 50 policies',
+    () => measurePost('POST /api/v1/gateway/execute (+ record), 50 policies', `${base}/api/v1/gateway/execute`, policyRequest),
+  ],
 ];
 const rows = [];
 for (const [name, run] of scenarios) {
@@ -147,11 +205,19 @@ for (const [name, run] of scenarios) {
 const baseline = rows[0].rps;
 console.log(`database: ${db.kind}; ${CONNECTIONS} connections, ${DURATION_S} s each`);
 console.table(rows.map((r) => ({ ...r, 'ratio to bare': (r.rps / baseline).toFixed(3) })));
+// The issue's bar: with 50 policies, evaluate and execute keep ≥ 0.85 of their throughput without.
+for (const mode of ['evaluate', 'execute']) {
+  const without = rows.find((r) => r.name.includes(`/gateway/${mode}`) && !r.name.includes('policies'));
+  const withPolicies = rows.find((r) => r.name.includes(`/gateway/${mode}`) && r.name.includes('50 policies'));
+  if (without && withPolicies) console.log(`${mode}: 50 policies keep ${(withPolicies.rps / without.rps).toFixed(3)} of the throughput without`);
+}
 
 // The chain must still verify after the run: every link and every signature.
-const chain = await db.prisma.interactionRecord.findMany({ where: { orgId: org.org_id }, orderBy: { seq: 'asc' } });
-const broken = await verifyChain(chain, app);
-console.log(`record chain: ${chain.length} records, ${broken === 0 ? 'verifies' : `${broken} broken`}`);
+for (const orgId of [org.org_id, policyOrgId]) {
+  const chain = await db.prisma.interactionRecord.findMany({ where: { orgId }, orderBy: { seq: 'asc' } });
+  const broken = await verifyChain(chain, app);
+  console.log(`record chain of ${orgId}: ${chain.length} records, ${broken === 0 ? 'verifies' : `${broken} broken`}`);
+}
 
 server.close();
 bare.close();

@@ -117,4 +117,58 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const jwks = await second.request('GET', '/.well-known/jwks.json');
     expect(jwks.body.keys.map((k: { kid: string }) => k.kid)).toEqual(expect.arrayContaining([oldKid, newKid]));
   }, 60_000);
+
+  test('a policy rate limit of 9 against 40 concurrent executes over both processes allows exactly 9', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    const policy = await first.request('POST', '/api/v1/policies', {
+      token: org.adminToken,
+      body: { name: 'nine a day', effect: 'rate_limit', rate_limit: { limit: 9, window_seconds: 86400, per: 'agent' } },
+    });
+    expect(policy.status).toBe(201);
+    // Both processes have loaded the policy (the writer at once, the other within its poll).
+    for (const service of [first, second]) {
+      let bench = await evaluate(service, agent);
+      while (!bench.body.policies?.length) bench = await evaluate(service, agent);
+      expect(bench.body.policies[0].name).toBe('nine a day');
+    }
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => execute(i % 2 ? second : first, agent, actionBody(agent, 'read', { i }))),
+    );
+    const allowed = results.filter((r) => r.status === 200 && r.body.decision === 'allow');
+    expect(allowed).toHaveLength(9);
+    expect(new Set(allowed.map((r) => results.indexOf(r) % 2)).size).toBe(2);
+    const limited = results.filter((r) => r.status === 429);
+    expect(limited).toHaveLength(31);
+    expect(limited[0].body.error.details).toEqual({ limit: 9, period: '86400s', current: 9, policy_id: policy.body.policy_id });
+  }, 60_000);
+
+  test('a policy created, changed and deleted through one process applies on the other within a second', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    expect((await execute(second, agent)).body.decision).toBe('allow');
+    const untilWithinASecond = async (expected: (body: { decision: string; reasons: { code: string }[] }) => boolean) => {
+      const changedAt = Date.now();
+      let decision = await execute(second, agent);
+      while (!expected(decision.body) && Date.now() - changedAt < 1000) decision = await execute(second, agent);
+      expect(expected(decision.body)).toBe(true);
+    };
+
+    const created = await first.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'stop', effect: 'deny' } });
+    expect(created.status).toBe(201);
+    await untilWithinASecond((body) => body.reasons[0]?.code === 'POLICY_DENIED');
+
+    const replaced = await first.request('PUT', `/api/v1/policies/${created.body.policy_id}`, {
+      token: org.adminToken,
+      body: { name: 'stop', effect: 'deny', mode: 'shadow' },
+    });
+    expect(replaced.body.version).toBe(2);
+    await untilWithinASecond((body) => body.decision === 'allow');
+
+    await first.request('PUT', `/api/v1/policies/${created.body.policy_id}`, { token: org.adminToken, body: { name: 'stop', effect: 'deny' } });
+    await untilWithinASecond((body) => body.reasons[0]?.code === 'POLICY_DENIED');
+    const deleted = await first.request('DELETE', `/api/v1/policies/${created.body.policy_id}`, { token: org.adminToken });
+    expect(deleted.status).toBe(204);
+    await untilWithinASecond((body) => body.decision === 'allow');
+  }, 60_000);
 });

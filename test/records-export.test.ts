@@ -193,6 +193,7 @@ describe('GET /records/export', () => {
           reasons: [],
           resultHash: null,
           approvalId: null,
+          policies: [],
         },
         true,
       ),

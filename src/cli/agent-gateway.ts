@@ -83,6 +83,8 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
     `  range: seq ${result.firstSeq}..${result.lastSeq}, created ${result.firstCreatedAt} .. ${result.lastCreatedAt}`,
     `  keys:  ${result.keyIds.join(', ')}`,
     `  chain: ${start}; ${end}`,
+    `  policies: ${result.policyMatches} record${result.policyMatches === 1 ? '' : 's'} with matched policies; ` +
+      `${result.beforePolicies} from before policies (no list)`,
   ].join('\n');
 }
 

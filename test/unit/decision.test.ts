@@ -8,6 +8,7 @@ const manifest: CurrentManifest = {
   id: 'm-1',
   status: 'active',
   agentId: 'billing-agent',
+  agent: { name: 'Billing agent', version: '1.0.0', team: 'payments' },
   approvedCapabilities: ['billing:read', 'billing:refund'],
   requireHumanApproval: ['billing:refund'],
   limits: { maxActionsPerHour: 10, maxActionsPerDay: 100 },
@@ -26,7 +27,7 @@ function call(overrides: Partial<GatewayCall> = {}): GatewayCall {
 }
 
 function context(overrides: Partial<DecisionContext> = {}): DecisionContext {
-  return { call: call(), mode: 'execute', keySvcIds: [], manifest, token: null, approval: null, toolConfigured: true, budget: null, ...overrides };
+  return { call: call(), mode: 'execute', keySvcIds: [], manifest, token: null, approval: null, toolConfigured: true, budget: null, policies: [], limits: null, ...overrides };
 }
 
 const codes = (c: DecisionContext) => checkDecision(c).reasons.map((r) => r.code);

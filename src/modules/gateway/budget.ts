@@ -59,6 +59,53 @@ export function budgetOutcome(
   return { ok: true, state: budgetState(windows, limits, { day: counts.day_count, hour: counts.hour_count }) };
 }
 
+/**
+ * A `rate_limit` policy's counter for one request: per policy and per agent, API key or org, in
+ * fixed windows of `window_seconds` aligned to the Unix epoch (the window length is part of the
+ * bucket, so a policy whose window changes starts new counts). Counted by `take_allowance` with
+ * the budget; an enforced limit refuses, a shadow one only counts.
+ */
+export interface PolicyCounter {
+  /** Index of the policy in the request's matches. */
+  match: number;
+  bucket: string;
+  window: Window;
+  limit: number;
+  enforced: boolean;
+}
+
+export interface PolicyLimitSubject {
+  orgId: string;
+  svcId: string;
+  /** The API key (or, for a user's evaluate, the user) the request came with. */
+  callerId: string;
+}
+
+export function policyCounters(
+  matches: readonly { policy: { id: string; mode: string; rateLimit: { limit: number; windowSeconds: number; per: 'agent' | 'api_key' | 'org' } | null } }[],
+  subject: PolicyLimitSubject,
+  now = Date.now(),
+): PolicyCounter[] {
+  const counters: PolicyCounter[] = [];
+  matches.forEach(({ policy }, match) => {
+    const rule = policy.rateLimit;
+    if (!rule) return;
+    const scope = rule.per === 'agent' ? `agent:${subject.svcId}` : rule.per === 'api_key' ? `key:${subject.callerId}` : 'org';
+    counters.push({
+      match,
+      bucket: `policy:${subject.orgId}:${policy.id}:${rule.windowSeconds}:${scope}`,
+      window: fixedWindow(rule.windowSeconds, now),
+      limit: rule.limit,
+      enforced: policy.mode === 'enforce',
+    });
+  });
+  // The lock order of take_allowance: concurrent commits take shared rows in one order.
+  return counters.sort((a, b) => (a.bucket < b.bucket ? -1 : a.bucket > b.bucket ? 1 : 0));
+}
+
+/** Seconds until a window resets, at least 1 (`Retry-After`). */
+export const secondsUntil = (window: Window, now = Date.now()): number => Math.max(1, Math.ceil(window.resetAt - now / 1000));
+
 /** Seconds until the hour's window resets, at least 1 (`Retry-After`). */
 export const retryAfterSeconds = (state: BudgetState, now = Date.now()): number =>
   Math.max(1, Math.ceil(state.hour.window.resetAt - now / 1000));

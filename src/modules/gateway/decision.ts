@@ -2,8 +2,11 @@ import type { FieldError } from '../../errors.js';
 import type { ApprovalCheck } from '../approval/approval.service.js';
 import type { TokenCheck } from '../capability-token/capability-token.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';
+import type { ConditionFacts } from '../policy/policy-condition.js';
+import type { PolicyMatch } from '../policy/policy-rules.js';
+import type { RecordedPolicy } from '../record/record-chain.js';
 import type { ToolResult } from '../tool/connectors.js';
-import type { BudgetState } from './budget.js';
+import type { BudgetState, PolicyCounter } from './budget.js';
 
 /**
  * The gateway decision of decisions.md § Gateway decision as pure functions: what a request is,
@@ -44,6 +47,8 @@ export interface GatewayDecision {
   result: ToolResult | null;
   reasons: Reason[];
   approval_id: string | null;
+  /** The policies that matched, in priority order (shadow ones included). */
+  policies: RecordedPolicy[];
 }
 
 /** A validated request: what every later step works on. */
@@ -71,11 +76,18 @@ export interface DecisionContext {
   toolConfigured: boolean;
   /** The agent's counts before this decision, when they were read (evaluate; an execute already denied). */
   budget: BudgetState | null;
+  /** The org's enabled policies that apply to this request, in priority order. */
+  policies: readonly PolicyMatch[];
+  /**
+   * The rate limits of the matched `rate_limit` policies with their counts before this decision,
+   * when they were read (evaluate); an execute counts them in its commit instead.
+   */
+  limits: readonly { counter: PolicyCounter; current: number }[] | null;
 }
 
 export interface Checked {
   reasons: Reason[];
-  /** The capability needs a human (the manifest's `require_human_approval`). */
+  /** The capability needs a human (the manifest's `require_human_approval` or an enforced policy). */
   needsHuman: boolean;
 }
 
@@ -126,6 +138,54 @@ export function hourlyLimitReached(state: BudgetState): Reason {
   };
 }
 
+const failedCondition = (match: PolicyMatch) =>
+  match.conditionError ? ` (its condition failed: ${match.conditionError}; policies fail closed)` : '';
+
+const policyRef = ({ policy, conditionError }: PolicyMatch) => ({
+  policy_id: policy.id,
+  name: policy.name,
+  version: policy.version,
+  ...(conditionError ? { condition_error: conditionError } : {}),
+});
+
+export function policyDenied(match: PolicyMatch): Reason {
+  const { name, message } = match.policy;
+  return {
+    code: 'POLICY_DENIED',
+    message: `Denied by policy "${name}"${message ? `: ${message}` : ''}${failedCondition(match)}`,
+    details: policyRef(match),
+  };
+}
+
+/** An enforced `rate_limit` policy whose window is full (429 on execute). */
+export function policyLimitReached(match: PolicyMatch, counter: PolicyCounter): Reason {
+  const { policy } = match;
+  const period = `${policy.rateLimit!.windowSeconds}s`;
+  return {
+    code: 'POLICY_VIOLATION',
+    message: `The rate limit of policy "${policy.name}" is reached: ${counter.limit} actions per ${period}${failedCondition(match)}`,
+    details: { limit: counter.limit, period, current: counter.limit, policy_id: policy.id },
+  };
+}
+
+/** The decision's `policies`: each match, and for rate limits whether this action was over (`exceeded`, by match index). */
+export function policyEntries(matches: readonly PolicyMatch[], exceeded: ReadonlyMap<number, boolean> = new Map()): RecordedPolicy[] {
+  return matches.map(({ policy, conditionError }, index) => ({
+    policy_id: policy.id,
+    name: policy.name,
+    version: policy.version,
+    effect: policy.effect,
+    mode: policy.mode,
+    condition_error: conditionError,
+    rate_limit_exceeded: policy.effect === 'rate_limit' ? (exceeded.get(index) ?? false) : null,
+  }));
+}
+
+/** Which rate limits a peek found full (evaluate): enforced ones deny, shadow ones are only reported. */
+export function limitsReached(limits: DecisionContext['limits']): Map<number, boolean> {
+  return new Map((limits ?? []).map(({ counter, current }) => [counter.match, current >= counter.limit]));
+}
+
 /**
  * Every check of decisions.md, in its order; each failure adds a reason and the decision is `deny`
  * when any exists. The budget enters only when it was read: an execute that passes every other
@@ -159,16 +219,60 @@ export function checkDecision(context: DecisionContext): Checked {
     const granted = token.capabilities.filter((c) => manifest?.approvedCapabilities.includes(c));
     if (!granted.includes(capability)) deny('CAPABILITY_NOT_IN_TOKEN', `The capability token does not grant "${capability}"`);
   }
-  // POLICY_DENIED: org policies are a planned resource (interface.md, v0.2); none can deny yet.
+  const enforced = context.policies.filter((match) => match.policy.mode === 'enforce');
+  for (const match of enforced) if (match.policy.effect === 'deny') reasons.push(policyDenied(match));
+  for (const { counter, current } of context.limits ?? []) {
+    if (counter.enforced && current >= counter.limit) reasons.push(policyLimitReached(context.policies[counter.match], counter));
+  }
   if (manifest && budget) {
     if (budget.day.current >= budget.day.limit) reasons.push(budgetExceeded(budget));
     else if (context.mode === 'evaluate' && budget.hour.current >= budget.hour.limit) reasons.push(hourlyLimitReached(budget));
   }
-  const needsHuman = Boolean(manifest?.requireHumanApproval.includes(capability));
-  if (needsHuman && !approval) deny('APPROVAL_REQUIRED', `"${capability}" needs a human approval`);
-  if (needsHuman && approval && !approval.ok) deny('APPROVAL_REQUIRED', `"${capability}" needs a human approval: ${approval.message}`);
+  const byManifest = Boolean(manifest?.requireHumanApproval.includes(capability));
+  const byPolicies = enforced.filter((match) => match.policy.effect === 'require_approval');
+  const needsHuman = byManifest || byPolicies.length > 0;
+  if (needsHuman && approval?.ok !== true) {
+    const why = [
+      ...(byManifest ? ['the manifest requires it'] : []),
+      ...byPolicies.map((match) => `policy "${match.policy.name}" requires it${match.policy.message ? ` (${match.policy.message})` : ''}${failedCondition(match)}`),
+    ].join('; ');
+    const problem = approval && 'message' in approval ? `: ${approval.message}` : '';
+    deny(
+      'APPROVAL_REQUIRED',
+      `"${capability}" needs a human approval (${why})${problem}`,
+      byPolicies.length ? { policies: byPolicies.map(policyRef) } : undefined,
+    );
+  }
   if (!context.toolConfigured) deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${call.action.type}"`);
   return { reasons, needsHuman };
+}
+
+/**
+ * The CEL variables of a request (decisions.md § Policies). Built once per decision, and only when
+ * a policy that targets the request has a condition. Without a manifest the agent is its id alone;
+ * a user's evaluate has the user as `key` (no prefix, no scopes).
+ */
+export function conditionFacts(
+  call: GatewayCall,
+  manifest: CurrentManifest | null,
+  caller: { id: string; prefix: string; scopes: readonly string[] },
+  request: { mode: GatewayMode; channel: GatewayChannel; now: number },
+): ConditionFacts {
+  const time = new Date(request.now);
+  const { type, tool, params } = call.action;
+  return {
+    agent: { id: call.svcId, name: manifest?.agent.name ?? '', version: manifest?.agent.version ?? '', team: manifest?.agent.team ?? '' },
+    action: { type, tool, capability: call.capability, params },
+    params,
+    key: { id: caller.id, prefix: caller.prefix, scopes: [...caller.scopes] },
+    request: {
+      time,
+      hour: BigInt(time.getUTCHours()),
+      weekday: BigInt(time.getUTCDay()),
+      channel: request.channel,
+      mode: request.mode,
+    },
+  };
 }
 
 /** A human is asked only when nothing else stands in the way and none was named. */

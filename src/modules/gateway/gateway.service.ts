@@ -6,14 +6,27 @@ import type { Principal } from '../auth/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
+import { matchPolicies, type ActivePolicy } from '../policy/policy-rules.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolService } from '../tool/tool.service.js';
-import { budgetState, budgetWindows, retryAfterSeconds, type BudgetState, type BudgetWindows } from './budget.js';
+import {
+  budgetState,
+  budgetWindows,
+  policyCounters,
+  secondsUntil,
+  type BudgetState,
+  type BudgetWindows,
+  type PolicyCounter,
+} from './budget.js';
 import {
   budgetExceeded,
   checkDecision,
+  conditionFacts,
   hourlyLimitReached,
+  limitsReached,
   parseGatewayRequest,
+  policyEntries,
+  policyLimitReached,
   shouldAskHuman,
   type DecisionContext,
   type GatewayCall,
@@ -24,7 +37,7 @@ import {
   type Reason,
 } from './decision.js';
 import type { ExecutionJournal } from './execution-journal.js';
-import { countAndJournal, peekBudget, type JournalEntry } from './gateway.store.js';
+import { countAndJournal, peekBudget, peekCounters, type JournalEntry } from './gateway.store.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -32,8 +45,9 @@ import { countAndJournal, peekBudget, type JournalEntry } from './gateway.store.
  *   load the context (in parallel) → pure checks (decision.ts) → one commit (budget, token use,
  *   approval consumption and the write-ahead journal entry) → the tool call → the record.
  *
- * The service returns data: the decision, the budget state and whether the hourly limit refused
- * the action. Each channel's edge turns that into its wire form (headers, a 429, an MCP result).
+ * The service returns data: the decision, the budget state and whether a rate limit (the hourly
+ * budget or a policy's) refused the action. Each channel's edge turns that into its wire form
+ * (headers, a 429, an MCP result).
  */
 
 export interface DecisionOptions {
@@ -45,13 +59,22 @@ export interface DecisionOutcome {
   decision: GatewayDecision;
   /** The agent's budget after an execute counted it (or was refused by it): rate-limit headers. */
   budget: BudgetState | null;
-  /** The hourly limit refused the action; it is recorded as denied and the edge answers 429. */
-  rateLimited: { reason: Reason; retryAfterSeconds: number } | null;
+  /** A rate limit refused the action; it is recorded as denied and the edge answers 429. */
+  rateLimited: RateLimited | null;
+}
+
+/** The limit that refused: the hourly budget or an enforced `rate_limit` policy. */
+export interface RateLimited {
+  reason: Reason;
+  limit: number;
+  /** Unix seconds when its window ends. */
+  resetAt: number;
+  retryAfterSeconds: number;
 }
 
 type Commit =
-  | { ok: true; budget: BudgetState }
-  | { ok: false; reason: Reason; budget: BudgetState | null; hourly: boolean };
+  | { ok: true; budget: BudgetState; counts: number[] }
+  | { ok: false; reason: Reason; budget: BudgetState | null; rateLimited: RateLimited | null; refusedBy: PolicyCounter | null };
 
 interface Collaborators {
   manifests: ManifestService;
@@ -61,18 +84,24 @@ interface Collaborators {
   approvals: ApprovalService;
   records: RecordService;
   journal: ExecutionJournal;
+  policies: { active(orgId: string): Promise<readonly ActivePolicy[]> };
 }
 
 /** What a pending approval is bound to: the SHA-256 of the canonical {svc_id, agent_id, action}. */
 const actionHashOf = (call: GatewayCall) => canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
 export function createGatewayService({ db }: Deps, modules: Collaborators) {
-  const { manifests, orgs, tools, tokens, approvals, records, journal } = modules;
+  const { manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
 
-  /** Everything the checks need, each read independent of the others and mostly cached. */
-  async function loadContext(principal: Principal, call: GatewayCall, mode: GatewayMode, windows: BudgetWindows) {
+  /**
+   * Everything the checks need, each read independent of the others and mostly cached; then the
+   * policies that apply (pure, on facts built once), and for evaluate their rate limits' counts.
+   */
+  async function loadContext(principal: Principal, call: GatewayCall, options: DecisionOptions, windows: BudgetWindows) {
     const orgId = principal.orgId;
-    const [manifest, tool, settings, token, approval, counts] = await Promise.all([
+    const { mode } = options;
+    const now = Date.now();
+    const [manifest, tool, settings, token, approval, counts, active] = await Promise.all([
       manifests.current(orgId, call.svcId),
       tools.forAction(orgId, call.action.type),
       orgs.gatewaySettings(orgId),
@@ -80,7 +109,20 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       call.approvalId ? approvals.check(orgId, call.approvalId, actionHashOf(call)) : null,
       // Only evaluate reports the budget up front; an execute counts it in its commit.
       mode === 'evaluate' ? peekBudget(db.sql, windows) : null,
+      policies.active(orgId),
     ]);
+    const caller =
+      principal.type === 'api_key'
+        ? { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes }
+        : { id: principal.userId, prefix: '', scopes: [] };
+    const matches = matchPolicies(active, call.svcId, call.capability, () =>
+      conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
+    );
+    const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
+    const limits =
+      mode === 'evaluate' && counters.length
+        ? (await peekCounters(db.sql, counters)).map((current, i) => ({ counter: counters[i], current }))
+        : null;
     const context: DecisionContext = {
       call,
       mode,
@@ -90,8 +132,10 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       approval,
       toolConfigured: tool !== null,
       budget: manifest && counts ? budgetState(windows, manifest.limits, counts) : null,
+      policies: matches,
+      limits,
     };
-    return { context, tool, settings };
+    return { context, tool, settings, counters };
   }
 
   async function decide(principal: Principal, request: GatewayRequest, options: DecisionOptions): Promise<DecisionOutcome> {
@@ -103,13 +147,20 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     const orgId = principal.orgId;
     const interactionId = newInteractionId();
     const windows = budgetWindows(orgId, call.svcId);
-    const { context, tool, settings } = await loadContext(principal, call, options.mode, windows);
+    const { context, tool, settings, counters } = await loadContext(principal, call, options, windows);
     let checked = checkDecision(context);
     const base = { interaction_id: interactionId, executed: false, result: null };
+    // Until the commit counts them, no rate limit is known to be exceeded.
+    let matched = policyEntries(context.policies);
 
     if (options.mode === 'evaluate') {
       const decision = checked.reasons.length ? 'deny' : 'allow';
-      return { decision: { ...base, decision, reasons: checked.reasons, approval_id: call.approvalId }, budget: null, rateLimited: null };
+      matched = policyEntries(context.policies, limitsReached(context.limits));
+      return {
+        decision: { ...base, decision, reasons: checked.reasons, approval_id: call.approvalId, policies: matched },
+        budget: null,
+        rateLimited: null,
+      };
     }
 
     // Hashed before anything is counted or called, so nothing about the params can fail later.
@@ -132,6 +183,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       reasons: decision.reasons,
       resultHash,
       approvalId: decision.approval_id,
+      policies: decision.policies,
     });
     const recorded = async (decision: GatewayDecision, resultHash: string | null = null) => {
       await records.append(interactionId, recordOf(decision, resultHash), settings.recordParams);
@@ -158,9 +210,9 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
           requestedBy: principal.type === 'api_key' ? principal.keyId : principal.email,
           ttlSeconds: settings.approvalTtlSeconds,
         });
-        checked.reasons[0].details = { approval_id: approvalId };
+        checked.reasons[0].details = { ...checked.reasons[0].details, approval_id: approvalId };
       }
-      const decision = await recorded({ ...base, decision: 'deny', reasons: checked.reasons, approval_id: approvalId });
+      const decision = await recorded({ ...base, decision: 'deny', reasons: checked.reasons, approval_id: approvalId, policies: matched });
       return { decision, budget: null, rateLimited: null };
     }
 
@@ -171,21 +223,25 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       ...subject,
       params: settings.recordParams ? call.action.params : null,
       approvalId: approvalToUse,
+      // An interrupted execution's record lists the matches as known before the commit counted them.
+      policies: matched,
     };
     journal.begin(interactionId);
     let commit: Commit;
     try {
-      commit = await commitExecution(context, windows, entry, approvalToUse);
+      commit = await commitExecution(context, counters, windows, entry, approvalToUse);
     } catch (error) {
       journal.end(interactionId, false);
       throw error;
     }
     if (!commit.ok) {
       journal.end(interactionId, false);
-      const decision = await recorded({ ...base, decision: 'deny', reasons: [commit.reason], approval_id: approvalToUse });
-      const rateLimited = commit.hourly ? { reason: commit.reason, retryAfterSeconds: retryAfterSeconds(commit.budget!) } : null;
-      return { decision, budget: commit.budget, rateLimited };
+      if (commit.refusedBy) matched = policyEntries(context.policies, new Map([[commit.refusedBy.match, true]]));
+      const decision = await recorded({ ...base, decision: 'deny', reasons: [commit.reason], approval_id: approvalToUse, policies: matched });
+      return { decision, budget: commit.budget, rateLimited: commit.rateLimited };
     }
+    const counted = commit.counts;
+    matched = policyEntries(context.policies, new Map(counters.map((counter, i) => [counter.match, counted[i] > counter.limit])));
 
     const result = await tools.execute(tool!, {
       svc_id: call.svcId,
@@ -196,7 +252,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     let decision: GatewayDecision;
     try {
       decision = await recorded(
-        { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse },
+        { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse, policies: matched },
         canonicalHash(result),
       );
     } catch (error) {
@@ -210,19 +266,46 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
 
   /**
    * The one commit of an allowed execute. Without a token or an approval to use, it is the single
-   * budget-and-journal statement; otherwise a transaction that uses them first and keeps nothing
-   * when anything is refused.
+   * statement that counts the policy rate limits and the budget and writes the journal entry;
+   * otherwise a transaction that uses them first and keeps nothing when anything is refused.
    */
-  async function commitExecution(context: DecisionContext, windows: BudgetWindows, entry: JournalEntry, approvalToUse: string | null): Promise<Commit> {
+  async function commitExecution(
+    context: DecisionContext,
+    counters: readonly PolicyCounter[],
+    windows: BudgetWindows,
+    entry: JournalEntry,
+    approvalToUse: string | null,
+  ): Promise<Commit> {
     const limits = context.manifest!.limits;
     const tokenId = context.token?.ok ? context.token.tokenId : null;
     const owner = await journal.ownerId();
-    const refusal = (reason: Reason): Commit => ({ ok: false, reason, budget: null, hourly: false });
+    const refusal = (reason: Reason): Commit => ({ ok: false, reason, budget: null, rateLimited: null, refusedBy: null });
     const counted = async (conn: Parameters<typeof countAndJournal>[0]): Promise<Commit> => {
-      const outcome = await countAndJournal(conn, windows, limits, owner, entry);
-      if (outcome.ok) return { ok: true, budget: outcome.state };
-      const hourly = outcome.exceeded === 'hour';
-      return { ok: false, reason: hourly ? hourlyLimitReached(outcome.state) : budgetExceeded(outcome.state), budget: outcome.state, hourly };
+      const outcome = await countAndJournal(conn, counters, windows, limits, owner, entry);
+      if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
+      if (outcome.refusedBy !== null) {
+        const counter = counters[outcome.refusedBy];
+        const reason = policyLimitReached(context.policies[counter.match], counter);
+        const { resetAt } = counter.window;
+        return {
+          ok: false,
+          reason,
+          budget: null,
+          rateLimited: { reason, limit: counter.limit, resetAt, retryAfterSeconds: secondsUntil(counter.window) },
+          refusedBy: counter,
+        };
+      }
+      const { state, exceeded } = outcome.budget;
+      if (exceeded === 'day') return { ok: false, reason: budgetExceeded(state), budget: state, rateLimited: null, refusedBy: null };
+      const reason = hourlyLimitReached(state);
+      const { window } = state.hour;
+      return {
+        ok: false,
+        reason,
+        budget: state,
+        rateLimited: { reason, limit: state.hour.limit, resetAt: window.resetAt, retryAfterSeconds: secondsUntil(window) },
+        refusedBy: null,
+      };
     };
     if (!tokenId && !approvalToUse) return counted(db.sql);
     return db.sql.transactionIf(async (tx) => {

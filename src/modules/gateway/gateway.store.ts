@@ -1,6 +1,7 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
+import type { RecordedPolicy } from '../record/record-chain.js';
 import type { RecordSubject } from '../record/record.service.js';
-import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows } from './budget.js';
+import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows, type PolicyCounter } from './budget.js';
 
 /**
  * The gateway module's SQL: the agent budgets (rate_counters through `take_budget`) and the
@@ -14,6 +15,7 @@ export interface JournalEntry extends RecordSubject {
   /** The params when the org keeps them in records, else null. */
   params: Record<string, unknown> | null;
   approvalId: string | null;
+  policies: RecordedPolicy[];
 }
 
 /** The agent's counts in the current hour and day, without counting anything (evaluate; requests already denied). */
@@ -28,39 +30,64 @@ export async function peekBudget(sql: SqlDriver, windows: BudgetWindows): Promis
   return { day: count(windows.day.bucket), hour: count(windows.hour.bucket) };
 }
 
+/** The current counts of policy rate limits, without counting anything (evaluate). */
+export async function peekCounters(sql: SqlDriver, counters: readonly PolicyCounter[]): Promise<number[]> {
+  if (!counters.length) return [];
+  const rows = await sql.query<{ bucket: string; count: number }>(
+    `SELECT c.bucket, c.count FROM rate_counters c
+     JOIN unnest($1::text[], $2::timestamptz[]) AS k(bucket, window_start) USING (bucket, window_start)`,
+    [counters.map((c) => c.bucket), counters.map((c) => c.window.start)],
+    'peek_counters',
+  );
+  return counters.map((counter) => rows.find((row) => row.bucket === counter.bucket)?.count ?? 0);
+}
+
+export type AllowanceOutcome =
+  | { ok: true; budget: BudgetOutcome & { ok: true }; counts: number[] }
+  | { ok: false; refusedBy: number; counts: number[] }
+  | { ok: false; refusedBy: null; budget: BudgetOutcome & { ok: false } };
+
 /**
- * The commit of an allowed execute, in one statement: counts the action against the day and the
- * hour (`take_budget`, which locks the agent's two counter rows only while the statement runs)
- * and, only when both had room, writes the journal entry. Counted and journaled are therefore
- * one fact: a crash after it leaves a journal entry for every counted action, and a refusal
- * leaves neither. `conn` is the driver itself (the statement is its own transaction) or a
+ * The commit of an allowed execute, in one statement: counts the action against the rate limits
+ * of its matched policies and the agent's day and hour (`take_allowance`, which locks those
+ * counter rows only while the statement runs) and, only when all had room, writes the journal
+ * entry. Counted and journaled are therefore one fact: a crash after it leaves a journal entry for
+ * every counted action, and a refusal leaves neither. `counters` must be sorted by bucket (the
+ * lock order). `conn` is the driver itself (the statement is its own transaction) or a
  * transaction that also uses a capability token or an approval.
  */
 export async function countAndJournal(
   conn: SqlConnection,
+  counters: readonly PolicyCounter[],
   windows: BudgetWindows,
   limits: BudgetLimits,
   owner: number,
   entry: JournalEntry,
-): Promise<BudgetOutcome> {
-  const [counts] = await conn.query<{ day_count: number | null; hour_count: number | null }>(
-    `WITH budget AS MATERIALIZED (SELECT day_count, hour_count FROM take_budget($1, $2, $3, $4, $5, $6)),
+): Promise<AllowanceOutcome> {
+  const [row] = await conn.query<{ limit_counts: number[]; refused_by: number; day_count: number | null; hour_count: number | null }>(
+    `WITH allowance AS MATERIALIZED (
+       SELECT limit_counts, refused_by, day_count, hour_count FROM take_allowance($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+     ),
      journal AS (
        INSERT INTO gateway_executions
-         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id)
-       SELECT $7, $8::uuid, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17
-       FROM budget WHERE day_count IS NOT NULL AND hour_count IS NOT NULL
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies)
+       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb
+       FROM allowance WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
-     SELECT day_count, hour_count FROM budget`,
+     SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
     [
+      counters.map((c) => c.bucket), counters.map((c) => c.window.start), counters.map((c) => c.limit), counters.map((c) => c.enforced),
       windows.day.bucket, windows.day.window.start, limits.maxActionsPerDay,
       windows.hour.bucket, windows.hour.window.start, limits.maxActionsPerHour,
       entry.id, entry.orgId, owner, entry.svcId, entry.agentId, entry.actionType, entry.tool, entry.capability,
-      entry.paramsHash, entry.params === null ? null : JSON.stringify(entry.params), entry.approvalId,
+      entry.paramsHash, entry.params === null ? null : JSON.stringify(entry.params), entry.approvalId, JSON.stringify(entry.policies),
     ],
     'count_and_journal',
   );
-  return budgetOutcome(windows, limits, counts);
+  const counts = row.limit_counts ?? [];
+  if (row.refused_by > 0) return { ok: false, refusedBy: row.refused_by - 1, counts };
+  const budget = budgetOutcome(windows, limits, row);
+  return budget.ok ? { ok: true, budget, counts } : { ok: false, refusedBy: null, budget };
 }
 
 /** Drops the journal entries of executions whose records exist. */
@@ -91,12 +118,13 @@ interface JournalRow {
   params_hash: string;
   params: Record<string, unknown> | null;
   approval_id: string | null;
+  policies: RecordedPolicy[];
 }
 
 /** The journal entries of one owner, oldest first. */
 export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
   const rows = await conn.query<JournalRow>(
-    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id
+    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies
      FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
     [owner],
   );
@@ -111,6 +139,7 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     paramsHash: row.params_hash,
     params: row.params,
     approvalId: row.approval_id,
+    policies: row.policies,
   }));
 }
 

@@ -4,6 +4,7 @@ import { restRoute } from '../../http/rest-routes.js';
 import { AppError } from '../../errors.js';
 import type { RequestState } from '../../http/request-state.js';
 import type { GatewayDecision, GatewayRequest, Reason } from './decision.js';
+import { MatchedPolicyRef } from '../record/record.types.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
@@ -42,6 +43,11 @@ const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision')
     result: t.field({ type: GatewayResult, nullable: true, resolve: (d) => d.result }),
     reasons: t.field({ type: [GatewayReason], resolve: (d) => d.reasons }),
     approval_id: t.exposeString('approval_id', { nullable: true, description: 'Set when a human approval was requested or used.' }),
+    policies: t.field({
+      type: [MatchedPolicyRef],
+      description: 'The org policies that matched, in priority order (lower first); execute records them in the signed record.',
+      resolve: (d) => d.policies,
+    }),
   }),
 });
 
@@ -55,16 +61,19 @@ const decisionArgs = builder.args((t) => ({
 
 /**
  * The HTTP edge of a decision (REST and GraphQL alike): the agent's hourly budget in the
- * X-RateLimit headers, and the hourly limit as 429 POLICY_VIOLATION with Retry-After (the denial
- * is already recorded).
+ * X-RateLimit headers, or the limit that refused (the hourly budget or a policy's rate limit) as
+ * 429 POLICY_VIOLATION with its X-RateLimit headers and Retry-After (the denial is already
+ * recorded).
  */
 function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
   const { budget, rateLimited } = outcome;
-  if (budget) {
-    state.responseHeaders.set('X-RateLimit-Limit', String(budget.hour.limit));
-    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, budget.hour.limit - budget.hour.current)));
-    state.responseHeaders.set('X-RateLimit-Reset', String(budget.hour.window.resetAt));
-  }
+  const headers = (limit: number, remaining: number, resetAt: number) => {
+    state.responseHeaders.set('X-RateLimit-Limit', String(limit));
+    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, remaining)));
+    state.responseHeaders.set('X-RateLimit-Reset', String(resetAt));
+  };
+  if (rateLimited) headers(rateLimited.limit, 0, rateLimited.resetAt);
+  else if (budget) headers(budget.hour.limit, budget.hour.limit - budget.hour.current, budget.hour.window.resetAt);
   if (rateLimited) {
     throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
       details: rateLimited.reason.details,
@@ -86,6 +95,15 @@ function decisionBody(decision: GatewayDecision) {
     decision: decision.decision,
     executed: decision.executed,
     interaction_id: decision.interaction_id,
+    policies: decision.policies.map((p) => ({
+      condition_error: p.condition_error,
+      effect: p.effect,
+      mode: p.mode,
+      name: p.name,
+      policy_id: p.policy_id,
+      rate_limit_exceeded: p.rate_limit_exceeded,
+      version: p.version,
+    })),
     reasons: decision.reasons.map((r) => ({ code: r.code, details: r.details ?? null, message: r.message })),
     result: result && { data: result.data, error: result.success ? null : result.error, success: result.success },
   };

@@ -87,6 +87,8 @@ export interface CurrentManifest {
   status: ManifestStatus;
   /** `agent.id` of the document (equals the svc_id). */
   agentId: string;
+  /** The document's `agent` block as policy conditions see it (`team` "" when absent). */
+  agent: { name: string; version: string; team: string };
   approvedCapabilities: readonly string[];
   requireHumanApproval: readonly string[];
   limits: { maxActionsPerHour: number; maxActionsPerDay: number };
@@ -111,6 +113,7 @@ export function createManifestService({ db, cache }: Deps) {
         id: manifest.id,
         status: manifest.status,
         agentId: document.agent.id,
+        agent: { name: document.agent.name, version: document.agent.version, team: document.agent.team ?? '' },
         approvedCapabilities: manifest.approvedCapabilities,
         requireHumanApproval: document.constraints?.require_human_approval ?? [],
         limits: effectiveLimits(document),

@@ -11,6 +11,19 @@ import { canonicalJson, canonicalHash } from '../../lib/canonical-json.js';
 
 export const GENESIS_HASH = `sha256:${'0'.repeat(64)}`;
 
+/** A policy that matched the action (decisions.md § Policies), as the decision reported it. */
+export interface RecordedPolicy {
+  policy_id: string;
+  name: string;
+  version: number;
+  effect: string;
+  mode: string;
+  /** Why its condition failed at run time (the policy then matched); null when it did not fail. */
+  condition_error: string | null;
+  /** For a rate_limit policy: whether this action was over its limit (a shadow limit only reports it). */
+  rate_limit_exceeded: boolean | null;
+}
+
 export interface RecordBody {
   record_id: string;
   org_id: string;
@@ -26,6 +39,11 @@ export interface RecordBody {
   reasons: { code: string; message: string }[];
   result_hash: string | null;
   approval_id: string | null;
+  /**
+   * The matched policies, in priority order. Every record appended since policies exist has it
+   * (an empty list when none matched); records from before do not, and hash as they always did.
+   */
+  policies?: RecordedPolicy[];
   prev_hash: string;
   created_at: string;
   key_id: string;

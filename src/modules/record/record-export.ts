@@ -80,6 +80,10 @@ export interface VerifySuccess {
   reachesHead: boolean;
   /** The first record links to the genesis hash (seq 1), rather than to a record outside the file. */
   fromGenesis: boolean;
+  /** Records whose signed body lists at least one matched policy. */
+  policyMatches: number;
+  /** Records appended before policies existed (their body has no `policies`). */
+  beforePolicies: number;
 }
 
 export interface VerifyFailure {
@@ -106,6 +110,18 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 const isSeq = (value: unknown): value is number => Number.isSafeInteger(value) && (value as number) >= 0;
 const isHash = (value: unknown): value is string => typeof value === 'string' && /^sha256:[0-9a-f]{64}$/.test(value);
+
+const isPolicyList = (value: unknown): boolean =>
+  Array.isArray(value) &&
+  value.every(
+    (p) =>
+      isObject(p) &&
+      typeof p.policy_id === 'string' &&
+      typeof p.name === 'string' &&
+      Number.isSafeInteger(p.version) &&
+      typeof p.effect === 'string' &&
+      typeof p.mode === 'string',
+  );
 
 function parseLine(text: string): unknown {
   try {
@@ -145,6 +161,8 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   if (!isHash(body.params_hash)) problems.push('body.params_hash');
   if (typeof body.key_id !== 'string') problems.push('body.key_id');
   if (typeof body.created_at !== 'string') problems.push('body.created_at');
+  // Records appended before policies existed have no `policies`; since then every record has the list.
+  if ('policies' in body && !isPolicyList(body.policies)) problems.push('body.policies');
   if (!isHash(value.record_hash)) problems.push('record_hash');
   if (typeof value.signature !== 'string') problems.push('signature');
   if (problems.length) throw new Broken(`malformed line: bad or missing ${problems.join(', ')}`, record);
@@ -204,6 +222,8 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   let first: RecordBody | undefined;
   let last: RecordBody | undefined;
   let count = 0;
+  let policyMatches = 0;
+  let beforePolicies = 0;
   const keyIds = new Set<string>();
   let pendingBlank = 0;
   try {
@@ -253,6 +273,8 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       last = body;
       keyIds.add(body.key_id);
       count += 1;
+      if (body.policies === undefined) beforePolicies += 1;
+      else if (body.policies.length) policyMatches += 1;
     }
   } catch (error) {
     if (error instanceof Broken) return { ok: false, line: lineNo, ...error.record, reason: error.reason };
@@ -280,5 +302,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
     chainHead: header.chain_head,
     reachesHead,
     fromGenesis: first?.seq === 1,
+    policyMatches,
+    beforePolicies,
   };
 }

@@ -3,7 +3,7 @@ import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
 import { historyKey } from '../manifest/manifest.service.js';
-import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
+import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody, type RecordedPolicy } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
 import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
@@ -28,6 +28,7 @@ export interface NewRecord extends RecordSubject {
   reasons: { code: string; message: string }[];
   resultHash: string | null;
   approvalId: string | null;
+  policies: RecordedPolicy[];
 }
 
 export interface RecordFilter {
@@ -79,6 +80,7 @@ export function bodyOf(record: InteractionRecord): RecordBody {
     reasons: record.reasons as RecordBody['reasons'],
     result_hash: record.resultHash,
     approval_id: record.approvalId,
+    ...(record.policies === null ? {} : { policies: record.policies as unknown as RecordedPolicy[] }),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -181,6 +183,7 @@ export function createRecordService({ db, keys }: Deps) {
         reasons: entry.reasons.map(({ code, message }) => ({ code, message })),
         result_hash: entry.resultHash,
         approval_id: entry.approvalId,
+        policies: entry.policies,
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -202,6 +205,7 @@ export function createRecordService({ db, keys }: Deps) {
         reasons: body.reasons as Prisma.JsonValue,
         resultHash: entry.resultHash,
         approvalId: entry.approvalId,
+        policies: entry.policies as unknown as Prisma.JsonValue,
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),

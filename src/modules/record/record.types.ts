@@ -6,6 +6,7 @@ import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute } from '../../http/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.types.js';
 import { ManifestRef } from '../manifest/manifest.types.js';
+import type { RecordedPolicy } from './record-chain.js';
 import { exportLineOf, type RecordExportFilter } from './record.service.js';
 
 const RecordStatusEnum = builder.enumType('RecordStatus', { values: ['approved', 'denied'] as const });
@@ -19,6 +20,27 @@ const RecordAction = builder
       params: t.field({ type: 'JSON', nullable: true, description: 'Null when the org does not keep params.', resolve: (a) => a.params }),
     }),
   });
+
+export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy').implement({
+  description: 'A policy that matched the action (shadow ones included: they are reported, never applied).',
+  fields: (t) => ({
+    policy_id: t.exposeString('policy_id'),
+    name: t.exposeString('name'),
+    version: t.exposeInt('version'),
+    effect: t.exposeString('effect', { description: '`deny`, `require_approval` or `rate_limit`.' }),
+    mode: t.exposeString('mode', { description: '`enforce` or `shadow`.' }),
+    condition_error: t.exposeString('condition_error', {
+      nullable: true,
+      description: 'Why the condition failed at run time; the policy then matched (policies fail closed).',
+    }),
+    rate_limit_exceeded: t.exposeBoolean('rate_limit_exceeded', {
+      nullable: true,
+      description:
+        'For a rate_limit policy: whether this action was over the limit (an enforced one then refused it with 429; a shadow one only says so). ' +
+        'Execute counts only otherwise-allowed actions; evaluate reads the counts without counting. Null for other effects.',
+    }),
+  }),
+});
 
 export const RecordRef = builder.prismaObject('InteractionRecord', {
   name: 'InteractionRecord',
@@ -37,6 +59,12 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
     reasons: t.field({ type: 'JSON', resolve: (r) => r.reasons }),
     result_hash: t.exposeString('resultHash', { nullable: true }),
     approval_id: t.exposeString('approvalId', { nullable: true }),
+    policies: t.field({
+      type: [MatchedPolicyRef],
+      nullable: true,
+      description: 'The policies that matched, as the decision reported them; null on records from before policies existed.',
+      resolve: (r) => r.policies as unknown as RecordedPolicy[] | null,
+    }),
     prev_hash: t.exposeString('prevHash'),
     record_hash: t.exposeString('recordHash'),
     signature: t.exposeString('signature', { description: 'Ed25519 over record_hash, base64url; key in /.well-known/jwks.json.' }),
