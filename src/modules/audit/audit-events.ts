@@ -82,7 +82,7 @@ export interface PolicySnapshot {
   mode: string;
   priority: number;
   effect: string;
-  target: { svc_ids?: string[]; capabilities?: string[] };
+  target: { svc_ids: string[] | null; capabilities: string[] | null };
   condition: string | null;
   rate_limit: { limit: number; window_seconds: number; per: string } | null;
   message: string | null;

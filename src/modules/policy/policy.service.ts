@@ -88,6 +88,11 @@ const isIntegerIn = (value: unknown, min: number, max: number): value is number 
   Number.isInteger(value) && (value as number) >= min && (value as number) <= max;
 
 export const targetOf = (policy: Policy): PolicyTarget => policy.target as PolicyTarget;
+/** The target as the API shows it: both lists, null where absent (= every agent, every capability). */
+export function publicTarget(policy: Policy): PolicySnapshot['target'] {
+  const { svc_ids: svcIds = null, capabilities = null } = targetOf(policy);
+  return { svc_ids: svcIds, capabilities };
+}
 export const rateLimitOf = (policy: Policy): PolicyRateLimit | null => (policy.rateLimit as PolicyRateLimit | null) ?? null;
 
 /** The policy as the audit log records it: its public fields without the timestamps. */
@@ -100,7 +105,7 @@ export function policySnapshot(policy: Policy): PolicySnapshot {
     mode: policy.mode,
     priority: policy.priority,
     effect: policy.effect,
-    target: targetOf(policy),
+    target: publicTarget(policy),
     condition: policy.condition,
     rate_limit: rateLimitOf(policy),
     message: policy.message,
