@@ -59,6 +59,18 @@ const fullPolicy = () => ({
   message: 'Ask the finance team',
 });
 
+/** What every optional field shows when not given. */
+const defaults = {
+  description: '',
+  enabled: true,
+  mode: 'enforce',
+  priority: 100,
+  target: { svc_ids: null, capabilities: null },
+  condition: null,
+  rate_limit: null,
+  message: null,
+};
+
 const facts = (overrides: Partial<ConditionFacts> = {}): ConditionFacts => ({
   agent: { id: 'billing-agent', name: 'Billing', version: '1.0.0', team: 'finance' },
   action: { type: 'billing', tool: 'refund', capability: 'billing:refund', params: { amount: 5000 } },
@@ -75,15 +87,8 @@ describe('create and read', () => {
     const expected = {
       policy_id: expect.stringMatching(/^pol_[A-Za-z0-9_-]{16}$/),
       name: 'Block deletes',
-      description: '',
-      enabled: true,
-      mode: 'enforce',
-      priority: 100,
+      ...defaults,
       effect: 'deny',
-      target: { svc_ids: null, capabilities: null },
-      condition: null,
-      rate_limit: null,
-      message: null,
       version: 1,
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
@@ -326,15 +331,8 @@ describe('replace (PUT) and delete', () => {
     expect(first.body).toEqual({
       ...original.body,
       name,
-      description: '',
-      enabled: true,
-      mode: 'enforce',
-      priority: 100,
+      ...defaults,
       effect: 'deny',
-      target: { svc_ids: null, capabilities: null },
-      condition: null,
-      rate_limit: null,
-      message: null,
       version: 2,
       updated_at: expect.stringMatching(iso),
       updated_by: operator.email,
