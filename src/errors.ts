@@ -29,6 +29,17 @@ export const authErrorCodes: ReadonlySet<ErrorCode> = new Set(['AUTHENTICATION_R
 export interface FieldError {
   field: string;
   message: string;
+  /** Where in the field's text the problem is, for fields with a syntax (a policy condition). */
+  position?: TextPosition;
+}
+
+export interface TextPosition {
+  /** 0-based offset in the text. */
+  offset: number;
+  /** 1-based. */
+  line: number;
+  /** 1-based. */
+  column: number;
 }
 
 export class AppError extends GraphQLError {
@@ -84,8 +95,8 @@ export const validationError = (errors: FieldError[]) =>
 /** Collects field problems and throws them together, so a caller fixes a payload in one go. */
 export class FieldErrors {
   readonly errors: FieldError[] = [];
-  add(field: string, message: string): void {
-    this.errors.push({ field, message });
+  add(field: string, message: string, detail: Omit<FieldError, 'field' | 'message'> = {}): void {
+    this.errors.push({ field, message, ...detail });
   }
   throwIfAny(): void {
     if (this.errors.length) throw validationError(this.errors);

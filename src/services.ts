@@ -8,6 +8,7 @@ import { createAuditService } from './modules/audit/audit.service.js';
 import { createCapabilityTokenService } from './modules/capability-token/capability-token.service.js';
 import { createExecutionJournal } from './modules/gateway/execution-journal.js';
 import { createGatewayService } from './modules/gateway/gateway.service.js';
+import { createPolicyService } from './modules/policy/policy.service.js';
 import { createRecordService } from './modules/record/record.service.js';
 import { createToolService } from './modules/tool/tool.service.js';
 import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
@@ -37,6 +38,7 @@ export function createServices(deps: Deps) {
     tokens,
     approvals,
     webhooks: createWebhookService(deps),
+    policies: createPolicyService(deps),
     journal,
     gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal }),
     sessions,

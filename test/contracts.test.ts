@@ -68,6 +68,11 @@ const expectedRoutes = [
   'GET /orgs/{org_id}/approvals/{approval_id}',
   'POST /orgs/{org_id}/approvals/{approval_id}/approve',
   'POST /orgs/{org_id}/approvals/{approval_id}/deny',
+  'GET /policies',
+  'POST /policies',
+  'GET /policies/{policy_id}',
+  'PUT /policies/{policy_id}',
+  'DELETE /policies/{policy_id}',
 ];
 
 describe('OpenAPI document', () => {

@@ -87,6 +87,14 @@ const newWebhook = async (w: World) => {
   });
   return { webhook_id: created.body.webhook_id as string };
 };
+/** A fresh policy of org A (the caller's org: policy routes have no org in the path). */
+const newPolicy = async (w: World) => {
+  const created = await w.t.request('POST', '/api/v1/policies', {
+    token: w.orgA.adminToken,
+    body: { name: `policy ${unique()}`, effect: 'deny', target: { capabilities: ['nothing:matches'] } },
+  });
+  return { policy_id: created.body.policy_id as string };
+};
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
 });
@@ -362,6 +370,56 @@ const matrix: Row[] = [
     keyScopes: [],
     params: newWebhook,
     check: (r) => expect(r.body).toEqual({ items: [], total: 0 }),
+  },
+  {
+    method: 'GET',
+    route: '/policies',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    // Makes sure there is one to list.
+    params: newPolicy,
+    check: (r) => {
+      expect(r.body.total).toBeGreaterThan(0);
+      expect(r.body.items[0].policy_id).toMatch(/^pol_/);
+    },
+  },
+  {
+    method: 'POST',
+    route: '/policies',
+    ok: 201,
+    roles: managers,
+    keyScopes: [],
+    body: () => ({ name: `policy ${unique()}`, effect: 'deny', target: { capabilities: ['nothing:matches'] } }),
+    check: (r) => expect(r.body).toMatchObject({ policy_id: expect.stringMatching(/^pol_/), version: 1 }),
+  },
+  {
+    method: 'GET',
+    route: '/policies/:policy_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: newPolicy,
+    check: (r) => expect(r.body).toMatchObject({ policy_id: expect.stringMatching(/^pol_/), effect: 'deny' }),
+  },
+  {
+    method: 'PUT',
+    route: '/policies/:policy_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newPolicy,
+    body: () => ({ name: `replaced ${unique()}`, effect: 'deny', target: { capabilities: ['nothing:matches'] } }),
+    check: (r) => expect(r.body).toMatchObject({ name: expect.stringMatching(/^replaced /), version: 2 }),
+  },
+  {
+    method: 'DELETE',
+    route: '/policies/:policy_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: newPolicy,
+    check: (r) => expect(r.text).toBe(''),
   },
   {
     method: 'POST',

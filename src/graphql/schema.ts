@@ -11,6 +11,7 @@ import '../modules/capability-token/capability-token.types.js';
 import '../modules/record/record.types.js';
 import '../modules/approval/approval.types.js';
 import '../modules/webhook/webhook.types.js';
+import '../modules/policy/policy.types.js';
 import '../modules/audit/audit.types.js';
 import { builder } from './builder.js';
 

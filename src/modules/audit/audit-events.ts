@@ -73,6 +73,24 @@ interface CapabilityTokenSnapshot {
   max_uses: number | null;
 }
 
+/** A policy as audited: its public fields (as the API shows them) without the timestamps. */
+export interface PolicySnapshot {
+  policy_id: string;
+  name: string;
+  description: string;
+  enabled: boolean;
+  mode: string;
+  priority: number;
+  effect: string;
+  target: { svc_ids: string[] | null; capabilities: string[] | null };
+  condition: string | null;
+  rate_limit: { limit: number; window_seconds: number; per: string } | null;
+  message: string | null;
+  version: number;
+  created_by: string;
+  updated_by: string;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -97,6 +115,9 @@ export type AuditEvent =
   | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
   | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
   | Event<'webhook.deleted', 'webhook', WebhookSnapshot, never>
+  | Event<'policy.created', 'policy', never, PolicySnapshot>
+  | Event<'policy.updated', 'policy', PolicySnapshot, PolicySnapshot>
+  | Event<'policy.deleted', 'policy', PolicySnapshot, never>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

@@ -77,6 +77,9 @@ export const permissions = {
   'tool:manage': { roles: managers, keyScopes: [] },
   'capability_token:manage': { roles: managers, keyScopes: [] },
   'webhook:manage': { roles: managers, keyScopes: [] },
+  /** Policies are operator configuration: no API key scope reads or writes them (decisions.md § Policies: B only). */
+  'policy:read': { roles: anyRole, keyScopes: [] },
+  'policy:write': { roles: managers, keyScopes: [] },
 } as const satisfies Record<string, Permission>;
 
 export type Action = keyof typeof permissions;
