@@ -25,6 +25,7 @@ export function createServices(deps: Deps) {
   const approvals = createApprovalService(deps);
   const orgs = createOrgService(deps);
   const manifests = createManifestService(deps);
+  const policies = createPolicyService(deps);
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
   return {
@@ -38,9 +39,9 @@ export function createServices(deps: Deps) {
     tokens,
     approvals,
     webhooks: createWebhookService(deps),
-    policies: createPolicyService(deps),
+    policies,
     journal,
-    gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal }),
+    gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal, policies }),
     sessions,
     apiKeys,
     countOperatorRequests,

@@ -27,6 +27,7 @@ describe('decisions and reasons', () => {
       result: { success: true, data: { ok: true }, error: null },
       reasons: [],
       approval_id: null,
+      policies: [],
     });
     const record = await t.request('GET', `/api/v1/records/${response.body.interaction_id}`, { token: org.adminToken });
     expect(record.status).toBe(200);
@@ -130,7 +131,9 @@ describe('decisions and reasons', () => {
 });
 
 describe('one decision, two channels', () => {
-  const selection = `{ approval_id decision executed interaction_id reasons { code details message } result { data error { code message } success } }`;
+  const selection =
+    '{ approval_id decision executed interaction_id policies { condition_error effect mode name policy_id rate_limit_exceeded version } ' +
+    'reasons { code details message } result { data error { code message } success } }';
   const viaGraphQL = async (agent: { svcId: string; key: string }, mode: 'execute' | 'evaluate', tool: string) => {
     const response = await t.graphql(
       `mutation($svc: String!, $action: GatewayActionInput!) { gateway_${mode}(svc_id: $svc, agent_id: $svc, action: $action) ${selection} }`,
@@ -150,13 +153,18 @@ describe('one decision, two channels', () => {
   ] as const)('REST %s of billing:%s answers exactly what the GraphQL field does, key order included', async (mode, tool) => {
     const org = await signUp(t);
     const agent = await readyAgent(t, org);
+    // A matching policy, so the decision's `policies` is compared with content.
+    const policy = await t.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'watch', effect: 'deny', mode: 'shadow' } });
+    expect(policy.status).toBe(201);
     const rest = await t.request('POST', `/api/v1/gateway/${mode}`, { apiKey: agent.key, body: actionBody(agent, tool) });
+    expect(rest.body.policies).toHaveLength(1);
     expect(rest.status).toBe(200);
     const graphql = await viaGraphQL(agent, mode, tool);
     expect(withoutId(rest.body)).toEqual(withoutId(graphql));
     expect(Object.keys(rest.body)).toEqual(Object.keys(graphql));
     if (rest.body.result) expect(Object.keys(rest.body.result)).toEqual(Object.keys(graphql.result));
     for (const [i, reason] of rest.body.reasons.entries()) expect(Object.keys(reason)).toEqual(Object.keys(graphql.reasons[i]));
+    expect(Object.keys(rest.body.policies[0])).toEqual(Object.keys(graphql.policies[0]));
   });
 });
 
