@@ -156,7 +156,7 @@ const targets = [{}, { capabilities: ['billing:*'] }, { svc_ids: ['bench-gateway
 for (let i = 0; i < 50; i++) {
   const body =
     i === 0
-      ? { name: 'rate limit', effect: 'rate_limit', rate_limit: { limit: 1_000_000_000, window_seconds: 86400, per: 'agent' } }
+      ? { name: 'rate limit', effect: 'rate_limit', rate_limit: { limit: 1_000_000, window_seconds: 86400, per: 'agent' } }
       : i < 4
         ? { name: `shadow ${i}`, effect: 'deny', mode: 'shadow', condition: `params.invoice == 42 && params.customer.tier == "gold"` }
         : {

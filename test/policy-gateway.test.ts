@@ -108,8 +108,11 @@ describe('deny', () => {
       condition: `key.prefix == "${keyPrefix}" && request.mode == "execute" && request.channel == "rest" && agent.id == "${agent.svcId}"`,
     });
     await createPolicy(org, { name: 'never on a weekday 7', effect: 'deny', condition: 'request.weekday == 7 || request.hour > 23' });
+    await createPolicy(org, { name: 'keys that may evaluate', effect: 'deny', condition: '!("gateway:evaluate" in key.scopes)' });
     const withOther = { ...agent, key: other.key };
     expect(codes((await execute(t, withOther)).body)).toEqual(['POLICY_DENIED']);
+    const executeOnly = { ...agent, key: (await createKey(t, org, ['gateway:execute'])).key };
+    expect((await execute(t, executeOnly)).body.reasons).toEqual([expect.objectContaining({ code: 'POLICY_DENIED', message: 'Denied by policy "keys that may evaluate"' })]);
     // Evaluate is the test bench: same policies, but request.mode is "evaluate" here.
     expect((await evaluate(t, withOther)).body).toMatchObject({ decision: 'allow', policies: [] });
     expect((await execute(t, agent)).body).toMatchObject({ decision: 'allow', policies: [] });

@@ -37,7 +37,7 @@ import {
   type Reason,
 } from './decision.js';
 import type { ExecutionJournal } from './execution-journal.js';
-import { countAndJournal, peekBudget, peekCounters, type JournalEntry } from './gateway.store.js';
+import { countAndJournal, peekCounts, type JournalEntry } from './gateway.store.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -95,20 +95,19 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
 
   /**
    * Everything the checks need, each read independent of the others and mostly cached; then the
-   * policies that apply (pure, on facts built once), and for evaluate their rate limits' counts.
+   * policies that apply (pure, on facts built once), and for evaluate the budget's and their rate
+   * limits' counts in one query.
    */
   async function loadContext(principal: Principal, call: GatewayCall, options: DecisionOptions, windows: BudgetWindows) {
     const orgId = principal.orgId;
     const { mode } = options;
     const now = Date.now();
-    const [manifest, tool, settings, token, approval, counts, active] = await Promise.all([
+    const [manifest, tool, settings, token, approval, active] = await Promise.all([
       manifests.current(orgId, call.svcId),
       tools.forAction(orgId, call.action.type),
       orgs.gatewaySettings(orgId),
       call.capabilityToken ? tokens.check(call.capabilityToken, orgId, call.svcId) : null,
       call.approvalId ? approvals.check(orgId, call.approvalId, actionHashOf(call)) : null,
-      // Only evaluate reports the budget up front; an execute counts it in its commit.
-      mode === 'evaluate' ? peekBudget(db.sql, windows) : null,
       policies.active(orgId),
     ]);
     const caller =
@@ -119,10 +118,9 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
     );
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
-    const limits =
-      mode === 'evaluate' && counters.length
-        ? (await peekCounters(db.sql, counters)).map((current, i) => ({ counter: counters[i], current }))
-        : null;
+    // Only evaluate reports the counts up front; an execute counts them in its commit.
+    const counts = mode === 'evaluate' ? await peekCounts(db.sql, windows, counters) : null;
+    const limits = counts && counts.limits.map((current, i) => ({ counter: counters[i], current }));
     const context: DecisionContext = {
       call,
       mode,
@@ -131,7 +129,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       token,
       approval,
       toolConfigured: tool !== null,
-      budget: manifest && counts ? budgetState(windows, manifest.limits, counts) : null,
+      budget: manifest && counts ? budgetState(windows, manifest.limits, counts.budget) : null,
       policies: matches,
       limits,
     };
@@ -193,7 +191,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     if (checked.reasons.length) {
       // Denied anyway: say so too when the day's budget is used up.
       if (context.manifest) {
-        context.budget = budgetState(windows, context.manifest.limits, await peekBudget(db.sql, windows));
+        context.budget = budgetState(windows, context.manifest.limits, (await peekCounts(db.sql, windows)).budget);
         checked = checkDecision(context);
       }
       let approvalId = call.approvalId;

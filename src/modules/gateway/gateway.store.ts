@@ -18,28 +18,24 @@ export interface JournalEntry extends RecordSubject {
   policies: RecordedPolicy[];
 }
 
-/** The agent's counts in the current hour and day, without counting anything (evaluate; requests already denied). */
-export async function peekBudget(sql: SqlDriver, windows: BudgetWindows): Promise<BudgetCounts> {
-  const rows = await sql.query<{ bucket: string; count: number }>(
-    `SELECT bucket, count FROM rate_counters
-     WHERE (bucket = $1 AND window_start = $2) OR (bucket = $3 AND window_start = $4)`,
-    [windows.hour.bucket, windows.hour.window.start, windows.day.bucket, windows.day.window.start],
-    'peek_budget',
-  );
-  const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
-  return { day: count(windows.day.bucket), hour: count(windows.hour.bucket) };
-}
-
-/** The current counts of policy rate limits, without counting anything (evaluate). */
-export async function peekCounters(sql: SqlDriver, counters: readonly PolicyCounter[]): Promise<number[]> {
-  if (!counters.length) return [];
+/**
+ * The agent's counts in the current hour and day and those of the policy rate limits, without
+ * counting anything (evaluate; requests already denied), in one query.
+ */
+export async function peekCounts(
+  sql: SqlDriver,
+  windows: BudgetWindows,
+  counters: readonly PolicyCounter[] = [],
+): Promise<{ budget: BudgetCounts; limits: number[] }> {
+  const buckets = [windows.hour, windows.day, ...counters];
   const rows = await sql.query<{ bucket: string; count: number }>(
     `SELECT c.bucket, c.count FROM rate_counters c
      JOIN unnest($1::text[], $2::timestamptz[]) AS k(bucket, window_start) USING (bucket, window_start)`,
-    [counters.map((c) => c.bucket), counters.map((c) => c.window.start)],
-    'peek_counters',
+    [buckets.map((b) => b.bucket), buckets.map((b) => b.window.start)],
+    'peek_counts',
   );
-  return counters.map((counter) => rows.find((row) => row.bucket === counter.bucket)?.count ?? 0);
+  const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
+  return { budget: { day: count(windows.day.bucket), hour: count(windows.hour.bucket) }, limits: counters.map((c) => count(c.bucket)) };
 }
 
 export type AllowanceOutcome =
