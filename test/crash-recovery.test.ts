@@ -73,6 +73,9 @@ async function setUp(service: TestClient, receiver: Receiver) {
     body: { action_type: 'billing', connector: 'http', config: { url: receiver.url, timeout_ms: 60_000, allow_private_network: true } },
   });
   expect(tool.status).toBe(201);
+  // A shadow policy matches every action: interrupted records must list it like the others.
+  const policy = await service.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'watch all', effect: 'deny', mode: 'shadow' } });
+  expect(policy.status).toBe(201);
   return { org, agent };
 }
 
@@ -115,6 +118,7 @@ interface RecordRow {
   executed: boolean;
   reasons: { code: string }[];
   result_hash: string | null;
+  policies: { name: string }[] | null;
   prev_hash: string;
   record_hash: string;
 }
@@ -145,6 +149,7 @@ async function expectEveryInvocationRecorded(service: TestClient, org: OrgFixtur
   const heldIds = receiver.received.slice(ANSWERED);
   expect(heldIds.length).toBeGreaterThanOrEqual(HELD_BEFORE_KILL);
   for (const id of heldIds) expect(interrupted(byId.get(id)!)).toBe(true);
+  for (const record of records) expect(record.policies?.map((p) => p.name)).toEqual(['watch all']);
   // What the client saw allowed is recorded with its result, never as interrupted.
   for (const id of answered) {
     expect(byId.get(id)).toMatchObject({ status: 'approved', executed: true, result_hash: expect.stringMatching(/^sha256:/) });
