@@ -1,4 +1,5 @@
 import type { Deps } from './deps.js';
+import { createAgentService } from './modules/agent/agent.service.js';
 import { createApiKeyService } from './modules/api-key/api-key.service.js';
 import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
@@ -26,6 +27,7 @@ export function createServices(deps: Deps) {
   const orgs = createOrgService(deps);
   const manifests = createManifestService(deps);
   const policies = createPolicyService(deps);
+  const agents = createAgentService(deps, { approvals, tokens });
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
   return {
@@ -34,6 +36,7 @@ export function createServices(deps: Deps) {
     users: createUserService(deps),
     audit: createAuditService(deps),
     manifests,
+    agents,
     tools,
     records,
     tokens,
@@ -41,7 +44,7 @@ export function createServices(deps: Deps) {
     webhooks: createWebhookService(deps),
     policies,
     journal,
-    gateway: createGatewayService(deps, { manifests, orgs, tools, tokens, approvals, records, journal, policies }),
+    gateway: createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies }),
     sessions,
     apiKeys,
     countOperatorRequests,

@@ -56,8 +56,11 @@ describe('GET /orgs/{org_id}/audit-logs', () => {
       'user.created',
       'user.created',
       'api_key.created',
+      // Registering the first manifest of an agent id creates the agent, in the same transaction.
+      'agent.created',
       'manifest.registered',
       'manifest.approved',
+      'agent.created',
       'manifest.registered',
       'manifest.rejected',
     ]);
@@ -104,7 +107,7 @@ describe('GET /orgs/{org_id}/audit-logs', () => {
     expect(await all(`&actor=${operator.userId}`)).toEqual(byOperator);
     expect(await all(`&actor=${encodeURIComponent(operator.email.toUpperCase())}`)).toEqual(byOperator);
     const byKey = await all(`&actor=${writerKey.keyId}`);
-    expect(byKey.map((i) => i.action)).toEqual(['manifest.registered']);
+    expect(byKey.map((i) => i.action)).toEqual(['manifest.registered', 'agent.created']);
     expect(await all(`&actor=nobody@example.com`)).toEqual([]);
   });
 

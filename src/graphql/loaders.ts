@@ -6,6 +6,8 @@ import type { DeliveryFilter } from '../modules/webhook/webhook.service.js';
 import type { ListPage } from '../lib/list-page.js';
 
 type DeliveriesKey = DeliveryFilter & { webhookId: string };
+/** An agent of an org. */
+type AgentKey = { orgId: string; svcId: string };
 const filterKey = ({ status, limit, offset }: DeliveryFilter) => JSON.stringify([status ?? null, limit ?? null, offset ?? null]);
 
 /** An id within one org: loaders never return another org's row, whatever id they are given. */
@@ -37,7 +39,26 @@ function byIdLoader<Row extends { id: string }>(load: (orgId: string, ids: strin
  * Created per request, so nothing is cached across callers or after a write.
  */
 export function createLoaders(services: Services) {
+  const byAgent = { cacheKeyFn: ({ orgId, svcId }: AgentKey) => historyKey(orgId, svcId) };
+  const currentManifest = new DataLoader(async (agents: readonly AgentKey[]) => {
+    const byKey = await services.manifests.currentOf(agents);
+    return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? null);
+  }, byAgent);
   return {
+    /** Agents' current manifest (active or suspended, else the newest). */
+    currentManifest,
+    /** Agents' budget use this hour and day, against their current manifest's limits. */
+    agentUsage: new DataLoader(async (agents: readonly AgentKey[]) => {
+      const manifests = await currentManifest.loadMany(agents);
+      return services.gateway.usageOf(
+        agents.map((agent, i) => {
+          const manifest = manifests[i];
+          return { ...agent, limits: manifest && !(manifest instanceof Error) ? services.manifests.limitsOf(manifest) : null };
+        }),
+      );
+    }, byAgent),
+    /** The policies that target each agent. */
+    agentPolicies: new DataLoader((agents: readonly AgentKey[]) => services.policies.forAgents(agents), byAgent),
     manifestHistory: new DataLoader(
       async (agents: readonly { orgId: string; svcId: string }[]) => {
         const byKey = await services.manifests.historyOf(agents);

@@ -25,6 +25,12 @@ export interface RestRoute {
    * unknown fields must reach the validator rather than be dropped by SOFA).
    */
   bodyArg?: string;
+  /**
+   * Arguments a body-carrying route (POST, PUT, PATCH, DELETE) also takes from the query string,
+   * e.g. `DELETE /agents/{id}?reason=`. Every other query parameter of such a route is ignored
+   * (secrets in URLs end up in access logs), so this names only what is never secret.
+   */
+  queryArgs?: readonly string[];
   /** Error statuses beyond those implied by method, path and auth (e.g. 401 of a wrong password). */
   extraErrors?: ReadonlyArray<'401' | '429'>;
   /**

@@ -27,7 +27,7 @@ function call(overrides: Partial<GatewayCall> = {}): GatewayCall {
 }
 
 function context(overrides: Partial<DecisionContext> = {}): DecisionContext {
-  return { call: call(), mode: 'execute', keySvcIds: [], manifest, token: null, approval: null, toolConfigured: true, budget: null, policies: [], limits: null, ...overrides };
+  return { call: call(), mode: 'execute', keySvcIds: [], agent: { status: 'active', deactivationReason: null }, manifest, token: null, approval: null, toolConfigured: true, budget: null, policies: [], limits: null, ...overrides };
 }
 
 const codes = (c: DecisionContext) => checkDecision(c).reasons.map((r) => r.code);
@@ -56,18 +56,28 @@ describe('checkDecision', () => {
     const c = context({
       call: call({ agentId: 'other', action: { type: 'email', tool: 'send', params: {} }, capability: 'email:send' }),
       keySvcIds: ['someone-else'],
+      agent: { status: 'deactivated', deactivationReason: 'incident 42' },
       manifest: { ...manifest, status: 'suspended' },
       token: { ok: false, message: 'The capability token has expired' },
       toolConfigured: false,
     });
     expect(codes(c)).toEqual([
       'SVC_NOT_ALLOWED_FOR_KEY',
+      'AGENT_DEACTIVATED',
       'MANIFEST_NOT_ACTIVE',
       'AGENT_MISMATCH',
       'CAPABILITY_NOT_APPROVED',
       'CAPABILITY_TOKEN_INVALID',
       'TOOL_NOT_CONFIGURED',
     ]);
+  });
+
+  test('a deactivated agent is denied, with the reason it was given', () => {
+    const c = context({ agent: { status: 'deactivated', deactivationReason: 'incident 42' } });
+    expect(checkDecision(c).reasons).toEqual([{ code: 'AGENT_DEACTIVATED', message: 'Agent "billing-agent" is deactivated: incident 42' }]);
+    expect(checkDecision(context({ agent: { status: 'deactivated', deactivationReason: null } })).reasons[0].message).toBe(
+      'Agent "billing-agent" is deactivated',
+    );
   });
 
   test('no manifest', () => {

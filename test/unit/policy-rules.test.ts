@@ -224,6 +224,7 @@ function context(overrides: Partial<DecisionContext> = {}): DecisionContext {
     call: call(),
     mode: 'execute',
     keySvcIds: [],
+    agent: { status: 'active', deactivationReason: null },
     manifest,
     token: null,
     approval: null,

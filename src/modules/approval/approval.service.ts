@@ -188,7 +188,26 @@ export function createApprovalService({ db }: Deps) {
     return decided;
   }
 
-  return { request, check, consume, expireDue, list, get, decide };
+  /**
+   * Denies every pending approval of an agent, in the caller's transaction (an agent's
+   * deactivation); subscribers hear of each decision when it commits. Returns how many.
+   */
+  async function denyPendingOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, reason: string, decidedBy: string) {
+    const pending = await tx.approval.findMany({ where: { orgId, svcId, status: 'pending' }, select: { id: true } });
+    if (!pending.length) return 0;
+    const ids = pending.map((approval) => approval.id);
+    await tx.approval.updateMany({
+      where: { id: { in: ids }, status: 'pending' },
+      data: { status: 'denied', decidedBy, decidedAt: new Date(), reason },
+    });
+    const decided = await tx.approval.findMany({ where: { id: { in: ids } } });
+    for (const approval of decided) {
+      await enqueueWebhookEvent(sqlConnectionOf(tx), orgId, 'approval.decided', approvalSummary(approval));
+    }
+    return decided.length;
+  }
+
+  return { request, check, consume, expireDue, list, get, decide, denyPendingOfAgent };
 }
 
 export type ApprovalService = ReturnType<typeof createApprovalService>;

@@ -91,6 +91,15 @@ export interface PolicySnapshot {
   updated_by: string;
 }
 
+/** An agent as audited: its identity and state, not its usage. */
+interface AgentSnapshot {
+  name: string;
+  team: string | null;
+  owner_email: string | null;
+  labels: Record<string, string>;
+  status: string;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -118,6 +127,9 @@ export type AuditEvent =
   | Event<'policy.created', 'policy', never, PolicySnapshot>
   | Event<'policy.updated', 'policy', PolicySnapshot, PolicySnapshot>
   | Event<'policy.deleted', 'policy', PolicySnapshot, never>
+  | Event<'agent.created', 'agent', never, AgentSnapshot & { from_manifest: string | null }>
+  | Event<'agent.deactivated', 'agent', AgentSnapshot, AgentSnapshot & { approvals_denied: number; capability_tokens_revoked: number }>
+  | Event<'agent.reactivated', 'agent', AgentSnapshot, AgentSnapshot>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

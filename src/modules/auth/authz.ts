@@ -77,12 +77,27 @@ export const permissions = {
   'tool:manage': { roles: managers, keyScopes: [] },
   'capability_token:manage': { roles: managers, keyScopes: [] },
   'webhook:manage': { roles: managers, keyScopes: [] },
+  'agent:read': { roles: anyRole, keyScopes: ['manifests:read'] },
+  'agent:register': { roles: managers, keyScopes: ['manifests:write'] },
+  'agent:deactivate': { roles: managers, keyScopes: [] },
+  'agent:reactivate': { roles: adminOnly, keyScopes: [] },
   /** Policies are operator configuration: no API key scope reads or writes them (decisions.md § Policies: B only). */
   'policy:read': { roles: anyRole, keyScopes: [] },
   'policy:write': { roles: managers, keyScopes: [] },
 } as const satisfies Record<string, Permission>;
 
 export type Action = keyof typeof permissions;
+
+/**
+ * The agent ids an API key is limited to (`svc_ids`); undefined when the caller may see every
+ * agent of the org. A limited key neither sees nor registers other agents or their manifests.
+ */
+export const agentScope = (principal: Principal | undefined) =>
+  principal?.type === 'api_key' && principal.svcIds.length ? principal.svcIds : undefined;
+export const outOfScope = (principal: Principal | undefined, svcId: string) => {
+  const scope = agentScope(principal);
+  return scope !== undefined && !scope.includes(svcId);
+};
 
 /**
  * `not_found` when the resource belongs to another org: its existence is never revealed.

@@ -2,6 +2,7 @@ import { SignJWT, decodeProtectedHeader, jwtVerify } from 'jose';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { SqlConnection } from '../../db/sql.js';
+import type { Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -99,6 +100,12 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
     return { items, total: items.length };
   }
 
+  /** Revokes every live token of an agent, in the caller's transaction (an agent's deactivation). Returns how many. */
+  async function revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> {
+    const revoked = await tx.capabilityToken.updateMany({ where: { orgId, svcId, revokedAt: null }, data: { revokedAt: new Date() } });
+    return revoked.count;
+  }
+
   async function revoke(orgId: string, tokenId: string, actor: Principal) {
     return db.prisma.$transaction(async (tx) => {
       const existing = await tx.capabilityToken.findFirst({ where: { id: tokenId, orgId } });
@@ -159,7 +166,7 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
     return useToken(tx, tokenId);
   }
 
-  return { issue, list, revoke, check, use };
+  return { issue, list, revoke, revokeAllOfAgent, check, use };
 }
 
 export type CapabilityTokenService = ReturnType<typeof createCapabilityTokenService>;

@@ -1,4 +1,5 @@
 import type { FieldError } from '../../errors.js';
+import type { AgentGate } from '../agent/agent.service.js';
 import type { ApprovalCheck } from '../approval/approval.service.js';
 import type { TokenCheck } from '../capability-token/capability-token.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';
@@ -68,6 +69,8 @@ export interface DecisionContext {
   mode: GatewayMode;
   /** The agent ids the API key is limited to; empty when it may act for any. */
   keySvcIds: readonly string[];
+  /** The agent behind the svc_id; null when the org has none (then it has no manifest either). */
+  agent: AgentGate | null;
   manifest: CurrentManifest | null;
   /** The capability token's check; null when the request carries none. */
   token: TokenCheck | null;
@@ -200,6 +203,10 @@ export function checkDecision(context: DecisionContext): Checked {
 
   if (context.keySvcIds.length && !context.keySvcIds.includes(svcId)) {
     deny('SVC_NOT_ALLOWED_FOR_KEY', `This API key may act only for ${context.keySvcIds.join(', ')}`);
+  }
+  if (context.agent?.status === 'deactivated') {
+    const why = context.agent.deactivationReason;
+    deny('AGENT_DEACTIVATED', `Agent "${svcId}" is deactivated${why ? `: ${why}` : ''}`);
   }
   if (!manifest) {
     deny('MANIFEST_NOT_FOUND', `No manifest is registered for agent "${svcId}"`);

@@ -1,8 +1,9 @@
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
+import type { AgentService } from '../agent/agent.service.js';
 import type { ApprovalService } from '../approval/approval.service.js';
-import type { Principal } from '../auth/authz.js';
+import { outOfScope, type Principal } from '../auth/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
@@ -14,6 +15,7 @@ import {
   budgetWindows,
   policyCounters,
   secondsUntil,
+  type BudgetLimits,
   type BudgetState,
   type BudgetWindows,
   type PolicyCounter,
@@ -37,7 +39,7 @@ import {
   type Reason,
 } from './decision.js';
 import type { ExecutionJournal } from './execution-journal.js';
-import { countAndJournal, peekCounts, type JournalEntry } from './gateway.store.js';
+import { budgetCountsOf, countAndJournal, peekCounts, type JournalEntry } from './gateway.store.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -77,6 +79,7 @@ type Commit =
   | { ok: false; reason: Reason; budget: BudgetState | null; rateLimited: RateLimited | null; refusedBy: PolicyCounter | null };
 
 interface Collaborators {
+  agents: Pick<AgentService, 'gate' | 'seen'>;
   manifests: ManifestService;
   orgs: OrgService;
   tools: ToolService;
@@ -91,7 +94,7 @@ interface Collaborators {
 const actionHashOf = (call: GatewayCall) => canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
 export function createGatewayService({ db }: Deps, modules: Collaborators) {
-  const { manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
+  const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
 
   /**
    * Everything the checks need, each read independent of the others and mostly cached; then the
@@ -102,7 +105,8 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     const orgId = principal.orgId;
     const { mode } = options;
     const now = Date.now();
-    const [manifest, tool, settings, token, approval, active] = await Promise.all([
+    const [agent, manifest, tool, settings, token, approval, active] = await Promise.all([
+      agents.gate(orgId, call.svcId),
       manifests.current(orgId, call.svcId),
       tools.forAction(orgId, call.action.type),
       orgs.gatewaySettings(orgId),
@@ -125,6 +129,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       call,
       mode,
       keySvcIds: principal.type === 'api_key' ? principal.svcIds : [],
+      agent,
       manifest,
       token,
       approval,
@@ -147,6 +152,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     const windows = budgetWindows(orgId, call.svcId);
     const { context, tool, settings, counters } = await loadContext(principal, call, options, windows);
     let checked = checkDecision(context);
+    if (context.agent && !outOfScope(principal, call.svcId)) agents.seen(orgId, call.svcId);
     const base = { interaction_id: interactionId, executed: false, result: null };
     // Until the commit counts them, no rate limit is known to be exceeded.
     let matched = policyEntries(context.policies);
@@ -318,7 +324,31 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     });
   }
 
-  return { decide };
+  /**
+   * The budget use of several agents in the current hour and day, in one query (agents' `usage`);
+   * `limits` null when an agent has no manifest (then nothing can be counted).
+   */
+  async function usageOf(agents: readonly { orgId: string; svcId: string; limits: BudgetLimits | null }[]): Promise<AgentUsage[]> {
+    const windows = agents.map(({ orgId, svcId }) => budgetWindows(orgId, svcId));
+    const counts = agents.length ? await budgetCountsOf(db.sql, windows) : [];
+    const isoAt = (unixSeconds: number) => new Date(unixSeconds * 1000).toISOString();
+    return agents.map(({ limits }, i) => ({
+      hour: { count: counts[i].hour, limit: limits?.maxActionsPerHour ?? null, resets_at: isoAt(windows[i].hour.window.resetAt) },
+      day: { count: counts[i].day, limit: limits?.maxActionsPerDay ?? null, resets_at: isoAt(windows[i].day.window.resetAt) },
+    }));
+  }
+
+  return { decide, usageOf };
+}
+
+export interface UsageWindow {
+  count: number;
+  limit: number | null;
+  resets_at: string;
+}
+export interface AgentUsage {
+  hour: UsageWindow;
+  day: UsageWindow;
 }
 
 export type GatewayService = ReturnType<typeof createGatewayService>;

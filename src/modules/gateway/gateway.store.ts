@@ -38,6 +38,19 @@ export async function peekCounts(
   return { budget: { day: count(windows.day.bucket), hour: count(windows.hour.bucket) }, limits: counters.map((c) => count(c.bucket)) };
 }
 
+/** The hour and day counts of several agents, in one query (agents' `usage`). */
+export async function budgetCountsOf(sql: SqlDriver, windows: readonly BudgetWindows[]): Promise<BudgetCounts[]> {
+  const buckets = windows.flatMap((w) => [w.hour, w.day]);
+  const rows = await sql.query<{ bucket: string; count: number }>(
+    `SELECT c.bucket, c.count FROM rate_counters c
+     JOIN unnest($1::text[], $2::timestamptz[]) AS k(bucket, window_start) USING (bucket, window_start)`,
+    [buckets.map((b) => b.bucket), buckets.map((b) => b.window.start)],
+    'budget_counts_of',
+  );
+  const count = new Map(rows.map((row) => [row.bucket, row.count]));
+  return windows.map((w) => ({ hour: count.get(w.hour.bucket) ?? 0, day: count.get(w.day.bucket) ?? 0 }));
+}
+
 export type AllowanceOutcome =
   | { ok: true; budget: BudgetOutcome & { ok: true }; counts: number[] }
   | { ok: false; refusedBy: number; counts: number[] }

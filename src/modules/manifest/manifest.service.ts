@@ -4,7 +4,8 @@ import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound
 import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal } from '../auth/authz.js';
+import { ensureAgentForManifest } from '../agent/agent.service.js';
+import { agentScope, outOfScope, type Principal } from '../auth/authz.js';
 import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
 
 type Tx = Prisma.TransactionClient;
@@ -40,16 +41,6 @@ export const MAX_PAGE_SIZE = 200;
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const manifestNotFound = () => notFound('Manifest');
 
-/**
- * The agent ids an API key is limited to (`svc_ids`); undefined when the caller may see every
- * agent of the org. A limited key neither sees nor registers other agents' manifests.
- */
-const agentScope = (principal: Principal | undefined) =>
-  principal?.type === 'api_key' && principal.svcIds.length ? principal.svcIds : undefined;
-const outOfScope = (principal: Principal | undefined, svcId: string) => {
-  const scope = agentScope(principal);
-  return scope !== undefined && !scope.includes(svcId);
-};
 
 /** Who changed something, as history shows it: a user's email or an API key's id. */
 const changedBy = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
@@ -145,6 +136,7 @@ export function createManifestService({ db, cache }: Deps) {
             createdBy: by,
           },
         });
+        await ensureAgentForManifest(tx, orgId, document.agent, created.id, actor);
         const current = await tx.manifest.findFirst({
           where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
         });
@@ -223,6 +215,25 @@ export function createManifestService({ db, cache }: Deps) {
   async function history(orgId: string, manifestId: string, caller?: Principal) {
     const manifest = await get(orgId, manifestId, {}, caller);
     return historyOf([{ orgId, svcId: manifest.svcId }]).then((byKey) => byKey.get(historyKey(orgId, manifest.svcId)) ?? []);
+  }
+
+  /**
+   * The current manifest of several agents in one query (agents' `current_manifest`): the active
+   * or suspended version, else the newest, as `current` and `bySvc` choose; keyed by historyKey.
+   */
+  async function currentOf(agents: readonly { orgId: string; svcId: string }[]) {
+    const manifests = await db.prisma.manifest.findMany({
+      where: { OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+    });
+    const byKey = new Map<string, Manifest>();
+    for (const manifest of manifests) {
+      const key = historyKey(manifest.orgId, manifest.svcId);
+      const chosen = byKey.get(key);
+      const live = (m: Manifest) => m.status === 'active' || m.status === 'suspended';
+      if (!chosen || (live(manifest) && !live(chosen))) byKey.set(key, manifest);
+    }
+    return byKey;
   }
 
   /** History of several agents in one query (the dashboards' dataloader). */
@@ -333,7 +344,7 @@ export function createManifestService({ db, cache }: Deps) {
     return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
   }
 
-  return { validate, register, get, bySvc, list, history, historyOf, transition, current };
+  return { validate, register, get, bySvc, list, history, historyOf, currentOf, transition, current, limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)) };
 }
 
 export const historyKey = (orgId: string, svcId: string) => `${orgId}\u0000${svcId}`;

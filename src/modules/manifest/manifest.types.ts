@@ -109,8 +109,21 @@ const ManifestSummary = builder.prismaObject('Manifest', {
   }),
 });
 
-/** Relations dashboards follow from a manifest, full or summary; GraphQL only (see rest-schema.ts). */
-for (const ref of [ManifestRef, ManifestSummary] as const) {
+/** An agent's current manifest, as decisions.md § Agents shows it. */
+export const AgentManifestRef = builder.prismaObject('Manifest', {
+  variant: 'AgentCurrentManifest',
+  fields: (t) => ({
+    manifest_id: t.exposeID('id'),
+    status: t.expose('status', { type: ManifestStatusEnum }),
+    agent_version: t.string({ resolve: (m) => documentOf(m).agent.version }),
+    manifest_hash: t.exposeString('manifestHash'),
+    approved_at: t.expose('approvedAt', { type: 'Timestamp', nullable: true }),
+    manifest: t.variant('Manifest', { extensions: graphqlOnly }),
+  }),
+});
+
+/** Relations dashboards follow from a manifest, full, summary or an agent's; GraphQL only (see rest-schema.ts). */
+for (const ref of [ManifestRef, ManifestSummary, AgentManifestRef] as const) {
   builder.prismaObjectFields(ref as typeof ManifestRef, (t) => ({
     history: t.field({
       type: [ManifestHistoryEntry],

@@ -364,6 +364,19 @@ export function createPolicyService({ db, cache, logger }: Deps) {
     return { items: matching.slice(offset, offset + limit), total: matching.length };
   }
 
+  /**
+   * The policies that apply to each of several agents (agents' `policies`), in priority order:
+   * one query for all of them (an org has at most 200 policies).
+   */
+  async function forAgents(agents: readonly { orgId: string; svcId: string }[]): Promise<Policy[][]> {
+    const orgIds = [...new Set(agents.map((a) => a.orgId))];
+    const rows = orgIds.length ? await db.prisma.policy.findMany({ where: { orgId: { in: orgIds } } }) : [];
+    rows.sort(byPriority);
+    return agents.map(({ orgId, svcId }) =>
+      rows.filter((policy) => policy.orgId === orgId && (targetOf(policy).svc_ids?.includes(svcId) ?? true)),
+    );
+  }
+
   /** PUT: every field replaced, `version` + 1. The row is locked first, so `before` is what this replace replaced. */
   async function replace(orgId: string, policyId: string, input: PolicyInput, principal: Principal): Promise<Policy> {
     const data = validate(input);
@@ -421,7 +434,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
     });
   }
 
-  return { create, get, list, replace, remove, active };
+  return { create, get, list, forAgents, replace, remove, active };
 }
 
 export type PolicyService = ReturnType<typeof createPolicyService>;

@@ -1,0 +1,301 @@
+import type { Deps } from '../../deps.js';
+import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound } from '../../errors.js';
+import type { Agent, Prisma } from '../../generated/prisma/client.js';
+import type { ListPage } from '../../lib/list-page.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import { agentScope, outOfScope, type Principal } from '../auth/authz.js';
+import { agentIdPattern } from '../manifest/manifest-document.js';
+import { ensureAgentRow, touchLastSeen, type AgentState } from './agent.store.js';
+
+/**
+ * Agents (decisions.md § Agents): the identity behind a svc_id across its manifest versions, its
+ * owner and labels, and whether the gateway serves it. Registering a manifest for a new id creates
+ * the agent in the manifest's transaction (`ensureAgentForManifest`). Deactivating denies the
+ * agent everywhere within a poll of the config caches, denies its pending approvals and revokes
+ * its capability tokens, in one transaction.
+ */
+
+export const agentStatuses = ['active', 'deactivated'] as const;
+export type AgentStatus = (typeof agentStatuses)[number];
+
+const DEFAULT_PAGE = 50;
+const MAX_PAGE = 200;
+const MAX_LABELS = 20;
+const MAX_NAME = 200;
+const MAX_DESCRIPTION = 2000;
+const MAX_REASON = 1000;
+const labelKeyPattern = /^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$/;
+const MAX_LABEL_VALUE = 256;
+const emailPattern = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+/** last_seen_at is written at most this often per agent and process (never once per request). */
+const LAST_SEEN_INTERVAL_MS = 60_000;
+
+export interface AgentInput {
+  agent_id?: string | null;
+  name?: string | null;
+  description?: string | null;
+  team?: string | null;
+  owner_email?: string | null;
+  labels?: unknown;
+}
+
+export interface AgentFilter {
+  status?: string | null;
+  team?: string | null;
+  label?: string | null;
+  q?: string | null;
+  limit?: number | null;
+  offset?: number | null;
+}
+
+/** What the gateway needs of an agent: whether it may act, and why not. */
+export interface AgentGate {
+  status: AgentStatus;
+  deactivationReason: string | null;
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+export const labelsOf = (agent: AgentState) => agent.labels as Record<string, string>;
+
+const snapshot = (agent: AgentState) => ({
+  name: agent.name,
+  team: agent.team,
+  owner_email: agent.ownerEmail,
+  labels: labelsOf(agent),
+  status: agent.status,
+});
+
+/** Who did something, as agents show it: a user's email or an API key's id (as manifests do). */
+const nameOf = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
+/** The default owner: the user who registers, when a user does. */
+const ownerOf = (principal: Principal) => (principal.type === 'user' ? principal.email : null);
+const agentNotFound = () => notFound('Agent');
+
+/**
+ * Creates the agent of a manifest's agent id when it has none, and answers 409 when it is
+ * deactivated; in the manifest's transaction, holding the agent's row until it commits, so a
+ * deactivation cannot slip between the check and the new manifest.
+ */
+export async function ensureAgentForManifest(
+  tx: Prisma.TransactionClient,
+  orgId: string,
+  agent: { id: string; name: string; description?: string; team?: string },
+  manifestId: string,
+  principal: Principal,
+): Promise<void> {
+  const actor = actorOf(principal);
+  const { created, row } = await ensureAgentRow(tx, {
+    orgId,
+    id: agent.id,
+    name: agent.name,
+    description: agent.description ?? '',
+    team: agent.team ?? null,
+    ownerEmail: ownerOf(principal),
+    createdBy: nameOf(principal),
+  });
+  if (row.status === 'deactivated') {
+    throw conflict(`Agent "${agent.id}" is deactivated; reactivate it before registering a manifest`, { agent_id: agent.id, status: 'deactivated' });
+  }
+  if (created) {
+    await recordAudit(tx, orgId, actor, {
+      action: 'agent.created',
+      targetType: 'agent',
+      targetId: agent.id,
+      after: { ...snapshot(row), from_manifest: manifestId },
+    });
+  }
+}
+
+function checkLabels(raw: unknown, errors: FieldErrors): Record<string, string> {
+  if (raw === undefined || raw === null) return {};
+  if (!isObject(raw)) {
+    errors.add('labels', 'must be an object of string values');
+    return {};
+  }
+  const entries = Object.entries(raw);
+  if (entries.length > MAX_LABELS) errors.add('labels', `must have at most ${MAX_LABELS} entries`);
+  for (const [key, value] of entries) {
+    if (!labelKeyPattern.test(key)) errors.add(`labels.${key}`, 'the key must be 1–63 of lowercase letters, digits, ".", "_", "-", "/", starting and ending alphanumeric');
+    else if (typeof value !== 'string' || value.length > MAX_LABEL_VALUE) errors.add(`labels.${key}`, `must be a string of at most ${MAX_LABEL_VALUE} characters`);
+  }
+  return raw as Record<string, string>;
+}
+
+function optionalText(value: string | null | undefined, field: string, max: number, errors: FieldErrors): string | null {
+  const text = value?.trim() || null;
+  if (text && text.length > max) errors.add(field, `must be at most ${max} characters`);
+  return text;
+}
+
+export function createAgentService(
+  { db, cache, logger }: Deps,
+  modules: {
+    approvals: { denyPendingOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, reason: string, decidedBy: string): Promise<number> };
+    tokens: { revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> };
+  },
+) {
+  async function register(orgId: string, input: AgentInput, principal: Principal): Promise<Agent> {
+    const errors = new FieldErrors();
+    const id = input.agent_id ?? '';
+    if (!agentIdPattern.test(id)) {
+      errors.add('agent_id', `must be lowercase letters, digits and hyphens, not starting or ending with a hyphen (${agentIdPattern.source})`);
+    }
+    const name = input.name?.trim() ?? '';
+    if (!name || name.length > MAX_NAME) errors.add('name', `must be 1 to ${MAX_NAME} characters`);
+    const description = optionalText(input.description, 'description', MAX_DESCRIPTION, errors) ?? '';
+    const team = optionalText(input.team, 'team', MAX_NAME, errors);
+    const ownerEmail = input.owner_email === undefined || input.owner_email === null ? ownerOf(principal) : input.owner_email.trim().toLowerCase();
+    if (ownerEmail !== null && (!emailPattern.test(ownerEmail) || ownerEmail.length > 254)) errors.add('owner_email', 'must be an email address');
+    const labels = checkLabels(input.labels, errors);
+    errors.throwIfAny();
+    if (outOfScope(principal, id)) throw forbidden(`This API key is limited to the agent ids ${agentScope(principal)!.join(', ')}`);
+    const actor = actorOf(principal);
+    try {
+      return await db.prisma.$transaction(async (tx) => {
+        const agent = await tx.agent.create({
+          data: { orgId, id, name, description, team, ownerEmail, labels, createdBy: nameOf(principal) },
+        });
+        await recordAudit(tx, orgId, actor, { action: 'agent.created', targetType: 'agent', targetId: id, after: { ...snapshot(agent), from_manifest: null } });
+        return agent;
+      });
+    } catch (error) {
+      if (isUniqueViolation(error)) throw conflict(`Agent "${id}" exists`, { field: 'agent_id' });
+      throw error;
+    }
+  }
+
+  async function get(orgId: string, agentId: string, principal?: Principal): Promise<Agent> {
+    if (outOfScope(principal, agentId)) throw agentNotFound();
+    const agent = await db.prisma.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+    if (!agent) throw agentNotFound();
+    return agent;
+  }
+
+  async function list(orgId: string, filter: AgentFilter, principal?: Principal): Promise<ListPage<Agent>> {
+    const errors = new FieldErrors();
+    const limit = filter.limit ?? DEFAULT_PAGE;
+    const offset = filter.offset ?? 0;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) errors.add('limit', `must be from 1 to ${MAX_PAGE}`);
+    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    if (filter.status && !agentStatuses.includes(filter.status as AgentStatus)) errors.add('status', `must be one of ${agentStatuses.join(', ')}`);
+    let label: [string, string] | null = null;
+    if (filter.label) {
+      const cut = filter.label.indexOf(':');
+      if (cut < 1) errors.add('label', 'must be key:value');
+      else label = [filter.label.slice(0, cut), filter.label.slice(cut + 1)];
+    }
+    errors.throwIfAny();
+    const scope = agentScope(principal);
+    const q = filter.q?.trim();
+    const where: Prisma.AgentWhereInput = {
+      orgId,
+      ...(scope ? { id: { in: [...scope] } } : {}),
+      ...(filter.status ? { status: filter.status } : {}),
+      ...(filter.team ? { team: filter.team } : {}),
+      ...(label ? { labels: { path: [label[0]], equals: label[1] } } : {}),
+      ...(q ? { OR: [{ id: { startsWith: q } }, { name: { startsWith: q, mode: 'insensitive' } }] } : {}),
+    };
+    const [items, total] = await Promise.all([
+      db.prisma.agent.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }], take: limit, skip: offset }),
+      db.prisma.agent.count({ where }),
+    ]);
+    return { items, total };
+  }
+
+  /**
+   * Deactivates: the gateway denies the agent (AGENT_DEACTIVATED) on every process within a poll of
+   * the config caches (the audit entry bumps their version), its pending approvals become denied
+   * ("agent deactivated") and its capability tokens are revoked, all in one transaction. Records and
+   * history stay. Deactivating a deactivated agent changes nothing.
+   */
+  async function deactivate(orgId: string, agentId: string, reason: string | null | undefined, principal: Principal): Promise<void> {
+    const errors = new FieldErrors();
+    const why = optionalText(reason, 'reason', MAX_REASON, errors);
+    errors.throwIfAny();
+    const actor = actorOf(principal);
+    const by = nameOf(principal);
+    await db.prisma.$transaction(async (tx) => {
+      const before = await tx.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+      if (!before || outOfScope(principal, agentId)) throw agentNotFound();
+      const changed = await tx.agent.updateMany({
+        where: { orgId, id: agentId, status: 'active' },
+        data: { status: 'deactivated', deactivatedAt: new Date(), deactivatedBy: by, deactivationReason: why },
+      });
+      if (changed.count === 0) return;
+      const approvalsDenied = await modules.approvals.denyPendingOfAgent(tx, orgId, agentId, 'agent deactivated', by);
+      const tokensRevoked = await modules.tokens.revokeAllOfAgent(tx, orgId, agentId);
+      const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
+      await recordAudit(tx, orgId, actor, {
+        action: 'agent.deactivated',
+        targetType: 'agent',
+        targetId: agentId,
+        before: snapshot(before),
+        after: { ...snapshot(after), approvals_denied: approvalsDenied, capability_tokens_revoked: tokensRevoked },
+        reason: why ?? undefined,
+      });
+    });
+  }
+
+  /** Gateway access comes back; revoked tokens and denied approvals stay as they are. */
+  async function reactivate(orgId: string, agentId: string, principal: Principal): Promise<Agent> {
+    return db.prisma.$transaction(async (tx) => {
+      const before = await tx.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+      if (!before) throw agentNotFound();
+      const changed = await tx.agent.updateMany({
+        where: { orgId, id: agentId, status: 'deactivated' },
+        data: { status: 'active', deactivatedAt: null, deactivatedBy: null, deactivationReason: null },
+      });
+      if (changed.count === 0) {
+        throw new AppError('INVALID_STATE_TRANSITION', `Agent "${agentId}" is not deactivated`, { details: { from: before.status, to: 'active' } });
+      }
+      const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
+      await recordAudit(tx, orgId, actorOf(principal), {
+        action: 'agent.reactivated',
+        targetType: 'agent',
+        targetId: agentId,
+        before: snapshot(before),
+        after: snapshot(after),
+      });
+      return after;
+    });
+  }
+
+  /**
+   * Whether the gateway serves the agent; null when the org has no such agent. Cached per
+   * process: a deactivation is audited, which empties the caches on every process within a poll.
+   */
+  function gate(orgId: string, agentId: string): Promise<AgentGate | null> {
+    return cache.get(`agent:${orgId}:${agentId}`, async () => {
+      const agent = await db.prisma.agent.findUnique({
+        where: { orgId_id: { orgId, id: agentId } },
+        select: { status: true, deactivationReason: true },
+      });
+      return agent && { status: agent.status as AgentStatus, deactivationReason: agent.deactivationReason };
+    });
+  }
+
+  // When this process last wrote last_seen_at, per agent: at most one write a minute each.
+  const lastSeenWritten = new Map<string, number>();
+
+  /** Notes that the agent called the gateway; a write at most once a minute, never awaited by the call. */
+  function seen(orgId: string, agentId: string, now = Date.now()): void {
+    const key = `${orgId}:${agentId}`;
+    const written = lastSeenWritten.get(key);
+    if (written !== undefined && now - written < LAST_SEEN_INTERVAL_MS) return;
+    if (lastSeenWritten.size >= 100_000) {
+      for (const [k, at] of lastSeenWritten) if (now - at >= LAST_SEEN_INTERVAL_MS) lastSeenWritten.delete(k);
+    }
+    lastSeenWritten.set(key, now);
+    touchLastSeen(db.sql, orgId, agentId, LAST_SEEN_INTERVAL_MS / 1000).catch((error: unknown) => {
+      lastSeenWritten.delete(key);
+      logger.warn({ err: error, org_id: orgId, agent_id: agentId }, 'last_seen_at not written');
+    });
+  }
+
+  return { register, get, list, deactivate, reactivate, gate, seen };
+}
+
+export type AgentService = ReturnType<typeof createAgentService>;
