@@ -171,4 +171,23 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     expect(deleted.status).toBe(204);
     await untilWithinASecond((body) => body.decision === 'allow');
   }, 60_000);
+
+  test('an agent deactivated through one process is denied by the other within a second, and served again after reactivation', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    expect((await execute(second, agent)).body.decision).toBe('allow');
+    const until = async (expected: (body: { decision: string; reasons: { code: string }[] }) => boolean) => {
+      const changedAt = Date.now();
+      let decision = await execute(second, agent);
+      while (!expected(decision.body) && Date.now() - changedAt < 1000) decision = await execute(second, agent);
+      expect(expected(decision.body)).toBe(true);
+    };
+
+    const deactivated = await first.request('DELETE', `/api/v1/agents/${agent.svcId}?reason=leaked`, { token: org.adminToken });
+    expect(deactivated.status).toBe(204);
+    await until((body) => body.reasons[0]?.code === 'AGENT_DEACTIVATED');
+    const reactivated = await first.request('POST', `/api/v1/agents/${agent.svcId}/reactivate`, { token: org.adminToken, body: {} });
+    expect(reactivated.status).toBe(200);
+    await until((body) => body.decision === 'allow');
+  }, 60_000);
 });
