@@ -73,6 +73,11 @@ const expectedRoutes = [
   'GET /policies/{policy_id}',
   'PUT /policies/{policy_id}',
   'DELETE /policies/{policy_id}',
+  'GET /agents',
+  'POST /agents',
+  'GET /agents/{agent_id}',
+  'DELETE /agents/{agent_id}',
+  'POST /agents/{agent_id}/reactivate',
 ];
 
 describe('OpenAPI document', () => {

@@ -95,6 +95,21 @@ const newPolicy = async (w: World) => {
   });
   return { policy_id: created.body.policy_id as string };
 };
+/** A fresh agent of org A, registered by its admin (agent routes have no org in the path). */
+const newAgent = async (w: World) => {
+  const agent_id = `agent-${unique()}`;
+  const created = await w.t.request('POST', '/api/v1/agents', { token: w.orgA.adminToken, body: { agent_id, name: 'Matrix agent' } });
+  expect(created.status).toBe(201);
+  return { agent_id };
+};
+let newestAgent = '';
+/** A fresh deactivated agent of org A, for reactivate. */
+const newDeactivatedAgent = async (w: World) => {
+  const params = await newAgent(w);
+  const deactivated = await w.t.request('DELETE', `/api/v1/agents/${params.agent_id}`, { token: w.orgA.adminToken });
+  expect(deactivated.status).toBe(204);
+  return params;
+};
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
 });
@@ -420,6 +435,58 @@ const matrix: Row[] = [
     keyScopes: [],
     params: newPolicy,
     check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'GET',
+    route: '/agents',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    // The rows below register agents by the hundred; the newest, registered for this request, is listed first.
+    params: async (w) => {
+      newestAgent = (await newAgent(w)).agent_id;
+      return {};
+    },
+    check: (r) => {
+      expect(r.body.total).toBeGreaterThan(1);
+      expect(r.body.items[0].agent_id).toBe(newestAgent);
+    },
+  },
+  {
+    method: 'POST',
+    route: '/agents',
+    ok: 201,
+    roles: managers,
+    keyScopes: ['manifests:write'],
+    body: () => ({ agent_id: `agent-${unique()}`, name: 'Registered', labels: { env: 'test' } }),
+    check: (r) => expect(r.body).toMatchObject({ status: 'active', name: 'Registered', labels: { env: 'test' }, current_manifest: null }),
+  },
+  {
+    method: 'GET',
+    route: '/agents/:agent_id',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['manifests:read'],
+    params: async (w) => ({ agent_id: w.agentA }),
+    check: (r, w) => expect(r.body).toMatchObject({ agent_id: w.agentA, current_manifest: { status: 'active' } }),
+  },
+  {
+    method: 'DELETE',
+    route: '/agents/:agent_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: newAgent,
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'POST',
+    route: '/agents/:agent_id/reactivate',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    params: newDeactivatedAgent,
+    check: (r) => expect(r.body).toMatchObject({ status: 'active', deactivated_at: null, deactivation_reason: null }),
   },
   {
     method: 'POST',

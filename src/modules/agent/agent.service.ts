@@ -55,6 +55,9 @@ export interface AgentGate {
   deactivationReason: string | null;
 }
 
+/** Prisma's startsWith is a LIKE pattern: `%`, `_` and a backslash in a search must match themselves. */
+const likeLiteral = (text: string) => text.replace(/[\\%_]/g, (c) => `\\${c}`);
+
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
@@ -189,7 +192,8 @@ export function createAgentService(
     }
     errors.throwIfAny();
     const scope = agentScope(principal);
-    const q = filter.q?.trim();
+    const search = filter.q?.trim();
+    const q = search ? likeLiteral(search) : undefined;
     const where: Prisma.AgentWhereInput = {
       orgId,
       ...(scope ? { id: { in: [...scope] } } : {}),

@@ -53,6 +53,8 @@ export const AgentRef = builder.prismaObject('Agent', {
       type: [PolicyRef],
       extensions: graphqlOnly,
       description: 'The policies that target this agent (enabled or not), in priority order.',
+      // Policies are bearer-only (decisions.md § Policies): agent:read lets API keys this far, not further.
+      authScopes: (agent) => ({ org: { orgId: agent.orgId, action: 'policy:read' } }),
       resolve: (agent, _, ctx) => ctx.loaders.agentPolicies.load(agentKey(agent)),
     }),
     last_seen_at: t.expose('lastSeenAt', {
