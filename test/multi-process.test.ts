@@ -136,8 +136,8 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
       Array.from({ length: 40 }, (_, i) => execute(i % 2 ? second : first, agent, actionBody(agent, 'read', { i }))),
     );
     const allowed = results.filter((r) => r.status === 200 && r.body.decision === 'allow');
+    // Each process received 20 requests: counting apart, each would have allowed 9 (18 in all).
     expect(allowed).toHaveLength(9);
-    expect(new Set(allowed.map((r) => results.indexOf(r) % 2)).size).toBe(2);
     const limited = results.filter((r) => r.status === 429);
     expect(limited).toHaveLength(31);
     expect(limited[0].body.error.details).toEqual({ limit: 9, period: '86400s', current: 9, policy_id: policy.body.policy_id });
