@@ -17,6 +17,9 @@ test('schema/schema.graphql and schema/openapi.json are what the code generates 
   }
 });
 
+/** The secondary listing's unprefixed operations (decisions.md § The secondary listing), mounted at the root. */
+const unprefixedRoutes: string[] = [];
+
 /** The REST surface: exactly the operations interface.md and decisions.md name, and no other. */
 const expectedRoutes = [
   'POST /orgs',
@@ -93,10 +96,16 @@ describe('OpenAPI document', () => {
       Object.entries<any>(methods).map(([method, operation]) => ({ key: `${method.toUpperCase()} ${path}`, operation })),
     );
 
-  test('lists exactly the named routes under the /api/v1 server', () => {
+  test('lists exactly the named routes, with absolute paths from the root server', () => {
     expect(doc.openapi).toMatch(/^3\./);
-    expect(doc.servers).toEqual([{ url: '/api/v1' }]);
-    expect(operations().map((o) => o.key).sort()).toEqual([...expectedRoutes].sort());
+    expect(doc.servers).toEqual([{ url: '/', description: expect.any(String) }]);
+    // expectedRoutes name the versioned routes as interface.md does, relative to /api/v1.
+    const versioned = operations()
+      .map((o) => o.key)
+      .filter((key) => key.includes(' /api/v1/'))
+      .map((key) => key.replace(' /api/v1/', ' /'));
+    expect(versioned.sort()).toEqual([...expectedRoutes].sort());
+    expect(operations().filter((o) => !o.key.includes(' /api/v1/')).map((o) => o.key)).toEqual(unprefixedRoutes);
   });
 
   test('gives every route a unique operationId named after its GraphQL field', () => {
@@ -108,7 +117,7 @@ describe('OpenAPI document', () => {
   });
 
   test('documents streamed routes with their query parameters, media types and errors', () => {
-    const auditExport = doc.paths['/orgs/{org_id}/audit-logs/export'].get;
+    const auditExport = doc.paths['/api/v1/orgs/{org_id}/audit-logs/export'].get;
     expect(auditExport.security).toEqual([{ bearerAuth: [] }, { apiKeyAuth: [] }]);
     expect(auditExport.parameters.map((p: any) => `${p.in}:${p.name}`)).toEqual([
       'path:org_id', 'query:format', 'query:actor', 'query:action', 'query:target_type', 'query:target_id', 'query:from', 'query:to',
@@ -118,7 +127,7 @@ describe('OpenAPI document', () => {
     expect(Object.keys(auditExport.responses['200'].content)).toEqual(['application/x-ndjson', 'text/csv']);
     expect(auditExport.responses['200'].headers).toHaveProperty('Content-Disposition');
     expect(Object.keys(auditExport.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
-    const recordsExport = doc.paths['/records/export'].get;
+    const recordsExport = doc.paths['/api/v1/records/export'].get;
     expect(recordsExport.parameters.map((p: any) => p.name)).toEqual(['from', 'to']);
     expect(Object.keys(recordsExport.responses['200'].content)).toEqual(['application/x-ndjson']);
     expect(Object.keys(recordsExport.responses).sort()).toEqual(['200', '401', '403', '422', '429', '500']);
@@ -137,13 +146,13 @@ describe('OpenAPI document', () => {
   });
 
   test('documents how webhook deliveries are signed and verified on the create route', () => {
-    const create = doc.paths['/orgs/{org_id}/webhooks'].post;
+    const create = doc.paths['/api/v1/orgs/{org_id}/webhooks'].post;
     expect(create.summary).toMatch(/secret/);
     for (const term of ['X-Webhook-Signature: sha256=', 'HMAC-SHA256', '<X-Webhook-Timestamp>.<raw request body>', 'constant time']) {
       expect(create.description).toContain(term);
     }
     // Other operations keep only their summary.
-    expect(doc.paths['/orgs/{org_id}/webhooks'].get.description).toBeUndefined();
+    expect(doc.paths['/api/v1/orgs/{org_id}/webhooks'].get.description).toBeUndefined();
   });
 
   test('documents both security schemes and the error envelopes', () => {
@@ -155,14 +164,14 @@ describe('OpenAPI document', () => {
       'FORBIDDEN',
     ]);
     expect(doc.components.schemas.Error.properties.error.required).toEqual(['code', 'message', 'details']);
-    const login = doc.paths['/auth/login'].post;
+    const login = doc.paths['/api/v1/auth/login'].post;
     expect(login.security).toEqual([]);
     expect(login.responses['401'].content['application/json'].schema.$ref).toBe('#/components/schemas/AuthError');
     expect(login.responses['422'].content['application/json'].schema.$ref).toBe('#/components/schemas/Error');
-    const org = doc.paths['/orgs/{org_id}'].get;
+    const org = doc.paths['/api/v1/orgs/{org_id}'].get;
     expect(org.security).toEqual([{ bearerAuth: [] }]);
     expect(Object.keys(org.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
-    const deleted = doc.paths['/orgs/{org_id}/api-keys/{key_id}'].delete.responses['204'];
+    const deleted = doc.paths['/api/v1/orgs/{org_id}/api-keys/{key_id}'].delete.responses['204'];
     expect(deleted.description).toBe('No content');
     expect(deleted.content).toBeUndefined();
     expect(Object.keys(deleted.headers)).toEqual(['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);

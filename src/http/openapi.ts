@@ -1,6 +1,6 @@
 import type { GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
-import { restRoutes, sofaRouteConfig, type RestRoute } from './rest-routes.js';
+import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
 import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
 
@@ -10,7 +10,7 @@ import { streamRoutes, type StreamParam, type StreamRoute } from './stream-route
  * have no operationId and errors are undocumented. This cleans that once, at start.
  */
 
-export const REST_BASE_PATH = '/api/v1';
+export { REST_BASE_PATH };
 export const sofaCustomScalars = {
   Timestamp: { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' },
   JSON: {},
@@ -116,17 +116,21 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
   }) as unknown as { openAPIDocument: Json };
   const generated = structuredClone(router.openAPIDocument);
 
+  const openApiPath = (path: string) => path.replace(/:([^/]+)/g, '{$1}');
   const byPath = new Map<string, [string, RestRoute]>();
   for (const [field, route] of restRoutes) {
-    byPath.set(`${route.method.toLowerCase()} ${route.path.replace(/:([^/]+)/g, '{$1}')}`, [field, route]);
+    byPath.set(`${route.method.toLowerCase()} ${openApiPath(sofaPath(route))}`, [field, route]);
   }
 
+  // Paths are absolute (the server is the root): the versioned routes under /api/v1 and the
+  // secondary listing's at the root share one document without colliding (`/auth/login` is both).
   const paths: Json = {};
-  for (const [path, operations] of Object.entries<Json>(generated.paths ?? {})) {
+  for (const [generatedPath, operations] of Object.entries<Json>(generated.paths ?? {})) {
     for (const [method, operation] of Object.entries<Json>(operations)) {
-      const entry = byPath.get(`${method} ${path}`);
+      const entry = byPath.get(`${method} ${generatedPath}`);
       if (!entry) continue;
       const [field, route] = entry;
+      const path = openApiPath(publicPath(route));
       const pathParams = new Set<string>(
         (operation.parameters ?? []).filter((p: Json) => p.in === 'path').map((p: Json) => p.name),
       );
@@ -162,7 +166,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
     }
   }
   for (const route of streamRoutes) {
-    (paths[route.path.replace(/:([^/]+)/g, '{$1}')] ??= {})[route.method.toLowerCase()] = streamOperation(route);
+    (paths[openApiPath(`${REST_BASE_PATH}${route.path}`)] ??= {})[route.method.toLowerCase()] = streamOperation(route);
   }
 
   const schemas: Json = { ...generated.components?.schemas };
@@ -224,7 +228,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
       description:
         'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql.',
     },
-    servers: [{ url: REST_BASE_PATH }],
+    servers: [{ url: '/', description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root` }],
     tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag))].map((name) => ({ name })),
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     components: {

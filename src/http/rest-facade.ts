@@ -22,7 +22,7 @@ import { errorResponse, restErrorHandler, toWireError, wireError } from './envel
 import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
-import { restRoutes, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
+import { publicPath, restRoutes, ROOT_MOUNT_PREFIX, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
 import { Response } from './fetch-api.js';
 import { restSchema } from './rest-schema.js';
 import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-routes.js';
@@ -46,17 +46,20 @@ interface CompiledRoute {
   bodyArg: string | undefined;
   /** Arguments a body-carrying route also reads from the query string. */
   queryArgs: readonly string[];
+  /** Mounted at the root: SOFA serves it under REST_BASE_PATH + ROOT_MOUNT_PREFIX. */
+  atRoot: boolean;
   stream?: StreamRoute;
   direct?: DirectRoute;
 }
 
+/** `path` is the public path, from the root. */
 function pathPattern(path: string): { pattern: RegExp; pathParams: string[] } {
   const pathParams = [...path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]);
   const source = path
     .split('/')
     .map((segment) => (segment.startsWith(':') ? '([^/]+)' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
     .join('/');
-  return { pattern: new RegExp(`^${REST_BASE_PATH}${source}$`), pathParams };
+  return { pattern: new RegExp(`^${source}$`), pathParams };
 }
 
 function compile(schema: GraphQLSchema): CompiledRoute[] {
@@ -65,12 +68,13 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     const type = typeName === 'Query' ? schema.getQueryType() : schema.getMutationType();
     const field = type?.getFields()[fieldName];
     if (!field) throw new Error(`REST route ${route.method} ${route.path} names unknown field ${fieldPath}`);
-    const { pattern, pathParams } = pathPattern(route.path);
+    const { pattern, pathParams } = pathPattern(publicPath(route));
     return {
       method: route.method,
       needsAuth: route.auth.length > 0,
       pattern,
-      label: `${route.method} ${REST_BASE_PATH}${route.path}`,
+      label: `${route.method} ${publicPath(route)}`,
+      atRoot: route.mount === 'root',
       pathParams,
       bodyArgs: new Map(field.args.filter((a) => !pathParams.includes(a.name)).map((a) => [a.name, a])),
       bodyArg: route.bodyArg,
@@ -83,8 +87,9 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     return {
       method: route.method,
       needsAuth: true,
-      ...pathPattern(route.path),
+      ...pathPattern(`${REST_BASE_PATH}${route.path}`),
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
+      atRoot: false,
       bodyArgs: new Map(),
       bodyArg: undefined,
       queryArgs: [],
@@ -92,6 +97,13 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     };
   });
   return [...sofaRoutes, ...streamed];
+}
+
+/** Where SOFA serves the route of this request URL (root-mounted routes live under a prefix). */
+function sofaUrl(url: URL, route: CompiledRoute): URL {
+  const target = new URL(url);
+  if (route.atRoot) target.pathname = `${REST_BASE_PATH}${ROOT_MOUNT_PREFIX}${url.pathname}`;
+  return target;
 }
 
 /** Of the routes matching a path and method, the most literal wins: /records/export over /records/:record_id. */
@@ -265,9 +277,11 @@ export function useRestFacade(
   let routes: CompiledRoute[] | undefined;
   const guard: Plugin<{}, ServerContext> = {
     async onRequest({ request, url, serverContext, endResponse, setRequest, fetchAPI }) {
-      if (url.pathname !== REST_BASE_PATH && !url.pathname.startsWith(`${REST_BASE_PATH}/`)) return;
       routes ??= compile(schema);
       const onPath = routes.filter((r) => r.pattern.test(url.pathname));
+      const underBase = url.pathname === REST_BASE_PATH || url.pathname.startsWith(`${REST_BASE_PATH}/`);
+      // Outside /api/v1 only the paths of root-mounted routes are the facade's; the rest is not.
+      if (!underBase && !onPath.length) return;
       const route = onPath.filter((r) => r.method === request.method).sort(bySpecificity)[0];
       if (!route) {
         if (onPath.length) {
@@ -312,7 +326,9 @@ export function useRestFacade(
         const problems = checkQuery(url, route);
         if (problems.length) {
           endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: problems })));
+          return;
         }
+        if (route.atRoot) setRequest(new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }));
         return;
       }
       const queryProblems = route.queryArgs.length ? checkQuery(url, route, route.queryArgs) : [];
@@ -336,7 +352,7 @@ export function useRestFacade(
       }
       // Arguments of body-carrying routes come from the path and the JSON body only: SOFA would
       // otherwise also read them from the query string, where secrets end up in access logs.
-      const clean = new URL(url);
+      const clean = sofaUrl(url, route);
       clean.search = '';
       for (const name of route.queryArgs) for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
       const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;

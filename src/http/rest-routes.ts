@@ -9,10 +9,27 @@ type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
  * The REST facade's routes. Each module declares the routes of its fields beside them; only
  * declared fields are reachable over REST (src/http/rest-facade.ts refuses every other path).
  */
+/** Where the versioned REST facade lives. */
+export const REST_BASE_PATH = '/api/v1';
+/**
+ * Where SOFA serves the routes mounted at the root (`mount: 'root'`): SOFA has one base path, so
+ * the guard (rest-facade.ts) rewrites `/auth/login` to `/api/v1/~root/auth/login` before SOFA
+ * sees it. Requests that name this prefix themselves match no route and are 404.
+ */
+export const ROOT_MOUNT_PREFIX = '/~root';
+
 export interface RestRoute {
   method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
-  /** Under /api/v1, with `:name` for path parameters named like the field's arguments. */
+  /**
+   * Under /api/v1 (or the root with `mount: 'root'`), with `:name` for path parameters named like
+   * the field's arguments.
+   */
   path: string;
+  /**
+   * `root`: served at `path` itself, without /api/v1 (the secondary listing's unprefixed
+   * operations). Everything else about the route is the same: the guard, SOFA, the OpenAPI entry.
+   */
+  mount?: 'root';
   status?: 200 | 201 | 204;
   tag: string;
   summary: string;
@@ -65,11 +82,17 @@ export function restRoute(field: string, route: RestRoute): void {
   restRoutes.set(field, route);
 }
 
+/** The route's path as clients use it, from the root: `/api/v1/orgs/:org_id` or `/auth/login`. */
+export const publicPath = (route: Pick<RestRoute, 'path' | 'mount'>) => (route.mount === 'root' ? route.path : `${REST_BASE_PATH}${route.path}`);
+
+/** The route's path as SOFA serves it, under REST_BASE_PATH. */
+export const sofaPath = (route: Pick<RestRoute, 'path' | 'mount'>) => (route.mount === 'root' ? `${ROOT_MOUNT_PREFIX}${route.path}` : route.path);
+
 export function sofaRouteConfig(): Record<string, RouteConfig> {
   return Object.fromEntries(
     [...restRoutes].map(([field, r]) => [
       field,
-      { method: r.method, path: r.path, responseStatus: r.status ?? 200, tags: [r.tag], description: r.summary },
+      { method: r.method, path: sofaPath(r), responseStatus: r.status ?? 200, tags: [r.tag], description: r.summary },
     ]),
   );
 }
