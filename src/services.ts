@@ -4,6 +4,7 @@ import { createApiKeyService } from './modules/api-key/api-key.service.js';
 import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
+import { createTemplateService } from './modules/marketplace/template.service.js';
 import { createApprovalService } from './modules/approval/approval.service.js';
 import { createAuditService } from './modules/audit/audit.service.js';
 import { createCapabilityTokenService } from './modules/capability-token/capability-token.service.js';
@@ -43,6 +44,7 @@ export function createServices(deps: Deps) {
     approvals,
     webhooks: createWebhookService(deps),
     policies,
+    templates: createTemplateService(deps),
     journal,
     gateway: createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies }),
     sessions,

@@ -18,7 +18,14 @@ test('schema/schema.graphql and schema/openapi.json are what the code generates 
 });
 
 /** The secondary listing's unprefixed operations (decisions.md § The secondary listing), mounted at the root. */
-const unprefixedRoutes: string[] = [];
+const unprefixedRoutes = [
+  'GET /manifests',
+  'POST /manifests',
+  'GET /manifests/{id}',
+  'POST /manifests/{id}/archive',
+  'POST /manifests/{id}/publish',
+  'GET /marketplace/manifests',
+];
 
 /** The REST surface: exactly the operations interface.md and decisions.md name, and no other. */
 const expectedRoutes = [

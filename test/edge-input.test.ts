@@ -7,7 +7,7 @@
  */
 import { isNonNullType, type GraphQLSchema } from 'graphql';
 import { schema } from '../src/graphql/schema.js';
-import { restRoutes, type RestRoute } from '../src/http/rest-routes.js';
+import { publicPath, restRoutes, type RestRoute } from '../src/http/rest-routes.js';
 import { streamRoutes } from '../src/http/stream-routes.js';
 import { apiKeyScopes } from '../src/modules/auth/authz.js';
 import { startTestApp, type RequestOptions, type TestApp } from './support/app.js';
@@ -31,9 +31,9 @@ function routeCases(graphql: GraphQLSchema): RouteCase[] {
     const args = type!.getFields()[fieldName].args.filter((a) => !pathParams.includes(a.name));
     // Required arguments first: the check must run before any "missing field" answer could.
     args.sort((a, b) => Number(isNonNullType(b.type)) - Number(isNonNullType(a.type)));
-    return { method: route.method, path: route.path, auth: route.auth, args: args.map((a) => a.name), wholeBody: Boolean(route.bodyArg) };
+    return { method: route.method, path: publicPath(route), auth: route.auth, args: args.map((a) => a.name), wholeBody: Boolean(route.bodyArg) };
   });
-  const streamed = streamRoutes.map((route) => ({ method: route.method, path: route.path, auth: route.auth, args: route.query.map((q) => q.name), wholeBody: false }));
+  const streamed = streamRoutes.map((route) => ({ method: route.method, path: `/api/v1${route.path}`, auth: route.auth, args: route.query.map((q) => q.name), wholeBody: false }));
   return [...sofa, ...streamed];
 }
 
@@ -55,7 +55,7 @@ const credentials = (route: RouteCase): RequestOptions =>
   route.auth.includes('bearer') ? { token: org.adminToken } : route.auth.includes('apiKey') ? { apiKey: key } : {};
 
 const pathOf = (route: RouteCase, poisoned?: string) =>
-  `/api/v1${route.path}`.replace(/:([a-z_]+)/g, (_, name: string) =>
+  route.path.replace(/:([a-z_]+)/g, (_, name: string) =>
     name === poisoned ? '%00' : name === 'org_id' ? org.orgId : 'x-1',
   );
 

@@ -41,6 +41,8 @@ interface World {
 interface Row {
   method: RestRoute['method'];
   /** Exactly as declared with `restRoute(...)`, e.g. `/orgs/:org_id/api-keys/:key_id`. */
+  /** Mounted at the root (`mount: 'root'`) rather than under /api/v1. */
+  root?: true;
   route: string;
   /** Status of the positive case. */
   ok: 200 | 201 | 204;
@@ -94,6 +96,15 @@ const newPolicy = async (w: World) => {
     body: { name: `policy ${unique()}`, effect: 'deny', target: { capabilities: ['nothing:matches'] } },
   });
   return { policy_id: created.body.policy_id as string };
+};
+/** A fresh draft template of org A (template routes have no org in the path). */
+const newTemplate = async (w: World) => {
+  const created = await w.t.request('POST', '/manifests', {
+    token: w.orgA.adminToken,
+    body: { name: `Template ${unique()}`, category: 'matrix', operations: ['billing:read'] },
+  });
+  expect(created.status).toBe(201);
+  return { id: created.body.id as string };
 };
 /** A fresh agent of org A, registered by its admin (agent routes have no org in the path). */
 const newAgent = async (w: World) => {
@@ -437,6 +448,65 @@ const matrix: Row[] = [
     check: (r) => expect(r.text).toBe(''),
   },
   {
+    method: 'POST',
+    route: '/manifests',
+    root: true,
+    ok: 201,
+    roles: managers,
+    keyScopes: [],
+    body: () => ({ name: `Template ${unique()}`, category: 'matrix', operations: ['billing:read'], price: '1.50' }),
+    check: (r) => expect(r.body).toEqual({ id: expect.any(String), status: 'draft', created_at: expect.any(String) }),
+  },
+  {
+    method: 'GET',
+    route: '/manifests',
+    root: true,
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: newTemplate,
+    check: (r) => expect(r.body.pagination.total).toBeGreaterThan(0),
+  },
+  {
+    method: 'GET',
+    route: '/manifests/:id',
+    root: true,
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: newTemplate,
+    check: (r) => expect(r.body).toMatchObject({ manifest: { status: 'draft' }, operations: [{ capability: 'billing:read' }] }),
+  },
+  {
+    method: 'POST',
+    route: '/manifests/:id/publish',
+    root: true,
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newTemplate,
+    check: (r) => expect(r.body).toMatchObject({ status: 'published', published_at: expect.any(String) }),
+  },
+  {
+    method: 'POST',
+    route: '/manifests/:id/archive',
+    root: true,
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newTemplate,
+    check: (r) => expect(r.body.status).toBe('archived'),
+  },
+  {
+    method: 'GET',
+    route: '/marketplace/manifests',
+    root: true,
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    check: (r) => expect(r.body).toMatchObject({ manifests: expect.any(Array), filters: { categories: expect.any(Array) } }),
+  },
+  {
     method: 'GET',
     route: '/agents',
     ok: 200,
@@ -760,7 +830,7 @@ async function bearer(user: SessionUser, ttlSeconds?: number): Promise<string> {
 
 function fillPath(row: Row, orgId: string, params: Record<string, string>): string {
   const all: Record<string, string> = { org_id: orgId, ...params };
-  return `/api/v1${row.route.replace(/:([a-z_]+)/g, (_, name: string) => {
+  return `${row.root ? '' : '/api/v1'}${row.route.replace(/:([a-z_]+)/g, (_, name: string) => {
     if (!(name in all)) throw new Error(`${label(row)}: no value for :${name}`);
     return encodeURIComponent(all[name]);
   })}`;
@@ -878,18 +948,21 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
 
 describe('the matrix covers every route', () => {
   // SOFA routes and streamed routes alike.
-  const declaredRoutes = () => [...restRoutes.values(), ...streamRoutes] as { method: string; path: string; auth: readonly string[]; status?: number }[];
+  const declaredRoutes = () =>
+    [...restRoutes.values(), ...streamRoutes] as { method: string; path: string; mount?: 'root'; auth: readonly string[]; status?: number }[];
+  const rootOf = (r: { mount?: 'root'; root?: true }) => r.mount === 'root' || r.root === true;
 
   test('rows = declared routes that need credentials; open routes = declared routes without', () => {
     const declared = declaredRoutes();
-    const key = (r: { method: string; path?: string; route?: string }) => `${r.method} ${r.path ?? r.route}`;
+    const key = (r: { method: string; path?: string; route?: string; mount?: 'root'; root?: true }) =>
+      `${r.method} ${rootOf(r) ? '' : '/api/v1'}${r.path ?? r.route}`;
     expect(new Set(matrix.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length > 0).map(key)));
     expect(new Set(openRoutes.map(key))).toEqual(new Set(declared.filter((r) => r.auth.length === 0).map(key)));
     expect(matrix.length).toBe(new Set(matrix.map(key)).size);
   });
 
   test.each(matrix)('$method $route: success status and security schemes agree with its declaration', (row) => {
-    const declared = declaredRoutes().find((r) => r.method === row.method && r.path === row.route)!;
+    const declared = declaredRoutes().find((r) => r.method === row.method && r.path === row.route && rootOf(r) === rootOf(row))!;
     expect(declared.status ?? 200).toBe(row.ok);
     const schemes = [...(row.keyScopes.length ? ['apiKey'] : []), ...(row.roles.length ? ['bearer'] : [])];
     expect([...declared.auth].sort()).toEqual(schemes);

@@ -372,6 +372,9 @@ export function useRestFacade(
   const restFacade: Plugin<{}, ServerContext> = {
     ...sofa,
     onSchemaChange: (payload) => sofa.onSchemaChange?.({ ...payload, schema: restSchema(payload.schema) }),
+    // SOFA picks its requests by the URL it is given; yoga passes the URL of the request as it
+    // arrived, not of the one the guard set, which for a root-mounted route lies under SOFA's base.
+    onRequest: (payload) => sofa.onRequest?.({ ...payload, url: new URL(payload.request.url) }),
   };
   return [guard, restFacade];
 }

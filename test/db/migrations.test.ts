@@ -62,6 +62,8 @@ function expectedSqlType(field: DmmfField): string {
         return 'double precision';
       case 'Bytes':
         return 'bytea';
+      case 'Decimal':
+        return 'numeric';
       default:
         throw new Error(`no mapping for ${field.type}`);
     }

@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound } from '../../errors.js';
 import type { Agent, Prisma } from '../../generated/prisma/client.js';
+import { likeLiteral } from '../../lib/like-literal.js';
 import type { ListPage } from '../../lib/list-page.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -54,9 +55,6 @@ export interface AgentGate {
   status: AgentStatus;
   deactivationReason: string | null;
 }
-
-/** Prisma's startsWith is a LIKE pattern: `%`, `_` and a backslash in a search must match themselves. */
-const likeLiteral = (text: string) => text.replace(/[\\%_]/g, (c) => `\\${c}`);
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);

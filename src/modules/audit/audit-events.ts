@@ -100,6 +100,16 @@ interface AgentSnapshot {
   status: string;
 }
 
+/** A marketplace template as audited: what identifies it and its price. */
+interface TemplateSnapshot {
+  name: string;
+  category: string;
+  status: string;
+  price: string;
+  currency: string;
+  content_hash: string;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -130,6 +140,8 @@ export type AuditEvent =
   | Event<'agent.created', 'agent', never, AgentSnapshot & { from_manifest: string | null }>
   | Event<'agent.deactivated', 'agent', AgentSnapshot, AgentSnapshot & { approvals_denied: number; capability_tokens_revoked: number }>
   | Event<'agent.reactivated', 'agent', AgentSnapshot, AgentSnapshot>
+  | Event<'template.created', 'manifest_template', never, TemplateSnapshot>
+  | Event<'template.published' | 'template.archived', 'manifest_template', TemplateSnapshot, TemplateSnapshot>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

@@ -81,6 +81,9 @@ export const permissions = {
   'agent:register': { roles: managers, keyScopes: ['manifests:write'] },
   'agent:deactivate': { roles: managers, keyScopes: [] },
   'agent:reactivate': { roles: adminOnly, keyScopes: [] },
+  /** Marketplace templates: an org's own (and browsing every org's published ones). */
+  'template:read': { roles: anyRole, keyScopes: [] },
+  'template:write': { roles: managers, keyScopes: [] },
   /** Policies are operator configuration: no API key scope reads or writes them (decisions.md § Policies: B only). */
   'policy:read': { roles: anyRole, keyScopes: [] },
   'policy:write': { roles: managers, keyScopes: [] },

@@ -1,0 +1,234 @@
+/**
+ * Manifest templates and the marketplace at the unprefixed paths of decisions.md § The secondary
+ * listing: drafts, publish and archive, exact decimal prices and ISO 4217 currencies, page/limit
+ * pagination, browsing every org's published templates with price and category filters, and
+ * tenant isolation.
+ */
+import { canonicalHash } from '../src/lib/canonical-json.js';
+import { startTestApp, type TestApp } from './support/app.js';
+import { addUser, login, signUp, type OrgFixture } from './support/fixtures.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+const template = (overrides: Record<string, unknown> = {}) => ({
+  name: 'Refund assistant',
+  description: 'Reads invoices and refunds them',
+  category: 'billing',
+  operations: ['billing:read', { capability: 'billing:refund', description: 'Refund an invoice' }],
+  price: '12.50',
+  currency: 'EUR',
+  ...overrides,
+});
+
+async function create(org: OrgFixture, body: Record<string, unknown> = template()) {
+  const created = await t.request('POST', '/manifests', { token: org.adminToken, body });
+  if (created.status !== 201) throw new Error(`template failed: ${created.status} ${created.text}`);
+  return created.body.id as string;
+}
+
+async function publish(org: OrgFixture, id: string) {
+  const published = await t.request('POST', `/manifests/${id}/publish`, { token: org.adminToken, body: {} });
+  expect(published.status).toBe(200);
+  return published.body;
+}
+
+const fields = (body: { error: { details: { errors: { field: string }[] } } }) => body.error.details.errors.map((e) => e.field);
+
+describe('templates of the caller’s org', () => {
+  test('create → draft; read with operations and metadata; publish; archive', async () => {
+    const org = await signUp(t);
+    const created = await t.request('POST', '/manifests', { token: org.adminToken, body: template({ constraints: { max_actions_per_hour: 10 } }) });
+    expect(created.status).toBe(201);
+    expect(created.body).toEqual({ id: expect.stringMatching(/^[0-9a-f-]{36}$/), status: 'draft', created_at: expect.any(String) });
+
+    const read = await t.request('GET', `/manifests/${created.body.id}`, { token: org.adminToken });
+    expect(read.status).toBe(200);
+    const operations = [
+      { capability: 'billing:read', description: '' },
+      { capability: 'billing:refund', description: 'Refund an invoice' },
+    ];
+    const contentHash = canonicalHash({
+      name: 'Refund assistant',
+      description: 'Reads invoices and refunds them',
+      category: 'billing',
+      operations,
+      constraints: { max_actions_per_hour: 10 },
+    });
+    expect(read.body).toEqual({
+      manifest: {
+        id: created.body.id,
+        name: 'Refund assistant',
+        description: 'Reads invoices and refunds them',
+        category: 'billing',
+        constraints: { max_actions_per_hour: 10 },
+        price: '12.50',
+        currency: 'EUR',
+        status: 'draft',
+        version: 1,
+        publisher: { org_id: org.orgId, name: expect.any(String) },
+        content_hash: contentHash,
+        created_at: created.body.created_at,
+        updated_at: expect.any(String),
+        published_at: null,
+      },
+      operations,
+      metadata: { version: 1, constraints: { max_actions_per_hour: 10 }, content_hash: contentHash },
+    });
+
+    const published = await publish(org, created.body.id);
+    expect(published).toMatchObject({ status: 'published', published_at: expect.any(String), operations, content_hash: contentHash });
+    const again = await t.request('POST', `/manifests/${created.body.id}/publish`, { token: org.adminToken, body: {} });
+    expect(again.status).toBe(409);
+    expect(again.body.error).toMatchObject({ code: 'INVALID_STATE_TRANSITION', details: { from: 'published', to: 'published' } });
+    const archived = await t.request('POST', `/manifests/${created.body.id}/archive`, { token: org.adminToken, body: {} });
+    expect(archived.body.status).toBe('archived');
+
+    const audit = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_type=manifest_template`, { token: org.adminToken });
+    expect(audit.body.items.map((i: { action: string }) => i.action)).toEqual(['template.archived', 'template.published', 'template.created']);
+  });
+
+  test.each([
+    [{ name: '' }, ['name']],
+    [{ category: 'Billing Tools' }, ['category']],
+    [{ operations: [] }, ['operations']],
+    [{ operations: ['billing'] }, ['operations[0]']],
+    [{ operations: ['billing:read', 'billing:read'] }, ['operations[1]']],
+    [{ operations: Array.from({ length: 101 }, (_, i) => `d:a${i}`) }, ['operations']],
+    [{ price: '12.505' }, ['price']],
+    [{ price: -1 }, ['price']],
+    [{ price: '1e3' }, ['price']],
+    [{ price: 0.1 + 0.2 }, ['price']],
+    [{ currency: 'eur' }, ['currency']],
+    [{ currency: 'XYZ' }, ['currency']],
+    [{ constraints: { max_actions_per_hour: 0 } }, ['constraints.max_actions_per_hour']],
+    [{ constraints: { require_human_approval: ['email:send'] } }, ['constraints.require_human_approval[0]']],
+  ])('422 for %j naming %j', async (overrides, expected) => {
+    const org = await signUp(t);
+    const response = await t.request('POST', '/manifests', { token: org.adminToken, body: template(overrides) });
+    expect(response.status).toBe(422);
+    expect(fields(response.body)).toEqual(expected);
+  });
+
+  test('prices are exact: numbers and strings with up to two places, stored and shown with two', async () => {
+    const org = await signUp(t);
+    for (const [price, shown] of [[19.99, '19.99'], ['7', '7.00'], ['0.5', '0.50'], [0, '0.00'], ['9999999999.99', '9999999999.99']] as const) {
+      const id = await create(org, template({ price }));
+      expect((await t.request('GET', `/manifests/${id}`, { token: org.adminToken })).body.manifest.price).toBe(shown);
+    }
+    const free = await create(org, template({ price: undefined, currency: undefined }));
+    expect((await t.request('GET', `/manifests/${free}`, { token: org.adminToken })).body.manifest).toMatchObject({ price: '0.00', currency: 'USD' });
+  });
+
+  test('list: page and limit with totals, status filter, newest first; bad paging is 422', async () => {
+    const org = await signUp(t);
+    const ids = [];
+    for (let i = 0; i < 5; i += 1) ids.push(await create(org, template({ name: `T${i}` })));
+    await publish(org, ids[0]);
+    const page2 = await t.request('GET', '/manifests?page=2&limit=2', { token: org.adminToken });
+    expect(page2.body.pagination).toEqual({ page: 2, limit: 2, total: 5, pages: 3 });
+    expect(page2.body.manifests.map((m: { name: string }) => m.name)).toEqual(['T2', 'T1']);
+    expect(Object.keys(page2.body.manifests[0]).sort()).toEqual(
+      ['category', 'created_at', 'currency', 'description', 'id', 'name', 'operations_count', 'price', 'status'].sort(),
+    );
+    const past = await t.request('GET', '/manifests?page=9&limit=2', { token: org.adminToken });
+    expect(past.body).toEqual({ manifests: [], pagination: { page: 9, limit: 2, total: 5, pages: 3 } });
+    const published = await t.request('GET', '/manifests?status=published', { token: org.adminToken });
+    expect(published.body.manifests.map((m: { id: string }) => m.id)).toEqual([ids[0]]);
+    expect((await t.request('GET', '/manifests', { token: org.adminToken })).body.pagination).toEqual({ page: 1, limit: 20, total: 5, pages: 1 });
+    for (const query of ['page=0', 'limit=0', 'limit=101', 'status=gone']) {
+      expect((await t.request('GET', `/manifests?${query}`, { token: org.adminToken })).status).toBe(422);
+    }
+  });
+
+  test('a viewer reads but cannot create, publish or archive', async () => {
+    const org = await signUp(t);
+    const viewer = await addUser(t, org, 'viewer');
+    const token = await login(t, viewer.email);
+    const id = await create(org);
+    expect((await t.request('GET', `/manifests/${id}`, { token })).status).toBe(200);
+    expect((await t.request('POST', '/manifests', { token, body: template() })).status).toBe(403);
+    expect((await t.request('POST', `/manifests/${id}/publish`, { token, body: {} })).status).toBe(403);
+  });
+});
+
+describe('the marketplace', () => {
+  test('another org sees published templates only: drafts and archived ones are 404 and absent', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const draft = await create(publisher, template({ category: `isolation-${Date.now()}` }));
+    const shown = await create(publisher, template({ category: `isolation-${Date.now()}` }));
+    const gone = await create(publisher, template({ category: `isolation-${Date.now()}` }));
+    await publish(publisher, shown);
+    await publish(publisher, gone);
+    await t.request('POST', `/manifests/${gone}/archive`, { token: publisher.adminToken, body: {} });
+
+    expect((await t.request('GET', `/manifests/${draft}`, { token: buyer.adminToken })).status).toBe(404);
+    expect((await t.request('GET', `/manifests/${gone}`, { token: buyer.adminToken })).status).toBe(404);
+    const visible = await t.request('GET', `/manifests/${shown}`, { token: buyer.adminToken });
+    expect(visible.body.manifest).toMatchObject({ id: shown, publisher: { org_id: publisher.orgId } });
+    // The buyer's own list holds only its own templates; it cannot publish the other's.
+    expect((await t.request('GET', '/manifests', { token: buyer.adminToken })).body.pagination.total).toBe(0);
+    expect((await t.request('POST', `/manifests/${draft}/publish`, { token: buyer.adminToken, body: {} })).status).toBe(404);
+
+    const market = await t.request('GET', `/marketplace/manifests?limit=100&q=${encodeURIComponent('Refund assistant')}`, { token: buyer.adminToken });
+    const ids = market.body.manifests.map((m: { id: string }) => m.id);
+    expect(ids).toContain(shown);
+    expect(ids).not.toContain(draft);
+    expect(ids).not.toContain(gone);
+  });
+
+  test('price filters are exact decimals and inclusive; categories with counts; min above max is 422', async () => {
+    const org = await signUp(t);
+    const category = `prices-${Date.now()}`;
+    const other = `${category}-other`;
+    for (const [price, cat] of [['9.99', category], ['10.00', category], ['10.01', category], ['10.00', other]] as const) {
+      await publish(org, await create(org, template({ price, category: cat, name: `Priced ${category}` })));
+    }
+    const browse = async (query: string) => {
+      const response = await t.request('GET', `/marketplace/manifests?q=${encodeURIComponent(`Priced ${category}`)}&${query}`, { token: org.adminToken });
+      expect(response.status).toBe(200);
+      return response.body;
+    };
+    const exact = await browse(`category=${category}&min_price=10&max_price=10.00`);
+    expect(exact.manifests.map((m: { price: string }) => m.price)).toEqual(['10.00']);
+    expect(exact.filters).toEqual({
+      category,
+      min_price: '10.00',
+      max_price: '10.00',
+      categories: [
+        { category, count: 1 },
+        { category: other, count: 1 },
+      ],
+    });
+    const above = await browse(`category=${category}&min_price=10.01`);
+    expect(above.manifests.map((m: { price: string }) => m.price)).toEqual(['10.01']);
+    const all = await browse('');
+    expect(all.pagination.total).toBe(4);
+    expect(all.filters.categories).toEqual([
+      { category, count: 3 },
+      { category: other, count: 1 },
+    ]);
+
+    const bad = await t.request('GET', '/marketplace/manifests?min_price=11&max_price=10.99', { token: org.adminToken });
+    expect(bad.status).toBe(422);
+    expect(fields(bad.body)).toEqual(['min_price']);
+    for (const query of ['min_price=abc', 'max_price=-1', 'min_price=1.001']) {
+      expect((await t.request('GET', `/marketplace/manifests?${query}`, { token: org.adminToken })).status).toBe(422);
+    }
+  });
+
+  test('q matches words of the name or description, and LIKE wildcards match themselves', async () => {
+    const org = await signUp(t);
+    const marker = `zq${Date.now()}`;
+    await publish(org, await create(org, template({ name: `Invoice helper ${marker}`, description: '100% automatic' })));
+    const search = async (q: string) =>
+      (await t.request('GET', `/marketplace/manifests?q=${encodeURIComponent(q)}`, { token: org.adminToken })).body.manifests.length;
+    expect(await search(marker.toUpperCase())).toBe(1);
+    expect(await search(`${marker.slice(0, 4)}_`)).toBe(0);
+    expect(await search('100% automatic')).toBeGreaterThanOrEqual(1);
+  });
+});
