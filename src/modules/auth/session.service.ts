@@ -321,7 +321,7 @@ export function createSessionService({ env, db, keys, logger }: Deps) {
     await db.sql.query('DELETE FROM session_families WHERE expires_at < now()');
   }
 
-  return { startSession, verify, logout, refresh, rotate, login, revokeFamily, prune };
+  return { startSession, verify, logout, refresh, rotate, login, prune };
 }
 
 export type SessionService = ReturnType<typeof createSessionService>;
