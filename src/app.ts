@@ -139,7 +139,12 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   };
   const maintenance = setInterval(() => {
     runPeriodic(
-      () => Promise.all([pruneCounters(db.sql), db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()')]),
+      () =>
+        Promise.all([
+          pruneCounters(db.sql),
+          db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
+          services.sessions.prune(),
+        ]),
       'maintenance failed',
     );
   }, MAINTENANCE_INTERVAL_MS);

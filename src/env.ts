@@ -18,6 +18,8 @@ export interface Env {
   /** Earlier keys, comma-separated: what they sealed still opens (rotation); nothing new is sealed with them. */
   keyEncryptionKeyPrevious: Buffer[];
   sessionTtlSeconds: number;
+  /** Lifetime of a refresh token (decisions.md § Sessions: 30 days); each rotation starts a new one. */
+  refreshTokenTtlSeconds: number;
   maxBodyBytes: number;
   trustProxy: boolean;
   loginMaxFailuresPerEmail: number;
@@ -85,6 +87,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     keyEncryptionKey: encryptionKey(source.KEY_ENCRYPTION_KEY),
     keyEncryptionKeyPrevious: previousEncryptionKeys(source),
     sessionTtlSeconds: 3600,
+    refreshTokenTtlSeconds: 30 * 86400,
     maxBodyBytes: 1024 * 1024,
     trustProxy: source.TRUST_PROXY === 'true' || source.TRUST_PROXY === '1',
     loginMaxFailuresPerEmail: integer(source, 'LOGIN_MAX_FAILURES_PER_EMAIL', 10, 1),

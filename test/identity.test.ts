@@ -138,7 +138,7 @@ describe('users', () => {
 });
 
 describe('sessions', () => {
-  test('login returns an EdDSA session JWT valid for 3600 s and the user', async () => {
+  test('login returns an EdDSA session JWT valid for 3600 s, a refresh token and the user', async () => {
     const org = await signUp(t);
     const response = await t.request('POST', '/api/v1/auth/login', { body: { email: org.adminEmail, password: PASSWORD } });
     expect(response.status).toBe(200);
@@ -146,6 +146,7 @@ describe('sessions', () => {
       access_token: expect.any(String),
       token_type: 'bearer',
       expires_in: 3600,
+      refresh_token: expect.stringMatching(/^agr_[A-Za-z0-9_-]{43}$/),
       user: expect.objectContaining({ user_id: org.adminUserId, email: org.adminEmail, org_id: org.orgId, role: 'admin' }),
     });
     const header = decodeProtectedHeader(response.body.access_token);
@@ -196,7 +197,7 @@ describe('sessions', () => {
 
   test('an expired token is INVALID_TOKEN', async () => {
     const org = await signUp(t);
-    const expired = await t.app.services.sessions.issue(
+    const expired = await t.app.services.sessions.startSession(
       { id: org.adminUserId, orgId: org.orgId, email: org.adminEmail, role: 'admin' },
       -1,
     );

@@ -190,4 +190,38 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     expect(reactivated.status).toBe(200);
     await until((body) => body.decision === 'allow');
   }, 60_000);
+
+  test('a refresh token reused through one process revokes its session on the other at once (no cache)', async () => {
+    const org = await signUp(first);
+    const email = `refresh-${org.slug}@example.test`;
+    const password = 'a password for the refresh test';
+    const created = await first.request('POST', `/api/v1/orgs/${org.orgId}/users`, { token: org.adminToken, body: { email, password, role: 'viewer' } });
+    expect(created.status).toBe(201);
+    const login = await first.request('POST', '/api/v1/auth/login', { body: { email, password } });
+    expect(login.status).toBe(200);
+    const { access_token: accessToken, refresh_token: refreshToken } = login.body;
+    const readOrg = (service: Service, token: string) => service.request('GET', `/api/v1/orgs/${org.orgId}`, { token });
+    const rotate = (service: Service, token: string) =>
+      service.request('POST', '/graphql', {
+        body: { query: 'mutation ($t: String!) { refresh_session(refresh_token: $t) { token refresh_token } }', variables: { t: token } },
+      });
+    expect((await readOrg(second, accessToken)).status).toBe(200);
+
+    const rotated = await rotate(second, refreshToken);
+    expect(rotated.status).toBe(200);
+    const { token: rotatedAccessToken, refresh_token: rotatedRefreshToken } = rotated.body.data.refresh_session;
+    expect((await readOrg(first, rotatedAccessToken)).status).toBe(200);
+
+    // The first refresh token again, through the other process: reuse.
+    const reused = await rotate(first, refreshToken);
+    expect(reused.status).toBe(401);
+    expect(reused.body.errors[0].extensions.code).toBe('INVALID_TOKEN');
+    // The very next requests on the process that rotated refuse every token of the family: the
+    // revocation is read from the database on each request, not from a per-process cache.
+    expect((await readOrg(second, rotatedAccessToken)).status).toBe(401);
+    expect((await readOrg(second, accessToken)).status).toBe(401);
+    expect((await rotate(second, rotatedRefreshToken)).status).toBe(401);
+    // The admin's own session (another family) is untouched.
+    expect((await readOrg(second, org.adminToken)).status).toBe(200);
+  }, 60_000);
 });

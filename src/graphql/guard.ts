@@ -167,7 +167,7 @@ const noSuchOperation = (operationName: string | null | undefined) =>
       : 'The document has several operations (or none): name the one to run in operationName',
   );
 
-/** Whether scope-auth guards the field (every root field but sign-up and login). */
+/** Whether scope-auth guards the field (every root field but sign-up, the logins and refresh_session). */
 const needsCredentials = (field: GraphQLField<unknown, unknown> | undefined) =>
   (field?.extensions.pothosOptions as { authScopes?: unknown } | undefined)?.authScopes !== undefined;
 
@@ -185,8 +185,8 @@ function rootFieldNames(selectionSet: SelectionSetNode, fragments: Map<string, F
 }
 
 /**
- * Without credentials, an operation that asks for anything but sign-up, login and introspection is
- * 401 before its cost is considered: the same order as REST, credentials before the body.
+ * Without credentials, an operation that asks for anything but sign-up, login, refresh_session and
+ * introspection is 401 before its cost is considered: the same order as REST, credentials before the body.
  */
 function credentialsProblem(args: ExecutionArgs, operation: OperationDefinitionNode, auth: AuthState): AppError | undefined {
   const rootType = args.schema.getRootType(operation.operation);

@@ -2,8 +2,9 @@ import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { AppError } from '../../errors.js';
 import { restRoute } from '../../http/rest-routes.js';
-import { UserRef } from '../user/user.types.js';
-import type { IssuedSession } from './session.service.js';
+import type { User } from '../../generated/prisma/client.js';
+import { UserRef, UserRoleEnum } from '../user/user.types.js';
+import type { IssuedSession, RotatedSession, SessionService } from './session.service.js';
 
 const TokenFields = builder.objectRef<IssuedSession>('AccessToken').implement({
   fields: (t) => ({
@@ -13,14 +14,51 @@ const TokenFields = builder.objectRef<IssuedSession>('AccessToken').implement({
   }),
 });
 
-type LoginResult = Awaited<ReturnType<import('./session.service.js').SessionService['login']>>;
+type LoginResult = Awaited<ReturnType<SessionService['login']>>;
+
+const refreshTokenDescription =
+  'Opaque (`agr_…`), single use, valid 30 days: exchange it for a new access token and a new refresh token. ' +
+  'Presenting one that was already used revokes every token of its session.';
 
 const LoginSession = builder.objectRef<LoginResult>('LoginSession').implement({
   fields: (t) => ({
     access_token: t.exposeString('access_token'),
     token_type: t.exposeString('token_type'),
     expires_in: t.exposeInt('expires_in'),
+    refresh_token: t.exposeString('refresh_token', { description: refreshTokenDescription }),
     user: t.field({ type: UserRef, resolve: (session) => session.user }),
+  }),
+});
+
+/** The user of a session as the unprefixed `/auth/login` shows it: exactly these four fields. */
+const SignedInUser = builder.objectRef<User>('SignedInUser').implement({
+  fields: (t) => ({
+    user_id: t.exposeID('id'),
+    email: t.exposeString('email'),
+    org_id: t.exposeID('orgId'),
+    role: t.expose('role', { type: UserRoleEnum }),
+  }),
+});
+
+/** `session_login`: the login of decisions.md § Sessions, named as the unprefixed `/auth/login` answers it. */
+interface SessionLoginResult extends RotatedSession {
+  user: User;
+}
+
+const SessionLogin = builder.objectRef<SessionLoginResult>('SessionLogin').implement({
+  fields: (t) => ({
+    token: t.exposeString('token', { description: 'The bearer access token, the same as `/api/v1/auth/login` gives.' }),
+    refresh_token: t.exposeString('refresh_token', { description: refreshTokenDescription }),
+    expires: t.expose('expires', { type: 'Timestamp', description: 'When the access token expires.' }),
+    user: t.field({ type: SignedInUser, resolve: (session) => session.user }),
+  }),
+});
+
+const RefreshedSession = builder.objectRef<RotatedSession>('RefreshedSession').implement({
+  fields: (t) => ({
+    token: t.exposeString('token', { description: 'A new bearer access token of the same session.' }),
+    refresh_token: t.exposeString('refresh_token', { description: `Replaces the presented one. ${refreshTokenDescription}` }),
+    expires: t.expose('expires', { type: 'Timestamp', description: 'When the access token expires.' }),
   }),
 });
 
@@ -35,15 +73,41 @@ restRoute('Mutation.login', {
   method: 'POST',
   path: '/auth/login',
   tag: 'Sessions',
-  summary: 'Exchange email and password for a bearer token (valid 3600 s)',
+  summary: 'Exchange email and password for a bearer token (valid 3600 s) and a refresh token (30 days, single use)',
   auth: [],
   extraErrors: ['401', '429'],
 });
 
+// No REST route here: the secondary listing mounts it at the unprefixed `POST /auth/login` (src/http).
+builder.mutationField('session_login', (t) =>
+  t.field({
+    type: SessionLogin,
+    description: 'Exchange email and password for an access token, a refresh token and the user (login throttling applies).',
+    args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
+    resolve: async (_, args, ctx) => {
+      const session = await ctx.services.sessions.login(args.email, args.password, ctx.state.clientAddress);
+      return { token: session.access_token, refresh_token: session.refresh_token, expires: session.expires, user: session.user };
+    },
+  }),
+);
+
+// No credentials: the refresh token is the credential. No REST route here: the secondary listing
+// mounts it at the unprefixed `POST /auth/refresh` (src/http).
+builder.mutationField('refresh_session', (t) =>
+  t.field({
+    type: RefreshedSession,
+    description:
+      'Exchange a refresh token for a new access token and a new refresh token of the same session. Each refresh token ' +
+      'works once; presenting a used one revokes the whole session (401 INVALID_TOKEN).',
+    args: { refresh_token: t.arg.string({ required: true }) },
+    resolve: (_, args, ctx) => ctx.services.sessions.rotate(args.refresh_token),
+  }),
+);
+
 builder.mutationField('refresh', (t) =>
   t.field({
     type: TokenFields,
-    description: 'A new token for the caller; the presented token stops working.',
+    description: 'A new token for the caller, in the same session; the presented token stops working.',
     authScopes: { session: true },
     resolve: (_, __, ctx) => {
       const principal = principalOf(ctx);
@@ -62,12 +126,12 @@ restRoute('Mutation.refresh', {
 
 builder.mutationField('logout', (t) =>
   t.boolean({
-    description: 'Revokes the presented bearer token.',
+    description: 'Revokes the presented bearer token and its whole session: every refresh and access token of that login.',
     authScopes: { session: true },
     resolve: async (_, __, ctx) => {
       const principal = principalOf(ctx);
       if (principal.type !== 'user') throw new AppError('FORBIDDEN', 'Only a bearer token can log out');
-      await ctx.services.sessions.revoke(principal);
+      await ctx.services.sessions.logout(principal);
       return true;
     },
   }),
@@ -77,6 +141,6 @@ restRoute('Mutation.logout', {
   path: '/auth/logout',
   status: 204,
   tag: 'Sessions',
-  summary: 'Revoke the presented bearer token',
+  summary: 'Revoke the presented bearer token and every token of its session',
   auth: ['bearer'],
 });

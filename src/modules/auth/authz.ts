@@ -29,6 +29,8 @@ export interface UserPrincipal {
   /** `jti` of the bearer token, for refresh and logout. */
   tokenId: string;
   tokenExpiresAt: Date;
+  /** The session family of the bearer token (`sid`): logout and refresh-token reuse revoke it whole. */
+  sessionFamilyId: string;
 }
 
 export interface ApiKeyPrincipal {

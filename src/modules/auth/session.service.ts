@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, errors as joseErrors } from 'jose';
 import type { Deps } from '../../deps.js';
+import type { SqlConnection } from '../../db/sql.js';
 import { AppError } from '../../errors.js';
 import { fixedWindow, hit, peek, reset } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
@@ -8,14 +10,29 @@ import { verifyPassword } from './password.js';
 import { randomId } from '../../lib/ids.js';
 
 /**
- * Operator sessions: EdDSA-signed JWTs with their own `typ` and audience, so a session token is
- * never accepted where a capability token is expected and vice versa. Refresh and logout put the
- * token's `jti` on a revocation list that every request checks.
+ * Operator sessions (decisions.md § Identity and roles, § Sessions).
+ *
+ * A login starts a session *family*. Access tokens are EdDSA-signed JWTs with their own `typ` and
+ * audience (so a session token is never accepted where a capability token is expected and vice
+ * versa) that name their family in `sid`. Refresh tokens are opaque (`agr_` + 32 random bytes),
+ * stored only as SHA-256, valid 30 days and used once: rotation marks the presented one used and
+ * hands out its successor in the same family. Following RFC 9700 §4.14.2, presenting a used refresh
+ * token again means two parties hold it, and which is the legitimate one cannot be told, so the
+ * whole family is revoked: its refresh tokens and its access tokens. Revocation lives in the
+ * database, so it holds across every process on it; the bearer check of every request reads it in
+ * its one query.
  */
 
 export const SESSION_TOKEN_TYPE = 'session+jwt';
 export const SESSION_AUDIENCE = 'agent-gateway:session';
 const ISSUER = 'agent-gateway';
+
+export const REFRESH_TOKEN_PREFIX = 'agr_';
+/** `agr_` + base64url (no padding) of 32 bytes: anything else was not issued here and is refused unread. */
+const refreshTokenPattern = /^agr_[A-Za-z0-9_-]{43}$/;
+
+/** Why a family was revoked (stored in `session_families.revoked_reason`). */
+export type FamilyRevocationReason = 'logout' | 'refresh_token_reused';
 
 export interface SessionUser {
   id: string;
@@ -24,19 +41,47 @@ export interface SessionUser {
   role: UserRole;
 }
 
+/** A bearer access token as `/api/v1/auth/login` and `/api/v1/auth/refresh` answer it. */
 export interface IssuedSession {
   access_token: string;
   token_type: 'bearer';
   expires_in: number;
 }
 
+interface AccessToken extends IssuedSession {
+  /** When the access token expires (its `exp`). */
+  expires: Date;
+}
+
+/** A new session family: its first access token and its first refresh token. */
+export interface StartedSession extends AccessToken {
+  refresh_token: string;
+  familyId: string;
+}
+
+/** What a rotation answers (`refresh_session`): a new access token and the refresh token that replaces the presented one. */
+export interface RotatedSession {
+  token: string;
+  refresh_token: string;
+  expires: Date;
+}
+
 const invalidToken = (message = 'The bearer token is invalid or expired') => new AppError('INVALID_TOKEN', message);
 
-export function createSessionService({ env, db, keys }: Deps) {
-  async function issue(user: SessionUser, ttlSeconds = env.sessionTtlSeconds): Promise<IssuedSession> {
+/** A fresh refresh token and the hash it is stored under. */
+function newRefreshToken(): { token: string; hash: string } {
+  // Straight from the CSPRNG rather than the id pool (src/lib/ids.ts): a secret should not sit in a
+  // shared buffer that outlives the request.
+  const token = `${REFRESH_TOKEN_PREFIX}${randomBytes(32).toString('base64url')}`;
+  return { token, hash: sha256Hex(token) };
+}
+
+export function createSessionService({ env, db, keys, logger }: Deps) {
+  /** Signs an access token of `familyId`; no database write. */
+  async function signAccessToken(user: SessionUser, familyId: string, ttlSeconds = env.sessionTtlSeconds): Promise<AccessToken> {
     const key = await keys.activeKey('session');
     const now = Math.floor(Date.now() / 1000);
-    const token = await new SignJWT({ org_id: user.orgId, role: user.role, email: user.email })
+    const token = await new SignJWT({ org_id: user.orgId, role: user.role, email: user.email, sid: familyId })
       .setProtectedHeader({ alg: 'EdDSA', typ: SESSION_TOKEN_TYPE, kid: key.kid })
       .setIssuer(ISSUER)
       .setAudience(SESSION_AUDIENCE)
@@ -45,10 +90,31 @@ export function createSessionService({ env, db, keys }: Deps) {
       .setIssuedAt(now)
       .setExpirationTime(now + ttlSeconds)
       .sign(key.privateKey);
-    return { access_token: token, token_type: 'bearer', expires_in: ttlSeconds };
+    return { access_token: token, token_type: 'bearer', expires_in: ttlSeconds, expires: new Date((now + ttlSeconds) * 1000) };
   }
 
-  /** Checks signature, type, audience and expiry, then revocation and the user's current role. */
+  /**
+   * Starts a session family for `user`: the family and its first refresh token in one statement,
+   * then an access token in it. Times come from the database clock, which every process shares.
+   */
+  async function startSession(user: SessionUser, ttlSeconds = env.sessionTtlSeconds): Promise<StartedSession> {
+    const familyId = randomId('sfm', 16);
+    const refresh = newRefreshToken();
+    await db.sql.query(
+      `WITH family AS (
+         INSERT INTO session_families (id, user_id, org_id, expires_at)
+         VALUES ($1, $2::uuid, $3::uuid, now() + make_interval(secs => $5::int))
+         RETURNING id, user_id, org_id, expires_at
+       )
+       INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
+       SELECT $4, id, user_id, org_id, expires_at FROM family`,
+      [familyId, user.id, user.orgId, refresh.hash, env.refreshTokenTtlSeconds],
+    );
+    const access = await signAccessToken(user, familyId, ttlSeconds);
+    return { ...access, refresh_token: refresh.token, familyId };
+  }
+
+  /** Checks signature, type, audience and expiry, then revocation (token and family) and the user's current role. */
   async function verify(token: string): Promise<UserPrincipal> {
     let kid: string | undefined;
     try {
@@ -65,19 +131,27 @@ export function createSessionService({ env, db, keys }: Deps) {
         typ: SESSION_TOKEN_TYPE,
         audience: SESSION_AUDIENCE,
         issuer: ISSUER,
-        requiredClaims: ['sub', 'jti', 'exp'],
+        // Every session token names its family; one without (issued before families existed) could
+        // not be revoked with it, so it is refused rather than trusted.
+        requiredClaims: ['sub', 'jti', 'exp', 'sid'],
       }));
     } catch (error) {
       if (error instanceof joseErrors.JWTExpired) throw invalidToken('The bearer token has expired');
       throw invalidToken();
     }
-    // One round trip: is the token revoked, and does the user still exist (with which role)?
-    const [row] = await db.sql.query<{ role: UserRole; email: string; org_id: string; revoked: boolean }>(
-      `SELECT u.role, u.email, u.org_id, EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS revoked
+    if (typeof payload.sid !== 'string') throw invalidToken();
+    // One round trip: is the token revoked, is its family revoked (or gone), and does the user
+    // still exist (with which role)? A family is deleted only after every token of it expired, so
+    // a missing family is as good as a revoked one.
+    const [row] = await db.sql.query<{ role: UserRole; email: string; org_id: string; token_revoked: boolean; family_revoked: boolean }>(
+      `SELECT u.role, u.email, u.org_id,
+              EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS token_revoked,
+              NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = $3 AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
        FROM users u WHERE u.id = $1::uuid`,
-      [payload.sub, payload.jti],
+      [payload.sub, payload.jti, payload.sid],
     );
-    if (!row || row.revoked) throw invalidToken('The bearer token has been revoked');
+    if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
+    if (row.family_revoked) throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');
     return {
       type: 'user',
       userId: payload.sub!,
@@ -86,26 +160,127 @@ export function createSessionService({ env, db, keys }: Deps) {
       role: row.role,
       tokenId: payload.jti!,
       tokenExpiresAt: new Date(payload.exp! * 1000),
+      sessionFamilyId: payload.sid,
     };
   }
 
-  async function revoke(principal: UserPrincipal): Promise<void> {
-    await db.prisma.revokedToken.upsert({
-      where: { jti: principal.tokenId },
-      create: { jti: principal.tokenId, expiresAt: principal.tokenExpiresAt },
-      update: {},
+  /** Puts the access token on the revocation list, kept until it would have expired anyway. */
+  const revokeAccessToken = (tx: SqlConnection, principal: UserPrincipal) =>
+    tx.query('INSERT INTO revoked_tokens (jti, expires_at) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING', [
+      principal.tokenId,
+      principal.tokenExpiresAt,
+    ]);
+
+  /**
+   * Revokes a whole family: its refresh tokens stop rotating and its access tokens stop
+   * authenticating. True when this call revoked it (false: it was already revoked or is gone).
+   */
+  async function revokeFamily(familyId: string, reason: FamilyRevocationReason, tx: SqlConnection = db.sql): Promise<boolean> {
+    const rows = await tx.query(
+      'UPDATE session_families SET revoked_at = now(), revoked_reason = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id',
+      [familyId, reason],
+    );
+    return rows.length > 0;
+  }
+
+  /** Logout: the presented access token and its whole family (every refresh and access token of that login). */
+  async function logout(principal: UserPrincipal): Promise<void> {
+    await db.sql.transaction(async (tx) => {
+      await revokeAccessToken(tx, principal);
+      await revokeFamily(principal.sessionFamilyId, 'logout', tx);
     });
   }
 
-  /** A new token for the same user; the presented one stops working. */
+  /**
+   * A new access token for the same user in the same family (the bearer `refresh`); the presented
+   * one stops working. The family is kept at least as long as the new token lives.
+   */
   async function refresh(principal: UserPrincipal): Promise<IssuedSession> {
-    await revoke(principal);
-    return issue({ id: principal.userId, orgId: principal.orgId, email: principal.email, role: principal.role });
+    const user = { id: principal.userId, orgId: principal.orgId, email: principal.email, role: principal.role };
+    const access = await signAccessToken(user, principal.sessionFamilyId);
+    await db.sql.transaction(async (tx) => {
+      await revokeAccessToken(tx, principal);
+      await tx.query('UPDATE session_families SET expires_at = GREATEST(expires_at, $2) WHERE id = $1', [
+        principal.sessionFamilyId,
+        access.expires,
+      ]);
+    });
+    return { access_token: access.access_token, token_type: access.token_type, expires_in: access.expires_in };
+  }
+
+  /**
+   * Exchanges a refresh token for a new access token and a new refresh token of the same family.
+   * One conditional UPDATE claims the presented token (only while unused, unexpired, of an
+   * unrevoked family and of a user that still exists) and its successor is inserted in the same
+   * transaction: of two concurrent rotations with one token exactly one wins. Any refusal is
+   * 401 INVALID_TOKEN; a refusal because the token was already used revokes the family.
+   */
+  async function rotate(presented: string): Promise<RotatedSession> {
+    // Checked before any hashing or database read: a megabyte of text is refused as cheaply as a typo.
+    if (!refreshTokenPattern.test(presented)) throw invalidToken('The refresh token is malformed: it is not one this service issued');
+    const presentedHash = sha256Hex(presented);
+    const successor = newRefreshToken();
+    const claimed = await db.sql.transaction(async (tx) => {
+      const [row] = await tx.query<{ family_id: string; user_id: string; org_id: string; email: string; role: UserRole }>(
+        `UPDATE refresh_tokens r SET used_at = now(), replaced_by = $2
+         FROM session_families f, users u
+         WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()
+           AND f.id = r.family_id AND f.revoked_at IS NULL
+           AND u.id = r.user_id AND u.org_id = r.org_id
+         RETURNING r.family_id, u.id AS user_id, u.org_id, u.email, u.role`,
+        [presentedHash, successor.hash],
+      );
+      if (!row) return undefined;
+      // The successor lives 30 days from now; the family at least as long (never shortened).
+      await tx.query(
+        `WITH successor AS (
+           INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
+           VALUES ($1, $2, $3::uuid, $4::uuid, now() + make_interval(secs => $5::int))
+           RETURNING family_id, expires_at
+         )
+         UPDATE session_families f SET expires_at = GREATEST(f.expires_at, s.expires_at)
+         FROM successor s WHERE f.id = s.family_id`,
+        [successor.hash, row.family_id, row.user_id, row.org_id, env.refreshTokenTtlSeconds],
+      );
+      return row;
+    });
+    if (!claimed) throw await refusal(presentedHash);
+    const access = await signAccessToken(
+      { id: claimed.user_id, orgId: claimed.org_id, email: claimed.email, role: claimed.role },
+      claimed.family_id,
+    );
+    return { token: access.access_token, refresh_token: successor.token, expires: access.expires };
+  }
+
+  /** Why a refresh token was refused; revokes its family when the reason is reuse. */
+  async function refusal(tokenHash: string): Promise<AppError> {
+    const [row] = await db.sql.query<{ family_id: string; user_id: string; used: boolean; expired: boolean; family_revoked: boolean }>(
+      `SELECT r.family_id, r.user_id, r.used_at IS NOT NULL AS used, r.expires_at <= now() AS expired,
+              f.revoked_at IS NOT NULL AS family_revoked
+       FROM refresh_tokens r JOIN session_families f ON f.id = r.family_id
+       WHERE r.token_hash = $1`,
+      [tokenHash],
+    );
+    // Never issued, pruned after it expired, or deleted with its user or org (the family cascades).
+    if (!row) return invalidToken('The refresh token is unknown');
+    if (row.used) {
+      // RFC 9700 §4.14.2: a used token presented again means it leaked (or a client raced itself);
+      // the legitimate holder cannot be told from the other, so the whole family goes.
+      if (await revokeFamily(row.family_id, 'refresh_token_reused')) {
+        logger.warn({ familyId: row.family_id, userId: row.user_id }, 'refresh token reused: its session family is revoked');
+      }
+      return invalidToken('The refresh token was already used; every token of its session has been revoked');
+    }
+    if (row.family_revoked) return invalidToken('The refresh token has been revoked');
+    if (row.expired) return invalidToken('The refresh token has expired');
+    // Unused, unexpired, unrevoked, yet not claimed: its user no longer matches it.
+    return invalidToken('The refresh token is no longer valid');
   }
 
   /**
    * Counts failed logins per email and per client address in a fixed window; past the limit
-   * every attempt is refused before the password is even checked.
+   * every attempt is refused before the password is even checked. A successful login starts a
+   * session family.
    */
   async function login(email: string, password: string, clientAddress: string) {
     const normalized = email.trim().toLowerCase();
@@ -133,11 +308,20 @@ export function createSessionService({ env, db, keys }: Deps) {
       throw invalidToken('Email or password is wrong');
     }
     await reset(db.sql, emailBucket, window);
-    const session = await issue({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
+    const session = await startSession({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
     return { ...session, user };
   }
 
-  return { issue, verify, revoke, refresh, login };
+  /**
+   * Deletes what can no longer be presented: refresh tokens past their expiry, and families past
+   * theirs (every token of them has expired; their refresh tokens go with them).
+   */
+  async function prune(): Promise<void> {
+    await db.sql.query('DELETE FROM refresh_tokens WHERE expires_at < now()');
+    await db.sql.query('DELETE FROM session_families WHERE expires_at < now()');
+  }
+
+  return { startSession, verify, logout, refresh, rotate, login, prune };
 }
 
 export type SessionService = ReturnType<typeof createSessionService>;
