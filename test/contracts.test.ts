@@ -19,6 +19,8 @@ test('schema/schema.graphql and schema/openapi.json are what the code generates 
 
 /** The secondary listing's unprefixed operations (decisions.md § The secondary listing), mounted at the root. */
 const unprefixedRoutes = [
+  'POST /auth/login',
+  'POST /auth/refresh',
   'GET /manifests',
   'POST /manifests',
   'GET /manifests/{id}',

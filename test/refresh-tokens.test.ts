@@ -325,3 +325,43 @@ describe('maintenance', () => {
     expect(await orgReadStatus(org, (await rotated(live.refreshToken)).token)).toBe(200);
   });
 });
+
+describe('the unprefixed session routes (decisions.md § The secondary listing)', () => {
+  test('POST /auth/login and POST /auth/refresh: the pair rotates; a reused refresh token is 401 and ends the session', async () => {
+    const org = await signUp(t);
+    const login = await t.request('POST', '/auth/login', { body: { email: org.adminEmail, password: PASSWORD } });
+    expect(login.status).toBe(200);
+    expect(login.body).toEqual({
+      token: expect.any(String),
+      refresh_token: expect.stringMatching(refreshTokenFormat),
+      expires: expect.any(String),
+      user: { user_id: org.adminUserId, email: org.adminEmail, org_id: org.orgId, role: 'admin' },
+    });
+    expect(Math.abs(Date.parse(login.body.expires) - Date.now() - 3600_000)).toBeLessThan(60_000);
+    expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: login.body.token })).status).toBe(200);
+
+    const rotated = await t.request('POST', '/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
+    expect(rotated.status).toBe(200);
+    expect(rotated.body).toEqual({ token: expect.any(String), refresh_token: expect.stringMatching(refreshTokenFormat), expires: expect.any(String) });
+    expect(rotated.body.refresh_token).not.toBe(login.body.refresh_token);
+    expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: rotated.body.token })).status).toBe(200);
+
+    const reused = await t.request('POST', '/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
+    expect(reused.status).toBe(401);
+    expect(reused.body.detail).toMatchObject({ code: 'INVALID_TOKEN' });
+    expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: rotated.body.token })).status).toBe(401);
+    expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: rotated.body.refresh_token } })).status).toBe(401);
+  });
+
+  test('bad input: wrong password 401, missing or non-string refresh_token 422, not JSON 400', async () => {
+    const org = await signUp(t);
+    expect((await t.request('POST', '/auth/login', { body: { email: org.adminEmail, password: 'wrong password!' } })).status).toBe(401);
+    const missing = await t.request('POST', '/auth/refresh', { body: {} });
+    expect(missing.status).toBe(422);
+    expect(missing.body.error.details.errors).toEqual([expect.objectContaining({ field: 'refresh_token' })]);
+    expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: 42 } })).status).toBe(422);
+    expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: 'agr_nope' } })).status).toBe(401);
+    const notJson = await t.request('POST', '/auth/refresh', { body: '{', headers: { 'content-type': 'application/json' } });
+    expect(notJson.status).toBe(400);
+  });
+});

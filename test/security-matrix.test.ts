@@ -747,6 +747,8 @@ const matrix: Row[] = [
 const openRoutes = [
   { method: 'POST', route: '/orgs' },
   { method: 'POST', route: '/auth/login' },
+  { method: 'POST', route: '/auth/login', root: true as const },
+  { method: 'POST', route: '/auth/refresh', root: true as const },
 ];
 
 const label = (r: { method: string; route: string }) => `${r.method} ${r.route}`;

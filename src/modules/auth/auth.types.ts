@@ -78,7 +78,6 @@ restRoute('Mutation.login', {
   extraErrors: ['401', '429'],
 });
 
-// No REST route here: the secondary listing mounts it at the unprefixed `POST /auth/login` (src/http).
 builder.mutationField('session_login', (t) =>
   t.field({
     type: SessionLogin,
@@ -90,9 +89,17 @@ builder.mutationField('session_login', (t) =>
     },
   }),
 );
+restRoute('Mutation.session_login', {
+  method: 'POST',
+  path: '/auth/login',
+  mount: 'root',
+  tag: 'Sessions',
+  summary: 'Log in: an access token, a refresh token (30 days, single use) and the user',
+  auth: [],
+  extraErrors: ['401', '429'],
+});
 
-// No credentials: the refresh token is the credential. No REST route here: the secondary listing
-// mounts it at the unprefixed `POST /auth/refresh` (src/http).
+// No credentials: the refresh token is the credential.
 builder.mutationField('refresh_session', (t) =>
   t.field({
     type: RefreshedSession,
@@ -103,6 +110,15 @@ builder.mutationField('refresh_session', (t) =>
     resolve: (_, args, ctx) => ctx.services.sessions.rotate(args.refresh_token),
   }),
 );
+restRoute('Mutation.refresh_session', {
+  method: 'POST',
+  path: '/auth/refresh',
+  mount: 'root',
+  tag: 'Sessions',
+  summary: 'Rotate a refresh token: a new access token and a new refresh token; a reused one revokes the session',
+  auth: [],
+  extraErrors: ['401'],
+});
 
 builder.mutationField('refresh', (t) =>
   t.field({
