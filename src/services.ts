@@ -4,6 +4,7 @@ import { createApiKeyService } from './modules/api-key/api-key.service.js';
 import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
+import { createPurchaseService } from './modules/marketplace/purchase.service.js';
 import { createTemplateService } from './modules/marketplace/template.service.js';
 import { createApprovalService } from './modules/approval/approval.service.js';
 import { createAuditService } from './modules/audit/audit.service.js';
@@ -29,6 +30,7 @@ export function createServices(deps: Deps) {
   const manifests = createManifestService(deps);
   const policies = createPolicyService(deps);
   const agents = createAgentService(deps, { approvals, tokens });
+  const templates = createTemplateService(deps);
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
   return {
@@ -44,7 +46,8 @@ export function createServices(deps: Deps) {
     approvals,
     webhooks: createWebhookService(deps),
     policies,
-    templates: createTemplateService(deps),
+    templates,
+    purchases: createPurchaseService(deps, { manifests, templates }),
     journal,
     gateway: createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies }),
     sessions,

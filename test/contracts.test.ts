@@ -27,6 +27,9 @@ const unprefixedRoutes = [
   'POST /manifests/{id}/archive',
   'POST /manifests/{id}/publish',
   'GET /marketplace/manifests',
+  'POST /marketplace/purchase',
+  'GET /marketplace/transactions',
+  'POST /marketplace/transactions/{transaction_id}/confirm',
 ];
 
 /** The REST surface: exactly the operations interface.md and decisions.md name, and no other. */

@@ -76,7 +76,7 @@ describe('templates of the caller’s org', () => {
         published_at: null,
       },
       operations,
-      metadata: { version: 1, constraints: { max_actions_per_hour: 10 }, content_hash: contentHash },
+      metadata: { version: 1, constraints: { max_actions_per_hour: 10 }, content_hash: contentHash, purchases: 0 },
     });
 
     const published = await publish(org, created.body.id);
@@ -230,5 +230,133 @@ describe('the marketplace', () => {
     expect(await search(marker.toUpperCase())).toBe(1);
     expect(await search(`${marker.slice(0, 4)}_`)).toBe(0);
     expect(await search('100% automatic')).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('purchases', () => {
+  async function published(org: OrgFixture, overrides: Record<string, unknown> = {}) {
+    const id = await create(org, template(overrides));
+    await publish(org, id);
+    return id;
+  }
+  const buy = (org: OrgFixture, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
+    t.request('POST', '/marketplace/purchase', { token: org.adminToken, body, headers });
+
+  test('free: completes at once and registers a pending manifest that needs an operator before the gateway allows anything', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '0', constraints: { max_actions_per_hour: 5, max_actions_per_day: 50 } });
+    const bought = await buy(buyer, { manifest_id: id, payment_method: 'free', agent_id: 'bought-refunds' });
+    expect(bought.status).toBe(201);
+    expect(bought.body).toMatchObject({
+      transaction_id: expect.stringMatching(/^txn_/),
+      status: 'completed',
+      manifest: {
+        status: 'pending',
+        svc_id: 'bought-refunds',
+        capabilities: { requested: ['billing:read', 'billing:refund'], approved: [] },
+        constraints: { max_actions_per_hour: 5, max_actions_per_day: 50 },
+      },
+    });
+    const manifestId = bought.body.manifest.manifest_id;
+    const agent = await t.request('GET', '/api/v1/agents/bought-refunds', { token: buyer.adminToken });
+    expect(agent.body).toMatchObject({ status: 'active', current_manifest: { manifest_id: manifestId, status: 'pending' } });
+
+    // Nothing runs until an operator approves.
+    await t.request('POST', `/api/v1/orgs/${buyer.orgId}/tools`, {
+      token: buyer.adminToken,
+      body: { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
+    });
+    const key = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/api-keys`, { token: buyer.adminToken, body: { name: 'k', scopes: ['gateway:execute'] } });
+    const act = () =>
+      t.request('POST', '/api/v1/gateway/execute', {
+        apiKey: key.body.key,
+        body: { svc_id: 'bought-refunds', agent_id: 'bought-refunds', action: { type: 'billing', tool: 'read', params: {} } },
+      });
+    expect((await act()).body.reasons.map((r: { code: string }) => r.code)).toContain('MANIFEST_NOT_ACTIVE');
+    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, { token: buyer.adminToken, body: {} });
+    expect(approved.status).toBe(200);
+    expect((await act()).body.decision).toBe('allow');
+
+    // The publisher sees one completed purchase; the buyer sees no count of another org's template.
+    expect((await t.request('GET', `/manifests/${id}`, { token: publisher.adminToken })).body.metadata.purchases).toBe(1);
+    expect((await t.request('GET', `/manifests/${id}`, { token: buyer.adminToken })).body.metadata.purchases).toBeNull();
+  });
+
+  test('payment methods: free only at price 0, unknown ones listed, drafts not for sale', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const priced = await published(publisher, { price: '12.50' });
+    const free = await buy(buyer, { manifest_id: priced, payment_method: 'free' });
+    expect(free.status).toBe(422);
+    expect(free.body.error.details.errors).toEqual([{ field: 'payment_method', message: expect.stringMatching(/only for templates priced 0.*12\.50 EUR/) }]);
+    const card = await buy(buyer, { manifest_id: priced, payment_method: 'card' });
+    expect(card.status).toBe(422);
+    expect(card.body.error.message).toMatch(/free .*invoice/);
+    const draft = await create(publisher);
+    expect((await buy(buyer, { manifest_id: draft, payment_method: 'invoice' })).status).toBe(404);
+    const ownDraft = await create(buyer);
+    expect((await buy(buyer, { manifest_id: ownDraft, payment_method: 'invoice' })).status).toBe(409);
+    expect((await buy(buyer, { manifest_id: priced, payment_method: 'invoice', agent_id: 'Bad Id' })).status).toBe(422);
+  });
+
+  test('invoice: pending until the publisher’s admin confirms; the price is the server’s; buyers cannot confirm', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '12.50', name: 'Invoice Me' });
+    const bought = await buy(buyer, { manifest_id: id, payment_method: 'invoice', price: '0.01' });
+    expect(bought.status).toBe(201);
+    expect(bought.body).toEqual({ transaction_id: expect.any(String), status: 'pending', manifest: null });
+    const txn = bought.body.transaction_id;
+    const confirmPath = `/marketplace/transactions/${txn}/confirm`;
+    expect((await t.request('POST', confirmPath, { token: buyer.adminToken, body: {} })).status).toBe(404);
+    const operator = await addUser(t, publisher, 'operator');
+    expect((await t.request('POST', confirmPath, { token: await login(t, operator.email), body: {} })).status).toBe(403);
+
+    const confirmed = await t.request('POST', confirmPath, { token: publisher.adminToken, body: {} });
+    expect(confirmed.status).toBe(200);
+    expect(confirmed.body).toMatchObject({
+      transaction_id: txn,
+      status: 'completed',
+      amount: '12.50',
+      currency: 'EUR',
+      payment_method: 'invoice',
+      agent_id: 'invoice-me',
+      registered_manifest_id: expect.any(String),
+      buyer_org_id: buyer.orgId,
+      publisher_org_id: publisher.orgId,
+      confirmed_by: publisher.adminEmail,
+    });
+    const again = await t.request('POST', confirmPath, { token: publisher.adminToken, body: {} });
+    expect(again.status).toBe(409);
+    expect(again.body.error).toMatchObject({ code: 'INVALID_STATE_TRANSITION', details: { from: 'completed', to: 'completed' } });
+    const manifest = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests/${confirmed.body.registered_manifest_id}`, { token: buyer.adminToken });
+    expect(manifest.body).toMatchObject({ status: 'pending', svc_id: 'invoice-me' });
+
+    for (const org of [buyer, publisher]) {
+      const listed = await t.request('GET', '/marketplace/transactions', { token: org.adminToken });
+      expect(listed.body.items.map((x: { transaction_id: string }) => x.transaction_id)).toEqual([txn]);
+    }
+  });
+
+  test('one Idempotency-Key: a retry and concurrent purchases give one transaction and one manifest', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '0' });
+    const body = { manifest_id: id, payment_method: 'free', agent_id: 'idempotent-agent' };
+    const key = { 'Idempotency-Key': `purchase-${Date.now()}` };
+    const results = await Promise.all(Array.from({ length: 5 }, () => buy(buyer, body, key)));
+    expect(results.map((r) => r.status)).toEqual([201, 201, 201, 201, 201]);
+    expect(new Set(results.map((r) => r.body.transaction_id)).size).toBe(1);
+    const retry = await buy(buyer, body, key);
+    expect(retry.body.transaction_id).toBe(results[0].body.transaction_id);
+    const [row] = await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM marketplace_transactions WHERE buyer_org_id = $1', [buyer.orgId]);
+    expect(Number(row.n)).toBe(1);
+    const manifests = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests?svc_id=idempotent-agent`, { token: buyer.adminToken });
+    expect(manifests.body.items).toHaveLength(1);
+    // Without a key, a second purchase for the same agent meets the one-pending-manifest rule.
+    const second = await buy(buyer, body);
+    expect(second.status).toBe(409);
+    expect(second.body.error.message).toMatch(/already has a pending manifest/);
   });
 });

@@ -36,6 +36,8 @@ interface World {
   /** An agent of org A whose refunds need a human, and a key it executes with. */
   humanAgentA: string;
   humanAgentKeyA: string;
+  /** A published template of org A priced 0, bought with `free` by the purchase row. */
+  freeTemplateA: string;
 }
 
 interface Row {
@@ -98,10 +100,10 @@ const newPolicy = async (w: World) => {
   return { policy_id: created.body.policy_id as string };
 };
 /** A fresh draft template of org A (template routes have no org in the path). */
-const newTemplate = async (w: World) => {
+const newTemplate = async (w: World, price = '0') => {
   const created = await w.t.request('POST', '/manifests', {
     token: w.orgA.adminToken,
-    body: { name: `Template ${unique()}`, category: 'matrix', operations: ['billing:read'] },
+    body: { name: `Template ${unique()}`, category: 'matrix', operations: ['billing:read'], price },
   });
   expect(created.status).toBe(201);
   return { id: created.body.id as string };
@@ -498,6 +500,45 @@ const matrix: Row[] = [
     check: (r) => expect(r.body.status).toBe('archived'),
   },
   {
+    method: 'POST',
+    route: '/marketplace/purchase',
+    root: true,
+    ok: 201,
+    roles: ['admin'],
+    keyScopes: [],
+    body: (w) => ({ manifest_id: w.freeTemplateA, payment_method: 'free', agent_id: `bought-${unique()}` }),
+    check: (r) => expect(r.body).toMatchObject({ transaction_id: expect.stringMatching(/^txn_/), status: 'completed', manifest: { status: 'pending' } }),
+  },
+  {
+    method: 'GET',
+    route: '/marketplace/transactions',
+    root: true,
+    ok: 200,
+    roles: ['admin'],
+    keyScopes: [],
+    check: (r) => expect(r.body).toMatchObject({ items: expect.any(Array), total: expect.any(Number) }),
+  },
+  {
+    method: 'POST',
+    route: '/marketplace/transactions/:transaction_id/confirm',
+    root: true,
+    ok: 200,
+    roles: ['admin'],
+    keyScopes: [],
+    // A sale of org A to org B, paid by invoice: org A's admin confirms it.
+    params: async (w) => {
+      const { id } = await newTemplate(w, '5.00');
+      await w.t.request('POST', `/manifests/${id}/publish`, { token: w.orgA.adminToken, body: {} });
+      const bought = await w.t.request('POST', '/marketplace/purchase', {
+        token: await bearer(w.adminB),
+        body: { manifest_id: id, payment_method: 'invoice', agent_id: `invoiced-${unique()}` },
+      });
+      expect(bought.body.status).toBe('pending');
+      return { transaction_id: bought.body.transaction_id as string };
+    },
+    check: (r) => expect(r.body).toMatchObject({ status: 'completed', registered_manifest_id: expect.any(String) }),
+  },
+  {
     method: 'GET',
     route: '/marketplace/manifests',
     root: true,
@@ -789,6 +830,7 @@ beforeAll(async () => {
     recordA: '',
     humanAgentA: '',
     humanAgentKeyA: '',
+    freeTemplateA: '',
   };
   const agent = await createManifest(
     t,
@@ -819,6 +861,8 @@ beforeAll(async () => {
   );
   w.humanAgentA = humanAgent.svcId;
   w.humanAgentKeyA = (await createKey(t, orgA, ['gateway:execute'], { svc_ids: [humanAgent.svcId] })).key;
+  w.freeTemplateA = (await newTemplate(w)).id;
+  expect((await t.request('POST', `/manifests/${w.freeTemplateA}/publish`, { token: orgA.adminToken, body: {} })).status).toBe(200);
 });
 
 afterAll(async () => {

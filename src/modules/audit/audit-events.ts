@@ -110,6 +110,18 @@ interface TemplateSnapshot {
   content_hash: string;
 }
 
+/** A marketplace purchase as audited. */
+interface TransactionSnapshot {
+  status: string;
+  template_id: string;
+  content_hash: string;
+  amount: string;
+  currency: string;
+  payment_method: string;
+  agent_id: string;
+  manifest_id: string | null;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -142,6 +154,8 @@ export type AuditEvent =
   | Event<'agent.reactivated', 'agent', AgentSnapshot, AgentSnapshot>
   | Event<'template.created', 'manifest_template', never, TemplateSnapshot>
   | Event<'template.published' | 'template.archived', 'manifest_template', TemplateSnapshot, TemplateSnapshot>
+  | Event<'marketplace.purchased', 'marketplace_transaction', never, TransactionSnapshot>
+  | Event<'marketplace.payment_confirmed', 'marketplace_transaction', TransactionSnapshot, TransactionSnapshot>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'

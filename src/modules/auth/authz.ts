@@ -86,6 +86,8 @@ export const permissions = {
   /** Marketplace templates: an org's own (and browsing every org's published ones). */
   'template:read': { roles: anyRole, keyScopes: [] },
   'template:write': { roles: managers, keyScopes: [] },
+  /** Buying, listing purchases and sales, confirming an invoice of one's own sale. */
+  'marketplace:trade': { roles: adminOnly, keyScopes: [] },
   /** Policies are operator configuration: no API key scope reads or writes them (decisions.md § Policies: B only). */
   'policy:read': { roles: anyRole, keyScopes: [] },
   'policy:write': { roles: managers, keyScopes: [] },

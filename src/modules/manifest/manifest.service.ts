@@ -41,6 +41,11 @@ export const MAX_PAGE_SIZE = 200;
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const manifestNotFound = () => notFound('Manifest');
 
+/** The one-pending-per-agent rule (a unique index) as the 409 it is; any other error unchanged. */
+export function pendingConflict(error: unknown, agentId: string): unknown {
+  return isUniqueViolation(error) ? conflict(`Agent "${agentId}" already has a pending manifest`, { svc_id: agentId }) : error;
+}
+
 
 /** Who changed something, as history shows it: a user's email or an API key's id. */
 const changedBy = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
@@ -119,47 +124,56 @@ export function createManifestService({ db, cache }: Deps) {
     if (outOfScope(actor, document.agent.id)) {
       throw forbidden(`This API key is limited to the agent ids ${agentScope(actor)!.join(', ')}`);
     }
-    const by = changedBy(actor);
     try {
-      const id = await db.prisma.$transaction(async (tx) => {
-        const created = await tx.manifest.create({
-          data: {
-            orgId,
-            svcId: document.agent.id,
-            version: document.version,
-            status: 'pending',
-            manifestHash: check.manifestHash!,
-            document: document as Prisma.InputJsonValue,
-            team: document.agent.team ?? null,
-            requestedCapabilities: document.capabilities.requested,
-            approvedCapabilities: [],
-            createdBy: by,
-          },
-        });
-        await ensureAgentForManifest(tx, orgId, document.agent, created.id, actor);
-        const current = await tx.manifest.findFirst({
-          where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
-        });
-        const changes = [
-          `registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`,
-        ];
-        if (current) changes.push(`agent version ${documentOf(current).agent.version} stays ${current.status} until this one is approved`);
-        await appendHistory(tx, created, 'pending', by, changes);
-        await recordAudit(tx, orgId, actorOf(actor), {
-          action: 'manifest.registered',
-          targetType: 'manifest',
-          targetId: created.id,
-          after: { status: 'pending', svc_id: created.svcId, manifest_hash: created.manifestHash },
-        });
-        return created.id;
-      });
+      const id = await db.prisma.$transaction((tx) => registerChecked(tx, orgId, document, check.manifestHash!, actor));
       return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id } });
     } catch (error) {
-      if (isUniqueViolation(error)) {
-        throw conflict(`Agent "${document.agent.id}" already has a pending manifest`, { svc_id: document.agent.id });
-      }
-      throw error;
+      throw pendingConflict(error, document.agent.id);
     }
+  }
+
+  /**
+   * Registers a manifest as pending inside the caller's transaction (a marketplace purchase
+   * registers the template it sells this way): the same validation, agent creation, history and
+   * audit as `register`. Its one-pending-per-agent rule surfaces as a unique violation that ends
+   * the transaction; `pendingConflict` turns it into the 409.
+   */
+  async function registerIn(tx: Prisma.TransactionClient, orgId: string, payload: unknown, actor: Principal): Promise<string> {
+    const check = checkManifest(payload);
+    if (!check.document) throw validationError(check.errors);
+    return registerChecked(tx, orgId, check.document, check.manifestHash!, actor);
+  }
+
+  async function registerChecked(tx: Prisma.TransactionClient, orgId: string, document: ManifestDocument, manifestHash: string, actor: Principal) {
+    const by = changedBy(actor);
+    const created = await tx.manifest.create({
+      data: {
+        orgId,
+        svcId: document.agent.id,
+        version: document.version,
+        status: 'pending',
+        manifestHash,
+        document: document as unknown as Prisma.InputJsonValue,
+        team: document.agent.team ?? null,
+        requestedCapabilities: document.capabilities.requested,
+        approvedCapabilities: [],
+        createdBy: by,
+      },
+    });
+    await ensureAgentForManifest(tx, orgId, document.agent, created.id, actor);
+    const current = await tx.manifest.findFirst({
+      where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
+    });
+    const changes = [`registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`];
+    if (current) changes.push(`agent version ${documentOf(current).agent.version} stays ${current.status} until this one is approved`);
+    await appendHistory(tx, created, 'pending', by, changes);
+    await recordAudit(tx, orgId, actorOf(actor), {
+      action: 'manifest.registered',
+      targetType: 'manifest',
+      targetId: created.id,
+      after: { status: 'pending', svc_id: created.svcId, manifest_hash: created.manifestHash },
+    });
+    return created.id;
   }
 
   async function get(orgId: string, manifestId: string, query: ManifestQuery = {}, caller?: Principal) {
@@ -344,7 +358,7 @@ export function createManifestService({ db, cache }: Deps) {
     return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
   }
 
-  return { validate, register, get, bySvc, list, history, historyOf, currentOf, transition, current, limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)) };
+  return { validate, register, registerIn, get, bySvc, list, history, historyOf, currentOf, transition, current, limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)) };
 }
 
 export const historyKey = (orgId: string, svcId: string) => `${orgId}\u0000${svcId}`;

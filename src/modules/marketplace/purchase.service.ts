@@ -1,0 +1,206 @@
+import type { Deps } from '../../deps.js';
+import { AppError, FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import type { ManifestTemplate, MarketplaceTransaction, Prisma } from '../../generated/prisma/client.js';
+import { randomId } from '../../lib/ids.js';
+import { actorOf } from '../audit/audit-events.js';
+import { recordAudit } from '../audit/audit.service.js';
+import type { UserPrincipal } from '../auth/authz.js';
+import { agentIdPattern } from '../manifest/manifest-document.js';
+import { pendingConflict, type ManifestService } from '../manifest/manifest.service.js';
+import { paymentProviders } from './payment-providers.js';
+import { operationsOf, priceText, type TemplateService } from './template.service.js';
+
+/**
+ * Buying a template (decisions.md § The secondary listing). The price is the server's at purchase
+ * time; the payment provider says whether the purchase completes now or waits for the publisher
+ * to confirm payment. A completed purchase registers the template as a *pending* manifest in the
+ * buyer's org, through the manifest module in the purchase's own transaction: the same validation,
+ * agent creation, history, audit and one-pending-per-agent rule as any registration, and buying
+ * never activates anything. An Idempotency-Key makes a retried purchase answer the first one.
+ */
+
+export interface PurchaseInput {
+  manifest_id?: string | null;
+  payment_method?: string | null;
+  agent_id?: string | null;
+}
+
+const MAX_IDEMPOTENCY_KEY = 255;
+const idempotencyKeyPattern = /^[\x21-\x7e]+$/;
+const methods = () => [...paymentProviders.values()].map((p) => `${p.method} (${p.description})`).join(', ');
+
+/** An agent id from a template's name: "Refund Assistant 2" → "refund-assistant-2". */
+export const agentIdFromName = (name: string) =>
+  name
+    .toLowerCase()
+    .normalize('NFKD')
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 64)
+    .replace(/-+$/, '');
+
+/** The manifest a template becomes in the buyer's org. */
+function manifestPayload(template: ManifestTemplate, agentId: string) {
+  return {
+    version: '1.0',
+    agent: { id: agentId, name: template.name, version: `${template.version}.0.0`, ...(template.description ? { description: template.description } : {}) },
+    capabilities: { requested: operationsOf(template).map((o) => o.capability) },
+    ...(template.constraints ? { constraints: template.constraints } : {}),
+  };
+}
+
+export function createPurchaseService(
+  { db }: Deps,
+  modules: { manifests: Pick<ManifestService, 'registerIn'>; templates: Pick<TemplateService, 'get'> },
+) {
+  async function byIdempotencyKey(orgId: string, key: string) {
+    return db.prisma.marketplaceTransaction.findUnique({ where: { buyerOrgId_idempotencyKey: { buyerOrgId: orgId, idempotencyKey: key } } });
+  }
+
+  async function purchase(principal: UserPrincipal, input: PurchaseInput, idempotencyKey: string | null): Promise<MarketplaceTransaction> {
+    const orgId = principal.orgId;
+    const errors = new FieldErrors();
+    if (idempotencyKey !== null && (idempotencyKey.length > MAX_IDEMPOTENCY_KEY || !idempotencyKeyPattern.test(idempotencyKey))) {
+      errors.add('Idempotency-Key', `must be 1 to ${MAX_IDEMPOTENCY_KEY} visible ASCII characters`);
+    }
+    const provider = paymentProviders.get(input.payment_method ?? '');
+    if (!provider) errors.add('payment_method', `must be one of: ${methods()}`);
+    errors.throwIfAny();
+    if (idempotencyKey !== null) {
+      const first = await byIdempotencyKey(orgId, idempotencyKey);
+      if (first) return first;
+    }
+    const template = await modules.templates.get(orgId, input.manifest_id ?? '');
+    if (template.status !== 'published') throw conflict(`The template is ${template.status}; only published templates can be purchased`, { status: template.status });
+    const charge = provider!.charge({ amount: template.price, currency: template.currency });
+    const agentId = input.agent_id ?? agentIdFromName(template.name);
+    if ('refused' in charge) errors.add('payment_method', `"${provider!.method}" ${charge.refused} (the price is ${priceText(template.price)} ${template.currency})`);
+    if (!agentIdPattern.test(agentId)) errors.add('agent_id', `must be lowercase letters, digits and hyphens (${agentIdPattern.source})`);
+    errors.throwIfAny();
+    const status = (charge as { status: 'completed' | 'pending' }).status;
+    try {
+      return await db.prisma.$transaction(async (tx) => {
+        const created = await tx.marketplaceTransaction.create({
+          data: {
+            id: randomId('txn'),
+            buyerOrgId: orgId,
+            publisherOrgId: template.orgId,
+            templateId: template.id,
+            templateVersion: template.version,
+            contentHash: template.contentHash,
+            amount: template.price,
+            currency: template.currency,
+            paymentMethod: provider!.method,
+            status,
+            agentId,
+            idempotencyKey,
+            purchasedBy: principal.email,
+            purchasedByUserId: principal.userId,
+          },
+        });
+        const done = status === 'completed' ? await deliver(tx, created, template, principal) : created;
+        await recordAudit(tx, orgId, actorOf(principal), {
+          action: 'marketplace.purchased',
+          targetType: 'marketplace_transaction',
+          targetId: created.id,
+          after: transactionSnapshot(done),
+        });
+        return done;
+      });
+    } catch (error) {
+      // A concurrent purchase with the same key committed first: answer its transaction.
+      if (idempotencyKey !== null && isUniqueViolation(error)) {
+        const first = await byIdempotencyKey(orgId, idempotencyKey);
+        if (first) return first;
+      }
+      throw pendingConflict(error, agentId);
+    }
+  }
+
+  /** Registers the purchased template as a pending manifest of the buyer, in the caller's transaction. */
+  async function deliver(tx: Prisma.TransactionClient, txn: MarketplaceTransaction, template: ManifestTemplate, buyer: UserPrincipal) {
+    const manifestId = await modules.manifests.registerIn(tx, txn.buyerOrgId, manifestPayload(template, txn.agentId), buyer);
+    return tx.marketplaceTransaction.update({ where: { id: txn.id }, data: { status: 'completed', manifestId, completedAt: new Date() } });
+  }
+
+  /**
+   * The publisher's admin confirms an invoice was paid: the purchase completes and the manifest is
+   * registered in the buyer's org, on behalf of the buyer who purchased (its history and audit name
+   * them). Another org's transaction is 404, whoever bought it.
+   */
+  async function confirm(principal: UserPrincipal, transactionId: string): Promise<MarketplaceTransaction> {
+    try {
+      return await db.prisma.$transaction(async (tx) => {
+        const txn = await tx.marketplaceTransaction.findFirst({ where: { id: transactionId, publisherOrgId: principal.orgId } });
+        if (!txn) throw notFound('Transaction');
+        const claimed = await tx.marketplaceTransaction.updateMany({
+          where: { id: txn.id, status: 'pending' },
+          data: { status: 'completed', confirmedBy: principal.email },
+        });
+        if (claimed.count === 0) {
+          throw new AppError('INVALID_STATE_TRANSITION', `The transaction is ${txn.status}`, { details: { from: txn.status, to: 'completed' } });
+        }
+        const template = await tx.manifestTemplate.findUniqueOrThrow({ where: { id: txn.templateId } });
+        const buyer: UserPrincipal = {
+          type: 'user',
+          userId: txn.purchasedByUserId,
+          orgId: txn.buyerOrgId,
+          email: txn.purchasedBy,
+          role: 'admin',
+          // Not a session: the buyer acts through this confirmation alone.
+          tokenId: `marketplace:${txn.id}`,
+          tokenExpiresAt: new Date(),
+          sessionFamilyId: `marketplace:${txn.id}`,
+        };
+        const done = await deliver(tx, txn, template, buyer);
+        await recordAudit(tx, principal.orgId, actorOf(principal), {
+          action: 'marketplace.payment_confirmed',
+          targetType: 'marketplace_transaction',
+          targetId: txn.id,
+          before: transactionSnapshot(txn),
+          after: transactionSnapshot(done),
+        });
+        return done;
+      });
+    } catch (error) {
+      const txn = await db.prisma.marketplaceTransaction.findUnique({ where: { id: transactionId } });
+      throw txn ? pendingConflict(error, txn.agentId) : error;
+    }
+  }
+
+  /** The org's purchases and sales, newest first. */
+  async function list(orgId: string, page: { limit?: number | null; offset?: number | null }) {
+    const errors = new FieldErrors();
+    const limit = page.limit ?? 50;
+    const offset = page.offset ?? 0;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 200) errors.add('limit', 'must be from 1 to 200');
+    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    errors.throwIfAny();
+    const where: Prisma.MarketplaceTransactionWhereInput = { OR: [{ buyerOrgId: orgId }, { publisherOrgId: orgId }] };
+    const [items, total] = await Promise.all([
+      db.prisma.marketplaceTransaction.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }], take: limit, skip: offset }),
+      db.prisma.marketplaceTransaction.count({ where }),
+    ]);
+    return { items, total };
+  }
+
+  /** Completed purchases of each of these templates (the publisher's metadata). */
+  async function purchasesOf(templateId: string): Promise<number> {
+    return db.prisma.marketplaceTransaction.count({ where: { templateId, status: 'completed' } });
+  }
+
+  return { purchase, confirm, list, purchasesOf };
+}
+
+const transactionSnapshot = (t: MarketplaceTransaction) => ({
+  status: t.status,
+  template_id: t.templateId,
+  content_hash: t.contentHash,
+  amount: priceText(t.amount),
+  currency: t.currency,
+  payment_method: t.paymentMethod,
+  agent_id: t.agentId,
+  manifest_id: t.manifestId,
+});
+
+export type PurchaseService = ReturnType<typeof createPurchaseService>;
