@@ -14,6 +14,7 @@ import '../modules/webhook/webhook.types.js';
 import '../modules/policy/policy.types.js';
 import '../modules/agent/agent.types.js';
 import '../modules/marketplace/template.types.js';
+import '../modules/marketplace/purchase.types.js';
 import '../modules/audit/audit.types.js';
 import { builder } from './builder.js';
 

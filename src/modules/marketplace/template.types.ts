@@ -1,6 +1,4 @@
-import type { ManifestTemplate, MarketplaceTransaction } from '../../generated/prisma/client.js';
-import { operationForbidden } from '../../errors.js';
-import { listType } from '../../graphql/list.js';
+import type { ManifestTemplate } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -14,7 +12,7 @@ import { operationsOf, priceText, templateStatuses, type Operation } from './tem
 type WithPublisher = ManifestTemplate & { org: { name: string } };
 
 const TemplateStatusEnum = builder.enumType('ManifestTemplateStatus', { values: templateStatuses });
-const tag = 'Marketplace';
+export const tag = 'Marketplace';
 const read = { own: 'template:read' as const };
 const write = { own: 'template:write' as const };
 
@@ -234,104 +232,3 @@ restRoute('Query.marketplace_manifests', {
   auth: ['bearer'],
 });
 
-const TransactionRef = builder.objectRef<MarketplaceTransaction>('MarketplaceTransaction').implement({
-  description: 'A purchase of a template: the buyer’s, and the publisher’s sale.',
-  fields: (t) => ({
-    transaction_id: t.exposeID('id'),
-    status: t.exposeString('status', { description: '`completed`, or `pending` until the publisher confirms payment.' }),
-    manifest_id: t.exposeString('templateId', { description: 'The template bought.' }),
-    template_version: t.exposeInt('templateVersion'),
-    content_hash: t.exposeString('contentHash', { description: 'What exactly was bought.' }),
-    amount: t.string({ description: 'The price at purchase time, exact.', resolve: (x) => priceText(x.amount) }),
-    currency: t.exposeString('currency'),
-    payment_method: t.exposeString('paymentMethod'),
-    agent_id: t.exposeString('agentId', { description: 'The agent id the manifest is registered for.' }),
-    registered_manifest_id: t.exposeString('manifestId', { nullable: true, description: 'The pending manifest in the buyer’s org, once completed.' }),
-    buyer_org_id: t.exposeString('buyerOrgId'),
-    publisher_org_id: t.exposeString('publisherOrgId'),
-    purchased_by: t.exposeString('purchasedBy'),
-    confirmed_by: t.exposeString('confirmedBy', { nullable: true }),
-    created_at: t.expose('createdAt', { type: 'Timestamp' }),
-    completed_at: t.expose('completedAt', { type: 'Timestamp', nullable: true }),
-  }),
-});
-
-const PurchaseRef = builder.objectRef<MarketplaceTransaction>('MarketplacePurchase').implement({
-  fields: (t) => ({
-    transaction_id: t.exposeID('id'),
-    status: t.exposeString('status'),
-    manifest: t.prismaField({
-      type: 'Manifest',
-      nullable: true,
-      description: 'The pending manifest registered in the buyer’s org (the register response); null while pending.',
-      resolve: (query, txn, _, ctx) => (txn.manifestId ? ctx.services.manifests.get(txn.buyerOrgId, txn.manifestId, query) : null),
-    }),
-  }),
-});
-
-const TransactionList = listType('MarketplaceTransactionList', TransactionRef);
-const trade = { own: 'marketplace:trade' as const };
-
-builder.mutationField('marketplace_purchase', (t) =>
-  t.field({
-    type: PurchaseRef,
-    description:
-      'Buys a published template at the server’s price. `free` (price 0) completes at once; `invoice` is pending until the ' +
-      'publisher’s admin confirms payment. A completed purchase registers a pending manifest in the caller’s org. With an ' +
-      '`Idempotency-Key` header, a retried purchase answers the first transaction.',
-    args: {
-      manifest_id: t.arg.id({ required: true, description: 'The template.' }),
-      payment_method: t.arg.string({ required: true, description: '`free` or `invoice`.' }),
-      agent_id: t.arg.string({ description: 'Default: a slug of the template name.' }),
-    },
-    authScopes: trade,
-    resolve: (_, args, ctx) => {
-      const principal = principalOf(ctx);
-      if (principal.type !== 'user') throw operationForbidden();
-      const key = ctx.request.headers.get('idempotency-key');
-      return ctx.services.purchases.purchase(principal, { ...args, manifest_id: String(args.manifest_id) }, key);
-    },
-  }),
-);
-restRoute('Mutation.marketplace_purchase', {
-  method: 'POST',
-  path: '/marketplace/purchase',
-  mount: 'root',
-  status: 201,
-  tag,
-  summary: 'Purchase a template (`Idempotency-Key` header honoured)',
-  auth: ['bearer'],
-});
-
-builder.queryField('marketplace_transactions', (t) =>
-  t.field({
-    type: TransactionList,
-    description: 'The organization’s purchases and sales, newest first.',
-    args: { limit: t.arg.int({ description: 'Default 50, at most 200.' }), offset: t.arg.int() },
-    authScopes: trade,
-    resolve: (_, args, ctx) => ctx.services.purchases.list(principalOf(ctx).orgId, args),
-  }),
-);
-restRoute('Query.marketplace_transactions', { method: 'GET', path: '/marketplace/transactions', mount: 'root', tag, summary: 'List purchases and sales', auth: ['bearer'] });
-
-builder.mutationField('confirm_marketplace_transaction', (t) =>
-  t.field({
-    type: TransactionRef,
-    description: 'The publisher’s admin confirms an invoice was paid: the purchase completes and the buyer gets its pending manifest.',
-    args: { transaction_id: t.arg.id({ required: true }) },
-    authScopes: trade,
-    resolve: (_, args, ctx) => {
-      const principal = principalOf(ctx);
-      if (principal.type !== 'user') throw operationForbidden();
-      return ctx.services.purchases.confirm(principal, String(args.transaction_id));
-    },
-  }),
-);
-restRoute('Mutation.confirm_marketplace_transaction', {
-  method: 'POST',
-  path: '/marketplace/transactions/:transaction_id/confirm',
-  mount: 'root',
-  tag,
-  summary: 'Confirm payment of an invoice (the publisher’s admin)',
-  auth: ['bearer'],
-});
