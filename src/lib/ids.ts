@@ -28,3 +28,7 @@ export const timeOrderedId = (prefix: string, now = Date.now(), bytes = 8): stri
 
 /** `<prefix>_` + hex of `bytes` random bytes. */
 export const randomHexId = (prefix: string, bytes = 12): string => `${prefix}_${randomSlice(bytes).toString('hex')}`;
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** Whether a path parameter can name a UUID row at all: anything else is a 404 without a query (PostgreSQL would reject it as uuid). */
+export const isUuid = (text: string) => uuidPattern.test(text);

@@ -2,7 +2,7 @@ import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound } from '../../errors.js';
 import type { Agent, Prisma } from '../../generated/prisma/client.js';
 import { likeLiteral } from '../../lib/like-literal.js';
-import type { ListPage } from '../../lib/list-page.js';
+import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { agentScope, outOfScope, type Principal } from '../auth/authz.js';
@@ -177,10 +177,7 @@ export function createAgentService(
 
   async function list(orgId: string, filter: AgentFilter, principal?: Principal): Promise<ListPage<Agent>> {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? DEFAULT_PAGE;
-    const offset = filter.offset ?? 0;
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) errors.add('limit', `must be from 1 to ${MAX_PAGE}`);
-    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: DEFAULT_PAGE, max: MAX_PAGE }, errors);
     if (filter.status && !agentStatuses.includes(filter.status as AgentStatus)) errors.add('status', `must be one of ${agentStatuses.join(', ')}`);
     let label: [string, string] | null = null;
     if (filter.label) {

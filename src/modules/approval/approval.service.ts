@@ -1,6 +1,7 @@
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
+import { limitOffset } from '../../lib/list-page.js';
 import { AppError, FieldErrors, forbidden, notFound } from '../../errors.js';
 import type { Approval, ApprovalStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
@@ -102,10 +103,7 @@ export function createApprovalService({ db }: Deps) {
 
   async function list(orgId: string, filter: ApprovalFilter, principal: Principal, query: ApprovalQuery = {}) {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? 50;
-    const offset = filter.offset ?? 0;
-    if (limit < 1 || limit > 200) errors.add('limit', 'must be from 1 to 200');
-    if (offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: 50, max: 200 }, errors);
     errors.throwIfAny();
     await expireDue(orgId);
     const visible = { orgId, ...visibleTo(principal) };

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps.js';
+import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors } from '../../errors.js';
 import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
 import { currentRequest } from '../../http/request-state.js';
@@ -87,10 +88,7 @@ export function createAuditService({ db }: Deps) {
   /** Newest first. */
   async function list(orgId: string, filter: AuditFilter & AuditPage) {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? 50;
-    const offset = filter.offset ?? 0;
-    if (limit < 1 || limit > 1000) errors.add('limit', 'must be from 1 to 1000');
-    if (offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: 50, max: 1000 }, errors);
     const where = whereOf(orgId, filter, errors);
     errors.throwIfAny();
     const [items, total] = await Promise.all([

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
+import { isUuid } from '../../lib/ids.js';
+import { limitOffset } from '../../lib/list-page.js';
 import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound, validationError } from '../../errors.js';
 import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
@@ -38,7 +40,6 @@ export interface ManifestFilter {
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
 
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const manifestNotFound = () => notFound('Manifest');
 
 /** The one-pending-per-agent rule (a unique index) as the 409 it is; any other error unchanged. */
@@ -177,7 +178,7 @@ export function createManifestService({ db, cache }: Deps) {
   }
 
   async function get(orgId: string, manifestId: string, query: ManifestQuery = {}, caller?: Principal) {
-    if (!uuidPattern.test(manifestId)) throw manifestNotFound();
+    if (!isUuid(manifestId)) throw manifestNotFound();
     const manifest = await db.prisma.manifest.findFirst({ ...query, where: { id: manifestId, orgId } });
     if (!manifest || outOfScope(caller, manifest.svcId)) throw manifestNotFound();
     return manifest;
@@ -202,10 +203,7 @@ export function createManifestService({ db, cache }: Deps) {
 
   function page(filter: ManifestFilter) {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? DEFAULT_PAGE_SIZE;
-    const offset = filter.offset ?? 0;
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) errors.add('limit', `must be from 1 to ${MAX_PAGE_SIZE}`);
-    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: DEFAULT_PAGE_SIZE, max: MAX_PAGE_SIZE }, errors);
     errors.throwIfAny();
     return { take: limit, skip: offset };
   }

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps.js';
+import { limitOffset } from '../../lib/list-page.js';
 import { AppError, FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
 import type { ManifestTemplate, MarketplaceTransaction, Prisma } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
@@ -171,10 +172,7 @@ export function createPurchaseService(
   /** The org's purchases and sales, newest first. */
   async function list(orgId: string, page: { limit?: number | null; offset?: number | null }) {
     const errors = new FieldErrors();
-    const limit = page.limit ?? 50;
-    const offset = page.offset ?? 0;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 200) errors.add('limit', 'must be from 1 to 200');
-    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(page, { limit: 50, max: 200 }, errors);
     errors.throwIfAny();
     const where: Prisma.MarketplaceTransactionWhereInput = { OR: [{ buyerOrgId: orgId }, { publisherOrgId: orgId }] };
     const [items, total] = await Promise.all([

@@ -2,6 +2,7 @@ import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors, notFound, validationError } from '../../errors.js';
 import { Prisma, type ManifestTemplate } from '../../generated/prisma/client.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
+import { isUuid } from '../../lib/ids.js';
 import { likeLiteral } from '../../lib/like-literal.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -201,7 +202,7 @@ export function createTemplateService({ db }: Deps) {
 
   /** The org's own template in any status, or another org's published one; anything else is 404. */
   async function get(orgId: string, id: string): Promise<ManifestTemplate & { org: { name: string } }> {
-    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw templateNotFound();
+    if (!isUuid(id)) throw templateNotFound();
     const template = await db.prisma.manifestTemplate.findUnique({ where: { id }, include: { org: { select: { name: true } } } });
     if (!template || (template.orgId !== orgId && template.status !== 'published')) throw templateNotFound();
     return template;

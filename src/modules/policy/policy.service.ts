@@ -3,7 +3,7 @@ import type { Deps } from '../../deps.js';
 import { conflict, FieldErrors, isUniqueViolation, notFound, notFoundIfGone, validationError } from '../../errors.js';
 import { Prisma, type Policy } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
-import type { ListPage } from '../../lib/list-page.js';
+import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf, type PolicySnapshot } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
@@ -239,10 +239,7 @@ function validate(input: PolicyInput) {
 
 function checkFilter(filter: PolicyFilter) {
   const errors = new FieldErrors();
-  const limit = filter.limit ?? DEFAULT_PAGE_SIZE;
-  const offset = filter.offset ?? 0;
-  if (!isIntegerIn(limit, 1, MAX_PAGE_SIZE)) errors.add('limit', `must be from 1 to ${MAX_PAGE_SIZE}`);
-  if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+  const { limit, offset } = limitOffset(filter, { limit: DEFAULT_PAGE_SIZE, max: MAX_PAGE_SIZE }, errors);
   if (filter.mode != null && !isOneOf(policyModes, filter.mode)) errors.add('mode', oneOf(policyModes));
   if (filter.effect != null && !isOneOf(policyEffects, filter.effect)) errors.add('effect', oneOf(policyEffects));
   if (filter.svc_id != null && !agentIdPattern.test(filter.svc_id)) errors.add('svc_id', 'must be an agent id');

@@ -1,5 +1,6 @@
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
+import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
 import { historyKey } from '../manifest/manifest.service.js';
@@ -226,10 +227,7 @@ export function createRecordService({ db, keys }: Deps) {
 
   async function list(orgId: string, filter: RecordFilter) {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? 100;
-    const offset = filter.offset ?? 0;
-    if (limit < 1 || limit > 1000) errors.add('limit', 'must be from 1 to 1000');
-    if (offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: 100, max: 1000 }, errors);
     errors.throwIfAny();
     const [type, tool] = filter.action?.includes(':') ? filter.action.split(':', 2) : [filter.action, undefined];
     const where: Prisma.InteractionRecordWhereInput = {

@@ -3,7 +3,7 @@ import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
 import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
-import type { ListPage } from '../../lib/list-page.js';
+import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { actorOf } from '../audit/audit-events.js';
@@ -237,10 +237,7 @@ export function createWebhookService({ db, secrets }: Deps) {
 
   function page(filter: DeliveryFilter) {
     const errors = new FieldErrors();
-    const limit = filter.limit ?? DEFAULT_DELIVERY_PAGE;
-    const offset = filter.offset ?? 0;
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_DELIVERY_PAGE) errors.add('limit', `must be from 1 to ${MAX_DELIVERY_PAGE}`);
-    if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
+    const { limit, offset } = limitOffset(filter, { limit: DEFAULT_DELIVERY_PAGE, max: MAX_DELIVERY_PAGE }, errors);
     if (filter.status != null && !deliveryStatuses.includes(filter.status)) {
       errors.add('status', `must be one of ${deliveryStatuses.join(', ')}`);
     }
