@@ -137,6 +137,7 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     resultHash: null,
     approvalId: null,
     policies: [],
+    channel: 'rest',
   });
   const appends = Array.from({ length: 61 }, (_, i) =>
     t.app.services.records.append(`int_batch_${i}`, entry(i === 30 ? 'x\ud800' : `agent-${i}`), true),
@@ -156,7 +157,7 @@ test('a batch whose write fails in the database retries its records one by one',
   const org = await signUp(t, 'retry');
   const base: NewRecord = {
     orgId: org.orgId, svcId: 'agent-a', agentId: 'agent-a', actionType: 'billing', tool: 'read', capability: 'billing:read',
-    paramsHash: `sha256:${'2'.repeat(64)}`, params: {}, decision: 'deny', executed: false, reasons: [], resultHash: null, approvalId: null, policies: [],
+    paramsHash: `sha256:${'2'.repeat(64)}`, params: {}, decision: 'deny', executed: false, reasons: [], resultHash: null, approvalId: null, policies: [], channel: 'rest',
   };
   // A duplicate record id passes every check in the process and fails only in the database.
   await t.app.services.records.append('int_dup', base, true);

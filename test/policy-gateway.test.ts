@@ -326,6 +326,7 @@ describe('records with policies', () => {
           resultHash: null,
           approvalId: null,
           policies: null,
+          channel: null,
           prevHash: head.head_hash,
           recordHash,
           signature: signRecordHash(recordHash, key.privateKey),
@@ -358,9 +359,17 @@ describe('records with policies', () => {
     expect(exported.status).toBe(200);
     const lines = exported.text.trim().split('\n');
     const verify = (text: string[]) => verifyExport(createInterface({ input: Readable.from(text.join('\n')) }));
-    expect(await verify(lines)).toMatchObject({ ok: true, count: 3, policyMatches: 1, beforePolicies: 1 });
+    expect(await verify(lines)).toMatchObject({
+      ok: true,
+      count: 3,
+      policyMatches: 1,
+      beforePolicies: 1,
+      channels: { rest: 2, graphql: 0, mcp: 0, none: 1 },
+    });
     const bodies = lines.slice(1).map((line) => JSON.parse(line).body);
     expect(bodies[0]).not.toHaveProperty('policies');
+    expect(bodies[0]).not.toHaveProperty('channel');
+    expect(bodies[1].channel).toBe('rest');
     expect(bodies[1].policies).toEqual([expect.objectContaining({ name: 'watch refunds', mode: 'shadow' })]);
 
     // Hiding a match from the record is detected.

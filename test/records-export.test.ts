@@ -194,6 +194,7 @@ describe('GET /records/export', () => {
           resultHash: null,
           approvalId: null,
           policies: [],
+          channel: 'rest',
         },
         true,
       ),

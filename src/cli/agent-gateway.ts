@@ -85,6 +85,10 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
     `  chain: ${start}; ${end}`,
     `  policies: ${result.policyMatches} record${result.policyMatches === 1 ? '' : 's'} with matched policies; ` +
       `${result.beforePolicies} from before policies (no list)`,
+    `  channels: ${Object.entries(result.channels)
+      .filter(([, n]) => n > 0)
+      .map(([channel, n]) => `${channel === 'none' ? 'from before channels' : channel} ${n}`)
+      .join(', ')}`,
   ].join('\n');
 }
 

@@ -5,7 +5,7 @@ import type { TokenCheck } from '../capability-token/capability-token.service.js
 import type { CurrentManifest } from '../manifest/manifest.service.js';
 import type { ConditionFacts } from '../policy/policy-condition.js';
 import type { PolicyMatch } from '../policy/policy-rules.js';
-import type { RecordedPolicy } from '../record/record-chain.js';
+import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
 import type { ToolResult } from '../tool/connectors.js';
 import type { BudgetState, PolicyCounter } from './budget.js';
 
@@ -18,7 +18,7 @@ import type { BudgetState, PolicyCounter } from './budget.js';
 
 export type GatewayMode = 'execute' | 'evaluate';
 /** Where the request came in; policies and records will name it. */
-export type GatewayChannel = 'rest' | 'graphql' | 'mcp';
+export type GatewayChannel = InteractionChannel;
 
 export interface GatewayAction {
   type: string;

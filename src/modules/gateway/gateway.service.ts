@@ -178,6 +178,7 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       tool: call.action.tool,
       capability: call.capability,
       paramsHash,
+      channel: options.channel,
     };
     const recordOf = (decision: GatewayDecision, resultHash: string | null): NewRecord => ({
       ...subject,

@@ -1,5 +1,5 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
-import type { RecordedPolicy } from '../record/record-chain.js';
+import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
 import type { RecordSubject } from '../record/record.service.js';
 import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows, type PolicyCounter } from './budget.js';
 
@@ -79,8 +79,8 @@ export async function countAndJournal(
      ),
      journal AS (
        INSERT INTO gateway_executions
-         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies)
-       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel)
+       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23
        FROM allowance WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
@@ -90,6 +90,7 @@ export async function countAndJournal(
       windows.hour.bucket, windows.hour.window.start, limits.maxActionsPerHour,
       entry.id, entry.orgId, owner, entry.svcId, entry.agentId, entry.actionType, entry.tool, entry.capability,
       entry.paramsHash, entry.params === null ? null : JSON.stringify(entry.params), entry.approvalId, JSON.stringify(entry.policies),
+      entry.channel,
     ],
     'count_and_journal',
   );
@@ -128,12 +129,13 @@ interface JournalRow {
   params: Record<string, unknown> | null;
   approval_id: string | null;
   policies: RecordedPolicy[];
+  channel: InteractionChannel | null;
 }
 
 /** The journal entries of one owner, oldest first. */
 export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
   const rows = await conn.query<JournalRow>(
-    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies
+    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel
      FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
     [owner],
   );
@@ -149,6 +151,7 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     params: row.params,
     approvalId: row.approval_id,
     policies: row.policies,
+    channel: row.channel,
   }));
 }
 

@@ -24,6 +24,10 @@ export interface RecordedPolicy {
   rate_limit_exceeded: boolean | null;
 }
 
+/** How an agent reached the gateway: REST, GraphQL or MCP (decisions.md § MCP proxy mode). */
+export const INTERACTION_CHANNELS = ['rest', 'graphql', 'mcp'] as const;
+export type InteractionChannel = (typeof INTERACTION_CHANNELS)[number];
+
 export interface RecordBody {
   record_id: string;
   org_id: string;
@@ -44,6 +48,8 @@ export interface RecordBody {
    * (an empty list when none matched); records from before do not, and hash as they always did.
    */
   policies?: RecordedPolicy[];
+  /** The channel of the call. Records appended before channels were recorded do not have it. */
+  channel?: InteractionChannel;
   prev_hash: string;
   created_at: string;
   key_id: string;

@@ -1,7 +1,7 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import type { JWK } from 'jose';
 import { canonicalHash } from '../../lib/canonical-json.js';
-import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody } from './record-chain.js';
+import { GENESIS_HASH, INTERACTION_CHANNELS, recordHashOf, signRecordHash, verifyRecordSignature, type InteractionChannel, type RecordBody } from './record-chain.js';
 
 /**
  * The records export (`GET /api/v1/records/export`): JSON Lines, a signed header then one line
@@ -84,6 +84,8 @@ export interface VerifySuccess {
   policyMatches: number;
   /** Records appended before policies existed (their body has no `policies`). */
   beforePolicies: number;
+  /** Records by the channel their signed body names; `none` for records from before channels. */
+  channels: Record<InteractionChannel | 'none', number>;
 }
 
 export interface VerifyFailure {
@@ -163,6 +165,7 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   if (typeof body.created_at !== 'string') problems.push('body.created_at');
   // Records appended before policies existed have no `policies`; since then every record has the list.
   if ('policies' in body && !isPolicyList(body.policies)) problems.push('body.policies');
+  if ('channel' in body && !INTERACTION_CHANNELS.includes(body.channel as InteractionChannel)) problems.push('body.channel');
   if (!isHash(value.record_hash)) problems.push('record_hash');
   if (typeof value.signature !== 'string') problems.push('signature');
   if (problems.length) throw new Broken(`malformed line: bad or missing ${problems.join(', ')}`, record);
@@ -224,6 +227,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   let count = 0;
   let policyMatches = 0;
   let beforePolicies = 0;
+  const channels: VerifySuccess['channels'] = { rest: 0, graphql: 0, mcp: 0, none: 0 };
   const keyIds = new Set<string>();
   let pendingBlank = 0;
   try {
@@ -275,6 +279,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       count += 1;
       if (body.policies === undefined) beforePolicies += 1;
       else if (body.policies.length) policyMatches += 1;
+      channels[body.channel ?? 'none'] += 1;
     }
   } catch (error) {
     if (error instanceof Broken) return { ok: false, line: lineNo, ...error.record, reason: error.reason };
@@ -304,5 +309,6 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
     fromGenesis: first?.seq === 1,
     policyMatches,
     beforePolicies,
+    channels,
   };
 }

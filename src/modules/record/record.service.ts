@@ -4,7 +4,7 @@ import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
 import { historyKey } from '../manifest/manifest.service.js';
-import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type RecordBody, type RecordedPolicy } from './record-chain.js';
+import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type InteractionChannel, type RecordBody, type RecordedPolicy } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
 import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
@@ -20,6 +20,8 @@ export interface RecordSubject {
   tool: string;
   capability: string;
   paramsHash: string;
+  /** Null only for journal entries written before channels were recorded. */
+  channel: InteractionChannel | null;
 }
 
 export interface NewRecord extends RecordSubject {
@@ -82,6 +84,7 @@ export function bodyOf(record: InteractionRecord): RecordBody {
     result_hash: record.resultHash,
     approval_id: record.approvalId,
     ...(record.policies === null ? {} : { policies: record.policies as unknown as RecordedPolicy[] }),
+    ...(record.channel === null ? {} : { channel: record.channel as InteractionChannel }),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -185,6 +188,7 @@ export function createRecordService({ db, keys }: Deps) {
         result_hash: entry.resultHash,
         approval_id: entry.approvalId,
         policies: entry.policies,
+        ...(entry.channel === null ? {} : { channel: entry.channel }),
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -207,6 +211,7 @@ export function createRecordService({ db, keys }: Deps) {
         resultHash: entry.resultHash,
         approvalId: entry.approvalId,
         policies: entry.policies as unknown as Prisma.JsonValue,
+        channel: entry.channel,
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),

@@ -24,7 +24,7 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<{
 
 const columns = [
   'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
-  'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'policies', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
+  'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'policies', 'channel', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
 ];
 const casts: Record<string, string> = { org_id: '::uuid', seq: '::bigint', params: '::jsonb', reasons: '::jsonb', policies: '::jsonb', status: '::"RecordStatus"' };
 
@@ -35,7 +35,7 @@ export async function insertRecordsAndAdvanceHead(tx: SqlConnection, orgId: stri
     const row = [
       r.id, r.orgId, r.seq.toString(), r.svcId, r.agentId, r.actionType, r.tool, r.capability, r.paramsHash,
       r.params === null ? null : JSON.stringify(r.params), r.status, r.executed, JSON.stringify(r.reasons), r.resultHash,
-      r.approvalId, r.policies === null ? null : JSON.stringify(r.policies), r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
+      r.approvalId, r.policies === null ? null : JSON.stringify(r.policies), r.channel, r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
     ];
     const placeholders = row.map((value, i) => {
       values.push(value);

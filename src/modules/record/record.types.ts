@@ -65,6 +65,10 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
       description: 'The policies that matched, as the decision reported them; null on records from before policies existed.',
       resolve: (r) => r.policies as unknown as RecordedPolicy[] | null,
     }),
+    channel: t.exposeString('channel', {
+      nullable: true,
+      description: 'How the agent called: `rest`, `graphql` or `mcp` (signed into the record); null on records from before channels were recorded.',
+    }),
     prev_hash: t.exposeString('prevHash'),
     record_hash: t.exposeString('recordHash'),
     signature: t.exposeString('signature', { description: 'Ed25519 over record_hash, base64url; key in /.well-known/jwks.json.' }),
