@@ -15,6 +15,7 @@ import { serveDocs } from './http/docs.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
+import { useMcpEndpoint } from './http/mcp-endpoint.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
@@ -125,6 +126,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
           if (docs) endResponse(docs);
         },
       },
+      useMcpEndpoint({ env, logger, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
   });

@@ -38,6 +38,27 @@ export interface Env {
   webhookTimeoutMs: number;
   /** How often executions left by stopped gateway processes are recorded as interrupted (also at start). */
   executionRecoverySeconds: number;
+  /**
+   * Origins (`https://host[:port]`) whose browsers may call `/mcp/…`; a request with any other
+   * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
+   */
+  mcpAllowedOrigins: string[];
+}
+
+function allowedOrigins(raw: string | undefined): string[] {
+  const origins = (raw ?? '').split(',').map((part) => part.trim()).filter(Boolean);
+  for (const origin of origins) {
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      parsed = undefined;
+    }
+    if (!parsed || parsed.origin !== origin) {
+      throw new EnvError(`MCP_ALLOWED_ORIGINS: "${origin}" is not an origin (scheme://host[:port], no path or trailing slash)`);
+    }
+  }
+  return origins;
 }
 
 export class EnvError extends Error {}
@@ -100,5 +121,6 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
+    mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS),
   };
 }

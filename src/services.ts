@@ -4,6 +4,7 @@ import { createApiKeyService } from './modules/api-key/api-key.service.js';
 import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
+import { createMcpService } from './modules/mcp/mcp.service.js';
 import { createPurchaseService } from './modules/marketplace/purchase.service.js';
 import { createTemplateService } from './modules/marketplace/template.service.js';
 import { createApprovalService } from './modules/approval/approval.service.js';
@@ -33,6 +34,8 @@ export function createServices(deps: Deps) {
   const templates = createTemplateService(deps);
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
+  const purchases = createPurchaseService(deps, { manifests, templates });
+  const gateway = createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies });
   return {
     ...deps,
     orgs,
@@ -47,9 +50,10 @@ export function createServices(deps: Deps) {
     webhooks: createWebhookService(deps),
     policies,
     templates,
-    purchases: createPurchaseService(deps, { manifests, templates }),
+    purchases,
     journal,
-    gateway: createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies }),
+    gateway,
+    mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }),
     sessions,
     apiKeys,
     countOperatorRequests,

@@ -45,6 +45,14 @@ describe('parseGatewayRequest', () => {
     const parsed = parseGatewayRequest({ svc_id: '', agent_id: '', action: { type: 'Billing', tool: 'a:b', params: [] } });
     expect('errors' in parsed && parsed.errors.map((e) => e.field)).toEqual(['svc_id', 'agent_id', 'action.type', 'action.tool', 'action.params']);
   });
+
+  test('refuses what a record cannot store, whichever channel it came through', () => {
+    const deep = JSON.parse('{"a":'.repeat(70) + '1' + '}'.repeat(70));
+    const tooDeep = parseGatewayRequest({ svc_id: 's', agent_id: 'a', action: { type: 'billing', tool: 'read', params: deep } });
+    expect('errors' in tooDeep && tooDeep.errors[0]).toMatchObject({ field: expect.stringMatching(/^action\.params\.a/), message: expect.stringMatching(/deeper/) });
+    const nul = parseGatewayRequest({ svc_id: 's', agent_id: 'a', action: { type: 'billing', tool: 'read' }, approval_id: 'x\u0000y' });
+    expect('errors' in nul && nul.errors).toEqual([{ field: 'approval_id', message: expect.stringContaining('NUL') }]);
+  });
 });
 
 describe('checkDecision', () => {

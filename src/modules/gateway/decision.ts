@@ -1,4 +1,5 @@
 import type { FieldError } from '../../errors.js';
+import { findUnstorable } from '../../lib/storable-input.js';
 import type { AgentGate } from '../agent/agent.service.js';
 import type { ApprovalCheck } from '../approval/approval.service.js';
 import type { TokenCheck } from '../capability-token/capability-token.service.js';
@@ -108,6 +109,10 @@ export function parseGatewayRequest(request: GatewayRequest): { call: GatewayCal
   if (!namePattern.test(request.action.tool)) errors.push({ field: 'action.tool', message: nameRule });
   const params = request.action.params ?? {};
   if (!isObject(params)) errors.push({ field: 'action.params', message: 'must be an object' });
+  // What the record cannot store (NUL, lone surrogates, hostile depth) is refused before anything
+  // runs, on every channel: the REST edge checks its body alike, MCP and GraphQL rely on this.
+  const unstorable = findUnstorable(request, '');
+  if (unstorable) errors.push(unstorable);
   if (errors.length) return { errors };
   const { type, tool } = request.action;
   return {

@@ -187,7 +187,22 @@ export function createPurchaseService(
     return db.prisma.marketplaceTransaction.count({ where: { templateId, status: 'completed' } });
   }
 
-  return { purchase, confirm, list, purchasesOf };
+  /**
+   * What the marketplace says each capability of an agent does: the operations of the template
+   * the agent's newest completed purchase acquired (an MCP tool's description); empty when the
+   * agent was not acquired there.
+   */
+  async function operationDescriptions(orgId: string, agentId: string): Promise<Map<string, string>> {
+    const txn = await db.prisma.marketplaceTransaction.findFirst({
+      where: { buyerOrgId: orgId, agentId, status: 'completed' },
+      orderBy: [{ completedAt: 'desc' }],
+      select: { templateId: true },
+    });
+    const template = txn && (await db.prisma.manifestTemplate.findUnique({ where: { id: txn.templateId } }));
+    return new Map(template ? operationsOf(template).map((o) => [o.capability, o.description]) : []);
+  }
+
+  return { purchase, confirm, list, purchasesOf, operationDescriptions };
 }
 
 const transactionSnapshot = (t: MarketplaceTransaction) => ({

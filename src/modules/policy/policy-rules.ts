@@ -82,3 +82,18 @@ export function matchPolicies(
   }
   return matches;
 }
+
+/**
+ * Whether an enforced `deny` policy without a condition covers the agent's capability: every call
+ * of it is refused whatever its arguments, so an agent's tool list (MCP) leaves it out.
+ */
+export function deniedUnconditionally(policies: readonly ActivePolicy[], svcId: string, capability: string): boolean {
+  return policies.some(
+    (policy) =>
+      policy.effect === 'deny' &&
+      policy.mode === 'enforce' &&
+      policy.condition === null &&
+      (!policy.svcIds || policy.svcIds.includes(svcId)) &&
+      (!policy.capabilities || policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))),
+  );
+}

@@ -1,0 +1,171 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import type { Plugin } from 'graphql-yoga';
+import type { Logger } from 'pino';
+import type { Env } from '../env.js';
+import { AppError } from '../errors.js';
+import type { ApiKeyPrincipal } from '../modules/auth/authz.js';
+import { may } from '../modules/auth/authz.js';
+import { agentIdPattern } from '../modules/manifest/manifest-document.js';
+import type { McpService } from '../modules/mcp/mcp.service.js';
+import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
+import { Response } from './fetch-api.js';
+import type { ServerContext } from './lifecycle.js';
+
+/**
+ * `POST /mcp/{svc_id}` (decisions.md § MCP proxy mode): the agent's tools over MCP's Streamable
+ * HTTP transport, stateless with JSON responses, served by the official SDK (a low-level `Server`
+ * and a web-standard transport, both made per request as the SDK's stateless mode requires). This
+ * edge checks what HTTP carries (path, method, Origin, the API key) and turns errors into
+ * JSON-RPC; what a tool is and what a call decides is the MCP module's and the gateway's.
+ */
+
+export const MCP_PATH_PREFIX = '/mcp/';
+const ROUTE = 'POST /mcp/:svc_id';
+const REALM = 'Bearer realm="agent-gateway"';
+const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
+
+/** Gateway-defined JSON-RPC error codes (−32000…−32019 is the range left to servers). */
+const RPC_UNAUTHORIZED = -32001;
+const RPC_FORBIDDEN = -32003;
+const RPC_NOT_FOUND = -32004;
+const RPC_METHOD_NOT_ALLOWED = -32005;
+const RPC_UNAVAILABLE = -32010;
+
+function rpcError(status: number, code: number, message: string, headers: Record<string, string> = {}): Response {
+  return Response.json(
+    { jsonrpc: '2.0', error: { code, message }, id: null },
+    { status, headers: { ...headers, 'Content-Type': 'application/json' } },
+  );
+}
+
+/** A handler's failure as the JSON-RPC error the SDK sends: never a stack, never a 500. */
+function toMcpError(error: unknown, logger: Logger): McpError {
+  if (error instanceof McpError) return error;
+  if (error instanceof AppError) {
+    const data = { code: error.code, ...(Object.keys(error.details).length ? { details: error.details } : {}) };
+    if (error.code === 'VALIDATION_ERROR' || error.code === 'NOT_FOUND' || error.code === 'BAD_REQUEST') {
+      return new McpError(ErrorCode.InvalidParams, error.message, data);
+    }
+    if (error.code === 'SERVICE_UNAVAILABLE') return new McpError(RPC_UNAVAILABLE, error.message, data);
+    if (error.code !== 'INTERNAL_ERROR') return new McpError(RPC_FORBIDDEN, error.message, data);
+  }
+  logger.error({ err: error }, 'MCP request failed');
+  return new McpError(ErrorCode.InternalError, 'An internal error occurred');
+}
+
+interface McpEndpointDeps {
+  env: Pick<Env, 'maxBodyBytes' | 'mcpAllowedOrigins'>;
+  logger: Logger;
+  version: string;
+  apiKeys: Pick<ApiKeyService, 'verify'>;
+  mcp: McpService;
+}
+
+export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpointDeps): Plugin<{}, ServerContext> {
+  const allowedOrigins = new Set(env.mcpAllowedOrigins);
+  // Compiling schemas is the validator's cost; one instance serves every request's server.
+  const jsonSchemaValidator = new AjvJsonSchemaValidator();
+
+  /** The API key of `X-API-Key` or `Authorization: Bearer`, or the 401/403 that answers instead. */
+  async function keyOf(request: Request): Promise<ApiKeyPrincipal | Response> {
+    const header = request.headers.get('x-api-key') ?? bearerPattern.exec(request.headers.get('authorization') ?? '')?.[1];
+    if (!header) {
+      return rpcError(401, RPC_UNAUTHORIZED, 'An API key is required: X-API-Key or Authorization: Bearer <api key>', {
+        'WWW-Authenticate': REALM,
+      });
+    }
+    let principal: ApiKeyPrincipal;
+    try {
+      principal = await apiKeys.verify(header.trim());
+    } catch (error) {
+      if (!(error instanceof AppError) || error.code !== 'INVALID_TOKEN') throw error;
+      return rpcError(401, RPC_UNAUTHORIZED, error.message, {
+        'WWW-Authenticate': `${REALM}, error="invalid_token", error_description="${error.message.replace(/["\\]/g, '')}"`,
+      });
+    }
+    if (!may(principal, 'gateway:execute')) {
+      return rpcError(403, RPC_FORBIDDEN, 'The API key needs the gateway:execute scope', {
+        'WWW-Authenticate': `${REALM}, error="insufficient_scope", scope="gateway:execute"`,
+      });
+    }
+    return principal;
+  }
+
+  /** A server for one request: tools/list and tools/call of this agent, for this key. */
+  function serverFor(principal: ApiKeyPrincipal, svcId: string): Server {
+    const server = new Server(
+      { name: 'agent-gateway', version },
+      {
+        capabilities: { tools: { listChanged: false } },
+        instructions:
+          `The tools of agent "${svcId}": its approved capabilities. Agent Gateway decides every call by policy, counts it ` +
+          'against the agent’s budget, may ask a human first, and signs a record of it.',
+        jsonSchemaValidator,
+      },
+    );
+    server.setRequestHandler(ListToolsRequestSchema, async () => {
+      try {
+        return { tools: await mcp.listTools(principal, svcId) };
+      } catch (error) {
+        throw toMcpError(error, logger);
+      }
+    });
+    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+      try {
+        return await mcp.callTool(principal, svcId, request.params);
+      } catch (error) {
+        throw toMcpError(error, logger);
+      }
+    });
+    return server;
+  }
+
+  async function handle(request: Request, svcId: string, state: ServerContext['state'] | undefined): Promise<Response> {
+    const origin = request.headers.get('origin');
+    if (origin !== null && !allowedOrigins.has(origin)) {
+      return rpcError(403, RPC_FORBIDDEN, `Origin ${origin} may not call this endpoint (MCP_ALLOWED_ORIGINS)`);
+    }
+    if (request.method !== 'POST') {
+      // Stateless: no server-initiated stream (GET) and no session to end (DELETE).
+      return rpcError(405, RPC_METHOD_NOT_ALLOWED, `${request.method} is not supported: this endpoint is stateless, use POST`, {
+        Allow: 'POST',
+      });
+    }
+    const principal = await keyOf(request);
+    if (principal instanceof Response) return principal;
+    if (state) state.orgId = principal.orgId;
+    const transport = new WebStandardStreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+      maxRequestBodySize: env.maxBodyBytes,
+    });
+    const server = serverFor(principal, svcId);
+    try {
+      await server.connect(transport);
+      return (await transport.handleRequest(request)) as Response;
+    } finally {
+      await server.close().catch(() => undefined);
+    }
+  }
+
+  return {
+    async onRequest({ request, url, serverContext, endResponse }) {
+      if (!url.pathname.startsWith(MCP_PATH_PREFIX)) return;
+      const state = serverContext.state;
+      if (state) state.route = ROUTE;
+      let svcId: string;
+      try {
+        svcId = decodeURIComponent(url.pathname.slice(MCP_PATH_PREFIX.length));
+      } catch {
+        svcId = '';
+      }
+      if (!agentIdPattern.test(svcId)) {
+        return endResponse(rpcError(404, RPC_NOT_FOUND, 'Not found: the path is /mcp/{svc_id}, an agent id'));
+      }
+      endResponse(await handle(request, svcId, state));
+    },
+  };
+}

@@ -1,0 +1,100 @@
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import { AppError, FieldErrors } from '../../errors.js';
+import type { AgentService } from '../agent/agent.service.js';
+import { outOfScope, type ApiKeyPrincipal } from '../auth/authz.js';
+import type { GatewayService } from '../gateway/gateway.service.js';
+import type { ManifestService } from '../manifest/manifest.service.js';
+import type { PurchaseService } from '../marketplace/purchase.service.js';
+import type { PolicyService } from '../policy/policy.service.js';
+import type { ToolService } from '../tool/tool.service.js';
+import {
+  callResultOf,
+  capabilityOfToolName,
+  listedTools,
+  META_APPROVAL_ID,
+  META_CAPABILITY_TOKEN,
+  type ConnectorDescription,
+} from './mcp-tools.js';
+
+/**
+ * MCP proxy mode (decisions.md § MCP proxy mode): an agent's tools are its approved capabilities,
+ * and a tools/call is the gateway's execute with channel "mcp". Nothing is decided here: the
+ * call goes to the gateway service, the same code REST and GraphQL call.
+ */
+
+interface Collaborators {
+  agents: Pick<AgentService, 'gate'>;
+  manifests: Pick<ManifestService, 'current'>;
+  tools: Pick<ToolService, 'forAction'>;
+  policies: Pick<PolicyService, 'active'>;
+  purchases: Pick<PurchaseService, 'operationDescriptions'>;
+  gateway: Pick<GatewayService, 'decide'>;
+}
+
+export function createMcpService({ agents, manifests, tools, policies, purchases, gateway }: Collaborators) {
+  /** The connector of each action type the manifest's capabilities use, as its tools are described. */
+  async function connectorsOf(orgId: string, capabilities: readonly string[]) {
+    const domains = [...new Set(capabilities.map((capability) => capability.slice(0, capability.indexOf(':'))))];
+    const entries = await Promise.all(
+      domains.map(async (domain): Promise<[string, ConnectorDescription | null]> => {
+        const tool = await tools.forAction(orgId, domain);
+        if (!tool) return [domain, null];
+        const { description, input_schema } = tool.config as Omit<ConnectorDescription, 'connector'>;
+        return [domain, { connector: tool.connector, description, input_schema }];
+      }),
+    );
+    return new Map(entries);
+  }
+
+  /** tools/list. A key limited to other agents sees none (its calls are denied and recorded). */
+  async function listTools(principal: ApiKeyPrincipal, svcId: string): Promise<Tool[]> {
+    if (outOfScope(principal, svcId)) return [];
+    const { orgId } = principal;
+    const [agent, manifest, active, templateDescriptions] = await Promise.all([
+      agents.gate(orgId, svcId),
+      manifests.current(orgId, svcId),
+      policies.active(orgId),
+      purchases.operationDescriptions(orgId, svcId),
+    ]);
+    const connectors = await connectorsOf(orgId, manifest?.approvedCapabilities ?? []);
+    return listedTools({ svcId, agent, manifest, connectors, policies: active, templateDescriptions });
+  }
+
+  /** tools/call: the execute decision of the capability the name stands for, as a tool result. */
+  async function callTool(
+    principal: ApiKeyPrincipal,
+    svcId: string,
+    call: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown> },
+  ): Promise<CallToolResult> {
+    const manifest = await manifests.current(principal.orgId, svcId);
+    const capability = capabilityOfToolName(call.name, manifest);
+    if (!capability) throw new AppError('NOT_FOUND', `Unknown tool "${call.name}": tools/list names the tools of this agent`);
+    const errors = new FieldErrors();
+    const metaString = (key: string) => {
+      const value = call._meta?.[key];
+      if (value === undefined || value === null) return null;
+      if (typeof value !== 'string') errors.add(`_meta.${key}`, 'must be a string');
+      return typeof value === 'string' ? value : null;
+    };
+    const approvalId = metaString(META_APPROVAL_ID);
+    const capabilityToken = metaString(META_CAPABILITY_TOKEN);
+    errors.throwIfAny();
+    const at = capability.indexOf(':');
+    const outcome = await gateway.decide(
+      principal,
+      {
+        svc_id: svcId,
+        agent_id: manifest?.agentId ?? svcId,
+        action: { type: capability.slice(0, at), tool: capability.slice(at + 1), params: call.arguments ?? {} },
+        approval_id: approvalId,
+        capability_token: capabilityToken,
+      },
+      { mode: 'execute', channel: 'mcp' },
+    );
+    return callResultOf(outcome);
+  }
+
+  return { listTools, callTool };
+}
+
+export type McpService = ReturnType<typeof createMcpService>;
