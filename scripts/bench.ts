@@ -4,6 +4,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
+import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import autocannon from 'autocannon';
 import { createApp } from '../src/app.js';
 import { openDatabase } from '../src/db/database.js';
@@ -173,6 +174,20 @@ for (let i = 0; i < 50; i++) {
 const check = (await (await fetch(`${base}/api/v1/gateway/evaluate`, { ...policyRequest })).json()) as { decision: string; policies: unknown[] };
 if (check.decision !== 'allow' || check.policies.length !== 4) throw new Error(`the policy bench request must be allowed with 4 matches: ${JSON.stringify(check)}`);
 
+// The same action as an MCP tools/call (stateless: one POST, no handshake needed per call).
+const gatewayParams = JSON.parse(gatewayRequest.body).action.params;
+const mcpRequest = {
+  method: 'POST' as const,
+  headers: {
+    ...gatewayRequest.headers,
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+  },
+  body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'billing__read', arguments: gatewayParams } }),
+};
+const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpRequest)).json()) as { result?: { isError: boolean } };
+if (mcpCheck.result?.isError !== false) throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
+
 async function measurePost(name: string, url: string, request = gatewayRequest) {
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
   return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
@@ -188,6 +203,7 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ],
   ['POST /api/v1/gateway/evaluate', () => measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`)],
   ['POST /api/v1/gateway/execute (+ record)', () => measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`)],
+  ['POST /mcp/{svc_id} tools/call (+ record)', () => measurePost('POST /mcp/{svc_id} tools/call (+ record)', `${base}/mcp/bench-gateway`, mcpRequest)],
   [
     'POST /api/v1/gateway/evaluate, 50 policies',
     () => measurePost('POST /api/v1/gateway/evaluate, 50 policies', `${base}/api/v1/gateway/evaluate`, policyRequest),
@@ -211,6 +227,11 @@ for (const mode of ['evaluate', 'execute']) {
   const withPolicies = rows.find((r) => r.name.includes(`/gateway/${mode}`) && r.name.includes('50 policies'));
   if (without && withPolicies) console.log(`${mode}: 50 policies keep ${(withPolicies.rps / without.rps).toFixed(3)} of the throughput without`);
 }
+
+// The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
+const restExecute = rows.find((r) => r.name === 'POST /api/v1/gateway/execute (+ record)');
+const mcpCall = rows.find((r) => r.name.startsWith('POST /mcp/'));
+if (restExecute && mcpCall) console.log(`mcp tools/call: ${(mcpCall.rps / restExecute.rps).toFixed(3)} of REST execute's throughput`);
 
 // The chain must still verify after the run: every link and every signature.
 for (const orgId of [org.org_id, policyOrgId]) {
