@@ -140,6 +140,43 @@ describe('initialize and tools/list', () => {
     expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
   });
 
+  test('an agent acquired in the marketplace: its tools are described by the template’s operations', async () => {
+    const publisher = await signUp(t, 'mcp-publisher');
+    const buyer = await signUp(t, 'mcp-buyer');
+    const created = await t.request('POST', '/manifests', {
+      token: publisher.adminToken,
+      body: {
+        name: 'Refund assistant',
+        description: 'Reads invoices and refunds them',
+        category: 'billing',
+        operations: [{ capability: 'billing:refund', description: 'Refund an invoice, in full or in part.' }],
+        price: '0',
+        currency: 'EUR',
+      },
+    });
+    expect(created.status).toBe(201);
+    expect((await t.request('POST', `/manifests/${created.body.id}/publish`, { token: publisher.adminToken, body: {} })).status).toBe(200);
+    const bought = await t.request('POST', '/marketplace/purchase', {
+      token: buyer.adminToken,
+      body: { manifest_id: created.body.id, payment_method: 'free', agent_id: 'acquired-refunds' },
+    });
+    expect(bought.status).toBe(201);
+    const manifestId = bought.body.manifest.manifest_id;
+    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, { token: buyer.adminToken, body: {} });
+    expect(approved.status).toBe(200);
+    const tool = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/tools`, {
+      token: buyer.adminToken,
+      body: { action_type: 'billing', connector: 'mock', config: { response: { refunded: true } } },
+    });
+    expect(tool.status).toBe(201);
+    const { key } = await createKey(t, buyer, ['gateway:execute']);
+    const client = await connect('acquired-refunds', key);
+    expect((await client.listTools()).tools).toEqual([
+      expect.objectContaining({ name: 'billing__refund', description: 'Refund an invoice, in full or in part.' }),
+    ]);
+    expect((await call(client, 'billing__refund', { invoice: 'inv-1' })).structuredContent).toEqual({ refunded: true });
+  });
+
   test('a key limited to other agents sees no tools, and its calls are denied and recorded', async () => {
     const { key } = await createKey(t, org, ['gateway:execute'], { svc_ids: ['someone-else'] });
     const client = await connect(agent.svcId, key);
