@@ -468,6 +468,18 @@ describe('execution through the gateway', () => {
     expect(everything).not.toContain(AGENT_HEADER_VALUE);
   });
 
+  test('configured headers cannot stand in for the protocol’s own (session id, accept, content type)', async () => {
+    const { execute } = await gatewayOrg(
+      mcpTool({ url: local('/mcp-stateless'), headers: { 'Mcp-Session-Id': 'forged-session', Accept: 'text/plain', 'x-kept': 'yes' } }),
+    );
+    const response = await execute('echo_headers');
+    expect(response.body.result.success).toBe(true);
+    const seen = response.body.result.data.structuredContent.headers;
+    expect(seen['x-kept']).toBe('yes');
+    expect(seen['mcp-session-id']).toBeUndefined();
+    expect(seen.accept).toBe('application/json, text/event-stream');
+  });
+
   describe('failures are results (allow, executed, success false, recorded)', () => {
     test('the tool reports isError: TOOL_ERROR with its text (500 characters at most) and content as data', async () => {
       const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp') }));

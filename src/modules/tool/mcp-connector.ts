@@ -71,7 +71,12 @@ export async function runMcp(config: McpToolConfig, credentials: ToolCredentials
   } catch {
     return failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid');
   }
-  const configured = Object.fromEntries(Object.entries(credentials.headers).map(([name, value]) => [name.toLowerCase(), value]));
+  // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
+  const configured = Object.fromEntries(
+    Object.entries(credentials.headers)
+      .map(([name, value]) => [name.toLowerCase(), value])
+      .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
+  );
   const ownHeaders = { 'user-agent': 'agent-gateway', 'x-interaction-id': call.interaction_id };
   const deadline = Date.now() + config.timeout_ms;
   /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
