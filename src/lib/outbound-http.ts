@@ -3,8 +3,8 @@ import https from 'node:https';
 import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedHost } from './address-policy.js';
 
 /**
- * One POST on a customer's behalf (http tool connectors, webhook deliveries), with the same
- * safety rules for both: only addresses the address policy allows (checked on the literal, and on
+ * Requests on a customer's behalf (http and mcp tool connectors, webhook deliveries), with the same
+ * safety rules for all: only addresses the address policy allows (checked on the literal, and on
  * every resolved address the socket would connect to), no redirect followed, a deadline, and a
  * cap on how much of the answer is read. Never throws: every failure is an outcome.
  */
@@ -37,10 +37,12 @@ export function outboundUrlError(text: unknown, allowPrivateNetwork: boolean): {
   return undefined;
 }
 
-export interface OutboundPost {
+/** One request on a customer's behalf; `body`, when given, is sent as is with its length. */
+export interface OutboundRequest {
+  method: string;
   url: string;
   headers: Record<string, string>;
-  body: string;
+  body?: string;
   timeoutMs: number;
   maxResponseBytes: number;
   /**
@@ -49,20 +51,27 @@ export interface OutboundPost {
    */
   oversize: 'fail' | 'truncate';
   allowPrivateNetwork: boolean;
-  /** Aborting ends the request at once (shutdown). */
+  /** Aborting ends the request at once (shutdown, a deadline over several requests). */
   signal?: AbortSignal;
 }
+
+/** A JSON POST: the body is JSON and sent with its content type. */
+export type OutboundPost = Omit<OutboundRequest, 'method' | 'body'> & { body: string };
 
 export type OutboundFailureCode = 'INVALID_URL' | 'ADDRESS_REFUSED' | 'TIMEOUT' | 'RESPONSE_TOO_LARGE' | 'UNREACHABLE' | 'ABORTED';
 
 export type OutboundOutcome =
   /** Any answer that is not a redirect; `body` holds at most `maxResponseBytes`. */
-  | { kind: 'response'; status: number; body: Buffer }
+  | { kind: 'response'; status: number; headers: http.IncomingHttpHeaders; body: Buffer }
   /** A 3xx: never followed. */
   | { kind: 'redirect'; status: number }
   | { kind: 'failure'; code: OutboundFailureCode; message: string };
 
 export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
+  return sendOutbound({ ...request, method: 'POST', headers: { ...request.headers, 'content-type': 'application/json' } });
+}
+
+export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome> {
   let url: URL;
   try {
     url = new URL(request.url);
@@ -74,11 +83,8 @@ export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
   }
   if (request.signal?.aborted) return Promise.resolve({ kind: 'failure', code: 'ABORTED', message: 'The request was aborted' });
   const client = url.protocol === 'https:' ? https : http;
-  const headers = {
-    ...request.headers,
-    'content-type': 'application/json',
-    'content-length': String(Buffer.byteLength(request.body)),
-  };
+  const headers =
+    request.body === undefined ? request.headers : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
 
   return new Promise<OutboundOutcome>((resolve) => {
     let settled = false;
@@ -91,7 +97,7 @@ export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
     };
     const outgoing = client.request(
       url,
-      { method: 'POST', headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: false },
+      { method: request.method, headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: false },
       (response) => {
         const status = response.statusCode ?? 0;
         if (status >= 300 && status < 400) {
@@ -107,7 +113,7 @@ export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
               finish({ kind: 'failure', code: 'RESPONSE_TOO_LARGE', message: `The response exceeds ${request.maxResponseBytes} bytes` });
             } else {
               chunks.push(chunk.subarray(0, request.maxResponseBytes - size));
-              finish({ kind: 'response', status, body: Buffer.concat(chunks) });
+              finish({ kind: 'response', status, headers: response.headers, body: Buffer.concat(chunks) });
             }
             return;
           }
@@ -115,7 +121,7 @@ export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
           chunks.push(chunk);
         });
         response.on('error', () => finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The connection failed while reading the response' }));
-        response.on('end', () => finish({ kind: 'response', status, body: Buffer.concat(chunks) }));
+        response.on('end', () => finish({ kind: 'response', status, headers: response.headers, body: Buffer.concat(chunks) }));
       },
     );
     const timer = setTimeout(() => {

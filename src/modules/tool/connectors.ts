@@ -14,8 +14,8 @@ export interface HttpToolConfig {
   allow_private_network: boolean;
 }
 
-/** The write-only parts of an http tool, in plaintext: the HMAC secret and the headers sent. */
-export interface HttpToolCredentials {
+/** The write-only parts of an http or mcp tool, in plaintext: the HMAC secret (http only) and the headers sent. */
+export interface ToolCredentials {
   secret: string | null;
   headers: Record<string, string>;
 }
@@ -46,7 +46,7 @@ export function signBody(secret: string, timestamp: string, body: string): strin
  * followed, gives up after `timeout_ms`, reads at most 1 MiB, and connects only to addresses the
  * address policy allows. Never throws: failures are results.
  */
-export async function runHttp(config: HttpToolConfig, { secret, headers: configured }: HttpToolCredentials, call: ToolCall): Promise<ToolResult> {
+export async function runHttp(config: HttpToolConfig, { secret, headers: configured }: ToolCredentials, call: ToolCall): Promise<ToolResult> {
   const body = JSON.stringify(call);
   const timestamp = String(Math.floor(Date.now() / 1000));
   const headers: Record<string, string> = {
@@ -94,7 +94,8 @@ export async function runHttp(config: HttpToolConfig, { secret, headers: configu
   }
 }
 
-function toolFailure(code: OutboundFailureCode, message: string, config: HttpToolConfig): ToolResult {
+/** An outbound failure as the tool result the agent gets (http and mcp tools). */
+export function toolFailure(code: OutboundFailureCode, message: string, config: HttpToolConfig): ToolResult {
   switch (code) {
     case 'INVALID_URL':
       return failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid');

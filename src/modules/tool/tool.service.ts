@@ -10,16 +10,20 @@ import {
   runHttp,
   runMock,
   type HttpToolConfig,
-  type HttpToolCredentials,
   type ToolCall,
+  type ToolCredentials,
   type ToolResult,
 } from './connectors.js';
+import { runMcp, type McpToolConfig } from './mcp-connector.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 
-export const connectors = ['http', 'mock'] as const;
+export const connectors = ['http', 'mock', 'mcp'] as const;
 export type ConnectorKind = (typeof connectors)[number];
+
+/** The connectors with write-only values (header values, http's secret), sealed at rest. */
+const hasCredentials = (connector: string) => connector === 'http' || connector === 'mcp';
 
 export interface ToolInput {
   action_type?: string | null;
@@ -28,6 +32,8 @@ export interface ToolInput {
 }
 
 const actionTypePattern = /^[a-z0-9_.-]+$/;
+/** The tool names MCP servers use (the specification's recommendation; SDKs warn on others). */
+const mcpToolNamePattern = /^[A-Za-z0-9_.-]{1,128}$/;
 const DEFAULT_TIMEOUT_MS = 10_000;
 const MAX_TIMEOUT_MS = 60_000;
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -42,16 +48,16 @@ const headerValuePattern = /^[\t\x20-\x7e\x80-\xff]*$/;
 /** A tool with its write-only values opened: what the gateway caches (per process) and executes. */
 export type ConfiguredTool = Tool & {
   /** Null when they do not open with the configured keys: the tool's calls then fail. */
-  credentials: HttpToolCredentials | null;
+  credentials: ToolCredentials | null;
 };
 
-const noCredentials = (): HttpToolCredentials => ({ secret: null, headers: {} });
+const noCredentials = (): ToolCredentials => ({ secret: null, headers: {} });
 
 /**
  * Checks submitted header values into `credentials`; one given as "[redacted]" keeps the stored
  * value (`kept`). Returns the names of the headers whose value this write sets.
  */
-function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => HttpToolCredentials, credentials: HttpToolCredentials): string[] {
+function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => ToolCredentials, credentials: ToolCredentials): string[] {
   if (!isObject(headers) || Object.values(headers).some((v) => typeof v !== 'string')) {
     errors.add('config.headers', 'must be an object of string values');
     return [];
@@ -78,42 +84,33 @@ function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => HttpToo
   return set;
 }
 
-/**
- * Splits a submitted config into what is stored in `config` (shown by the API, recorded by the
- * audit log) and the write-only credentials (the secret and the header values). A write-only value
- * given as "[redacted]" (as GET shows it) keeps the stored one, so a tool read, edited and written
- * back keeps its credentials; `kept` opens them only then. `set` names the write-only values this
- * write sets rather than keeps.
- */
-function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors, kept: () => HttpToolCredentials) {
-  const config = raw ?? {};
-  if (!isObject(config)) {
-    errors.add('config', 'must be an object');
-    return undefined;
-  }
-  if (connector === 'mock') {
-    for (const key of Object.keys(config)) if (key !== 'response') errors.add(`config.${key}`, 'unknown field for a mock tool');
-    return { stored: config.response === undefined ? {} : { response: config.response }, credentials: null, set: [], allowPrivate: false };
-  }
-  const known = ['url', 'timeout_ms', 'headers', 'secret', 'allow_private_network'];
-  for (const key of Object.keys(config)) if (!known.includes(key)) errors.add(`config.${key}`, 'unknown field for an http tool');
+/** A submitted config split into what is stored in `config` and the write-only credentials. */
+interface ParsedConfig {
+  stored: HttpToolConfig | McpToolConfig | { response?: unknown };
+  /** Null for a connector without write-only values (mock). */
+  credentials: ToolCredentials | null;
+  /** The write-only values this write sets rather than keeps ("headers.<name>", "secret"). */
+  set: string[];
+  allowPrivate: boolean;
+}
+
+/** How one connector kind reads its config: the fields it knows, and what it makes of them. */
+interface ConfigParser {
+  label: string;
+  fields: readonly string[];
+  parse(config: Record<string, unknown>, errors: FieldErrors, kept: () => ToolCredentials): ParsedConfig;
+}
+
+/** An upstream's endpoint (http and mcp tools): where, how long to wait, the headers sent, the address policy. */
+const endpointFields = ['url', 'timeout_ms', 'headers', 'allow_private_network'] as const;
+
+function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, kept: () => ToolCredentials) {
   const timeout = config.timeout_ms ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     errors.add('config.timeout_ms', `must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
   }
   const credentials = noCredentials();
   const set = parseHeaders(config.headers ?? {}, errors, kept, credentials).map((name) => `headers.${name}`);
-  if (config.secret === REDACTED) {
-    credentials.secret = kept().secret;
-    if (credentials.secret === null) errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
-  } else if (config.secret != null) {
-    if (typeof config.secret !== 'string' || config.secret.length < MIN_SECRET_LENGTH) {
-      errors.add('config.secret', `must be a string of at least ${MIN_SECRET_LENGTH} characters`);
-    } else {
-      credentials.secret = config.secret;
-      set.push('secret');
-    }
-  }
   const allowPrivate = config.allow_private_network ?? false;
   if (typeof allowPrivate !== 'boolean') errors.add('config.allow_private_network', 'must be a boolean');
   // The webhooks' rule: what is known to be private without DNS is refused when saving.
@@ -123,18 +120,75 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
   return { stored, credentials, set, allowPrivate: allowPrivate === true };
 }
 
+const configParsers: Record<ConnectorKind, ConfigParser> = {
+  mock: {
+    label: 'a mock tool',
+    fields: ['response'],
+    parse: (config) => ({ stored: config.response === undefined ? {} : { response: config.response }, credentials: null, set: [], allowPrivate: false }),
+  },
+  http: {
+    label: 'an http tool',
+    fields: [...endpointFields, 'secret'],
+    parse(config, errors, kept) {
+      const endpoint = parseEndpoint(config, errors, kept);
+      const { credentials, set } = endpoint;
+      if (config.secret === REDACTED) {
+        credentials.secret = kept().secret;
+        if (credentials.secret === null) errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
+      } else if (config.secret != null) {
+        if (typeof config.secret !== 'string' || config.secret.length < MIN_SECRET_LENGTH) {
+          errors.add('config.secret', `must be a string of at least ${MIN_SECRET_LENGTH} characters`);
+        } else {
+          credentials.secret = config.secret;
+          set.push('secret');
+        }
+      }
+      return endpoint;
+    },
+  },
+  mcp: {
+    label: 'an mcp tool',
+    // No `secret`: MCP servers authenticate by header (a bearer token or an API key), not by a body signature.
+    fields: [...endpointFields, 'tool'],
+    parse(config, errors, kept) {
+      const endpoint = parseEndpoint(config, errors, kept);
+      const tool = config.tool ?? null;
+      if (tool !== null && (typeof tool !== 'string' || !mcpToolNamePattern.test(tool))) {
+        errors.add('config.tool', 'must be an MCP tool name: 1 to 128 letters, digits, "_", "." or "-"');
+      }
+      const stored: McpToolConfig = { ...endpoint.stored, tool: typeof tool === 'string' ? tool : null };
+      return { ...endpoint, stored };
+    },
+  },
+};
+
+/**
+ * Splits a submitted config into what is stored in `config` (shown by the API, recorded by the
+ * audit log) and the write-only credentials (the secret and the header values). A write-only value
+ * given as "[redacted]" (as GET shows it) keeps the stored one, so a tool read, edited and written
+ * back keeps its credentials; `kept` opens them only then. What every connector shares (the config
+ * is an object of known fields) is checked here; each kind's own fields by its parser.
+ */
+function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors, kept: () => ToolCredentials): ParsedConfig | undefined {
+  const config = raw ?? {};
+  if (!isObject(config)) {
+    errors.add('config', 'must be an object');
+    return undefined;
+  }
+  const parser = configParsers[connector];
+  for (const key of Object.keys(config)) if (!parser.fields.includes(key)) errors.add(`config.${key}`, `unknown field for ${parser.label}`);
+  return parser.parse(config, errors, kept);
+}
+
 const newToolId = () => randomId('tool');
 
 /** The tool as the API shows it and the audit log records it: header names, never a write-only value. */
 export function publicConfig(tool: Tool): Record<string, unknown> {
   const config = tool.config as Record<string, unknown>;
-  if (tool.connector !== 'http') return config;
+  if (!hasCredentials(tool.connector)) return config;
   const headerNames = Object.keys((tool.secretHeaders ?? {}) as Record<string, string>);
-  return {
-    ...config,
-    headers: Object.fromEntries(headerNames.map((name) => [name, REDACTED])),
-    secret: tool.secret ? REDACTED : null,
-  };
+  const shown = { ...config, headers: Object.fromEntries(headerNames.map((name) => [name, REDACTED])) };
+  return tool.connector === 'http' ? { ...shown, secret: tool.secret ? REDACTED : null } : shown;
 }
 
 const snapshot = (tool: Tool) => ({ action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) });
@@ -161,7 +215,7 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
 }
 
 export function createToolService({ db, cache, logger, secrets }: Deps) {
-  function openCredentials(tool: Tool): HttpToolCredentials {
+  function openCredentials(tool: Tool): ToolCredentials {
     return {
       secret: tool.secret === null ? null : secrets.open(tool.secret),
       headers: mapValues((tool.secretHeaders ?? {}) as Record<string, string>, (value) => secrets.open(value)),
@@ -169,8 +223,8 @@ export function createToolService({ db, cache, logger, secrets }: Deps) {
   }
 
   /** A stored tool's credentials, when a write keeps them ("[redacted]"). */
-  function storedCredentials(tool: Tool | undefined): HttpToolCredentials {
-    if (!tool || tool.connector !== 'http') return noCredentials();
+  function storedCredentials(tool: Tool | undefined): ToolCredentials {
+    if (!tool || !hasCredentials(tool.connector)) return noCredentials();
     try {
       return openCredentials(tool);
     } catch (error) {
@@ -208,7 +262,7 @@ export function createToolService({ db, cache, logger, secrets }: Deps) {
     }
     const connector = (input.connector ?? existing?.connector) as ConnectorKind | undefined;
     if (!connector || !connectors.includes(connector)) errors.add('connector', `must be one of ${connectors.join(', ')}`);
-    let stored: HttpToolCredentials | undefined;
+    let stored: ToolCredentials | undefined;
     // Without `config` the stored one is kept: as shown, its write-only values "[redacted]".
     const config =
       connector && connectors.includes(connector)
@@ -297,7 +351,7 @@ export function createToolService({ db, cache, logger, secrets }: Deps) {
       const tool = await db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } });
       if (!tool) return null;
       try {
-        return { ...tool, credentials: tool.connector === 'http' ? openCredentials(tool) : null };
+        return { ...tool, credentials: hasCredentials(tool.connector) ? openCredentials(tool) : null };
       } catch (error) {
         if (!(error instanceof SecretUnavailableError)) throw error;
         logger.error({ tool_id: tool.id, org_id: orgId, reason: error.message }, 'a tool’s secrets do not open; its calls fail');
@@ -313,6 +367,7 @@ export function createToolService({ db, cache, logger, secrets }: Deps) {
       if (!tool.credentials) {
         return failure('TOOL_CONFIG_INVALID', 'The tool’s secret or header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY');
       }
+      if (tool.connector === 'mcp') return await runMcp(tool.config as unknown as McpToolConfig, tool.credentials, call);
       return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call);
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');

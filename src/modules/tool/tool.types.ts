@@ -8,7 +8,7 @@ export const ToolRef = builder.prismaObject('Tool', {
   fields: (t) => ({
     tool_id: t.exposeID('id'),
     action_type: t.exposeString('actionType'),
-    connector: t.exposeString('connector', { description: '`http` or `mock`.' }),
+    connector: t.exposeString('connector', { description: '`http`, `mcp` or `mock`.' }),
     config: t.field({
       type: 'JSON',
       description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
@@ -47,7 +47,9 @@ builder.mutationField('create_tool', (t) =>
   t.field({
     type: ToolRef,
     description:
-      'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network} or `mock` {response}. ' +
+      'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network}, ' +
+      '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
+      'calling `tool`, else the action\'s `<action>` part) or `mock` {response}. ' +
       'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network`.',
     args: {
       org_id: t.arg.id({ required: true }),

@@ -1,0 +1,170 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
+import { failure, MAX_RESPONSE_BYTES, toolFailure, type HttpToolConfig, type ToolCall, type ToolCredentials, type ToolResult } from './connectors.js';
+
+/** What an mcp tool stores in `config`: an http tool's endpoint and the upstream tool's name, when not the action's. */
+export interface McpToolConfig extends HttpToolConfig {
+  tool: string | null;
+}
+
+/** The headers the SDK's client sets that an MCP server needs; anything else it might add is not sent. */
+const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id'] as const;
+/** Ending the upstream's session is a courtesy: it gets this long, after the result is known. */
+const SESSION_END_TIMEOUT_MS = 1000;
+const MAX_ERROR_MESSAGE_LENGTH = 500;
+const CLIENT_INFO = { name: 'agent-gateway', version: '1' };
+
+/** The outbound rules' answer as the web-standard Response the SDK reads. */
+function responseOf(status: number, headers: Record<string, string | string[] | undefined>, body: Buffer): Response {
+  const webHeaders = new Headers();
+  for (const [name, value] of Object.entries(headers)) {
+    for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) webHeaders.append(name, item);
+  }
+  const bodyless = status === 204 || status === 205 || status === 304 || body.length === 0;
+  return new Response(bodyless ? null : new Uint8Array(body), { status, headers: webHeaders });
+}
+
+/**
+ * An upstream tool's CallToolResult as the gateway's result: `{content, structuredContent?}`;
+ * `isError` (the tool ran and reported a failure) is a failed result with the tool's first text.
+ */
+export function resultOfToolCall(result: Pick<CallToolResult, 'content' | 'structuredContent' | 'isError'>): ToolResult {
+  const data: Record<string, unknown> = { content: result.content };
+  if (result.structuredContent !== undefined) data.structuredContent = result.structuredContent;
+  // The result is hashed into the record and returned; a hostile depth would overflow both.
+  if (nestsDeeperThan(data)) return failure('TOOL_RESPONSE_INVALID', `The MCP tool's result nests deeper than ${MAX_JSON_DEPTH} levels`);
+  if (!result.isError) return { success: true, data };
+  const text = result.content.find((item) => item.type === 'text')?.text;
+  const message = text ? text.slice(0, MAX_ERROR_MESSAGE_LENGTH) : 'The MCP tool reported an error';
+  return { success: false, data, error: { code: 'TOOL_ERROR', message } };
+}
+
+/**
+ * What a failed exchange means. The SDK wraps whatever our fetch threw in its own errors, so an
+ * outbound failure (`remembered`, the first one the fetch saw) decides; then a JSON-RPC error the
+ * upstream answered; anything else is an answer the SDK could not read as MCP.
+ */
+export function failureOfExchange(error: unknown, remembered: ToolResult | undefined): ToolResult {
+  if (remembered) return remembered;
+  // The SDK's own McpErrors (a closed connection, its request timeout) cannot come first: only the
+  // deadline closes the transport, and it is remembered; the SDK's timeout is not shorter.
+  if (error instanceof McpError) return failure('TOOL_MCP_ERROR', `The MCP server answered an error: ${error.message}`);
+  const reason = error instanceof Error ? error.message : String(error);
+  return failure('TOOL_RESPONSE_INVALID', `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`);
+}
+
+/**
+ * Calls the tool on an upstream MCP server over Streamable HTTP (initialize, then tools/call) with
+ * the http connector's rules for every request: the address policy, no redirect followed, at most
+ * 1 MiB per answer, and one deadline, `timeout_ms`, for the whole exchange. Only the configured
+ * headers and the protocol's own are sent, never anything of the agent's. Never throws: failures
+ * are results.
+ */
+export async function runMcp(config: McpToolConfig, credentials: ToolCredentials, call: ToolCall): Promise<ToolResult> {
+  let url: URL;
+  try {
+    url = new URL(config.url);
+  } catch {
+    return failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid');
+  }
+  // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
+  const configured = Object.fromEntries(
+    Object.entries(credentials.headers)
+      .map(([name, value]) => [name.toLowerCase(), value])
+      .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
+  );
+  const ownHeaders = { 'user-agent': 'agent-gateway', 'x-interaction-id': call.interaction_id };
+  const deadline = Date.now() + config.timeout_ms;
+  /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
+  const exchange = new AbortController();
+  let remembered: ToolResult | undefined;
+  let sessionId: string | undefined;
+  /** Keeps the first failure, and gives the SDK an error to carry (its text is not what is reported). */
+  const remember = (result: ToolResult) => {
+    remembered ??= result;
+    return new Error('the MCP exchange failed');
+  };
+
+  const fetchThroughOutboundRules: FetchLike = async (target, init) => {
+    const method = (init?.method ?? 'GET').toUpperCase();
+    // After initializing, the client opens a standalone GET stream for server-initiated messages; a
+    // single tool call needs none, and the stream would outlive it. The SDK takes 405 as "none".
+    if (method === 'GET') return new Response(null, { status: 405 });
+    if (exchange.signal.aborted) throw new Error('The MCP exchange is over');
+    const sent = new Headers(init?.headers);
+    const headers: Record<string, string> = { ...configured };
+    for (const name of protocolHeaders) {
+      const value = sent.get(name);
+      if (value !== null) headers[name] = value;
+    }
+    Object.assign(headers, ownHeaders);
+    const outcome: OutboundOutcome = await sendOutbound({
+      method,
+      url: String(target),
+      headers,
+      body: typeof init?.body === 'string' ? init.body : undefined,
+      timeoutMs: Math.max(1, deadline - Date.now()),
+      maxResponseBytes: MAX_RESPONSE_BYTES,
+      oversize: 'fail',
+      allowPrivateNetwork: config.allow_private_network,
+      signal: exchange.signal,
+    });
+    if (outcome.kind === 'failure') throw remember(toolFailure(outcome.code, outcome.message, config));
+    if (outcome.kind === 'redirect') {
+      throw remember(failure('TOOL_REDIRECT_REFUSED', `The MCP server answered ${outcome.status}; redirects are not followed`));
+    }
+    if (outcome.status < 200 || outcome.status > 599) {
+      throw remember(failure('TOOL_RESPONSE_INVALID', `The MCP server answered HTTP ${outcome.status}`));
+    }
+    // The SDK turns this into its own error; the status is what the result reports.
+    if (outcome.status >= 400) remember(failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`));
+    const session = outcome.headers['mcp-session-id'];
+    if (typeof session === 'string') sessionId = session;
+    return responseOf(outcome.status, outcome.headers, outcome.body);
+  };
+
+  const client = new Client(CLIENT_INFO, { capabilities: {} });
+  const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules });
+  let failNow: (error: Error) => void = () => undefined;
+  const ended = new Promise<never>((_, reject) => {
+    failNow = reject;
+  });
+  const timer = setTimeout(() => failNow(remember(toolFailure('TIMEOUT', 'deadline', config))), config.timeout_ms);
+  // A message the SDK cannot read (a broken event in a stream, a response to no request) would
+  // otherwise leave the call waiting for the deadline.
+  client.onerror = (error) => failNow(remember(failureOfExchange(error, undefined)));
+  // The SDK's own request timeout is not the deadline: ours ends the exchange first.
+  const requestOptions = { timeout: config.timeout_ms + SESSION_END_TIMEOUT_MS };
+  try {
+    const called = (async () => {
+      await client.connect(transport, requestOptions);
+      return client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, undefined, requestOptions);
+    })();
+    const result = await Promise.race([called, ended]);
+    return resultOfToolCall(result as CallToolResult);
+  } catch (error) {
+    return failureOfExchange(error, remembered);
+  } finally {
+    clearTimeout(timer);
+    exchange.abort();
+    await client.close().catch(() => undefined);
+    if (sessionId) void endSession(url, { ...configured, ...ownHeaders }, sessionId, transport.protocolVersion, config.allow_private_network);
+  }
+}
+
+/** Best effort (MCP asks clients to end sessions they are done with): its outcome changes nothing. */
+function endSession(url: URL, headers: Record<string, string>, sessionId: string, protocolVersion: string | undefined, allowPrivateNetwork: boolean) {
+  return sendOutbound({
+    method: 'DELETE',
+    url: url.href,
+    headers: { ...headers, 'mcp-session-id': sessionId, ...(protocolVersion ? { 'mcp-protocol-version': protocolVersion } : {}) },
+    timeoutMs: SESSION_END_TIMEOUT_MS,
+    maxResponseBytes: 1024,
+    oversize: 'truncate',
+    allowPrivateNetwork,
+  });
+}
