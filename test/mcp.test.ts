@@ -3,6 +3,9 @@ import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { verifyExport } from '../src/modules/record/record-export.js';
@@ -332,6 +335,82 @@ describe('tools/call: the execute decision', () => {
     line.body.channel = 'rest';
     tampered[1] = JSON.stringify(line);
     expect(await verify(tampered)).toMatchObject({ ok: false, reason: expect.stringMatching(/hash mismatch/) });
+  });
+});
+
+describe('MCP all the way: an agent on /mcp, its action forwarded by the mcp connector to an upstream MCP server', () => {
+  let upstream: http.Server;
+  let upstreamUrl: string;
+  const upstreamHeaders: http.IncomingHttpHeaders[] = [];
+
+  beforeAll(async () => {
+    // The SDK's own server, stateless: a new server and transport per request.
+    upstream = http.createServer(async (req, res) => {
+      upstreamHeaders.push(req.headers);
+      const server = new McpServer({ name: 'crm', version: '1.0.0' });
+      server.registerTool('lookup', { inputSchema: { customer: z.string() } }, async ({ customer }) => ({
+        content: [{ type: 'text', text: `customer ${customer} is gold` }],
+        structuredContent: { customer, tier: 'gold' },
+      }));
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      res.on('close', () => void transport.close());
+      await server.connect(transport);
+      await transport.handleRequest(req, res);
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp`;
+  });
+  afterAll(async () => {
+    upstream.closeAllConnections();
+    await new Promise((resolve) => upstream.close(resolve));
+  });
+
+  test('the connector describes the tool; the call reaches the upstream tool without the agent’s key; the record verifies', async () => {
+    const fresh = await signUp(t, 'mcp-chain');
+    const inputSchema = { type: 'object', properties: { customer: { type: 'string' } }, required: ['customer'] };
+    const toolsPath = `/api/v1/orgs/${fresh.orgId}/tools`;
+    const bad = await t.request('POST', toolsPath, {
+      token: fresh.adminToken,
+      body: { action_type: 'crm', connector: 'mcp', config: { url: upstreamUrl, allow_private_network: true, description: '', input_schema: { type: 'string' } } },
+    });
+    expect(bad.status).toBe(422);
+    expect(bad.body.error.details.errors.map((e: { field: string }) => e.field).sort()).toEqual(['config.description', 'config.input_schema']);
+    const created = await t.request('POST', toolsPath, {
+      token: fresh.adminToken,
+      body: {
+        action_type: 'crm',
+        connector: 'mcp',
+        config: { url: upstreamUrl, allow_private_network: true, description: 'Look a customer up in the CRM.', input_schema: inputSchema },
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.config).toMatchObject({ description: 'Look a customer up in the CRM.', input_schema: inputSchema });
+    const agent = await readyAgent(t, fresh, { capabilities: ['crm:lookup'], tool: false });
+
+    const client = await connect(agent.svcId, agent.key);
+    expect((await client.listTools()).tools).toEqual([
+      expect.objectContaining({ name: 'crm__lookup', description: 'Look a customer up in the CRM.', inputSchema: inputSchema }),
+    ]);
+    upstreamHeaders.length = 0;
+    const result = await call(client, 'crm__lookup', { customer: 'c-42' });
+    expect(result.isError).toBe(false);
+    expect(result.structuredContent).toEqual({
+      content: [{ type: 'text', text: 'customer c-42 is gold' }],
+      structuredContent: { customer: 'c-42', tier: 'gold' },
+    });
+    expect(upstreamHeaders.length).toBeGreaterThan(0);
+    for (const headers of upstreamHeaders) {
+      expect(headers['x-api-key']).toBeUndefined();
+      expect(JSON.stringify(headers)).not.toContain(agent.key);
+    }
+    // An upstream error comes back as the agent's tool error, with a record.
+    const failed = await call(client, 'crm__lookup', { customer: 42 });
+    expect(failed.isError).toBe(true);
+    expect((failed.content as { text: string }[]).at(-1)?.text).toMatch(/^The tool failed: TOOL_ERROR: /);
+
+    const exported = await t.request('GET', '/api/v1/records/export', { token: fresh.adminToken });
+    const lines = exported.text.trim().split('\n');
+    expect(await verifyExport(createInterface({ input: Readable.from(lines.join('\n')) }))).toMatchObject({ ok: true, count: 2, channels: { mcp: 2 } });
   });
 });
 

@@ -18,6 +18,7 @@ import { runMcp, type McpToolConfig } from './mcp-connector.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
+import { nestsDeeperThan } from '../../lib/storable-input.js';
 
 export const connectors = ['http', 'mock', 'mcp'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -86,7 +87,7 @@ function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => ToolCre
 
 /** A submitted config split into what is stored in `config` and the write-only credentials. */
 interface ParsedConfig {
-  stored: HttpToolConfig | McpToolConfig | { response?: unknown };
+  stored: (HttpToolConfig | McpToolConfig | { response?: unknown }) & { description?: string; input_schema?: Record<string, unknown> };
   /** Null for a connector without write-only values (mock). */
   credentials: ToolCredentials | null;
   /** The write-only values this write sets rather than keeps ("headers.<name>", "secret"). */
@@ -176,8 +177,45 @@ function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors
     return undefined;
   }
   const parser = configParsers[connector];
-  for (const key of Object.keys(config)) if (!parser.fields.includes(key)) errors.add(`config.${key}`, `unknown field for ${parser.label}`);
-  return parser.parse(config, errors, kept);
+  for (const key of Object.keys(config)) {
+    if (!parser.fields.includes(key) && !(toolDescriptionFields as readonly string[]).includes(key)) {
+      errors.add(`config.${key}`, `unknown field for ${parser.label}`);
+    }
+  }
+  const parsed = parser.parse(config, errors, kept);
+  return { ...parsed, stored: { ...parsed.stored, ...parseToolDescription(config, errors) } };
+}
+
+/** Fields of every connector kind that describe its tools to agents (MCP's tools/list). */
+const toolDescriptionFields = ['description', 'input_schema'] as const;
+const MAX_DESCRIPTION_LENGTH = 1024;
+const MAX_INPUT_SCHEMA_BYTES = 16 * 1024;
+const MAX_INPUT_SCHEMA_DEPTH = 16;
+
+/**
+ * `description` (what the tools do, for a model) and `input_schema` (the JSON Schema of an
+ * action's params: an object schema, as MCP requires of a tool's input). Stored only when given.
+ */
+function parseToolDescription(config: Record<string, unknown>, errors: FieldErrors) {
+  const described: { description?: string; input_schema?: Record<string, unknown> } = {};
+  const { description, input_schema: schema } = config;
+  if (description != null) {
+    if (typeof description !== 'string' || !description.trim() || description.length > MAX_DESCRIPTION_LENGTH) {
+      errors.add('config.description', `must be a non-empty string of at most ${MAX_DESCRIPTION_LENGTH} characters`);
+    } else {
+      described.description = description;
+    }
+  }
+  if (schema != null) {
+    if (!isObject(schema) || schema.type !== 'object') {
+      errors.add('config.input_schema', 'must be a JSON Schema object with "type": "object" (the params of an action are an object)');
+    } else if (nestsDeeperThan(schema, MAX_INPUT_SCHEMA_DEPTH) || Buffer.byteLength(JSON.stringify(schema)) > MAX_INPUT_SCHEMA_BYTES) {
+      errors.add('config.input_schema', `must nest at most ${MAX_INPUT_SCHEMA_DEPTH} levels and take at most ${MAX_INPUT_SCHEMA_BYTES} bytes as JSON`);
+    } else {
+      described.input_schema = schema;
+    }
+  }
+  return described;
 }
 
 const newToolId = () => randomId('tool');

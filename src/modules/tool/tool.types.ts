@@ -49,7 +49,8 @@ builder.mutationField('create_tool', (t) =>
     description:
       'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network}, ' +
       '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
-      'calling `tool`, else the action\'s `<action>` part) or `mock` {response}. ' +
+      'calling `tool`, else the action\'s `<action>` part) or `mock` {response}. Any of them may add `description` and ' +
+      '`input_schema` (a JSON Schema of type object): how MCP clients of the gateway see its tools. ' +
       'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network`.',
     args: {
       org_id: t.arg.id({ required: true }),
