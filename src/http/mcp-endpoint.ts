@@ -11,7 +11,7 @@ import { may } from '../modules/auth/authz.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
 import type { McpService } from '../modules/mcp/mcp.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
-import { Response } from './fetch-api.js';
+import { Request, Response } from './fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
 
 /**
@@ -142,13 +142,23 @@ export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpoi
       enableJsonResponse: true,
       maxRequestBodySize: env.maxBodyBytes,
     });
-    const server = serverFor(principal, svcId);
+    // The body is read here (within REST's limit, already enforced by the request lifecycle) and
+    // handed over parsed: the SDK's own reader goes through a web stream and a decoder per request.
+    // What does not parse goes to the SDK as text, so it answers its own JSON-RPC parse error.
+    const text = await request.text();
+    let parsedBody: unknown;
     try {
-      await server.connect(transport);
-      return (await transport.handleRequest(request)) as Response;
-    } finally {
-      await server.close().catch(() => undefined);
+      parsedBody = JSON.parse(text);
+    } catch {
+      parsedBody = undefined;
     }
+    const forSdk = parsedBody === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: text }) : request;
+    await serverFor(principal, svcId).connect(transport);
+    const answer = await transport.handleRequest(forSdk, parsedBody === undefined ? undefined : { parsedBody });
+    // The SDK answers with the platform's Response; the server writes its own kind much faster.
+    // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
+    // is left, and closing would abort the finished handler and build an error for nothing.
+    return new Response(answer.body === null ? null : await answer.text(), { status: answer.status, headers: answer.headers });
   }
 
   return {
