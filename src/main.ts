@@ -1,3 +1,5 @@
+// First: --help, --version and arguments the service does not take are answered before anything loads.
+import './command-line.js';
 import { createServer } from 'node:http';
 import { createApp } from './app.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';

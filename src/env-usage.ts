@@ -1,0 +1,54 @@
+import { parseEnv } from './env.js';
+
+/**
+ * What each environment variable means and its default as `--help` shows it. The list of names is
+ * not kept here: it is what `parseEnv` reads (`environmentNames`), so a variable added there shows
+ * up in the usage even before it is described; test/command-line.test.ts fails until it is, and
+ * checks every literal default below against what `parseEnv` does without the variable.
+ */
+export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: string }> = {
+  PORT: { default: '8000', meaning: 'port to listen on' },
+  HOST: { default: '0.0.0.0', meaning: 'address to listen on' },
+  DATABASE_URL: { meaning: 'postgresql://… : use PostgreSQL (migrated at start) instead of PGlite' },
+  DATA_DIR: { default: './data', meaning: 'embedded PGlite directory (created and migrated at start)' },
+  PUBLIC_URL: { default: 'http://localhost:$PORT', meaning: 'base URL in logs, OpenAPI servers, token issuers' },
+  LOG_LEVEL: { default: 'info', meaning: 'pino level (JSON lines on stdout)' },
+  KEY_ENCRYPTION_KEY: { meaning: '32 bytes, hex or base64: seals secrets at rest (unset: plaintext)' },
+  KEY_ENCRYPTION_KEY_PREVIOUS: { meaning: 'earlier keys, comma-separated: still open, never seal' },
+  TRUST_PROXY: { default: 'false', meaning: 'take the client address from X-Forwarded-For' },
+  LOGIN_MAX_FAILURES_PER_EMAIL: { default: '10', meaning: 'failed logins per email in a window' },
+  LOGIN_MAX_FAILURES_PER_ADDRESS: { default: '100', meaning: 'failed logins per client address in a window' },
+  LOGIN_WINDOW_SECONDS: { default: '900', meaning: 'login throttling window' },
+  SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
+  APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
+  WEBHOOK_POLL_MS: { default: '500', meaning: 'how often due webhook deliveries are looked for' },
+  WEBHOOK_RETRY_BASE_MS: { default: '2000', meaning: 'first retry delay of a delivery; doubles per attempt' },
+  WEBHOOK_MAX_ATTEMPTS: { default: '8', meaning: 'attempts per delivery, the first included' },
+  WEBHOOK_TIMEOUT_MS: { default: '10000', meaning: 'time one delivery attempt may take' },
+  EXECUTION_RECOVERY_SECONDS: { default: '30', meaning: 'how often executions of stopped processes are recorded' },
+  MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/…, comma-separated (unset: none)' },
+};
+
+/** The variables `parseEnv` reads, in the order it reads them (with none set). */
+export function environmentNames(): string[] {
+  const names: string[] = [];
+  const source = new Proxy({} as NodeJS.ProcessEnv, {
+    get(_target, name) {
+      if (typeof name === 'string' && !names.includes(name)) names.push(name);
+      return undefined;
+    },
+  });
+  parseEnv(source);
+  return names;
+}
+
+/** The environment part of `--help`: `NAME=default` (or `NAME`, unset by default) and its meaning. */
+export function environmentUsage(): string {
+  const rows = environmentNames().map((name) => {
+    const described = ENV_DESCRIPTIONS[name];
+    const left = described?.default === undefined ? name : `${name}=${described.default}`;
+    return [left, described?.meaning ?? '(see README.md)'] as const;
+  });
+  const width = Math.max(...rows.map(([left]) => left.length)) + 2;
+  return rows.map(([left, meaning]) => `  ${left.padEnd(width)}${meaning}`).join('\n');
+}

@@ -1,0 +1,38 @@
+/**
+ * The service's own arguments (src/command-line.ts acts on them): `--help`, `--version`, and
+ * nothing else, so a typo or a CLI command given to the service is refused instead of starting a
+ * service with defaults.
+ */
+import { readFileSync } from 'node:fs';
+import { environmentUsage } from './env-usage.js';
+
+const version: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+
+export function usage(): string {
+  return `Usage: node dist/main.js [--help | --version]     (npm start builds and runs it; npm run dev runs src/)
+
+Agent Gateway ${version}: a policy gateway between AI agents and the tools they act through.
+Organizations sign up, operators approve agents' manifests and configure tools, and every agent
+action is decided by policy, counted against budgets and recorded in a signed hash chain. Serves
+GraphQL at /graphql (GraphiQL in a browser), REST at /api/v1 (/openapi.json, /docs, /redoc), MCP
+at /mcp/{svc_id}, /healthz and /readyz. Configured by the environment only:
+
+${environmentUsage()}
+
+Offline commands (same environment, database or an export file):
+  agent-gateway verify <export.jsonl> [--jwks <jwks.json>]   check a records export
+  agent-gateway rotate-keys [record|capability|session|all]  new signing keys
+  agent-gateway reencrypt                                    seal secrets with KEY_ENCRYPTION_KEY
+(node dist/cli/agent-gateway.js in a build, npx tsx src/cli/agent-gateway.ts in a checkout;
+--help there for details.) README.md walks through a first session with curl.
+`;
+}
+
+/** What the arguments ask for: start the service, or print and exit with a status. */
+export function commandLine(args: readonly string[]): { exit: number; stdout?: string; stderr?: string } | undefined {
+  if (args.length === 0) return undefined;
+  if (args.includes('--help') || args.includes('-h')) return { exit: 0, stdout: usage() };
+  if (args.length === 1 && (args[0] === '--version' || args[0] === '-v')) return { exit: 0, stdout: `${version}\n` };
+  const what = args[0].startsWith('-') ? `unknown option ${args[0]}` : `unexpected argument ${args[0]} (the service takes none)`;
+  return { exit: 2, stderr: `agent-gateway: ${what}\n\n${usage()}` };
+}
