@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
 import { useGraphQlJit } from '@envelop/graphql-jit';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { GraphQLError } from 'graphql';
 import { createYoga, type YogaServerInstance } from 'graphql-yoga';
 import type { Logger } from 'pino';
@@ -12,6 +11,7 @@ import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useG
 import { createLoaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
+import { useGraphiQLPage } from './http/graphiql-page.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
@@ -72,8 +72,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
     graphqlEndpoint: GRAPHQL_ENDPOINT,
     parserAndValidationCache: boundedDocumentCaches(),
     landingPage: false,
-    graphiql: { title: 'Agent Gateway GraphiQL' },
-    renderGraphiQL,
+    // Served by useGraphiQLPage: rendered and compressed once, cacheable.
+    graphiql: false,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),
@@ -107,6 +107,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
       useRequestLifecycle({ logger, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
       useGraphQlGuard(services),
+      useGraphiQLPage(),
       {
         async onRequest({ url, endResponse }) {
           if (url.pathname === '/healthz') return endResponse(Response.json({ status: 'ok' }));
