@@ -35,10 +35,10 @@ const RPC_METHOD_NOT_ALLOWED = -32005;
 const RPC_UNAVAILABLE = -32010;
 
 function rpcError(status: number, code: number, message: string, headers: Record<string, string> = {}): Response {
-  return Response.json(
-    { jsonrpc: '2.0', error: { code, message }, id: null },
-    { status, headers: { ...headers, 'Content-Type': 'application/json' } },
-  );
+  return new Response(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }), {
+    status,
+    headers: { ...headers, 'Content-Type': 'application/json' },
+  });
 }
 
 /** A handler's failure as the JSON-RPC error the SDK sends: never a stack, never a 500. */
