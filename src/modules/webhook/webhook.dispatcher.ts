@@ -254,6 +254,7 @@ export function createWebhookDispatcher({
     if (status === 'failed') log.warn({ ...fields, error }, 'webhook delivery failed for good');
     else if (status === 'pending') log.info({ ...fields, error }, 'webhook delivery attempt failed; will retry');
     else log.debug(fields, 'webhook delivered');
+    return status;
   }
 
   function launch(delivery: Claimed) {
