@@ -43,10 +43,20 @@ const ONLY = process.env.BENCH_ONLY;
 const listen = (server: Server) =>
   new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
 
+/**
+ * One row. `cpu µs/req` is this process's CPU time (service and, unless BENCH_WORKERS, the load
+ * generator) per request: steadier than throughput on a machine shared with other work.
+ */
 async function measure(name: string, url: string, headers: Record<string, string> = {}) {
+  const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, ...(WORKERS ? { workers: WORKERS } : {}) });
+  return row(name, result, process.cpuUsage(cpu));
+}
+
+function row(name: string, result: autocannon.Result, cpu: NodeJS.CpuUsage) {
   const errors = result.errors + result.non2xx;
-  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors };
+  const cpuPerRequest = Math.round((cpu.user + cpu.system) / Math.max(1, result.requests.total));
+  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors, 'cpu µs/req': cpuPerRequest };
 }
 
 // BENCH_PROFILE=<dir> writes a CPU profile of each measured service row (not of the bare server).
@@ -213,8 +223,9 @@ const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpRequest)).j
 if (mcpCheck.result?.isError !== false) throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
 
 async function measurePost(name: string, url: string, request = gatewayRequest) {
+  const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
-  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
+  return row(name, result, process.cpuUsage(cpu));
 }
 
 const scenarios: [string, () => ReturnType<typeof measure>][] = [
@@ -273,9 +284,15 @@ const roundRatios = Array.from({ length: TELEMETRY_ROUNDS }, (_, i) => {
 if (roundRatios.length) {
   const sorted = [...roundRatios].sort((a, b) => a - b);
   const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+  const cpuOf = (prefix: string) => {
+    const matching = rows.filter((r) => r.name.startsWith(prefix));
+    return matching.reduce((sum, r) => sum + r['cpu µs/req'], 0) / matching.length;
+  };
   console.log(
     `evaluate: metrics + tracing keep ${median.toFixed(3)} (median of rounds: ${roundRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
-      `all rounds together ${(rpsOf(TELEMETRY_ON) / rpsOf(TELEMETRY_OFF)).toFixed(3)}) of the throughput with telemetry off; ${spansExported} spans exported`,
+      `all rounds together ${(rpsOf(TELEMETRY_ON) / rpsOf(TELEMETRY_OFF)).toFixed(3)}) of the throughput with telemetry off; ` +
+      `CPU per request ${cpuOf(TELEMETRY_ON).toFixed(0)} µs against ${cpuOf(TELEMETRY_OFF).toFixed(0)} µs ` +
+      `(${(cpuOf(TELEMETRY_OFF) / cpuOf(TELEMETRY_ON)).toFixed(3)}); ${spansExported} spans exported`,
   );
 }
 
