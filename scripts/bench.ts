@@ -6,7 +6,10 @@ import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import autocannon from 'autocannon';
-import { createApp } from '../src/app.js';
+import { ExportResultCode } from '@opentelemetry/core';
+import type { SpanExporter } from '@opentelemetry/sdk-trace';
+import { createApp, packageVersion } from '../src/app.js';
+import { createTelemetry } from '../src/observability/telemetry.js';
 import { openDatabase } from '../src/db/database.js';
 import { parseEnv } from '../src/env.js';
 import { createLogger } from '../src/logger.js';
@@ -40,10 +43,20 @@ const ONLY = process.env.BENCH_ONLY;
 const listen = (server: Server) =>
   new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
 
+/**
+ * One row. `cpu µs/req` is this process's CPU time (service and, unless BENCH_WORKERS, the load
+ * generator) per request: steadier than throughput on a machine shared with other work.
+ */
 async function measure(name: string, url: string, headers: Record<string, string> = {}) {
+  const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, ...(WORKERS ? { workers: WORKERS } : {}) });
+  return row(name, result, process.cpuUsage(cpu));
+}
+
+function row(name: string, result: autocannon.Result, cpu: NodeJS.CpuUsage) {
   const errors = result.errors + result.non2xx;
-  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors };
+  const cpuPerRequest = Math.round((cpu.user + cpu.system) / Math.max(1, result.requests.total));
+  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors, 'cpu µs/req': cpuPerRequest };
 }
 
 // BENCH_PROFILE=<dir> writes a CPU profile of each measured service row (not of the bare server).
@@ -76,6 +89,27 @@ await app.ready;
 const server = createServer(app.yoga);
 const port = await listen(server);
 const base = `http://127.0.0.1:${port}`;
+
+// The cost of metrics and tracing: two more apps on the same database, one with telemetry off
+// (METRICS_PORT=0, no exporter: nothing counted, no span) and one with metrics and tracing on
+// (a real tracer provider with its batch processor; the exporter drops the batches, so only the
+// gateway's side of tracing is measured, not a collector's).
+let spansExported = 0;
+const droppingExporter: SpanExporter = {
+  export(spans, done) {
+    spansExported += spans.length;
+    done({ code: ExportResultCode.SUCCESS });
+  },
+  shutdown: async () => undefined,
+};
+const quietApp = createApp({ env: { ...env, metricsPort: 0, otlpTracesUrl: undefined }, db, logger: createLogger('silent') });
+const tracedTelemetry = createTelemetry({ serviceVersion: packageVersion, spanExporter: droppingExporter });
+const tracedApp = createApp({ env, db, logger: createLogger('silent'), telemetry: tracedTelemetry });
+await Promise.all([quietApp.ready, tracedApp.ready]);
+const quietServer = createServer(quietApp.yoga);
+const quietBase = `http://127.0.0.1:${await listen(quietServer)}`;
+const tracedServer = createServer(tracedApp.yoga);
+const tracedBase = `http://127.0.0.1:${await listen(tracedServer)}`;
 
 const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
   const response = await fetch(`${base}${path}`, {
@@ -189,8 +223,9 @@ const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpRequest)).j
 if (mcpCheck.result?.isError !== false) throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
 
 async function measurePost(name: string, url: string, request = gatewayRequest) {
+  const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
-  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx };
+  return row(name, result, process.cpuUsage(cpu));
 }
 
 const scenarios: [string, () => ReturnType<typeof measure>][] = [
@@ -213,7 +248,17 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
     () => measurePost('POST /api/v1/gateway/execute (+ record), 50 policies', `${base}/api/v1/gateway/execute`, policyRequest),
   ],
 ];
-const rows = [];
+// Telemetry off and on, alternated so that drift (a warming database, a busy neighbour) hits both.
+const TELEMETRY_ROUNDS = Number(process.env.BENCH_TELEMETRY_ROUNDS ?? 3);
+const TELEMETRY_OFF = 'POST /api/v1/gateway/evaluate, telemetry off';
+const TELEMETRY_ON = 'POST /api/v1/gateway/evaluate, metrics + tracing';
+for (let round = 1; round <= TELEMETRY_ROUNDS; round++) {
+  scenarios.push(
+    [`${TELEMETRY_OFF} #${round}`, () => measurePost(`${TELEMETRY_OFF} #${round}`, `${quietBase}/api/v1/gateway/evaluate`)],
+    [`${TELEMETRY_ON} #${round}`, () => measurePost(`${TELEMETRY_ON} #${round}`, `${tracedBase}/api/v1/gateway/evaluate`)],
+  );
+}
+const rows: Awaited<ReturnType<typeof measure>>[] = [];
 for (const [name, run] of scenarios) {
   if (ONLY && name !== 'bare node:http' && !name.includes(ONLY)) continue;
   rows.push(name === 'bare node:http' ? await run() : await profiled(name, run));
@@ -226,6 +271,29 @@ for (const mode of ['evaluate', 'execute']) {
   const without = rows.find((r) => r.name.includes(`/gateway/${mode}`) && !r.name.includes('policies'));
   const withPolicies = rows.find((r) => r.name.includes(`/gateway/${mode}`) && r.name.includes('50 policies'));
   if (without && withPolicies) console.log(`${mode}: 50 policies keep ${(withPolicies.rps / without.rps).toFixed(3)} of the throughput without`);
+}
+
+// The issue's bar: metrics and tracing cost at most 5 % of evaluate's throughput (≥ 0.95 kept).
+// Each round's ratio, and their median: a busy machine moves single rows by more than the cost.
+const rpsOf = (prefix: string) => rows.filter((r) => r.name.startsWith(prefix)).reduce((sum, r) => sum + r.rps, 0);
+const roundRatios = Array.from({ length: TELEMETRY_ROUNDS }, (_, i) => {
+  const off = rows.find((r) => r.name === `${TELEMETRY_OFF} #${i + 1}`);
+  const on = rows.find((r) => r.name === `${TELEMETRY_ON} #${i + 1}`);
+  return off && on ? on.rps / off.rps : undefined;
+}).filter((ratio): ratio is number => ratio !== undefined);
+if (roundRatios.length) {
+  const sorted = [...roundRatios].sort((a, b) => a - b);
+  const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+  const cpuOf = (prefix: string) => {
+    const matching = rows.filter((r) => r.name.startsWith(prefix));
+    return matching.reduce((sum, r) => sum + r['cpu µs/req'], 0) / matching.length;
+  };
+  console.log(
+    `evaluate: metrics + tracing keep ${median.toFixed(3)} (median of rounds: ${roundRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
+      `all rounds together ${(rpsOf(TELEMETRY_ON) / rpsOf(TELEMETRY_OFF)).toFixed(3)}) of the throughput with telemetry off; ` +
+      `CPU per request ${cpuOf(TELEMETRY_ON).toFixed(0)} µs against ${cpuOf(TELEMETRY_OFF).toFixed(0)} µs ` +
+      `(${(cpuOf(TELEMETRY_OFF) / cpuOf(TELEMETRY_ON)).toFixed(3)}); ${spansExported} spans exported`,
+  );
 }
 
 // The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
@@ -241,6 +309,9 @@ for (const orgId of [org.org_id, policyOrgId]) {
 }
 
 server.close();
+quietServer.close();
+tracedServer.close();
 bare.close();
-await app.stop();
+await Promise.all([app.stop(), quietApp.stop(), tracedApp.stop()]);
+await tracedTelemetry.shutdown();
 await db.close();

@@ -21,6 +21,7 @@ import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
+import { createTelemetry, type Telemetry } from './observability/telemetry.js';
 import type { AuthState } from './modules/auth/authenticate.js';
 import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
 import { createServices, type Services } from './services.js';
@@ -33,6 +34,8 @@ export const packageVersion: string = JSON.parse(
 export interface App {
   yoga: YogaServerInstance<ServerContext, Context>;
   services: Services;
+  /** Its metrics (served by the separate listener of src/main.ts) and tracer. */
+  telemetry: Telemetry;
   openapi: Record<string, unknown>;
   /**
    * Resolves once the process owns its execution journal and has recorded the executions that
@@ -51,7 +54,30 @@ export interface App {
 
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
 
-export function createApp({ env, db, logger }: { env: Env; db: Database; logger: Logger }): App {
+/** The app's telemetry from its environment: OTLP tracing when an endpoint is set, metrics unless METRICS_PORT=0. */
+export function telemetryFromEnv(env: Env, logger: Logger): Telemetry {
+  return createTelemetry({
+    serviceName: env.serviceName,
+    serviceVersion: packageVersion,
+    metrics: env.metricsPort !== 0,
+    otlpTracesUrl: env.otlpTracesUrl,
+    logger,
+  });
+}
+
+export function createApp({
+  env,
+  db,
+  logger,
+  telemetry: given,
+}: {
+  env: Env;
+  db: Database;
+  logger: Logger;
+  /** Injected by tests and the bench (an in-memory exporter); else made from `env` and shut down by stop(). */
+  telemetry?: Telemetry;
+}): App {
+  const telemetry = given ?? telemetryFromEnv(env, logger);
   const secrets = new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious);
   if (!secrets.encrypting) {
     logger.warn(
@@ -61,7 +87,7 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   }
   const cache = new ConfigCache(db.sql).start();
   const keys = new SigningKeyStore(db.sql, secrets, cache);
-  const services = createServices({ env, db, logger, keys, cache, secrets });
+  const services = createServices({ env, db, logger, keys, cache, secrets, telemetry });
   const openapi = buildOpenApiDocument(schema, packageVersion);
   let draining = false;
   const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
@@ -105,13 +131,23 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       // Compiled resolvers for the REST facade's fixed documents. Never for /graphql: compiling
       // whatever anyone sends is slow and holds memory per document.
       useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
-      useRequestLifecycle({ logger, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
+      useRequestLifecycle({ logger, telemetry, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
       useGraphQlGuard(services),
       useGraphiQLPage(),
       {
-        async onRequest({ url, endResponse }) {
-          if (url.pathname === '/healthz') return endResponse(Response.json({ status: 'ok' }));
+        async onRequest({ request, url, endResponse }) {
+          // Fixed paths are their own route pattern (metrics, logs); REST and MCP set theirs.
+          const fixedRoute = () => {
+            const state = currentRequest();
+            if (state) state.route = `${request.method} ${url.pathname}`;
+          };
+          if (url.pathname === GRAPHQL_ENDPOINT) return fixedRoute();
+          if (url.pathname === '/healthz') {
+            fixedRoute();
+            return endResponse(Response.json({ status: 'ok' }));
+          }
           if (url.pathname === '/readyz') {
+            fixedRoute();
             const database = !draining && (await db.ping());
             return endResponse(
               Response.json(
@@ -121,13 +157,17 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
             );
           }
           if (url.pathname === '/.well-known/jwks.json') {
+            fixedRoute();
             return endResponse(Response.json(await keys.jwks(['capability', 'record'])));
           }
           const docs = await serveDocs(url.pathname, openapi);
-          if (docs) endResponse(docs);
+          if (docs) {
+            fixedRoute();
+            endResponse(docs);
+          }
         },
       },
-      useMcpEndpoint({ env, logger, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp }),
+      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
   });
@@ -158,13 +198,14 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
   approvalSweep.unref();
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
-  const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets }).start();
+  const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets, telemetry }).start();
   const ready = services.journal.start();
   ready.catch((error) => logger.error({ err: error }, 'execution journal recovery failed at start'));
 
   return {
     yoga,
     services,
+    telemetry,
     openapi,
     ready,
     setDraining: () => {
@@ -176,6 +217,8 @@ export function createApp({ env, db, logger }: { env: Env; db: Database; logger:
       cache.stop();
       await ready.catch(() => undefined);
       await Promise.all([webhookDispatcher.stop(), services.journal.stop(), ...periodicWork]);
+      // Spans still buffered go out (bounded); an injected telemetry is its owner's to shut down.
+      if (!given) await telemetry.shutdown();
     },
   };
 }

@@ -27,6 +27,11 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   WEBHOOK_TIMEOUT_MS: { default: '10000', meaning: 'time one delivery attempt may take' },
   EXECUTION_RECOVERY_SECONDS: { default: '30', meaning: 'how often executions of stopped processes are recorded' },
   MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/…, comma-separated (unset: none)' },
+  METRICS_PORT: { default: '9464', meaning: 'port of the GET /metrics listener; 0: no metrics' },
+  METRICS_HOST: { default: '127.0.0.1', meaning: 'address of the metrics listener' },
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { meaning: 'OTLP/HTTP traces URL, as is (unset: no tracing)' },
+  OTEL_EXPORTER_OTLP_ENDPOINT: { meaning: 'OTLP/HTTP base URL: traces to …/v1/traces' },
+  OTEL_SERVICE_NAME: { default: 'agent-gateway', meaning: 'service.name of the spans' },
 };
 
 /** The variables `parseEnv` reads, in the order it reads them (with none set). */

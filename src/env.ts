@@ -43,6 +43,30 @@ export interface Env {
    * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
    */
   mcpAllowedOrigins: string[];
+  /**
+   * The port of the separate `/metrics` listener (decisions.md § Observability); 0 turns metrics off
+   * (no listener, nothing counted).
+   */
+  metricsPort: number;
+  /** Where the metrics listener binds; loopback by default, so scrapers must be on the host or let in. */
+  metricsHost: string;
+  /**
+   * Where spans are sent (OTLP over HTTP): `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, or
+   * `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`; undefined turns tracing off.
+   */
+  otlpTracesUrl: string | undefined;
+  /** `service.name` of the spans (`OTEL_SERVICE_NAME`, default agent-gateway). */
+  serviceName: string;
+}
+
+function otlpTracesUrl(source: NodeJS.ProcessEnv): string | undefined {
+  const traces = source.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  const base = source.OTEL_EXPORTER_OTLP_ENDPOINT;
+  const url = traces || (base ? `${base.replace(/\/+$/, '')}/v1/traces` : undefined);
+  if (url && !/^https?:\/\/[^/]/.test(url)) {
+    throw new EnvError(`${traces ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL, got "${traces || base}"`);
+  }
+  return url;
 }
 
 function allowedOrigins(raw: string | undefined): string[] {
@@ -122,5 +146,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
     mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS),
+    metricsPort: integer(source, 'METRICS_PORT', 9464),
+    metricsHost: source.METRICS_HOST || '127.0.0.1',
+    otlpTracesUrl: otlpTracesUrl(source),
+    serviceName: source.OTEL_SERVICE_NAME || 'agent-gateway',
   };
 }

@@ -7,6 +7,7 @@ import { openDatabase } from './db/database.js';
 import { parseEnv } from './env.js';
 import { armExitWatchdog } from './lib/exit-watchdog.js';
 import { createLogger, stdoutLogOutput } from './logger.js';
+import { createMetricsServer, METRICS_PATH } from './observability/metrics-server.js';
 
 /**
  * Shutdown budget after SHUTDOWN_GRACE_MS (in-flight requests): stopping background work, closing
@@ -55,6 +56,19 @@ await app.ready.catch(failToStart);
 const server = createServer(app.yoga);
 server.keepAliveTimeout = 5000;
 
+// Metrics on their own listener, never on the public port; METRICS_PORT=0 turns them off.
+const metricsServer = env.metricsPort === 0 ? undefined : createMetricsServer(app.telemetry, logger);
+if (metricsServer) {
+  await new Promise<void>((resolve, reject) => {
+    metricsServer.once('error', reject);
+    metricsServer.listen(env.metricsPort, env.metricsHost, () => {
+      metricsServer.off('error', reject);
+      resolve();
+    });
+  }).catch((error: Error) => failToStart(new Error(`the metrics listener cannot listen on ${env.metricsHost}:${env.metricsPort}: ${error.message}`)));
+  logger.info({ metrics: `http://${env.metricsHost}:${env.metricsPort}${METRICS_PATH}` }, 'metrics listener started');
+}
+
 server.listen(env.port, env.host, () => {
   const base = env.publicUrl;
   logger.info(
@@ -89,6 +103,11 @@ async function shutdown(signal: string) {
     server.closeIdleConnections();
   });
   clearTimeout(forced);
+  // Scrapes were answered while requests drained; the listener goes with the public one.
+  if (metricsServer) {
+    metricsServer.close();
+    metricsServer.closeAllConnections();
+  }
   const failure = (await backgroundStopped) ?? (await failureOf(db.close()));
   clearTimeout(overdue);
   if (failure !== undefined) await exitWith(1, 'shutdown failed', { err: failure });

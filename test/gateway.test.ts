@@ -115,8 +115,8 @@ describe('decisions and reasons', () => {
 
   test.each([
     [{ svc_id: 'x', agent_id: 'x' }, 'action'],
-    [{ svc_id: 'x', agent_id: 'x', action: { type: 'billing' } }, 'action'],
-    [{ svc_id: 'x', agent_id: 'x', action: { type: 'billing', tool: 'read', extra: 1 } }, 'action'],
+    [{ svc_id: 'x', agent_id: 'x', action: { type: 'billing' } }, 'action.tool'],
+    [{ svc_id: 'x', agent_id: 'x', action: { type: 'billing', tool: 'read', extra: 1 } }, 'action.extra'],
     [{ svc_id: 'x', agent_id: 'x', action: { type: 'Billing', tool: 'read' } }, 'action.type'],
     [{ svc_id: 'x', agent_id: 'x', action: { type: 'billing', tool: 'read', params: [1] } }, 'action.params'],
     [{ svc_id: 7, agent_id: 'x', action: { type: 'billing', tool: 'read' } }, 'svc_id'],

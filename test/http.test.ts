@@ -1,3 +1,5 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { openDatabase, type Database } from '../src/db/database.js';
 import { createLogger } from '../src/logger.js';
@@ -219,5 +221,40 @@ describe('structured logs', () => {
     expect(everything).not.toContain(PASSWORD);
     expect(everything).not.toContain(org.adminToken);
     expect(everything).not.toContain(key);
+  });
+});
+
+describe('headers on the wire', () => {
+  test('every error answer carries exactly one Content-Type (REST envelopes, the MCP endpoint)', async () => {
+    const server = http.createServer(t.app.yoga);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const org = await signUp(t, 'wire');
+    const contentTypes = (method: string, path: string, headers: Record<string, string> = {}, body?: string) =>
+      new Promise<{ status: number; values: string[] }>((resolve, reject) => {
+        const request = http.request({ host: '127.0.0.1', port, method, path, headers }, (response) => {
+          const values = response.rawHeaders.filter((_, i, raw) => i % 2 === 1 && /^content-type$/i.test(raw[i - 1]));
+          response.resume();
+          response.on('end', () => resolve({ status: response.statusCode!, values }));
+        });
+        request.on('error', reject);
+        request.end(body);
+      });
+    try {
+      const json = { 'content-type': 'application/json' };
+      const answers = [
+        await contentTypes('GET', `/api/v1/orgs/${org.orgId}`),
+        await contentTypes('GET', '/api/v1/nope'),
+        await contentTypes('DELETE', '/api/v1/orgs', { authorization: `Bearer ${org.adminToken}` }),
+        await contentTypes('POST', '/api/v1/orgs', json, '{"name": 42}'),
+        await contentTypes('POST', '/api/v1/orgs', json, '{not json'),
+        await contentTypes('POST', '/mcp/some-agent', json, '{}'),
+      ];
+      expect(answers.map((a) => a.status)).toEqual([401, 404, 405, 422, 400, 401]);
+      for (const answer of answers) expect(answer.values).toHaveLength(1);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });

@@ -13,6 +13,7 @@ import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
 import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
+import { OpenApiResponseChecker } from './support/openapi-validator.js';
 import {
   addUser,
   createKey,
@@ -796,8 +797,13 @@ const label = (r: { method: string; route: string }) => `${r.method} ${r.route}`
 
 let w: World;
 
+let checker: OpenApiResponseChecker;
+
 beforeAll(async () => {
-  const t = await startTestApp();
+  const app = await startTestApp();
+  // Every response of the matrix, its setup included, is checked against the served document.
+  checker = await OpenApiResponseChecker.load(app);
+  const t: TestApp = { ...app, request: checker.validating(app).request };
   const orgA = await signUp(t, 'matrix-a');
   const orgB = await signUp(t, 'matrix-b');
   // The matrix sends well over 1000 requests a minute as org A; the limit itself is tested in identity tests.
@@ -1081,6 +1087,14 @@ describe('open routes work without credentials', () => {
     expect(me.status).toBe(200);
   });
 
+  test('POST /auth/login and POST /auth/refresh (the secondary listing, at the root) → 200, the refresh token rotating', async () => {
+    const login = await w.t.request('POST', '/auth/login', { body: { email: w.orgA.adminEmail, password: PASSWORD } });
+    expect(login.status).toBe(200);
+    const rotated = await w.t.request('POST', '/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
+    expect(rotated.status).toBe(200);
+    expect(rotated.body.refresh_token).not.toBe(login.body.refresh_token);
+  });
+
   test('POST /api/v1/auth/login with a wrong password → 401 INVALID_TOKEN', async () => {
     const response = await w.t.request('POST', '/api/v1/auth/login', {
       body: { email: w.orgA.adminEmail, password: 'not the right password' },
@@ -1089,5 +1103,12 @@ describe('open routes work without credentials', () => {
       status: 401,
       body: { detail: { code: 'INVALID_TOKEN', message: expect.any(String) } },
     });
+  });
+});
+
+describe('the OpenAPI document describes what the routes answer', () => {
+  test('every operation has answered a 2xx this document validates (a generated client would accept it)', () => {
+    // The matrix ran every route's positive case through the validating client above.
+    expect(checker.operations().filter((id) => !checker.covered.has(id)).sort()).toEqual([]);
   });
 });

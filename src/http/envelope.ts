@@ -22,7 +22,8 @@ export function errorBody(error: Pick<WireError, 'code' | 'message' | 'details'>
 }
 
 export function errorResponse(error: WireError): Response {
-  return Response.json(errorBody(error), {
+  // Not Response.json: it sets its own Content-Type, and one given beside it went out as a second header.
+  return new Response(JSON.stringify(errorBody(error)), {
     status: error.status,
     headers: { ...error.headers, 'Content-Type': 'application/json; charset=utf-8' },
   });

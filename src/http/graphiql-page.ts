@@ -16,6 +16,7 @@ import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { GraphiQLOptions, Plugin } from 'graphql-yoga';
 import { GRAPHQL_ENDPOINT } from '../graphql/guard.js';
 import { Response } from './fetch-api.js';
+import { currentRequest } from './request-state.js';
 
 /** The document GraphiQL opens with: how to get a token and where it goes, then queries to run. */
 export const GRAPHIQL_DEFAULT_QUERY = `# Agent Gateway: the GraphQL API (the REST API under /api/v1 is the same schema, see /docs).
@@ -136,6 +137,9 @@ export function useGraphiQLPage(options: GraphiQLOptions = GRAPHIQL_OPTIONS): Pl
     async onRequest({ request, url, endResponse }) {
       if (request.method !== 'GET' || url.pathname !== GRAPHQL_ENDPOINT) return;
       if (!request.headers.get('accept')?.includes('text/html')) return;
+      // Its own route pattern in logs, metrics and spans, as the other fixed paths have.
+      const state = currentRequest();
+      if (state) state.route = `GET ${GRAPHQL_ENDPOINT}`;
       const encoding = chooseEncoding(request.headers.get('accept-encoding'));
       const { body, etag } = await representation(encoding);
       const headers: Record<string, string> = {

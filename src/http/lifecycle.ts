@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
 import type { Plugin } from 'graphql-yoga';
+import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_URL_PATH, ATTR_URL_SCHEME } from '@opentelemetry/semantic-conventions';
+import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import { errorResponse, wireError } from './envelope.js';
 import { newRequestState, runWithRequest, type RequestState } from './request-state.js';
 import { Request, Response } from './fetch-api.js';
@@ -40,23 +42,41 @@ function clientAddressOf(request: Request, context: ServerContext, trustProxy: b
   return context.req?.socket?.remoteAddress ?? context.clientAddress ?? 'unknown';
 }
 
+/** The route label of a request no route claimed: never its raw path, which may carry ids. */
+export const UNMATCHED_ROUTE = 'unmatched';
+
 /**
  * Per-request bookkeeping around everything else: the request id and state, the body size limit,
- * headers decided during execution, 204 bodies, and one structured log line per request.
+ * headers decided during execution, 204 bodies, one structured log line, the request metrics and
+ * the request's server span (continuing an incoming `traceparent`).
  */
 export function useRequestLifecycle(options: {
   logger: Logger;
+  telemetry: Telemetry;
   maxBodyBytes: number;
   trustProxy: boolean;
 }): Plugin<{}, ServerContext> {
-  const { logger, maxBodyBytes, trustProxy } = options;
+  const { logger, telemetry, maxBodyBytes, trustProxy } = options;
   return {
     instrumentation: {
       request({ request }, wrapped) {
         // The state must exist before the async scope starts so that every hook shares it.
         const state = newRequestState(request, 'unknown');
         pendingStates.set(request, state);
-        return runWithRequest(state, wrapped);
+        if (!telemetry.tracing) return runWithRequest(state, wrapped);
+        const url = new URL(request.url);
+        return telemetry.withSpan(
+          request.method,
+          {
+            kind: SpanKind.SERVER,
+            remoteParent: request.headers,
+            attributes: { [ATTR_HTTP_REQUEST_METHOD]: request.method, [ATTR_URL_PATH]: url.pathname, [ATTR_URL_SCHEME]: url.protocol.slice(0, -1) },
+          },
+          (span) => {
+            state.span = span;
+            return runWithRequest(state, wrapped);
+          },
+        );
       },
     },
     async onRequest({ request, serverContext, endResponse, setRequest, url }) {
@@ -93,6 +113,15 @@ export function useRequestLifecycle(options: {
       final.headers.set('X-Request-Id', state.requestId);
       const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
       const url = new URL(request.url);
+      const space = state.route?.indexOf(' ') ?? -1;
+      const routePath = state.route && space > 0 ? state.route.slice(space + 1) : UNMATCHED_ROUTE;
+      telemetry.httpRequest(request.method, routePath, final.status, durationMs / 1000);
+      if (state.span) {
+        // HTTP semantic conventions: `{method} {http.route}`; a server span is an error on 5xx only.
+        if (state.route) state.span.updateName(state.route).setAttribute(ATTR_HTTP_ROUTE, routePath);
+        state.span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, final.status).setAttribute('agw.request_id', state.requestId);
+        if (final.status >= 500) state.span.setStatus({ code: SpanStatusCode.ERROR });
+      }
       logger.info(
         {
           request_id: state.requestId,

@@ -3,6 +3,16 @@ import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/
 import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import type { Plugin } from 'graphql-yoga';
+import {
+  ATTR_GEN_AI_OPERATION_NAME,
+  ATTR_GEN_AI_TOOL_NAME,
+  ATTR_JSONRPC_REQUEST_ID,
+  ATTR_MCP_METHOD_NAME,
+  ATTR_MCP_PROTOCOL_VERSION,
+  GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+} from '@opentelemetry/semantic-conventions/incubating';
+import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
+import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import type { Logger } from 'pino';
 import type { Env } from '../env.js';
 import { AppError } from '../errors.js';
@@ -35,10 +45,10 @@ const RPC_METHOD_NOT_ALLOWED = -32005;
 const RPC_UNAVAILABLE = -32010;
 
 function rpcError(status: number, code: number, message: string, headers: Record<string, string> = {}): Response {
-  return Response.json(
-    { jsonrpc: '2.0', error: { code, message }, id: null },
-    { status, headers: { ...headers, 'Content-Type': 'application/json' } },
-  );
+  return new Response(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }), {
+    status,
+    headers: { ...headers, 'Content-Type': 'application/json' },
+  });
 }
 
 /** A handler's failure as the JSON-RPC error the SDK sends: never a stack, never a 500. */
@@ -59,12 +69,13 @@ function toMcpError(error: unknown, logger: Logger): McpError {
 interface McpEndpointDeps {
   env: Pick<Env, 'maxBodyBytes' | 'mcpAllowedOrigins'>;
   logger: Logger;
+  telemetry: Telemetry;
   version: string;
   apiKeys: Pick<ApiKeyService, 'verify'>;
   mcp: McpService;
 }
 
-export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpointDeps): Plugin<{}, ServerContext> {
+export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp }: McpEndpointDeps): Plugin<{}, ServerContext> {
   const allowedOrigins = new Set(env.mcpAllowedOrigins);
   // Compiling schemas is the validator's cost; one instance serves every request's server.
   const jsonSchemaValidator = new AjvJsonSchemaValidator();
@@ -95,7 +106,7 @@ export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpoi
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor(principal: ApiKeyPrincipal, svcId: string): Server {
+  function serverFor(principal: ApiKeyPrincipal, svcId: string, protocolVersion: string | null): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -113,13 +124,33 @@ export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpoi
         throw toMcpError(error, logger);
       }
     });
-    server.setRequestHandler(CallToolRequestSchema, async (request) => {
-      try {
-        return await mcp.callTool(principal, svcId, request.params);
-      } catch (error) {
-        throw toMcpError(error, logger);
-      }
-    });
+    // MCP's semantic conventions: the server span `tools/call {tool}`, its decision a child.
+    server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+      telemetry.withSpan(
+        `tools/call ${request.params.name}`,
+        {
+          kind: SpanKind.SERVER,
+          attributes: {
+            [ATTR_MCP_METHOD_NAME]: 'tools/call',
+            [ATTR_GEN_AI_TOOL_NAME]: request.params.name,
+            [ATTR_GEN_AI_OPERATION_NAME]: GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+            [ATTR_JSONRPC_REQUEST_ID]: String(extra.requestId),
+            ...(protocolVersion ? { [ATTR_MCP_PROTOCOL_VERSION]: protocolVersion } : {}),
+          },
+        },
+        async (span) => {
+          try {
+            const result = await mcp.callTool(principal, svcId, request.params);
+            if (result.isError) span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
+            return result;
+          } catch (error) {
+            const mcpError = toMcpError(error, logger);
+            span.setAttribute(ATTR_ERROR_TYPE, String(mcpError.code));
+            throw mcpError;
+          }
+        },
+      ),
+    );
     return server;
   }
 
@@ -153,7 +184,7 @@ export function useMcpEndpoint({ env, logger, version, apiKeys, mcp }: McpEndpoi
       parsedBody = undefined;
     }
     const forSdk = parsedBody === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: text }) : request;
-    await serverFor(principal, svcId).connect(transport);
+    await serverFor(principal, svcId, request.headers.get('mcp-protocol-version')).connect(transport);
     const answer = await transport.handleRequest(forSdk, parsedBody === undefined ? undefined : { parsedBody });
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer

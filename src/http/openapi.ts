@@ -1,4 +1,4 @@
-import type { GraphQLSchema } from 'graphql';
+import { isInputObjectType, isNonNullType, isObjectType, type GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
@@ -101,6 +101,24 @@ function streamOperation(route: StreamRoute): Json {
   };
 }
 
+/**
+ * What GraphQL knows and SOFA's document drops: a field whose type is not non-null is sent as an
+ * explicit `null`, so its property is `nullable` (a `$ref` property is wrapped in `allOf`, since
+ * OpenAPI 3.0 ignores keywords beside `$ref`). Applied to every component schema named after a
+ * GraphQL object or input type.
+ */
+function markNullableFields(schemas: Json, schema: GraphQLSchema): void {
+  for (const [name, component] of Object.entries<Json>(schemas)) {
+    const type = schema.getType(name);
+    if (!(isObjectType(type) || isInputObjectType(type)) || !component.properties) continue;
+    for (const [fieldName, field] of Object.entries(type.getFields())) {
+      const property = component.properties[fieldName];
+      if (!property || isNonNullType(field.type)) continue;
+      component.properties[fieldName] = property.$ref ? { allOf: [property], nullable: true } : { ...property, nullable: true };
+    }
+  }
+}
+
 /** JSON schemas of whole-body arguments (`bodyArg`), which GraphQL only knows as JSON. */
 export const bodySchemas: Record<string, Json> = {};
 const bodySchemaName = (arg: string) => `${arg[0].toUpperCase()}${arg.slice(1)}Payload`;
@@ -173,6 +191,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
   for (const [arg, schema] of Object.entries(bodySchemas)) schemas[bodySchemaName(arg)] = schema;
   delete schemas.Query;
   delete schemas.Mutation;
+  markNullableFields(schemas, schema);
   schemas.AuthError = {
     type: 'object',
     required: ['detail'],

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Span } from '@opentelemetry/api';
 import type { AuthState } from '../modules/auth/authz.js';
 import { Headers } from './fetch-api.js';
 import { randomHexId } from '../lib/ids.js';
@@ -18,6 +19,8 @@ export interface RequestState {
   responseHeaders: Headers;
   /** The caller's credentials, resolved at most once per request (REST guard or GraphQL context). */
   auth: Promise<AuthState> | undefined;
+  /** The request's server span, when tracing is on. */
+  span?: Span;
 }
 
 const storage = new AsyncLocalStorage<RequestState>();

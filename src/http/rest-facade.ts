@@ -12,7 +12,7 @@ import {
 } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from 'pino';
-import { AppError, authenticationRequired, operationForbidden, orgNotFound, validationError, type FieldError } from '../errors.js';
+import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
 import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
@@ -24,6 +24,7 @@ import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
 import { publicPath, restRoutes, ROOT_MOUNT_PREFIX, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
 import { Response } from './fetch-api.js';
+import { inputProblem, REQUIRED } from './input-problems.js';
 import { restSchema } from './rest-schema.js';
 import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-routes.js';
 
@@ -112,16 +113,26 @@ const bySpecificity = (a: CompiledRoute, b: CompiledRoute) => a.pathParams.lengt
 /**
  * SOFA converts body values with the scalars' lenient `serialize` (42 becomes "42", a lone string
  * becomes a list). JSON bodies are checked first with GraphQL's strict input coercion instead, so a
- * wrong type is a 422 naming the field.
+ * wrong type is a 422 naming the field; required arguments missing from the body (and from the
+ * query string, for the few it may carry) are reported in the same answer, every field at once,
+ * in the facade's words (input-problems.ts).
  */
-function checkBody(text: string, route: CompiledRoute): { errors: FieldError[]; args: Record<string, unknown> } | 'not_json' {
+function checkBody(
+  text: string,
+  route: CompiledRoute,
+  schema: GraphQLSchema,
+  fromQuery: ReadonlySet<string>,
+): { errors: FieldError[]; args: Record<string, unknown> } | 'not_json' {
   const args: Record<string, unknown> = {};
-  if (!text.trim()) return { errors: route.bodyArg ? [{ field: 'body', message: 'must be a JSON object' }] : [], args };
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    return 'not_json';
+  let body: unknown = {};
+  if (text.trim()) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return 'not_json';
+    }
+  } else if (route.bodyArg) {
+    return { errors: [{ field: 'body', message: 'must be a JSON object' }], args };
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return { errors: [{ field: 'body', message: 'must be a JSON object' }], args };
@@ -130,15 +141,24 @@ function checkBody(text: string, route: CompiledRoute): { errors: FieldError[]; 
   if (unstorable) return { errors: [unstorable], args };
   if (route.bodyArg) return { errors: [], args: { [route.bodyArg]: body } };
   const errors: FieldError[] = [];
-  for (const [name, value] of Object.entries(body)) {
+  const given = body as Record<string, unknown>;
+  for (const [name, value] of Object.entries(given)) {
     const arg = route.bodyArgs.get(name);
     if (!arg || value === undefined) continue;
     args[name] = coerceInputValue(value, arg.type, (path, _invalid, error) => {
       const suffix = path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('');
-      errors.push({ field: `${name}${suffix}`, message: error.message });
+      errors.push(inputProblem(`${name}${suffix}`, error.message, schema));
     });
   }
+  errors.push(...missingArguments(route, (name) => given[name] !== undefined || fromQuery.has(name)));
   return { errors, args };
+}
+
+/** Required arguments (non-null, no default) the request does not give. */
+function missingArguments(route: CompiledRoute, isGiven: (name: string) => boolean): FieldError[] {
+  return [...route.bodyArgs.values()]
+    .filter((arg) => isNonNullType(arg.type) && arg.defaultValue === undefined && !isGiven(arg.name))
+    .map((arg) => ({ field: arg.name, message: REQUIRED }));
 }
 
 /**
@@ -147,6 +167,8 @@ function checkBody(text: string, route: CompiledRoute): { errors: FieldError[]; 
  */
 function checkQuery(url: URL, route: CompiledRoute, only?: readonly string[]): FieldError[] {
   const errors: FieldError[] = [];
+  // A GET route's arguments all come from the query string; a body route's are checked with its body.
+  if (!only) errors.push(...missingArguments(route, (name) => url.searchParams.has(name)));
   for (const name of new Set(url.searchParams.keys())) {
     if (only && !only.includes(name)) continue;
     const arg = route.bodyArgs.get(name);
@@ -242,9 +264,9 @@ async function serveStream(
 }
 
 /**
- * A direct route, once credentials and the body's types are known: the required arguments (422,
- * as GraphQL's variable coercion words it), authorization with the permission table (403), then
- * the handler. Whatever it throws is shaped by the envelopes, unknown errors as a masked 500.
+ * A direct route, once credentials and the body (types and required arguments) are checked:
+ * authorization with the permission table (403), then the handler. Whatever it throws is shaped
+ * by the envelopes, unknown errors as a masked 500.
  */
 async function serveDirect(
   route: CompiledRoute & { direct: DirectRoute },
@@ -254,11 +276,7 @@ async function serveDirect(
   services: Services,
   logger: Logger,
 ): Promise<Response> {
-  const missing = [...route.bodyArgs.values()]
-    .filter((arg) => isNonNullType(arg.type) && args[arg.name] === undefined)
-    .map((arg) => ({ field: arg.name, message: `of required type "${String(arg.type)}" was not provided.` }));
   try {
-    if (missing.length) throw validationError(missing);
     if (!may(principal, route.direct.action)) throw operationForbidden();
     const body = await route.direct.handle({ principal, args, services, state: serverContext.state });
     return Response.json(body);
@@ -337,7 +355,7 @@ export function useRestFacade(
         return;
       }
       const text = await request.text();
-      const checked = checkBody(text, route);
+      const checked = checkBody(text, route, schema, new Set(route.queryArgs.filter((name) => url.searchParams.has(name))));
       if (checked === 'not_json') {
         endResponse(errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON')));
         return;

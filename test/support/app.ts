@@ -4,6 +4,7 @@ import type { Database } from '../../src/db/database.js';
 import type { QueryObserver } from '../../src/db/query-observer.js';
 import { parseEnv } from '../../src/env.js';
 import { createLogger } from '../../src/logger.js';
+import type { Telemetry } from '../../src/observability/telemetry.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 
 export interface TestResponse<T = any> {
@@ -40,6 +41,8 @@ export interface TestAppOptions {
   db?: Database;
   /** Sees every statement Prisma sends (N+1 bounds). */
   onQuery?: QueryObserver;
+  /** Metrics and spans to use (an in-memory span exporter); the test shuts it down. */
+  telemetry?: Telemetry;
 }
 
 /** The fetch options of a test request: JSON body, bearer token or API key, extra headers. */
@@ -76,6 +79,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     env: parseEnv({ LOG_LEVEL: 'silent', ...env }),
     db: database.db,
     logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
+    telemetry: options.telemetry,
   });
   await app.ready;
 

@@ -55,7 +55,8 @@ export async function freePort(): Promise<number> {
 }
 
 export function startService(port: number, options: ServiceOptions): Service {
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', ...options.env };
+  // No metrics listener unless a test asks for one: several services run at once.
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', ...options.env };
   delete env.DATABASE_URL;
   delete env.DATA_DIR;
   delete env.PUBLIC_URL;

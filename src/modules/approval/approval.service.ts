@@ -51,7 +51,16 @@ export function approvalSummary(approval: Approval) {
  * an approved one exactly once; operators list and decide; pending and unused approved approvals
  * expire after the org's TTL, lazily on every read and in a periodic sweep.
  */
-export function createApprovalService({ db }: Deps) {
+export function createApprovalService({ db, telemetry }: Deps) {
+  // `agw_approvals_pending`: one count per scrape, over all orgs (an org is no label). Pending ones
+  // past their TTL await the sweep and are not counted.
+  telemetry.observePendingApprovals(async () => {
+    const [row] = await db.sql.query<{ pending: number }>(
+      `SELECT count(*)::int AS pending FROM approvals WHERE status = 'pending' AND expires_at > now()`,
+    );
+    return row.pending;
+  });
+
   async function request(entry: ApprovalRequest): Promise<string> {
     const id = randomId('apr');
     await db.sql.transaction(async (tx) => {

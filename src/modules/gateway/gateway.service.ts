@@ -7,7 +7,7 @@ import { outOfScope, type Principal } from '../auth/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
-import { matchPolicies, type ActivePolicy } from '../policy/policy-rules.js';
+import { matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolService } from '../tool/tool.service.js';
 import {
@@ -93,8 +93,9 @@ interface Collaborators {
 /** What a pending approval is bound to: the SHA-256 of the canonical {svc_id, agent_id, action}. */
 const actionHashOf = (call: GatewayCall) => canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
-export function createGatewayService({ db }: Deps, modules: Collaborators) {
+export function createGatewayService({ db, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
+  const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) => telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
   /**
    * Everything the checks need, each read independent of the others and mostly cached; then the
@@ -118,8 +119,12 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
       principal.type === 'api_key'
         ? { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes }
         : { id: principal.userId, prefix: '', scopes: [] };
-    const matches = matchPolicies(active, call.svcId, call.capability, () =>
-      conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
+    const matches = matchPolicies(
+      active,
+      call.svcId,
+      call.capability,
+      () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
+      policyEvaluated,
     );
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
@@ -141,7 +146,36 @@ export function createGatewayService({ db }: Deps, modules: Collaborators) {
     return { context, tool, settings, counters };
   }
 
-  async function decide(principal: Principal, request: GatewayRequest, options: DecisionOptions): Promise<DecisionOutcome> {
+  /**
+   * One decision in its span (`gateway execute|evaluate`, the tool call and the record its
+   * children), counted by decision, first reason, channel and mode. A request refused before any
+   * check (invalid) or a failure is no decision: not counted, the span marked as an error.
+   */
+  function decide(principal: Principal, request: GatewayRequest, options: DecisionOptions): Promise<DecisionOutcome> {
+    return telemetry.withSpan(
+      `gateway ${options.mode}`,
+      { attributes: { 'agw.mode': options.mode, 'agw.channel': options.channel, 'agw.org_id': principal.orgId } },
+      async (span) => {
+        const outcome = await decideUntraced(principal, request, options);
+        const { decision } = outcome;
+        telemetry.decision(decision.decision, decision.reasons, options.channel, options.mode);
+        if (span.isRecording()) {
+          span.setAttributes({
+            'agw.svc_id': request.svc_id,
+            'agw.capability': `${request.action.type}:${request.action.tool}`,
+            'agw.interaction_id': decision.interaction_id,
+            'agw.decision': decision.decision,
+            'agw.reasons': decision.reasons.map((reason) => reason.code),
+            'agw.executed': decision.executed,
+            'agw.policies_matched': decision.policies.length,
+          });
+        }
+        return outcome;
+      },
+    );
+  }
+
+  async function decideUntraced(principal: Principal, request: GatewayRequest, options: DecisionOptions): Promise<DecisionOutcome> {
     const parsed = parseGatewayRequest(request);
     if ('errors' in parsed) {
       throw new AppError('VALIDATION_ERROR', 'The gateway request is invalid', { details: { errors: parsed.errors } });

@@ -58,15 +58,20 @@ export function byPriority(a: { priority: number; name: string; id: string }, b:
   return a.priority - b.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
 
+/** What evaluating a targeted policy gave: it matched, its condition was false, or it failed (and matched). */
+export type PolicyEvaluation = 'matched' | 'not_matched' | 'condition_error';
+
 /**
  * The policies that apply to an agent's capability, in the order given (the service keeps them by
- * priority). `facts` is built only if some targeted policy has a condition.
+ * priority). `facts` is built only if some targeted policy has a condition. `evaluated` hears of
+ * each policy that targets the request (metrics); the others are not evaluated.
  */
 export function matchPolicies(
   policies: readonly ActivePolicy[],
   svcId: string,
   capability: string,
   facts: () => ConditionFacts,
+  evaluated?: (policy: ActivePolicy, result: PolicyEvaluation) => void,
 ): PolicyMatch[] {
   const matches: PolicyMatch[] = [];
   let known: ConditionFacts | undefined;
@@ -75,10 +80,12 @@ export function matchPolicies(
     if (policy.capabilities && !policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))) continue;
     if (!policy.condition) {
       matches.push({ policy, conditionError: null });
+      evaluated?.(policy, 'matched');
       continue;
     }
     const outcome = runCondition(policy.condition, (known ??= facts()));
     if (outcome.matched) matches.push({ policy, conditionError: outcome.error });
+    evaluated?.(policy, !outcome.matched ? 'not_matched' : outcome.error ? 'condition_error' : 'matched');
   }
   return matches;
 }

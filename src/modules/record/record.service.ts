@@ -9,6 +9,7 @@ import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecord
 import { randomId } from '../../lib/ids.js';
 import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
+import { secondsSince } from '../../observability/telemetry.js';
 
 
 /** What a record is about: the org, the agent and its action (params by hash). */
@@ -91,7 +92,7 @@ export function bodyOf(record: InteractionRecord): RecordBody {
   };
 }
 
-export function createRecordService({ db, keys }: Deps) {
+export function createRecordService({ db, keys, telemetry }: Deps) {
   interface Pending {
     id: string;
     entry: NewRecord;
@@ -109,6 +110,20 @@ export function createRecordService({ db, keys }: Deps) {
    * lock round per batch instead of one per record.
    */
   function append(id: string, entry: NewRecord, storeParams: boolean): Promise<InteractionRecord> {
+    const started = performance.now();
+    return telemetry.withSpan(
+      'record append',
+      { attributes: { 'agw.interaction_id': id, 'agw.org_id': entry.orgId, 'agw.decision': entry.decision } },
+      async (span) => {
+        const record = await enqueue(id, entry, storeParams);
+        telemetry.recordAppended(secondsSince(started));
+        if (span.isRecording()) span.setAttribute('agw.record.seq', Number(record.seq));
+        return record;
+      },
+    );
+  }
+
+  function enqueue(id: string, entry: NewRecord, storeParams: boolean): Promise<InteractionRecord> {
     // What the database could not store fails this append alone, before it joins a batch. The
     // edge refuses such input (src/lib/storable-input.ts); this guards the chain against a path
     // that forgot to.

@@ -29,6 +29,13 @@ export interface ToolCall {
 
 export const MAX_RESPONSE_BYTES = 1024 * 1024;
 
+const traceContextHeaders = new Set(['traceparent', 'tracestate']);
+/** The configured headers; when the gateway sends its trace context, without headers of those names (any case). */
+export const withoutTraceContext = (headers: Record<string, string>, traceHeaders: Record<string, string>): Record<string, string> =>
+  Object.keys(traceHeaders).length
+    ? Object.fromEntries(Object.entries(headers).filter(([name]) => !traceContextHeaders.has(name.toLowerCase())))
+    : headers;
+
 export const failure = (code: string, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
 
 export function runMock(config: { response?: unknown }, call: ToolCall): ToolResult {
@@ -44,13 +51,20 @@ export function signBody(secret: string, timestamp: string, body: string): strin
 /**
  * POSTs the call as JSON through the shared outbound rules (src/lib/outbound-http.ts): no redirect
  * followed, gives up after `timeout_ms`, reads at most 1 MiB, and connects only to addresses the
- * address policy allows. Never throws: failures are results.
+ * address policy allows. `traceHeaders` (W3C trace context of the tool call's span) go along.
+ * Never throws: failures are results.
  */
-export async function runHttp(config: HttpToolConfig, { secret, headers: configured }: ToolCredentials, call: ToolCall): Promise<ToolResult> {
+export async function runHttp(
+  config: HttpToolConfig,
+  { secret, headers: configured }: ToolCredentials,
+  call: ToolCall,
+  traceHeaders: Record<string, string> = {},
+): Promise<ToolResult> {
   const body = JSON.stringify(call);
   const timestamp = String(Math.floor(Date.now() / 1000));
   const headers: Record<string, string> = {
-    ...configured,
+    ...withoutTraceContext(configured, traceHeaders),
+    ...traceHeaders,
     'user-agent': 'agent-gateway',
     'x-timestamp': timestamp,
     'x-interaction-id': call.interaction_id,

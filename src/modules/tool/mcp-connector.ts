@@ -4,7 +4,24 @@ import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
-import { failure, MAX_RESPONSE_BYTES, toolFailure, type HttpToolConfig, type ToolCall, type ToolCredentials, type ToolResult } from './connectors.js';
+import {
+  failure,
+  MAX_RESPONSE_BYTES,
+  toolFailure,
+  withoutTraceContext,
+  type HttpToolConfig,
+  type ToolCall,
+  type ToolCredentials,
+  type ToolResult,
+} from './connectors.js';
+
+/** What the tool call's span gives the exchange and learns from it. */
+export interface McpCallTracing {
+  /** W3C trace context sent with every request of the exchange. */
+  traceHeaders: Record<string, string>;
+  /** Hears the protocol version the upstream agreed to. */
+  negotiated?(protocolVersion: string): void;
+}
 
 /** What an mcp tool stores in `config`: an http tool's endpoint and the upstream tool's name, when not the action's. */
 export interface McpToolConfig extends HttpToolConfig {
@@ -64,7 +81,12 @@ export function failureOfExchange(error: unknown, remembered: ToolResult | undef
  * headers and the protocol's own are sent, never anything of the agent's. Never throws: failures
  * are results.
  */
-export async function runMcp(config: McpToolConfig, credentials: ToolCredentials, call: ToolCall): Promise<ToolResult> {
+export async function runMcp(
+  config: McpToolConfig,
+  credentials: ToolCredentials,
+  call: ToolCall,
+  tracing: McpCallTracing = { traceHeaders: {} },
+): Promise<ToolResult> {
   let url: URL;
   try {
     url = new URL(config.url);
@@ -73,11 +95,11 @@ export async function runMcp(config: McpToolConfig, credentials: ToolCredentials
   }
   // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
   const configured = Object.fromEntries(
-    Object.entries(credentials.headers)
+    Object.entries(withoutTraceContext(credentials.headers, tracing.traceHeaders))
       .map(([name, value]) => [name.toLowerCase(), value])
       .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
   );
-  const ownHeaders = { 'user-agent': 'agent-gateway', 'x-interaction-id': call.interaction_id };
+  const ownHeaders = { ...tracing.traceHeaders, 'user-agent': 'agent-gateway', 'x-interaction-id': call.interaction_id };
   const deadline = Date.now() + config.timeout_ms;
   /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
   const exchange = new AbortController();
@@ -142,6 +164,7 @@ export async function runMcp(config: McpToolConfig, credentials: ToolCredentials
   try {
     const called = (async () => {
       await client.connect(transport, requestOptions);
+      if (transport.protocolVersion) tracing.negotiated?.(transport.protocolVersion);
       return client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, undefined, requestOptions);
     })();
     const result = await Promise.race([called, ended]);

@@ -19,6 +19,9 @@ import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { nestsDeeperThan } from '../../lib/storable-input.js';
+import { ATTR_GEN_AI_OPERATION_NAME, ATTR_GEN_AI_TOOL_NAME, ATTR_MCP_METHOD_NAME, ATTR_MCP_PROTOCOL_VERSION, GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL } from '@opentelemetry/semantic-conventions/incubating';
+import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
+import { secondsSince, SpanKind, SpanStatusCode } from '../../observability/telemetry.js';
 
 export const connectors = ['http', 'mock', 'mcp'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -252,7 +255,7 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
   return stale.length;
 }
 
-export function createToolService({ db, cache, logger, secrets }: Deps) {
+export function createToolService({ db, cache, logger, secrets, telemetry }: Deps) {
   function openCredentials(tool: Tool): ToolCredentials {
     return {
       secret: tool.secret === null ? null : secrets.open(tool.secret),
@@ -398,15 +401,49 @@ export function createToolService({ db, cache, logger, secrets }: Deps) {
     });
   }
 
-  /** Runs the connector. Never throws: whatever fails is a failed result, so the call still gets its record. */
-  async function execute(tool: ConfiguredTool, call: ToolCall): Promise<ToolResult> {
+  /**
+   * Runs the connector in a span (GenAI's `execute_tool {capability}`; for an mcp tool MCP's
+   * client span `tools/call {upstream tool}`) whose trace context goes out with http and mcp calls,
+   * and times it by connector and outcome. Never throws: whatever fails is a failed result, so the
+   * call still gets its record.
+   */
+  function execute(tool: ConfiguredTool, call: ToolCall): Promise<ToolResult> {
+    const upstreamTool = tool.connector === 'mcp' ? ((tool.config as unknown as McpToolConfig).tool ?? call.action.tool) : null;
+    const capability = `${call.action.type}:${call.action.tool}`;
+    const started = performance.now();
+    return telemetry.withSpan(
+      upstreamTool === null ? `${GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL} ${capability}` : `tools/call ${upstreamTool}`,
+      {
+        kind: tool.connector === 'mock' ? SpanKind.INTERNAL : SpanKind.CLIENT,
+        attributes: {
+          [ATTR_GEN_AI_OPERATION_NAME]: GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+          [ATTR_GEN_AI_TOOL_NAME]: upstreamTool ?? capability,
+          ...(upstreamTool === null ? {} : { [ATTR_MCP_METHOD_NAME]: 'tools/call' }),
+          'agw.connector': tool.connector,
+          'agw.interaction_id': call.interaction_id,
+        },
+      },
+      async (span) => {
+        const result = await run(tool, call, (version) => span.setAttribute(ATTR_MCP_PROTOCOL_VERSION, version));
+        const outcome = result.success ? 'success' : result.error.code;
+        telemetry.toolCall(tool.connector, outcome, secondsSince(started));
+        if (!result.success) span.setAttribute(ATTR_ERROR_TYPE, outcome).setStatus({ code: SpanStatusCode.ERROR, message: result.error.message });
+        return result;
+      },
+    );
+  }
+
+  async function run(tool: ConfiguredTool, call: ToolCall, negotiated: (protocolVersion: string) => void): Promise<ToolResult> {
     try {
       if (tool.connector === 'mock') return runMock(tool.config as { response?: unknown }, call);
       if (!tool.credentials) {
         return failure('TOOL_CONFIG_INVALID', 'The tool’s secret or header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY');
       }
-      if (tool.connector === 'mcp') return await runMcp(tool.config as unknown as McpToolConfig, tool.credentials, call);
-      return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call);
+      const traceHeaders = telemetry.traceHeaders();
+      if (tool.connector === 'mcp') {
+        return await runMcp(tool.config as unknown as McpToolConfig, tool.credentials, call, { traceHeaders, negotiated });
+      }
+      return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call, traceHeaders);
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
       return failure('TOOL_FAILED', 'The tool connector failed');

@@ -4,6 +4,8 @@ import type { Database } from '../../db/database.js';
 import type { Env } from '../../env.js';
 import { postJson, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
+import { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE } from '@opentelemetry/semantic-conventions';
+import { SpanKind, SpanStatusCode, type Span, type Telemetry } from '../../observability/telemetry.js';
 
 /**
  * Sends the webhook outbox (webhook_deliveries). Each process runs one dispatcher; every
@@ -96,11 +98,13 @@ export function createWebhookDispatcher({
   db,
   logger,
   secrets,
+  telemetry,
 }: {
   env: Env;
   db: Database;
   logger: Logger;
   secrets: SecretBox;
+  telemetry: Telemetry;
 }): WebhookDispatcher {
   const log = logger.child({ component: 'webhooks' });
   const leaseMs = env.webhookTimeoutMs + LEASE_MARGIN_MS;
@@ -187,6 +191,8 @@ export function createWebhookDispatcher({
         'X-Webhook-Delivery': delivery.id,
         'X-Webhook-Timestamp': timestamp,
         'X-Webhook-Signature': webhookSignature(secret, timestamp, body),
+        // The attempt's span: the event's cause is not kept with the outbox row.
+        ...telemetry.traceHeaders(),
       },
       body,
       timeoutMs: env.webhookTimeoutMs,
@@ -197,13 +203,45 @@ export function createWebhookDispatcher({
     });
   }
 
-  async function attempt(delivery: Claimed, signal: AbortSignal): Promise<void> {
+  /** One attempt in its span (`webhook {event}`, whose trace context the receiver gets), counted by outcome. */
+  function attempt(delivery: Claimed, signal: AbortSignal): Promise<void> {
+    return telemetry.withSpan(
+      `webhook ${delivery.event}`,
+      {
+        kind: SpanKind.CLIENT,
+        // Its own trace: the dispatcher may have been woken from a request that caused another event.
+        root: true,
+        attributes: {
+          [ATTR_HTTP_REQUEST_METHOD]: 'POST',
+          'agw.webhook.event': delivery.event,
+          'agw.webhook.id': delivery.webhook_id,
+          'agw.webhook.delivery_id': delivery.id,
+          'agw.webhook.attempt': delivery.attempts,
+        },
+      },
+      async (span) => {
+        const status = await attemptUntraced(delivery, signal, span);
+        if (status === undefined) return;
+        telemetry.webhookAttempt(status === 'pending' ? 'retrying' : status);
+        if (status !== 'delivered') span.setStatus({ code: SpanStatusCode.ERROR });
+      },
+    );
+  }
+
+  /** The delivery's status after the attempt; undefined when shutdown aborted it. */
+  async function attemptUntraced(
+    delivery: Claimed,
+    signal: AbortSignal,
+    span: Span,
+  ): Promise<'delivered' | 'failed' | 'pending' | undefined> {
     const secret = openSecret(delivery);
     const outcome = typeof secret === 'string' ? await send(delivery, secret, signal) : secret;
     // Aborted by shutdown: the receiver may or may not have it; the lease lets another try.
-    if (outcome.kind === 'failure' && outcome.code === 'ABORTED') return;
+    if (outcome.kind === 'failure' && outcome.code === 'ABORTED') return undefined;
     const { delivered, statusCode, error } = judge(outcome);
     const status = delivered ? 'delivered' : delivery.attempts >= env.webhookMaxAttempts ? 'failed' : 'pending';
+    if (statusCode !== null) span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode);
+    if (error) span.setAttribute(ATTR_ERROR_TYPE, error.slice(0, error.indexOf(':')));
     await db.sql.query(
       `UPDATE webhook_deliveries
        SET status = $3::text::"WebhookDeliveryStatus", last_status_code = $4, last_error = $5,
@@ -216,6 +254,7 @@ export function createWebhookDispatcher({
     if (status === 'failed') log.warn({ ...fields, error }, 'webhook delivery failed for good');
     else if (status === 'pending') log.info({ ...fields, error }, 'webhook delivery attempt failed; will retry');
     else log.debug(fields, 'webhook delivered');
+    return status;
   }
 
   function launch(delivery: Claimed) {

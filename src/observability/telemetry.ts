@@ -1,0 +1,327 @@
+import {
+  defaultTextMapSetter,
+  INVALID_SPAN_CONTEXT,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type TextMapGetter,
+  type Tracer,
+} from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, SimpleSpanProcessor, TracerProvider, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace';
+import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Logger } from 'pino';
+
+/**
+ * Metrics and traces (decisions.md § Observability), in one object per app that services get
+ * through Deps: tests start several apps in one process, so nothing here is global except the
+ * process metrics, which are the process's.
+ *
+ * Metrics are prom-client objects on the app's own Registry with fixed label sets; callers use the
+ * methods below, whose parameters are the labels, so no id or free text can become a label.
+ * Traces use the OpenTelemetry SDK with a tracer provider, a context manager and a W3C propagator
+ * of the app's own (none is registered globally). Without an exporter (no
+ * OTEL_EXPORTER_OTLP_ENDPOINT, none injected) tracing is off and `withSpan` only calls its function.
+ */
+
+export type DecisionLabel = 'allow' | 'deny';
+export type PolicyEvaluationResult = 'matched' | 'not_matched' | 'condition_error';
+/** One attempt of a webhook delivery: delivered, failed with a retry to come, or failed for good. */
+export type WebhookAttemptOutcome = 'delivered' | 'retrying' | 'failed';
+
+export interface SpanOptions {
+  kind?: SpanKind;
+  attributes?: Attributes;
+  /** Headers of an incoming request: a `traceparent` among them continues the caller's trace. */
+  remoteParent?: Headers;
+  /** Start a trace of its own, whatever is active (background work woken from a request). */
+  root?: boolean;
+}
+
+export interface Telemetry {
+  /** Counting is on (METRICS_PORT not 0); when off, the metric methods do nothing. */
+  readonly metricsEnabled: boolean;
+  /** Spans are recorded and exported; when off, `withSpan` only calls its function. */
+  readonly tracing: boolean;
+  /** The app's metrics and the process's, in the Prometheus text format. */
+  scrape(): Promise<{ contentType: string; text: string }>;
+
+  /** A served request: its route pattern (`unmatched` when none), never the raw path. */
+  httpRequest(method: string, route: string, status: number, seconds: number): void;
+  /** A gateway decision: counted once, under its first reason (`none` for an allow); each reason of a deny counted apart. */
+  decision(decision: DecisionLabel, reasons: readonly { code: string }[], channel: string, mode: string): void;
+  policyEvaluated(effect: string, mode: string, result: PolicyEvaluationResult): void;
+  /** A tool call: `outcome` is `success` or the failure's code (a closed set of TOOL_* codes). */
+  toolCall(connector: string, outcome: string, seconds: number): void;
+  recordAppended(seconds: number): void;
+  webhookAttempt(outcome: WebhookAttemptOutcome): void;
+  /** What `agw_approvals_pending` reports, asked once per scrape. */
+  observePendingApprovals(count: () => Promise<number>): void;
+
+  /**
+   * Runs `fn` in a new span, a child of the active one (or of `remoteParent`'s trace), and ends
+   * it when `fn` settles; a throw marks it as an error. With tracing off, only calls `fn`.
+   */
+  withSpan<T>(name: string, options: SpanOptions, fn: (span: Span) => T): T;
+  /** `traceparent` (and `tracestate`) of the active span, for outbound requests; empty when none. */
+  traceHeaders(): Record<string, string>;
+  /** Exports what is buffered and stops tracing; bounded by `timeoutMs`. */
+  shutdown(timeoutMs?: number): Promise<void>;
+}
+
+export interface TelemetryOptions {
+  serviceName?: string;
+  serviceVersion?: string;
+  /** False: no metric is counted (METRICS_PORT=0). */
+  metrics?: boolean;
+  /** Where spans go: an injected exporter (tests, the bench), else OTLP when `otlpTracesUrl` is set. */
+  spanExporter?: SpanExporter;
+  otlpTracesUrl?: string;
+  /** `simple` exports each span as it ends (tests); `batch` (the default) in the background. */
+  spanProcessor?: 'batch' | 'simple';
+  logger?: Logger;
+}
+
+const TRACER_NAME = 'agent-gateway';
+/** Gateway requests take milliseconds; the default buckets start at 5 ms. */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const TOOL_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const knownMethods = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
+let processRegistry: Registry | undefined;
+/**
+ * Process metrics (CPU, memory, event loop lag, GC, handles) once per process: they describe the
+ * process, and each collector starts monitors that are never stopped, so not one per app.
+ */
+function processMetrics(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
+const NOOP_SPAN = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+const headersGetter: TextMapGetter<Headers> = {
+  get: (carrier, key) => carrier.get(key) ?? undefined,
+  keys: (carrier) => [...carrier.keys()],
+};
+
+const isPromiseLike = (value: unknown): value is PromiseLike<unknown> =>
+  typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
+
+function metricsOf(registry: Registry) {
+  const registers = [registry];
+  const evaluations = new Counter({
+    name: 'agw_policy_evaluations_total',
+    help: 'Policies evaluated against a gateway request that they target, by effect, mode and result',
+    labelNames: ['effect', 'mode', 'result'] as const,
+    registers,
+  });
+  // Every combination exists from the start (at 0), and counting one skips the label lookup.
+  const evaluationChildren = new Map<string, ReturnType<typeof evaluations.labels>>();
+  for (const effect of ['deny', 'require_approval', 'rate_limit']) {
+    for (const mode of ['enforce', 'shadow']) {
+      for (const result of ['matched', 'not_matched', 'condition_error']) {
+        evaluationChildren.set(`${effect} ${mode} ${result}`, evaluations.labels(effect, mode, result));
+      }
+    }
+  }
+  return {
+    requests: new Counter({
+      name: 'agw_http_requests_total',
+      help: 'HTTP requests served on the public port, by method, route pattern and status',
+      labelNames: ['method', 'route', 'status'] as const,
+      registers,
+    }),
+    requestDuration: new Histogram({
+      name: 'agw_http_request_duration_seconds',
+      help: 'Time to the response head of HTTP requests on the public port, by method, route pattern and status',
+      labelNames: ['method', 'route', 'status'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    decisions: new Counter({
+      name: 'agw_gateway_decisions_total',
+      help: 'Gateway decisions, each counted once under its first reason code (none for an allow), by channel and mode',
+      labelNames: ['decision', 'reason', 'channel', 'mode'] as const,
+      registers,
+    }),
+    denialReasons: new Counter({
+      name: 'agw_gateway_denial_reasons_total',
+      help: 'Reasons given by gateway denials, each reason of a denial counted, by channel and mode',
+      labelNames: ['reason', 'channel', 'mode'] as const,
+      registers,
+    }),
+    evaluations,
+    evaluationChildren,
+    toolCalls: new Histogram({
+      name: 'agw_tool_call_duration_seconds',
+      help: 'Tool calls of allowed executions, by connector and outcome (success or the failure code)',
+      labelNames: ['connector', 'outcome'] as const,
+      buckets: TOOL_BUCKETS,
+      registers,
+    }),
+    recordAppends: new Histogram({
+      name: 'agw_record_append_duration_seconds',
+      help: 'Time from asking for a record to its commit in the org chain (queueing and batching included)',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    webhookAttempts: new Counter({
+      name: 'agw_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retrying (failed, retried later) or failed (for good)',
+      labelNames: ['outcome'] as const,
+      registers,
+    }),
+  };
+}
+
+export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
+  const registry = new Registry();
+  const metricsEnabled = options.metrics ?? true;
+  const metrics = metricsEnabled ? metricsOf(registry) : undefined;
+  let pendingApprovals: (() => Promise<number>) | undefined;
+  if (metricsEnabled) {
+    new Gauge({
+      name: 'agw_approvals_pending',
+      help: 'Approvals waiting for a human decision (pending and not expired), over all orgs',
+      registers: [registry],
+      async collect() {
+        if (!pendingApprovals) return;
+        try {
+          this.set(await pendingApprovals());
+        } catch (error) {
+          // The scrape still answers; the gauge keeps its last value.
+          options.logger?.warn({ err: error }, 'counting pending approvals for /metrics failed');
+        }
+      },
+    });
+  }
+
+  const exporter =
+    options.spanExporter ?? (options.otlpTracesUrl ? new OTLPTraceExporter({ url: options.otlpTracesUrl }) : undefined);
+  let provider: TracerProvider | undefined;
+  let tracer: Tracer | undefined;
+  let contextManager: AsyncLocalStorageContextManager | undefined;
+  const propagator = new W3CTraceContextPropagator();
+  if (exporter) {
+    const processor: SpanProcessor =
+      options.spanProcessor === 'simple'
+        ? new SimpleSpanProcessor({ exporter })
+        : new BatchSpanProcessor({ exporter, exportTimeoutMillis: 10_000 });
+    provider = new TracerProvider({
+      resource: resourceFromAttributes({
+        [ATTR_SERVICE_NAME]: options.serviceName ?? 'agent-gateway',
+        ...(options.serviceVersion ? { [ATTR_SERVICE_VERSION]: options.serviceVersion } : {}),
+      }),
+      spanProcessors: [processor],
+    });
+    tracer = provider.getTracer(TRACER_NAME, options.serviceVersion);
+    contextManager = new AsyncLocalStorageContextManager().enable();
+  }
+
+  function withSpan<T>(name: string, spanOptions: SpanOptions, fn: (span: Span) => T): T {
+    if (!tracer || !contextManager) return fn(NOOP_SPAN);
+    const parent = spanOptions.remoteParent
+      ? propagator.extract(ROOT_CONTEXT, spanOptions.remoteParent, headersGetter)
+      : spanOptions.root
+        ? ROOT_CONTEXT
+        : contextManager.active();
+    const span = tracer.startSpan(name, { kind: spanOptions.kind ?? SpanKind.INTERNAL, attributes: spanOptions.attributes }, parent);
+    const failed = (error: unknown) => {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
+      span.end();
+    };
+    let result: T;
+    try {
+      result = contextManager.with(trace.setSpan(parent, span), fn, undefined, span);
+    } catch (error) {
+      failed(error);
+      throw error;
+    }
+    if (!isPromiseLike(result)) {
+      span.end();
+      return result;
+    }
+    return (result as PromiseLike<unknown>).then(
+      (value) => {
+        span.end();
+        return value;
+      },
+      (error: unknown) => {
+        failed(error);
+        throw error;
+      },
+    ) as T;
+  }
+
+  function traceHeaders(): Record<string, string> {
+    if (!contextManager) return {};
+    const carrier: Record<string, string> = {};
+    propagator.inject(contextManager.active(), carrier, defaultTextMapSetter);
+    return carrier;
+  }
+
+  const noop = () => undefined;
+  return {
+    metricsEnabled,
+    tracing: tracer !== undefined,
+    async scrape() {
+      const [own, shared] = await Promise.all([registry.metrics(), processMetrics().metrics()]);
+      return { contentType: registry.contentType, text: `${own}\n${shared}` };
+    },
+    httpRequest: metrics
+      ? (method, route, status, seconds) => {
+          const labels = { method: knownMethods.has(method) ? method : 'OTHER', route, status: String(status) };
+          metrics.requests.inc(labels);
+          metrics.requestDuration.observe(labels, seconds);
+        }
+      : noop,
+    decision: metrics
+      ? (decision, reasons, channel, mode) => {
+          metrics.decisions.inc({ decision, reason: reasons[0]?.code ?? 'none', channel, mode });
+          for (const { code } of reasons) metrics.denialReasons.inc({ reason: code, channel, mode });
+        }
+      : noop,
+    policyEvaluated: metrics
+      ? (effect, mode, result) => metrics.evaluationChildren.get(`${effect} ${mode} ${result}`)?.inc()
+      : noop,
+    toolCall: metrics ? (connector, outcome, seconds) => metrics.toolCalls.observe({ connector, outcome }, seconds) : noop,
+    recordAppended: metrics ? (seconds) => metrics.recordAppends.observe(seconds) : noop,
+    webhookAttempt: metrics ? (outcome) => metrics.webhookAttempts.inc({ outcome }) : noop,
+    observePendingApprovals(count) {
+      pendingApprovals = count;
+    },
+    withSpan,
+    traceHeaders,
+    async shutdown(timeoutMs = 2000) {
+      if (!provider) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        provider.shutdown().catch((error: unknown) => options.logger?.warn({ err: error }, 'exporting the last spans failed')),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+          timer.unref();
+        }),
+      ]);
+      clearTimeout(timer);
+      contextManager?.disable();
+    },
+  };
+}
+
+/** Seconds since `start` (a `performance.now()` reading). */
+export const secondsSince = (start: number): number => (performance.now() - start) / 1000;
+
+export { SpanKind, SpanStatusCode, type Span };

@@ -1,0 +1,111 @@
+import validatorModule from 'openapi-response-validator';
+
+// A CommonJS module whose class is its `default` export: under NodeNext the import is the module.
+const OpenAPIResponseValidator = validatorModule.default;
+type ResponseValidator = InstanceType<typeof OpenAPIResponseValidator>;
+import type { RequestOptions, TestClient, TestResponse } from './app.js';
+
+/**
+ * Checks real responses against the served `/openapi.json` with a validator from npm
+ * (openapi-response-validator, Ajv underneath; it is given each operation's responses and the
+ * document's components), as a generated client would meet them: the status must be
+ * documented for the operation, a JSON body must match its schema (nulls included), and the
+ * documented headers must be there. Wrap a test client with `validating()` and every response it
+ * gets is checked; `covered` collects the operations that answered 2xx.
+ */
+
+export interface ResponseProblem {
+  operation: string;
+  status: number;
+  problem: string;
+}
+
+type Json = Record<string, any>;
+
+interface Operation {
+  id: string;
+  method: string;
+  pattern: RegExp;
+  responses: Record<string, { content?: Record<string, unknown>; headers?: Record<string, { required?: boolean }> }>;
+  validator: ResponseValidator;
+}
+
+export class OpenApiResponseChecker {
+  readonly covered = new Set<string>();
+
+  private constructor(private readonly operationList: Operation[]) {}
+
+  static async load(client: TestClient): Promise<OpenApiResponseChecker> {
+    const served = await client.request<Json>('GET', '/openapi.json');
+    if (served.status !== 200) throw new Error(`GET /openapi.json answered ${served.status}`);
+    const document = served.body;
+    const operations: Operation[] = [];
+    for (const [path, methods] of Object.entries<Json>(document.paths)) {
+      // Literal segments first, so /records/export is not taken for /records/{record_id}.
+      const source = path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+');
+      for (const [method, operation] of Object.entries<Json>(methods)) {
+        const responses = Object.fromEntries(
+          Object.entries<Json>(operation.responses).map(([status, response]) => [status, { ...response, schema: response.content?.['application/json']?.schema }]),
+        );
+        operations.push({
+          id: operation.operationId,
+          method: method.toUpperCase(),
+          pattern: new RegExp(`^${source}$`),
+          responses: operation.responses,
+          validator: new OpenAPIResponseValidator({ responses, components: document.components }),
+        });
+      }
+    }
+    const params = (op: Operation) => (op.pattern.source.match(/\[\^\/\]\+/g) ?? []).length;
+    operations.sort((a, b) => params(a) - params(b));
+    return new OpenApiResponseChecker(operations);
+  }
+
+  /** Every operationId of the document. */
+  operations(): string[] {
+    return this.operationList.map((operation) => operation.id);
+  }
+
+  /** What is wrong with this response of `method path`; an empty list when nothing is, or no operation matches. */
+  check(method: string, path: string, response: TestResponse): ResponseProblem[] {
+    const { pathname } = new URL(path, 'http://localhost');
+    const operation = this.operationList.find((op) => op.method === method && op.pattern.test(pathname));
+    if (!operation) return [];
+    const problems: ResponseProblem[] = [];
+    const fail = (problem: string) => problems.push({ operation: operation.id, status: response.status, problem });
+    const entry = operation.responses[String(response.status)];
+    if (!entry) {
+      fail(`status ${response.status} is not documented (documented: ${Object.keys(operation.responses).join(', ')})`);
+      return problems;
+    }
+    const contentType = response.headers.get('content-type');
+    if (contentType?.includes(',')) fail(`Content-Type is sent more than once: ${contentType}`);
+    if (entry.content) {
+      const media = contentType?.split(';')[0].trim() ?? '';
+      if (!Object.keys(entry.content).includes(media)) fail(`content type ${contentType} is not documented`);
+      else if (media === 'application/json') {
+        const result = operation.validator.validateResponse(String(response.status), response.body);
+        for (const error of result?.errors ?? []) fail(`body${error.path ? `.${error.path}` : ''}: ${error.message}`);
+      }
+    }
+    for (const [name, header] of Object.entries(entry.headers ?? {})) {
+      if (header.required && response.headers.get(name) === null) fail(`header ${name} is documented as required but missing`);
+    }
+    if (!problems.length && response.status < 300) this.covered.add(operation.id);
+    return problems;
+  }
+
+  /** A client whose every response is checked; a problem fails the request's test at once. */
+  validating(client: TestClient): TestClient {
+    return {
+      request: async <T>(method: string, path: string, options?: RequestOptions): Promise<TestResponse<T>> => {
+        const response = await client.request<T>(method, path, options);
+        const problems = this.check(method, path, response);
+        if (problems.length) {
+          throw new Error(`${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`);
+        }
+        return response;
+      },
+    };
+  }
+}
