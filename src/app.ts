@@ -88,7 +88,7 @@ export function createApp({
   const cache = new ConfigCache(db.sql).start();
   const keys = new SigningKeyStore(db.sql, secrets, cache);
   const services = createServices({ env, db, logger, keys, cache, secrets, telemetry });
-  const openapi = buildOpenApiDocument(schema, packageVersion);
+  const openapi = buildOpenApiDocument(schema, packageVersion, env.publicUrl);
   let draining = false;
   const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
     (state.auth ??= services.authenticate(request, state));

@@ -110,21 +110,44 @@ describe('OpenAPI document', () => {
 
   test('lists exactly the named routes, with absolute paths from the root server', () => {
     expect(doc.openapi).toMatch(/^3\./);
-    expect(doc.servers).toEqual([{ url: '/', description: expect.any(String) }]);
+    // The served document names the service's own address (PUBLIC_URL), so a generated client works as is.
+    expect(doc.servers).toEqual([{ url: 'http://localhost:8000', description: expect.any(String) }]);
     // expectedRoutes name the versioned routes as interface.md does, relative to /api/v1.
     const versioned = operations()
       .map((o) => o.key)
       .filter((key) => key.includes(' /api/v1/'))
       .map((key) => key.replace(' /api/v1/', ' /'));
     expect(versioned.sort()).toEqual([...expectedRoutes].sort());
-    expect(operations().filter((o) => !o.key.includes(' /api/v1/')).map((o) => o.key)).toEqual(unprefixedRoutes);
+    expect(operations().filter((o) => !o.key.includes(' /api/v1/')).map((o) => o.key)).toEqual([
+      'GET /.well-known/jwks.json',
+      ...unprefixedRoutes.slice(0, 2),
+      'GET /healthz',
+      ...unprefixedRoutes.slice(2, -3),
+      ...unprefixedRoutes.slice(-3),
+      'GET /readyz',
+    ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))));
+  });
+
+  test('describes every tag and every operation', () => {
+    expect(doc.tags.filter((tag: any) => !tag.description).map((tag: any) => tag.name)).toEqual([]);
+    expect(operations().filter((o) => !o.operation.summary).map((o) => o.key)).toEqual([]);
+    const tags = new Set(doc.tags.map((tag: any) => tag.name));
+    expect(operations().filter((o) => !o.operation.tags?.every((tag: string) => tags.has(tag))).map((o) => o.key)).toEqual([]);
+  });
+
+  test('declares Retry-After and the X-RateLimit headers on every 429', () => {
+    const limited = operations().filter((o) => o.operation.responses['429']);
+    expect(limited.length).toBeGreaterThan(40);
+    for (const { operation } of limited) {
+      expect(Object.keys(operation.responses['429'].headers).sort()).toEqual(['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+    }
   });
 
   test('gives every route a unique operationId named after its GraphQL field', () => {
     const ids = operations().map((o) => o.operation.operationId);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.sort()).toEqual(
-      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId)].sort(),
+      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks'].sort(),
     );
   });
 

@@ -1095,6 +1095,10 @@ describe('open routes work without credentials', () => {
     expect(rotated.body.refresh_token).not.toBe(login.body.refresh_token);
   });
 
+  test('GET /healthz, /readyz and /.well-known/jwks.json → 200 as documented', async () => {
+    for (const path of ['/healthz', '/readyz', '/.well-known/jwks.json']) expect((await w.t.request('GET', path)).status).toBe(200);
+  });
+
   test('POST /api/v1/auth/login with a wrong password → 401 INVALID_TOKEN', async () => {
     const response = await w.t.request('POST', '/api/v1/auth/login', {
       body: { email: w.orgA.adminEmail, password: 'not the right password' },

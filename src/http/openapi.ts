@@ -46,12 +46,19 @@ const rateLimitHeaders = {
   'X-RateLimit-Reset': { description: 'Unix time (seconds) when the window resets', schema: { type: 'integer' } },
 };
 
+/** What a 429 carries: when to retry, and the limit that refused. */
+const tooManyRequestsHeaders = {
+  'Retry-After': { description: 'Seconds until the window that refused resets', required: true, schema: { type: 'integer' } },
+  ...rateLimitHeaders,
+};
+
 function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): Json {
   const responses: Json = {};
   for (const code of errorCodesFor(route)) {
     const { description, schema: ref } = errorResponses[code];
     responses[code] = {
       description,
+      ...(code === '429' ? { headers: tooManyRequestsHeaders } : {}),
       content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
     };
   }
@@ -123,7 +130,81 @@ function markNullableFields(schemas: Json, schema: GraphQLSchema): void {
 export const bodySchemas: Record<string, Json> = {};
 const bodySchemaName = (arg: string) => `${arg[0].toUpperCase()}${arg.slice(1)}Payload`;
 
-export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Json {
+/** What each tag groups, for the documentation's sections. */
+const tagDescriptions: Record<string, string> = {
+  Organizations: 'Sign-up, the organization and its settings, its users and their roles.',
+  Sessions: 'Operator login (bearer JWT), refresh-token rotation and logout.',
+  'API keys': "Scoped keys an org's agents call the gateway with; the key itself is shown once.",
+  Manifests: 'Agent manifests: registration, validation, versions and the approve / reject / suspend / reactivate / revoke transitions.',
+  Agents: 'The identity behind manifest versions: owner, labels, usage, deactivation.',
+  Gateway: 'Execute and evaluate agent actions: the decision with its reasons, budgets, policies and the signed record.',
+  Approvals: 'Actions waiting for a human: operators decide them, agents poll them.',
+  Tools: 'Per-org connectors by action type (http, mcp, mock) that execute allowed actions.',
+  Policies: 'Org policies over actions (CEL conditions; deny, require approval or rate limit; enforce or shadow).',
+  'Capability tokens': 'Ed25519 tokens that narrow what an agent may do, with expiry and use limits.',
+  Webhooks: 'Signed event deliveries to operator endpoints, with retries and a delivery log.',
+  'Audit logs': 'Every operator write with its actor, before and after; listing and export.',
+  Records: 'The signed, hash-chained interaction records; verification and offline export.',
+  Marketplace: 'Manifest templates published by orgs and acquired by others (unprefixed paths).',
+  Health: 'Liveness and readiness for load balancers and orchestrators; no credentials.',
+  Keys: 'The public keys that verify capability tokens and interaction records offline (JWKS).',
+};
+
+/** Operations the service answers outside the GraphQL schema (so SOFA knows nothing of them). */
+function serviceOperations(): Json {
+  const json = (schema: Json, description = 'Success') => ({ description, content: { 'application/json': { schema } } });
+  const status = { type: 'object', required: ['status'], properties: { status: { type: 'string', enum: ['ok'] } } };
+  const readiness = {
+    type: 'object',
+    required: ['status', 'checks'],
+    properties: {
+      status: { type: 'string', enum: ['ok', 'unavailable'] },
+      checks: { type: 'object', required: ['database'], properties: { database: { type: 'boolean' } } },
+    },
+  };
+  const jwk = {
+    type: 'object',
+    required: ['kty', 'kid'],
+    properties: {
+      kty: { type: 'string', enum: ['OKP'] },
+      crv: { type: 'string', enum: ['Ed25519'] },
+      x: { type: 'string', description: 'The public key, base64url' },
+      kid: { type: 'string' },
+      alg: { type: 'string', enum: ['EdDSA'] },
+      use: { type: 'string', enum: ['sig'] },
+    },
+    additionalProperties: true,
+  };
+  return {
+    '/healthz': {
+      get: { operationId: 'healthz', tags: ['Health'], summary: 'Liveness: the process serves requests', security: [], responses: { '200': json(status) } },
+    },
+    '/readyz': {
+      get: {
+        operationId: 'readyz',
+        tags: ['Health'],
+        summary: 'Readiness: the database answers and the process is not shutting down',
+        security: [],
+        responses: { '200': json(readiness), '503': json(readiness, 'Not ready: the database does not answer, or shutdown began') },
+      },
+    },
+    '/.well-known/jwks.json': {
+      get: {
+        operationId: 'jwks',
+        tags: ['Keys'],
+        summary: 'Public keys of capability tokens and records (retired keys stay listed)',
+        security: [],
+        responses: { '200': json({ type: 'object', required: ['keys'], properties: { keys: { type: 'array', items: jwk } } }) },
+      },
+    },
+  };
+}
+
+/**
+ * `serverUrl` is where clients reach the service: the served document names PUBLIC_URL, so a
+ * generated client works as is; the committed one names the default address.
+ */
+export function buildOpenApiDocument(schema: GraphQLSchema, version: string, serverUrl = 'http://localhost:8000'): Json {
   const router = useSofa({
     schema: restSchema(schema),
     basePath: REST_BASE_PATH,
@@ -220,11 +301,13 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
               'BAD_REQUEST',
               'VALIDATION_ERROR',
               'NOT_FOUND',
+              'METHOD_NOT_ALLOWED',
               'CONFLICT',
               'INVALID_STATE_TRANSITION',
               'PAYLOAD_TOO_LARGE',
               'POLICY_VIOLATION',
               'INTERNAL_ERROR',
+              'SERVICE_UNAVAILABLE',
             ],
           },
           message: { type: 'string' },
@@ -245,11 +328,16 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string): Js
       title: 'Agent Gateway API',
       version,
       description:
-        'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql.',
+        'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql. ' +
+        'A known path called with a method it does not have answers 405 METHOD_NOT_ALLOWED (the Error envelope) with an ' +
+        '`Allow` header; an unknown path under /api/v1 answers 404 NOT_FOUND.',
     },
-    servers: [{ url: '/', description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root` }],
-    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag))].map((name) => ({ name })),
-    paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
+    servers: [{ url: serverUrl, description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root` }],
+    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag)), 'Health', 'Keys'].map((name) => ({
+      name,
+      ...(tagDescriptions[name] ? { description: tagDescriptions[name] } : {}),
+    })),
+    paths: Object.fromEntries(Object.entries({ ...paths, ...serviceOperations() }).sort(([a], [b]) => a.localeCompare(b))),
     components: {
       securitySchemes: {
         bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'Operator session token from /auth/login' },
