@@ -135,6 +135,18 @@ describe('OpenAPI document', () => {
     expect(operations().filter((o) => !o.operation.tags?.every((tag: string) => tags.has(tag))).map((o) => o.key)).toEqual([]);
   });
 
+  test('closed sets of values are enums, nullable ones with null among them', () => {
+    const schemas = doc.components.schemas;
+    expect(schemas.GatewayDecision.properties.decision.enum).toEqual(['allow', 'deny']);
+    expect(schemas.GatewayReason.properties.code.enum).toEqual(expect.arrayContaining(['POLICY_DENIED', 'APPROVAL_REQUIRED', 'EXECUTION_INTERRUPTED']));
+    expect(schemas.ApprovalReason.properties.code.enum).toEqual(schemas.GatewayReason.properties.code.enum);
+    expect(schemas.ToolError.properties.code.enum).toEqual(expect.arrayContaining(['TOOL_TIMEOUT', 'TOOL_MCP_ERROR']));
+    expect(schemas.Tool.properties.connector.enum.sort()).toEqual(['http', 'mcp', 'mock']);
+    expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
+    expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual(['deny', 'rate_limit', 'require_approval']);
+    expect(schemas.InteractionRecord.properties.channel).toMatchObject({ nullable: true, enum: ['rest', 'graphql', 'mcp', null] });
+  });
+
   test('declares Retry-After and the X-RateLimit headers on every 429', () => {
     const limited = operations().filter((o) => o.operation.responses['429']);
     expect(limited.length).toBeGreaterThan(40);

@@ -632,7 +632,7 @@ describe('result mapping (pure)', () => {
   });
 
   test('a remembered outbound failure decides over the SDK’s error; an McpError is TOOL_MCP_ERROR; anything else TOOL_RESPONSE_INVALID', () => {
-    const remembered = { success: false as const, data: {}, error: { code: 'TOOL_TIMEOUT', message: 'late' } };
+    const remembered = { success: false as const, data: {}, error: { code: 'TOOL_TIMEOUT' as const, message: 'late' } };
     expect(failureOfExchange(new McpError(-32000, 'Connection closed'), remembered)).toBe(remembered);
     expect(failureOfExchange(new McpError(-32602, 'Unknown tool: x'), undefined)).toMatchObject({
       success: false,

@@ -1,5 +1,6 @@
 import { isInputObjectType, isNonNullType, isObjectType, type GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
+import { CLOSED_VALUES_EXTENSION } from '../graphql/closed-values.js';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
 import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
@@ -109,19 +110,31 @@ function streamOperation(route: StreamRoute): Json {
 }
 
 /**
- * What GraphQL knows and SOFA's document drops: a field whose type is not non-null is sent as an
- * explicit `null`, so its property is `nullable` (a `$ref` property is wrapped in `allOf`, since
- * OpenAPI 3.0 ignores keywords beside `$ref`). Applied to every component schema named after a
- * GraphQL object or input type.
+ * What GraphQL knows and SOFA's document drops, applied to every component schema named after a
+ * GraphQL object or input type:
+ * - a field whose type is not non-null is sent as an explicit `null`, so its property is
+ *   `nullable` (a `$ref` property is wrapped in `allOf`: OpenAPI 3.0 ignores keywords beside it);
+ * - a String field whose values are a closed set declares them with `extensions: { enum }`
+ *   (src/graphql/closed-values.ts) where a GraphQL enum cannot serve (`gateway:execute` is no GraphQL
+ *   name, and reason codes grow without breaking GraphQL clients): the property gets the `enum`.
  */
-function markNullableFields(schemas: Json, schema: GraphQLSchema): void {
+function carryFieldFacts(schemas: Json, schema: GraphQLSchema): void {
   for (const [name, component] of Object.entries<Json>(schemas)) {
     const type = schema.getType(name);
     if (!(isObjectType(type) || isInputObjectType(type)) || !component.properties) continue;
     for (const [fieldName, field] of Object.entries(type.getFields())) {
-      const property = component.properties[fieldName];
-      if (!property || isNonNullType(field.type)) continue;
-      component.properties[fieldName] = property.$ref ? { allOf: [property], nullable: true } : { ...property, nullable: true };
+      let property = component.properties[fieldName];
+      if (!property) continue;
+      const values = field.extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
+      if (values) {
+        property = property.type === 'array' ? { ...property, items: { ...property.items, enum: [...values] } } : { ...property, enum: [...values] };
+      }
+      if (!isNonNullType(field.type)) {
+        // A nullable enum must list null among its values (OpenAPI 3.0.3), or validators refuse the null.
+        if (property.enum) property = { ...property, enum: [...property.enum, null] };
+        property = property.$ref ? { allOf: [property], nullable: true } : { ...property, nullable: true };
+      }
+      component.properties[fieldName] = property;
     }
   }
 }
@@ -272,7 +285,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
   for (const [arg, schema] of Object.entries(bodySchemas)) schemas[bodySchemaName(arg)] = schema;
   delete schemas.Query;
   delete schemas.Mutation;
-  markNullableFields(schemas, schema);
+  carryFieldFacts(schemas, schema);
   schemas.AuthError = {
     type: 'object',
     required: ['detail'],

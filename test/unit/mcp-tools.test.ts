@@ -139,7 +139,7 @@ describe('results', () => {
   });
 
   test('denied or rate-limited: isError with the reasons in words and as structuredContent', () => {
-    const reason = { code: 'POLICY_VIOLATION', message: 'The hourly limit of 2 actions is reached', details: { limit: 2 } };
+    const reason = { code: 'POLICY_VIOLATION' as const, message: 'The hourly limit of 2 actions is reached', details: { limit: 2 } };
     const limited = callResultOf({
       decision: { ...decision, decision: 'deny', executed: false, reasons: [reason], result: null },
       budget: null,

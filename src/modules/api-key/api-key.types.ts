@@ -1,4 +1,6 @@
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { apiKeyScopes } from '../auth/authz.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -10,7 +12,7 @@ export const ApiKeyRef = builder.prismaObject('ApiKey', {
     name: t.exposeString('name'),
     description: t.exposeString('description'),
     key_prefix: t.exposeString('keyPrefix', { description: 'The first 12 characters of the key, for recognising it.' }),
-    scopes: t.exposeStringList('scopes'),
+    scopes: t.exposeStringList('scopes', closedValues(apiKeyScopes)),
     svc_ids: t.exposeStringList('svcIds', { description: 'Agent ids the key is limited to; empty: all agents.' }),
     last_used_at: t.expose('lastUsedAt', { type: 'Timestamp', nullable: true }),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
@@ -26,7 +28,7 @@ const CreatedApiKey = builder.objectRef<ApiKey & { key: string }>('CreatedApiKey
     description: t.exposeString('description'),
     key: t.exposeString('key'),
     key_prefix: t.exposeString('keyPrefix'),
-    scopes: t.exposeStringList('scopes'),
+    scopes: t.exposeStringList('scopes', closedValues(apiKeyScopes)),
     svc_ids: t.exposeStringList('svcIds'),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),

@@ -1,5 +1,7 @@
 import type { Approval } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { REASON_CODES } from '../gateway/decision.js';
 import { principalOf } from '../../graphql/context.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
@@ -24,7 +26,7 @@ const ApprovalAction = builder
   });
 
 const ApprovalReason = builder.objectRef<{ code: string; message: string }>('ApprovalReason').implement({
-  fields: (t) => ({ code: t.exposeString('code'), message: t.exposeString('message') }),
+  fields: (t) => ({ code: t.exposeString('code', closedValues(REASON_CODES)), message: t.exposeString('message') }),
 });
 
 const ApprovalAgent = builder.objectRef<{ svc_id: string; agent_id: string; name: string }>('ApprovalAgent').implement({

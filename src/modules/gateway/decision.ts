@@ -36,8 +36,27 @@ export interface GatewayRequest {
   approval_id?: string | null;
 }
 
+/** Every reason code a decision can give (decisions.md § Gateway decision), a closed set. */
+export const REASON_CODES = [
+  'SVC_NOT_ALLOWED_FOR_KEY',
+  'AGENT_DEACTIVATED',
+  'MANIFEST_NOT_FOUND',
+  'MANIFEST_NOT_ACTIVE',
+  'AGENT_MISMATCH',
+  'CAPABILITY_NOT_APPROVED',
+  'CAPABILITY_TOKEN_INVALID',
+  'CAPABILITY_NOT_IN_TOKEN',
+  'POLICY_DENIED',
+  'BUDGET_EXCEEDED',
+  'APPROVAL_REQUIRED',
+  'TOOL_NOT_CONFIGURED',
+  'POLICY_VIOLATION',
+  'EXECUTION_INTERRUPTED',
+] as const;
+export type ReasonCode = (typeof REASON_CODES)[number];
+
 export interface Reason {
-  code: string;
+  code: ReasonCode;
   message: string;
   details?: Record<string, unknown>;
 }
@@ -203,7 +222,7 @@ export function checkDecision(context: DecisionContext): Checked {
   const { call, manifest, token, approval, budget } = context;
   const { svcId, agentId, capability } = call;
   const reasons: Reason[] = [];
-  const deny = (code: string, message: string, details?: Record<string, unknown>) =>
+  const deny = (code: ReasonCode, message: string, details?: Record<string, unknown>) =>
     reasons.push({ code, message, ...(details ? { details } : {}) });
 
   if (context.keySvcIds.length && !context.keySvcIds.includes(svcId)) {

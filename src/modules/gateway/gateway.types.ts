@@ -3,7 +3,9 @@ import { principalOf } from '../../graphql/context.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { AppError } from '../../errors.js';
 import type { RequestState } from '../../http/request-state.js';
-import type { GatewayDecision, GatewayRequest, Reason } from './decision.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { TOOL_ERROR_CODES } from '../tool/connectors.js';
+import { REASON_CODES, type GatewayDecision, type GatewayRequest, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.types.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
@@ -17,7 +19,7 @@ const GatewayActionInput = builder.inputType('GatewayActionInput', {
 
 const GatewayReason = builder.objectRef<Reason>('GatewayReason').implement({
   fields: (t) => ({
-    code: t.exposeString('code'),
+    code: t.exposeString('code', closedValues(REASON_CODES)),
     message: t.exposeString('message'),
     details: t.field({ type: 'JSON', nullable: true, resolve: (r) => r.details ?? null }),
   }),
@@ -25,7 +27,7 @@ const GatewayReason = builder.objectRef<Reason>('GatewayReason').implement({
 
 type Result = NonNullable<GatewayDecision['result']>;
 const ToolError = builder.objectRef<{ code: string; message: string }>('ToolError').implement({
-  fields: (t) => ({ code: t.exposeString('code'), message: t.exposeString('message') }),
+  fields: (t) => ({ code: t.exposeString('code', closedValues(TOOL_ERROR_CODES)), message: t.exposeString('message') }),
 });
 const GatewayResult = builder.objectRef<Result>('GatewayResult').implement({
   fields: (t) => ({
@@ -38,7 +40,7 @@ const GatewayResult = builder.objectRef<Result>('GatewayResult').implement({
 const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision').implement({
   fields: (t) => ({
     interaction_id: t.exposeString('interaction_id', { description: 'Evaluate returns one too, but records nothing.' }),
-    decision: t.exposeString('decision', { description: '`allow` or `deny`.' }),
+    decision: t.exposeString('decision', { description: '`allow` or `deny`.', ...closedValues(['allow', 'deny']) }),
     executed: t.exposeBoolean('executed'),
     result: t.field({ type: GatewayResult, nullable: true, resolve: (d) => d.result }),
     reasons: t.field({ type: [GatewayReason], resolve: (d) => d.reasons }),

@@ -1,4 +1,7 @@
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { policyEffects, policyModes } from '../policy/policy-rules.js';
+import { INTERACTION_CHANNELS } from './record-chain.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -27,8 +30,8 @@ export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy
     policy_id: t.exposeString('policy_id'),
     name: t.exposeString('name'),
     version: t.exposeInt('version'),
-    effect: t.exposeString('effect', { description: '`deny`, `require_approval` or `rate_limit`.' }),
-    mode: t.exposeString('mode', { description: '`enforce` or `shadow`.' }),
+    effect: t.exposeString('effect', { description: '`deny`, `require_approval` or `rate_limit`.', ...closedValues(policyEffects) }),
+    mode: t.exposeString('mode', { description: '`enforce` or `shadow`.', ...closedValues(policyModes) }),
     condition_error: t.exposeString('condition_error', {
       nullable: true,
       description: 'Why the condition failed at run time; the policy then matched (policies fail closed).',
@@ -67,6 +70,7 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
     }),
     channel: t.exposeString('channel', {
       nullable: true,
+      ...closedValues(INTERACTION_CHANNELS),
       description: 'How the agent called: `rest`, `graphql` or `mcp` (signed into the record); null on records from before channels were recorded.',
     }),
     prev_hash: t.exposeString('prevHash'),

@@ -2,10 +2,26 @@ import { createHmac } from 'node:crypto';
 import { postJson, type OutboundFailureCode } from '../../lib/outbound-http.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 
+/** Every code a failed tool call can carry, a closed set (what the connectors below return). */
+export const TOOL_ERROR_CODES = [
+  'TOOL_CONFIG_INVALID',
+  'TOOL_ADDRESS_REFUSED',
+  'TOOL_TIMEOUT',
+  'TOOL_RESPONSE_TOO_LARGE',
+  'TOOL_UNREACHABLE',
+  'TOOL_REDIRECT_REFUSED',
+  'TOOL_RESPONSE_INVALID',
+  'TOOL_HTTP_ERROR',
+  'TOOL_ERROR',
+  'TOOL_MCP_ERROR',
+  'TOOL_FAILED',
+] as const;
+export type ToolErrorCode = (typeof TOOL_ERROR_CODES)[number];
+
 /** What a tool execution returns into the gateway decision's `result`. */
 export type ToolResult =
   | { success: true; data: Record<string, unknown> }
-  | { success: false; data: Record<string, unknown>; error: { code: string; message: string } };
+  | { success: false; data: Record<string, unknown>; error: { code: ToolErrorCode; message: string } };
 
 /** What an http tool stores in `config`: nothing secret (the API shows it, the audit log records it). */
 export interface HttpToolConfig {
@@ -36,7 +52,7 @@ export const withoutTraceContext = (headers: Record<string, string>, traceHeader
     ? Object.fromEntries(Object.entries(headers).filter(([name]) => !traceContextHeaders.has(name.toLowerCase())))
     : headers;
 
-export const failure = (code: string, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
+export const failure = (code: ToolErrorCode, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
 
 export function runMock(config: { response?: unknown }, call: ToolCall): ToolResult {
   const data = config.response === undefined ? call.action.params : config.response;

@@ -1,4 +1,6 @@
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { connectors } from './tool.service.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -8,7 +10,7 @@ export const ToolRef = builder.prismaObject('Tool', {
   fields: (t) => ({
     tool_id: t.exposeID('id'),
     action_type: t.exposeString('actionType'),
-    connector: t.exposeString('connector', { description: '`http`, `mcp` or `mock`.' }),
+    connector: t.exposeString('connector', { description: '`http`, `mcp` or `mock`.', ...closedValues(connectors) }),
     config: t.field({
       type: 'JSON',
       description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
