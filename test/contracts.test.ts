@@ -3,6 +3,8 @@ import { renderContracts } from '../src/contracts.js';
 import { restRoutes } from '../src/http/rest-routes.js';
 import { streamRoutes } from '../src/http/stream-routes.js';
 import { startTestApp, type TestApp } from './support/app.js';
+import { signUp } from './support/fixtures.js';
+import { OpenApiResponseChecker } from './support/openapi-validator.js';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -145,6 +147,28 @@ describe('OpenAPI document', () => {
     expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
     expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual(['deny', 'rate_limit', 'require_approval']);
     expect(schemas.InteractionRecord.properties.channel).toMatchObject({ nullable: true, enum: ['rest', 'graphql', 'mcp', null] });
+  });
+
+  test("a tool's config is typed per connector: each kind as read validates, a mix of kinds does not", async () => {
+    const checker = await OpenApiResponseChecker.load(t);
+    const org = await signUp(t, 'typed-config');
+    const client = checker.validating(t);
+    const configs = {
+      http: { url: 'https://tools.example.com/refund', headers: { authorization: 'Bearer s3cr3t-value' }, secret: 'a-secret-of-16-chars' },
+      mcp: { url: 'https://mcp.example.com/mcp', tool: 'lookup', description: 'Look up', input_schema: { type: 'object' } },
+      mock: { response: { ok: true } },
+    };
+    for (const [connector, config] of Object.entries(configs)) {
+      const created = await client.request('POST', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken, body: { action_type: `t-${connector}`, connector, config } });
+      expect(created.status).toBe(201);
+    }
+    const listed = await client.request('GET', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken });
+    expect(listed.body.items.map((tool: any) => tool.connector).sort()).toEqual(['http', 'mcp', 'mock']);
+    const http = listed.body.items.find((tool: any) => tool.connector === 'http');
+    const mixed = { ...listed, body: { ...http, config: { ...http.config, tool: 'lookup' } } };
+    expect(checker.check('GET', `/api/v1/orgs/${org.orgId}/tools/${http.tool_id}`, mixed)).toContainEqual(
+      expect.objectContaining({ problem: 'body.config: must match exactly one schema in oneOf' }),
+    );
   });
 
   test('declares Retry-After and the X-RateLimit headers on every 429', () => {

@@ -1,6 +1,6 @@
 import { isInputObjectType, isNonNullType, isObjectType, type GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
-import { CLOSED_VALUES_EXTENSION } from '../graphql/closed-values.js';
+import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
 import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
@@ -109,6 +109,15 @@ function streamOperation(route: StreamRoute): Json {
   };
 }
 
+/** A property with what its field or argument declares (src/graphql/closed-values.ts): its values, its JSON shape. */
+function declaredShape(property: Json, extensions: Readonly<Record<string, unknown>> | null | undefined): Json {
+  const shape = extensions?.[JSON_SHAPE_EXTENSION] as Json | undefined;
+  if (shape) return { ...(property.description ? { description: property.description } : {}), ...shape };
+  const values = extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
+  if (!values) return property;
+  return property.type === 'array' ? { ...property, items: { ...property.items, enum: [...values] } } : { ...property, enum: [...values] };
+}
+
 /**
  * What GraphQL knows and SOFA's document drops, applied to every component schema named after a
  * GraphQL object or input type:
@@ -123,12 +132,8 @@ function carryFieldFacts(schemas: Json, schema: GraphQLSchema): void {
     const type = schema.getType(name);
     if (!(isObjectType(type) || isInputObjectType(type)) || !component.properties) continue;
     for (const [fieldName, field] of Object.entries(type.getFields())) {
-      let property = component.properties[fieldName];
-      if (!property) continue;
-      const values = field.extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
-      if (values) {
-        property = property.type === 'array' ? { ...property, items: { ...property.items, enum: [...values] } } : { ...property, enum: [...values] };
-      }
+      if (!component.properties[fieldName]) continue;
+      let property = declaredShape(component.properties[fieldName], field.extensions);
       if (!isNonNullType(field.type)) {
         // A nullable enum must list null among its values (OpenAPI 3.0.3), or validators refuse the null.
         if (property.enum) property = { ...property, enum: [...property.enum, null] };
@@ -260,6 +265,13 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         };
       }
       const body = route.bodyArg ? undefined : operation.requestBody?.content?.['application/json']?.schema;
+      if (body?.properties) {
+        const [typeName, fieldName] = field.split('.');
+        const graphqlField = (typeName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[fieldName];
+        for (const arg of graphqlField?.args ?? []) {
+          if (body.properties[arg.name]) body.properties[arg.name] = declaredShape(body.properties[arg.name], arg.extensions);
+        }
+      }
       if (body) {
         for (const name of pathParams) delete body.properties?.[name];
         if (body.required) body.required = body.required.filter((n: string) => !pathParams.has(n));

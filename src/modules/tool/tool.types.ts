@@ -1,5 +1,6 @@
 import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { closedValues, jsonShape } from '../../graphql/closed-values.js';
+import { toolConfigInputSchema, toolConfigSchema } from './tool-config.schema.js';
 import { connectors } from './tool.service.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
@@ -13,6 +14,7 @@ export const ToolRef = builder.prismaObject('Tool', {
     connector: t.exposeString('connector', { description: '`http`, `mcp` or `mock`.', ...closedValues(connectors) }),
     config: t.field({
       type: 'JSON',
+      ...jsonShape(toolConfigSchema),
       description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
       resolve: (tool) => publicConfig(tool),
     }),
@@ -57,8 +59,8 @@ builder.mutationField('create_tool', (t) =>
     args: {
       org_id: t.arg.id({ required: true }),
       action_type: t.arg.string({ required: true }),
-      connector: t.arg.string({ required: true }),
-      config: t.arg({ type: 'JSON' }),
+      connector: t.arg.string({ required: true, ...closedValues(connectors) }),
+      config: t.arg({ type: 'JSON', ...jsonShape(toolConfigInputSchema) }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
     resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
@@ -76,8 +78,8 @@ builder.mutationField('update_tool', (t) =>
       org_id: t.arg.id({ required: true }),
       tool_id: t.arg.id({ required: true }),
       action_type: t.arg.string(),
-      connector: t.arg.string(),
-      config: t.arg({ type: 'JSON' }),
+      connector: t.arg.string(closedValues(connectors)),
+      config: t.arg({ type: 'JSON', ...jsonShape(toolConfigInputSchema) }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
     resolve: (_, args, ctx) => ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
