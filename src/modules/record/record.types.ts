@@ -9,7 +9,8 @@ import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute } from '../../http/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.types.js';
 import { ManifestRef } from '../manifest/manifest.types.js';
-import type { RecordedPolicy } from './record-chain.js';
+import { REASON_CODES } from '../gateway/decision.js';
+import type { RecordBody, RecordedPolicy } from './record-chain.js';
 import { exportLineOf, type RecordExportFilter } from './record.service.js';
 
 const RecordStatusEnum = builder.enumType('RecordStatus', { values: ['approved', 'denied'] as const });
@@ -23,6 +24,14 @@ const RecordAction = builder
       params: t.field({ type: 'JSON', nullable: true, description: 'Null when the org does not keep params.', resolve: (a) => a.params }),
     }),
   });
+
+/** A reason as the record signs it: the code and the message (details stay in the decision). */
+const RecordReasonRef = builder.objectRef<RecordBody['reasons'][number]>('RecordReason').implement({
+  fields: (t) => ({
+    code: t.exposeString('code', closedValues(REASON_CODES)),
+    message: t.exposeString('message'),
+  }),
+});
 
 export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy').implement({
   description: 'A policy that matched the action (shadow ones included: they are reported, never applied).',
@@ -59,7 +68,7 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
     decision: t.string({ resolve: (r) => (r.status === 'approved' ? 'allow' : 'deny') }),
     status: t.expose('status', { type: RecordStatusEnum }),
     executed: t.exposeBoolean('executed'),
-    reasons: t.field({ type: 'JSON', resolve: (r) => r.reasons }),
+    reasons: t.field({ type: [RecordReasonRef], resolve: (r) => r.reasons as unknown as RecordBody['reasons'] }),
     result_hash: t.exposeString('resultHash', { nullable: true }),
     approval_id: t.exposeString('approvalId', { nullable: true }),
     policies: t.field({
