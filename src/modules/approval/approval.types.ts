@@ -1,5 +1,6 @@
 import type { Approval } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
+import { ManifestStatus } from '../../generated/prisma/enums.js';
 import { closedValues } from '../../graphql/closed-values.js';
 import { REASON_CODES } from '../gateway/decision.js';
 import { principalOf } from '../../graphql/context.js';
@@ -45,7 +46,7 @@ const ApprovalManifestVersion = builder
       manifest_id: t.exposeID('manifest_id'),
       agent_version: t.exposeString('agent_version'),
       manifest_hash: t.exposeString('manifest_hash'),
-      status: t.exposeString('status', { description: 'The status of that manifest now.' }),
+      status: t.exposeString('status', { description: 'The status of that manifest now.', ...closedValues(Object.values(ManifestStatus)) }),
     }),
   });
 

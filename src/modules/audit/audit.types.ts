@@ -1,4 +1,5 @@
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
@@ -12,7 +13,7 @@ const AuditActor = builder
   .implement({
     description: 'Who made the change.',
     fields: (t) => ({
-      type: t.exposeString('type', { description: '`user`, `api_key` or `system`.' }),
+      type: t.exposeString('type', { description: '`user`, `api_key` or `system`.', ...closedValues(['user', 'api_key', 'system']) }),
       id: t.exposeString('id', { nullable: true, description: 'User id or API key id; null for the system.' }),
       label: t.exposeString('label', { nullable: true, description: 'Email of a user, key prefix of an API key.' }),
     }),

@@ -1,4 +1,5 @@
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
 import { principalOf } from '../../graphql/context.js';
 import { AppError } from '../../errors.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -9,7 +10,7 @@ import type { IssuedSession, RotatedSession, SessionService } from './session.se
 const TokenFields = builder.objectRef<IssuedSession>('AccessToken').implement({
   fields: (t) => ({
     access_token: t.exposeString('access_token'),
-    token_type: t.exposeString('token_type', { description: 'Always `bearer`.' }),
+    token_type: t.exposeString('token_type', { description: 'Always `bearer`.', ...closedValues(['bearer']) }),
     expires_in: t.exposeInt('expires_in', { description: 'Seconds until the token expires.' }),
   }),
 });
@@ -23,7 +24,7 @@ const refreshTokenDescription =
 const LoginSession = builder.objectRef<LoginResult>('LoginSession').implement({
   fields: (t) => ({
     access_token: t.exposeString('access_token'),
-    token_type: t.exposeString('token_type'),
+    token_type: t.exposeString('token_type', closedValues(['bearer'])),
     expires_in: t.exposeInt('expires_in'),
     refresh_token: t.exposeString('refresh_token', { description: refreshTokenDescription }),
     user: t.field({ type: UserRef, resolve: (session) => session.user }),

@@ -1,24 +1,29 @@
 import { operationForbidden } from '../../errors.js';
 import type { MarketplaceTransaction } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { paymentProviders } from './payment-providers.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { priceText } from './template.service.js';
 import { tag } from './template.types.js';
 
+/** What a purchase can be: `pending` until an invoice is confirmed, then `completed`. */
+const purchaseStatuses = ['pending', 'completed'] as const;
+
 /** Purchases of templates: buying, the org's purchases and sales, and the publisher confirming an invoice. */
 const TransactionRef = builder.objectRef<MarketplaceTransaction>('MarketplaceTransaction').implement({
   description: 'A purchase of a template: the buyer’s, and the publisher’s sale.',
   fields: (t) => ({
     transaction_id: t.exposeID('id'),
-    status: t.exposeString('status', { description: '`completed`, or `pending` until the publisher confirms payment.' }),
+    status: t.exposeString('status', { description: '`completed`, or `pending` until the publisher confirms payment.', ...closedValues(purchaseStatuses) }),
     manifest_id: t.exposeString('templateId', { description: 'The template bought.' }),
     template_version: t.exposeInt('templateVersion'),
     content_hash: t.exposeString('contentHash', { description: 'What exactly was bought.' }),
     amount: t.string({ description: 'The price at purchase time, exact.', resolve: (x) => priceText(x.amount) }),
     currency: t.exposeString('currency'),
-    payment_method: t.exposeString('paymentMethod'),
+    payment_method: t.exposeString('paymentMethod', closedValues([...paymentProviders.keys()])),
     agent_id: t.exposeString('agentId', { description: 'The agent id the manifest is registered for.' }),
     registered_manifest_id: t.exposeString('manifestId', { nullable: true, description: 'The pending manifest in the buyer’s org, once completed.' }),
     buyer_org_id: t.exposeString('buyerOrgId'),
@@ -33,7 +38,7 @@ const TransactionRef = builder.objectRef<MarketplaceTransaction>('MarketplaceTra
 const PurchaseRef = builder.objectRef<MarketplaceTransaction>('MarketplacePurchase').implement({
   fields: (t) => ({
     transaction_id: t.exposeID('id'),
-    status: t.exposeString('status'),
+    status: t.exposeString('status', closedValues(purchaseStatuses)),
     manifest: t.prismaField({
       type: 'Manifest',
       nullable: true,
@@ -55,7 +60,7 @@ builder.mutationField('marketplace_purchase', (t) =>
       '`Idempotency-Key` header, a retried purchase answers the first transaction.',
     args: {
       manifest_id: t.arg.id({ required: true, description: 'The template.' }),
-      payment_method: t.arg.string({ required: true, description: '`free` or `invoice`.' }),
+      payment_method: t.arg.string({ required: true, description: '`free` or `invoice`.', ...closedValues([...paymentProviders.keys()]) }),
       agent_id: t.arg.string({ description: 'Default: a slug of the template name.' }),
     },
     authScopes: trade,

@@ -1,5 +1,6 @@
 import type { Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
+import { closedValues } from '../../graphql/closed-values.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
@@ -14,7 +15,7 @@ const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDelivery')
   fields: (t) => ({
     delivery_id: t.exposeID('id', { description: 'Also sent as the X-Webhook-Delivery header.' }),
     webhook_id: t.exposeID('webhookId'),
-    event: t.exposeString('event'),
+    event: t.exposeString('event', closedValues(webhookEvents)),
     event_id: t.exposeString('eventId', { description: 'The same for every webhook that received this event.' }),
     status: t.field({ type: DeliveryStatusEnum, resolve: (d) => d.status }),
     attempts: t.exposeInt('attempts'),
@@ -41,7 +42,7 @@ export const WebhookRef = builder.prismaObject('Webhook', {
   fields: (t) => ({
     webhook_id: t.exposeID('id'),
     url: t.exposeString('url'),
-    events: t.exposeStringList('events'),
+    events: t.exposeStringList('events', closedValues(webhookEvents)),
     active: t.exposeBoolean('active'),
     allow_private_network: t.exposeBoolean('allowPrivateNetwork'),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
@@ -61,7 +62,7 @@ const CreatedWebhook = builder.objectRef<Webhook>('CreatedWebhook').implement({
   fields: (t) => ({
     webhook_id: t.exposeID('id'),
     url: t.exposeString('url'),
-    events: t.exposeStringList('events'),
+    events: t.exposeStringList('events', closedValues(webhookEvents)),
     active: t.exposeBoolean('active'),
     allow_private_network: t.exposeBoolean('allowPrivateNetwork'),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
@@ -137,7 +138,7 @@ builder.mutationField('create_webhook', (t) =>
     args: {
       org_id: t.arg.id({ required: true }),
       url: t.arg.string({ required: true, description: 'http(s), without credentials.' }),
-      events: t.arg.stringList({ required: true, description: `Non-empty, no duplicates: ${eventList}.` }),
+      events: t.arg.stringList({ required: true, description: `Non-empty, no duplicates: ${eventList}.`, ...closedValues(webhookEvents) }),
       secret: t.arg.string({ description: '16 to 256 characters; generated when absent.' }),
       allow_private_network: t.arg.boolean({ description: 'Default false.' }),
       active: t.arg.boolean({ description: 'Default true. An inactive webhook gets no new deliveries; its pending ones wait until it is active again.' }),
