@@ -48,7 +48,7 @@ query Agents {
 query Records {
   records(limit: 10) {
     total
-    items { record_id created_at svc_id capability decision reasons }
+    items { record_id created_at svc_id capability decision reasons { code message } }
   }
 }
 `;
