@@ -8,6 +8,7 @@ import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } fr
 import { z } from 'zod';
 import { MAX_JSON_DEPTH } from '../src/lib/storable-input.js';
 import { failureOfExchange, resultOfToolCall } from '../src/modules/tool/mcp-connector.js';
+import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -29,18 +30,11 @@ const AGENT_HEADER_VALUE = 'agent-private-e3b0c44298fc';
 // ---------------------------------------------------------------------------------------------
 // The upstream: MCP servers on one loopback HTTP server, recording every request it gets.
 
-interface Hit {
-  method: string;
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
 const hits: Hit[] = [];
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
 const releaseHung = new Set<() => void>();
 const statefulSessions = new Map<string, StreamableHTTPServerTransport>();
-let upstream: http.Server;
+let upstream: RecordingServer;
 let port: number;
 
 /** The tools every upstream server offers. */
@@ -150,29 +144,20 @@ async function route(req: http.IncomingMessage, res: http.ServerResponse, hit: H
 }
 
 beforeAll(async () => {
-  upstream = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
-      hits.push(hit);
-      res.on('error', () => undefined);
-      route(req, res, hit).catch(() => {
-        if (!res.headersSent) res.writeHead(500);
-        res.end();
-      });
-    });
-  });
-  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
-  port = (upstream.address() as AddressInfo).port;
+  upstream = await startRecordingServer(hits, (hit, res, req) =>
+    route(req, res, hit).catch(() => {
+      if (!res.headersSent) res.writeHead(500);
+      res.end();
+    }),
+  );
+  port = upstream.port;
   t = await startTestApp();
 });
 
 afterAll(async () => {
   for (const release of releaseHung) release();
   for (const transport of statefulSessions.values()) await transport.close();
-  upstream.closeAllConnections();
-  await new Promise<void>((resolve) => upstream.close(() => resolve()));
+  await upstream.close();
   await t.close();
 });
 

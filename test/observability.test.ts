@@ -10,6 +10,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { createMetricsServer } from '../src/observability/metrics-server.js';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
+import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
@@ -26,13 +27,8 @@ import { freePort, killAllServices, startService, waitExit, waitReady } from './
 // A receiver on 127.0.0.1 for the http tool, the webhook and an upstream MCP server (stateless,
 // the SDK's own), keeping the headers it got.
 
-interface Hit {
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
 const hits: Hit[] = [];
-let receiver: http.Server;
+let receiver: RecordingServer;
 let receiverBase: string;
 
 async function serveMcp(req: http.IncomingMessage, res: http.ServerResponse, body: string) {
@@ -49,18 +45,11 @@ let telemetry: Telemetry;
 let t: TestApp;
 
 beforeAll(async () => {
-  receiver = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const hit = { path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
-      hits.push(hit);
-      if (hit.path === '/mcp-upstream') return void serveMcp(req, res, hit.body);
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ shipped: true }));
-    });
+  receiver = await startRecordingServer(hits, (hit, res, req) => {
+    if (hit.path === '/mcp-upstream') return void serveMcp(req, res, hit.body);
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ shipped: true }));
   });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+  receiverBase = receiver.base;
   telemetry = createTelemetry({ spanExporter: exporter, spanProcessor: 'simple' });
   t = await startTestApp({ WEBHOOK_POLL_MS: '20' }, { telemetry });
 });
@@ -68,8 +57,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
   await telemetry?.shutdown();
-  receiver.closeAllConnections();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  await receiver.close();
   await killAllServices();
 });
 

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress, isRefusedHost } from '../src/lib/address-policy.js';
+import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -21,16 +22,9 @@ const WRITE_ONLY_VALUES = [SECRET, ...Object.values(HEADERS)];
 // ---------------------------------------------------------------------------------------------
 // A local receiver on 127.0.0.1 that records every request it gets.
 
-interface Hit {
-  method: string;
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
 const hits: Hit[] = [];
 const pendingTimers = new Set<NodeJS.Timeout>();
-let receiver: http.Server;
+let receiver: RecordingServer;
 let port: number;
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
 
@@ -75,24 +69,14 @@ function route(hit: Hit, res: http.ServerResponse) {
 }
 
 beforeAll(async () => {
-  receiver = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
-      hits.push(hit);
-      route(hit, res);
-    });
-  });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  port = (receiver.address() as AddressInfo).port;
+  receiver = await startRecordingServer(hits, (hit, res) => route(hit, res));
+  port = receiver.port;
   t = await startTestApp();
 });
 
 afterAll(async () => {
   for (const timer of pendingTimers) clearTimeout(timer);
-  receiver.closeAllConnections();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  await receiver.close();
   await t.close();
 });
 

@@ -1,6 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { sqlConnectionOf } from '../src/db/prisma-sql.js';
 import {
@@ -12,6 +11,7 @@ import {
 } from '../src/modules/webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent, type WebhookEvent } from '../src/modules/webhook/webhook.service.js';
 import { WebhookDashboardDocument, WebhookWithDeliveriesDocument } from './generated/graphql.js';
+import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { runOperation, StatementCounter } from './support/statements.js';
@@ -32,18 +32,12 @@ const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 // A receiver on 127.0.0.1 that records every request. The first path segment picks the behaviour,
 // the rest names the test, so each test reads only its own hits.
 
-interface Hit {
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
 const hits: Hit[] = [];
 const pendingTimers = new Set<NodeJS.Timeout>();
 /** Requests of a slow path open right now, and the most ever open at once. */
 const open = new Map<string, number>();
 const mostOpen = new Map<string, number>();
-let receiver: http.Server;
+let receiver: RecordingServer;
 let port: number;
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
 const local = (path: string, host = '127.0.0.1') => `http://${host}:${port}${path}`;
@@ -91,17 +85,8 @@ function respond(hit: Hit, res: http.ServerResponse) {
 }
 
 beforeAll(async () => {
-  receiver = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const hit = { path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
-      hits.push(hit);
-      respond(hit, res);
-    });
-  });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  port = (receiver.address() as AddressInfo).port;
+  receiver = await startRecordingServer(hits, (hit, res) => respond(hit, res));
+  port = receiver.port;
   t = await startTestApp(
     {
       WEBHOOK_POLL_MS: '20',
@@ -116,8 +101,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await t.close();
   for (const timer of pendingTimers) clearTimeout(timer);
-  receiver.closeAllConnections();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  await receiver.close();
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A server on 127.0.0.1 that records every request it gets (tools, webhooks and MCP upstreams are
+ * tested against it) and answers through `respond`, once the body is read.
+ */
+
+export interface Hit {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+export interface RecordingServer {
+  port: number;
+  /** `http://127.0.0.1:<port>` */
+  base: string;
+  /** Ends open connections (a hung answer included) and stops listening. */
+  close(): Promise<void>;
+}
+
+export async function startRecordingServer(
+  hits: Hit[],
+  respond: (hit: Hit, res: http.ServerResponse, req: http.IncomingMessage) => unknown,
+): Promise<RecordingServer> {
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      hits.push(hit);
+      res.on('error', () => undefined);
+      respond(hit, res, req);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    port,
+    base: `http://127.0.0.1:${port}`,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
