@@ -61,6 +61,7 @@ export function telemetryFromEnv(env: Env, logger: Logger): Telemetry {
     serviceVersion: packageVersion,
     metrics: env.metricsPort !== 0,
     otlpTracesUrl: env.otlpTracesUrl,
+    sampler: env.tracesSampler,
     logger,
   });
 }

@@ -9,7 +9,7 @@ import { parseEnv } from './env.js';
 export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: string }> = {
   PORT: { default: '8000', meaning: 'port to listen on' },
   HOST: { default: '0.0.0.0', meaning: 'address to listen on' },
-  DATABASE_URL: { meaning: 'postgresql://… : use PostgreSQL (migrated at start) instead of PGlite' },
+  DATABASE_URL: { meaning: 'postgresql://… : PostgreSQL (migrated at start), not PGlite' },
   DATA_DIR: { default: './data', meaning: 'embedded PGlite directory (created and migrated at start)' },
   PUBLIC_URL: { default: 'http://localhost:$PORT', meaning: 'base URL in logs, OpenAPI servers, token issuers' },
   LOG_LEVEL: { default: 'info', meaning: 'pino level (JSON lines on stdout)' },
@@ -26,12 +26,14 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   WEBHOOK_MAX_ATTEMPTS: { default: '8', meaning: 'attempts per delivery, the first included' },
   WEBHOOK_TIMEOUT_MS: { default: '10000', meaning: 'time one delivery attempt may take' },
   EXECUTION_RECOVERY_SECONDS: { default: '30', meaning: 'how often executions of stopped processes are recorded' },
-  MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/…, comma-separated (unset: none)' },
+  MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/… (comma-separated)' },
   METRICS_PORT: { default: '9464', meaning: 'port of the GET /metrics listener; 0: no metrics' },
   METRICS_HOST: { default: '127.0.0.1', meaning: 'address of the metrics listener' },
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { meaning: 'OTLP/HTTP traces URL, as is (unset: no tracing)' },
   OTEL_EXPORTER_OTLP_ENDPOINT: { meaning: 'OTLP/HTTP base URL: traces to …/v1/traces' },
   OTEL_SERVICE_NAME: { default: 'agent-gateway', meaning: 'service.name of the spans' },
+  OTEL_TRACES_SAMPLER: { default: 'parentbased_always_on', meaning: 'which traces are kept (OpenTelemetry names)' },
+  OTEL_TRACES_SAMPLER_ARG: { default: '1', meaning: 'fraction a traceidratio sampler keeps, 0 to 1' },
 };
 
 /** The variables `parseEnv` reads, in the order it reads them (with none set). */

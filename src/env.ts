@@ -57,6 +57,41 @@ export interface Env {
   otlpTracesUrl: string | undefined;
   /** `service.name` of the spans (`OTEL_SERVICE_NAME`, default agent-gateway). */
   serviceName: string;
+  /** Which traces are recorded (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`), as OpenTelemetry SDKs read them. */
+  tracesSampler: TracesSampler;
+}
+
+export const TRACES_SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+] as const;
+export interface TracesSampler {
+  name: (typeof TRACES_SAMPLERS)[number];
+  /** The fraction of traces kept by the `traceidratio` samplers, 0 to 1. */
+  ratio: number;
+}
+
+/**
+ * The OpenTelemetry environment variables: the default is the specification's
+ * `parentbased_always_on` (a caller's sampling decision is kept, every new trace recorded); a
+ * ratio without a valid argument keeps every trace, as the specification says, but a value that
+ * is not a number between 0 and 1 is refused rather than silently read as 1.
+ */
+function tracesSampler(source: NodeJS.ProcessEnv): TracesSampler {
+  const name = (source.OTEL_TRACES_SAMPLER || 'parentbased_always_on').trim().toLowerCase();
+  if (!(TRACES_SAMPLERS as readonly string[]).includes(name)) {
+    throw new EnvError(`OTEL_TRACES_SAMPLER must be one of ${TRACES_SAMPLERS.join(', ')}, got "${source.OTEL_TRACES_SAMPLER}"`);
+  }
+  const raw = source.OTEL_TRACES_SAMPLER_ARG?.trim();
+  const ratio = raw ? Number(raw) : 1;
+  if (name.endsWith('traceidratio') && !(Number.isFinite(ratio) && ratio >= 0 && ratio <= 1)) {
+    throw new EnvError(`OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1 (the fraction of traces kept), got "${raw}"`);
+  }
+  return { name: name as TracesSampler['name'], ratio };
 }
 
 function otlpTracesUrl(source: NodeJS.ProcessEnv): string | undefined {
@@ -150,5 +185,6 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     metricsHost: source.METRICS_HOST || '127.0.0.1',
     otlpTracesUrl: otlpTracesUrl(source),
     serviceName: source.OTEL_SERVICE_NAME || 'agent-gateway',
+    tracesSampler: tracesSampler(source),
   };
 }

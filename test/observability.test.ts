@@ -8,6 +8,7 @@ import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trac
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { parseEnv } from '../src/env.js';
 import { createMetricsServer } from '../src/observability/metrics-server.js';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
@@ -455,6 +456,45 @@ describe('traces', () => {
     expect(traceId).toBe(delivery!.spanContext().traceId);
     expect(parentId).toBe(delivery!.spanContext().spanId);
   });
+
+  test('OTEL_TRACES_SAMPLER: a ratio of 0 records no new trace, yet a sampled caller’s trace is kept by parentbased_', async () => {
+    const sampledExporter = new InMemorySpanExporter();
+    const sampledTelemetry = createTelemetry({
+      spanExporter: sampledExporter,
+      spanProcessor: 'simple',
+      sampler: parseEnv({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' }).tracesSampler,
+    });
+    const sampled = await startTestApp({}, { telemetry: sampledTelemetry });
+    try {
+      const org = await signUp(sampled, 'obs-sampler');
+      const agent = await readyAgent(sampled, org, { capabilities: ['billing:read'] });
+      sampledExporter.reset();
+      const unsampled = await evaluate(sampled, agent, actionBody(agent));
+      expect(unsampled.body.decision).toBe('allow');
+      expect(sampledExporter.getFinishedSpans()).toEqual([]);
+      const callerTrace = '0af7651916cd43dd8448eb211c80319c';
+      const continued = await sampled.request('POST', '/api/v1/gateway/evaluate', {
+        apiKey: agent.key,
+        body: actionBody(agent),
+        headers: { traceparent: `00-${callerTrace}-b7ad6b7169203331-01` },
+      });
+      expect(continued.body.decision).toBe('allow');
+      const kept = sampledExporter.getFinishedSpans();
+      expect(kept.map((span) => span.name)).toEqual(expect.arrayContaining(['gateway evaluate']));
+      expect(new Set(kept.map((span) => span.spanContext().traceId))).toEqual(new Set([callerTrace]));
+    } finally {
+      await sampled.close();
+      await sampledTelemetry.shutdown();
+    }
+  });
+});
+
+test('OTEL_TRACES_SAMPLER and its argument are checked at start', () => {
+  expect(parseEnv({}).tracesSampler).toEqual({ name: 'parentbased_always_on', ratio: 1 });
+  expect(parseEnv({ OTEL_TRACES_SAMPLER: 'TraceIdRatio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracesSampler).toEqual({ name: 'traceidratio', ratio: 0.25 });
+  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'sometimes' })).toThrow(/OTEL_TRACES_SAMPLER must be one of always_on/);
+  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '1.5' })).toThrow(/from 0 to 1/);
+  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: 'half' })).toThrow(/from 0 to 1/);
 });
 
 describe('the service process', () => {

@@ -15,10 +15,22 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, SimpleSpanProcessor, TracerProvider, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  SimpleSpanProcessor,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+  type Sampler,
+  type SpanExporter,
+  type SpanProcessor,
+} from '@opentelemetry/sdk-trace';
 import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from 'pino';
+import type { TracesSampler } from '../env.js';
 
 /**
  * Metrics and traces (decisions.md § Observability), in one object per app that services get
@@ -85,6 +97,8 @@ export interface TelemetryOptions {
   /** Where spans go: an injected exporter (tests, the bench), else OTLP when `otlpTracesUrl` is set. */
   spanExporter?: SpanExporter;
   otlpTracesUrl?: string;
+  /** Which traces are recorded; the default keeps every one (parentbased_always_on). */
+  sampler?: TracesSampler;
   /** `simple` exports each span as it ends (tests); `batch` (the default) in the background. */
   spanProcessor?: 'batch' | 'simple';
   logger?: Logger;
@@ -225,6 +239,7 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
         ...(options.serviceVersion ? { [ATTR_SERVICE_VERSION]: options.serviceVersion } : {}),
       }),
       spanProcessors: [processor],
+      sampler: samplerOf(options.sampler ?? { name: 'parentbased_always_on', ratio: 1 }),
     });
     tracer = provider.getTracer(TRACER_NAME, options.serviceVersion);
     contextManager = new AsyncLocalStorageContextManager().enable();
@@ -319,6 +334,12 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
       contextManager?.disable();
     },
   };
+}
+
+/** The SDK's sampler for OTEL_TRACES_SAMPLER's names. */
+function samplerOf({ name, ratio }: TracesSampler): Sampler {
+  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(ratio) : new AlwaysOnSampler();
+  return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 
 /** Seconds since `start` (a `performance.now()` reading). */
