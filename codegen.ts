@@ -9,7 +9,14 @@ const config: CodegenConfig = {
       plugins: ['typescript-operations', 'typed-document-node'],
       config: {
         useTypeImports: true,
-        scalars: { Timestamp: 'string', JSON: 'unknown' },
+        // A shaped JSON scalar (src/graphql/scalars.ts) is typed as the document it carries.
+        scalars: {
+          Timestamp: 'string',
+          JSON: 'unknown',
+          ManifestPayload: '../../src/modules/manifest/manifest-document.js#ManifestDocument',
+          ToolConfig: 'Record<string, unknown>',
+          ToolConfigInput: 'Record<string, unknown>',
+        },
         enumsAsTypes: true,
         avoidOptionals: { field: true },
       },

@@ -28,6 +28,9 @@ export const builder = new SchemaBuilder<{
   Scalars: {
     Timestamp: { Input: Date; Output: Date | string };
     JSON: { Input: unknown; Output: unknown };
+    ManifestPayload: { Input: unknown; Output: unknown };
+    ToolConfig: { Input: unknown; Output: unknown };
+    ToolConfigInput: { Input: unknown; Output: unknown };
   };
 }>({
   plugins: [ScopeAuthPlugin, PrismaPlugin, ComplexityPlugin],

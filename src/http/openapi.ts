@@ -1,4 +1,4 @@
-import { isInputObjectType, isNonNullType, isObjectType, type GraphQLSchema } from 'graphql';
+import { getNamedType, isInputObjectType, isNonNullType, isObjectType, isScalarType, type GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
@@ -12,10 +12,24 @@ import { streamRoutes, type StreamParam, type StreamRoute } from './stream-route
  */
 
 export { REST_BASE_PATH };
-export const sofaCustomScalars = {
-  Timestamp: { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' },
-  JSON: {},
-};
+const timestampSchema = { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' };
+
+/** What SOFA writes for each scalar: a shaped JSON scalar (scalars.ts) refers to its component. */
+export function sofaCustomScalars(schema: GraphQLSchema): Record<string, Json> {
+  const scalars: Record<string, Json> = { Timestamp: timestampSchema, JSON: {} };
+  for (const [name, shape] of shapedScalars(schema)) scalars[name] = shape ? { $ref: `#/components/schemas/${name}` } : {};
+  return scalars;
+}
+
+/** The JSON scalars whose shape is declared (shapedJsonScalar), with their schemas. */
+function shapedScalars(schema: GraphQLSchema): Array<[string, Json]> {
+  return Object.values(schema.getTypeMap())
+    .filter(isScalarType)
+    .flatMap((type) => {
+      const shape = type.extensions?.[JSON_SHAPE_EXTENSION] as Json | undefined;
+      return shape ? [[type.name, shape] as [string, Json]] : [];
+    });
+}
 
 type Json = Record<string, any>;
 
@@ -29,6 +43,7 @@ const errorResponses: Record<string, { description: string; schema: 'AuthError' 
   '422': { description: 'VALIDATION_ERROR: details.errors lists each field', schema: 'Error' },
   '429': { description: 'POLICY_VIOLATION: rate limit exceeded; see Retry-After', schema: 'Error' },
   '500': { description: 'INTERNAL_ERROR', schema: 'Error' },
+  '503': { description: 'SERVICE_UNAVAILABLE: a stored secret cannot be opened with this service\'s key', schema: 'Error' },
 };
 
 function errorCodesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): string[] {
@@ -36,7 +51,6 @@ function errorCodesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extr
   if (route.method !== 'GET' && route.method !== 'DELETE') codes.push('400', '413');
   if (route.auth.length) codes.push('401', '403', '429');
   if (route.path.includes(':')) codes.push('404');
-  if (route.method === 'POST' || route.method === 'PATCH') codes.push('409');
   for (const extra of route.extraErrors ?? []) if (!codes.includes(extra)) codes.push(extra);
   return codes.sort();
 }
@@ -70,7 +84,7 @@ const securityOf = (auth: RestRoute['auth']) => auth.map((scheme) => ({ [scheme 
 
 function streamParamSchema(param: StreamParam): Json {
   if (param.type === 'integer') return { type: 'integer', format: 'int32' };
-  if (param.type === 'timestamp') return { ...sofaCustomScalars.Timestamp };
+  if (param.type === 'timestamp') return { ...timestampSchema };
   return param.values ? { type: 'string', enum: [...param.values] } : { type: 'string' };
 }
 
@@ -109,10 +123,8 @@ function streamOperation(route: StreamRoute): Json {
   };
 }
 
-/** A property with what its field or argument declares (src/graphql/closed-values.ts): its values, its JSON shape. */
+/** A property with what its field or argument declares (src/graphql/closed-values.ts): its closed values. */
 function declaredShape(property: Json, extensions: Readonly<Record<string, unknown>> | null | undefined): Json {
-  const shape = extensions?.[JSON_SHAPE_EXTENSION] as Json | undefined;
-  if (shape) return { ...(property.description ? { description: property.description } : {}), ...shape };
   const values = extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
   if (!values) return property;
   return property.type === 'array' ? { ...property, items: { ...property.items, enum: [...values] } } : { ...property, enum: [...values] };
@@ -122,7 +134,7 @@ function declaredShape(property: Json, extensions: Readonly<Record<string, unkno
  * What GraphQL knows and SOFA's document drops, applied to every component schema named after a
  * GraphQL object or input type:
  * - a field whose type is not non-null is sent as an explicit `null`, so its property is
- *   `nullable` (a `$ref` property is wrapped in `allOf`: OpenAPI 3.0 ignores keywords beside it);
+ *   `nullable` (a `$ref` property becomes `oneOf` the reference or null: nullableReference);
  * - a String field whose values are a closed set declares them with `extensions: { enum }`
  *   (src/graphql/closed-values.ts) where a GraphQL enum cannot serve (`gateway:execute` is no GraphQL
  *   name, and reason codes grow without breaking GraphQL clients): the property gets the `enum`.
@@ -137,16 +149,25 @@ function carryFieldFacts(schemas: Json, schema: GraphQLSchema): void {
       if (!isNonNullType(field.type)) {
         // A nullable enum must list null among its values (OpenAPI 3.0.3), or validators refuse the null.
         if (property.enum) property = { ...property, enum: [...property.enum, null] };
-        property = property.$ref ? { allOf: [property], nullable: true } : { ...property, nullable: true };
+        // A JSON value (no type) already admits null; `nullable` without a `type` means nothing in 3.0.3.
+        if (property.$ref) property = nullableReference(property, schemas);
+        else if (property.type) property = { ...property, nullable: true };
       }
       component.properties[fieldName] = property;
     }
   }
 }
 
-/** JSON schemas of whole-body arguments (`bodyArg`), which GraphQL only knows as JSON. */
-export const bodySchemas: Record<string, Json> = {};
-const bodySchemaName = (arg: string) => `${arg[0].toUpperCase()}${arg.slice(1)}Payload`;
+/**
+ * A reference that may be null, in terms strict OpenAPI 3.0.3 tools agree on: `nullable` beside
+ * a `$ref` is ignored, and with `allOf` the referenced schema still refuses the null; so the
+ * value is one of the referenced schema or the null alone (`nullable` needs a `type` to count).
+ */
+function nullableReference({ $ref, ...siblings }: Json, schemas: Json): Json {
+  const type = schemas[refName($ref)]?.type ?? 'object';
+  return { ...siblings, oneOf: [{ $ref }, { type, nullable: true, enum: [null] }] };
+}
+
 
 /** What each tag groups, for the documentation's sections. */
 const tagDescriptions: Record<string, string> = {
@@ -227,11 +248,12 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
     schema: restSchema(schema),
     basePath: REST_BASE_PATH,
     routes: sofaRouteConfig(),
-    customScalars: sofaCustomScalars,
+    customScalars: sofaCustomScalars(schema),
     openAPI: {},
     swaggerUI: { endpoint: false },
   }) as unknown as { openAPIDocument: Json };
   const generated = structuredClone(router.openAPIDocument);
+  const shapes = new Map(shapedScalars(schema));
 
   const openApiPath = (path: string) => path.replace(/:([^/]+)/g, '{$1}');
   const byPath = new Map<string, [string, RestRoute]>();
@@ -259,9 +281,15 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       operation.parameters = (operation.parameters ?? []).filter((p: Json) => !(hasBody && p.in === 'query'));
       if (!operation.parameters.length) delete operation.parameters;
       if (route.bodyArg) {
+        // The whole body is this argument: its own schema (a shaped scalar's component), not an object holding it.
+        const [typeName, fieldName] = field.split('.');
+        const bodyArg = (typeName === 'Query' ? schema.getQueryType() : schema.getMutationType())
+          ?.getFields()
+          [fieldName]?.args.find((arg) => arg.name === route.bodyArg);
+        const scalarName = bodyArg && getNamedType(bodyArg.type).name;
         operation.requestBody = {
           required: true,
-          content: { 'application/json': { schema: { $ref: `#/components/schemas/${bodySchemaName(route.bodyArg)}` } } },
+          content: { 'application/json': { schema: scalarName && shapes.has(scalarName) ? { $ref: `#/components/schemas/${scalarName}` } : {} } },
         };
       }
       const body = route.bodyArg ? undefined : operation.requestBody?.content?.['application/json']?.schema;
@@ -294,7 +322,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
   }
 
   const schemas: Json = { ...generated.components?.schemas };
-  for (const [arg, schema] of Object.entries(bodySchemas)) schemas[bodySchemaName(arg)] = schema;
+  for (const [name, shape] of shapes) schemas[name] = shape;
   delete schemas.Query;
   delete schemas.Mutation;
   carryFieldFacts(schemas, schema);
@@ -347,11 +375,12 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
     },
   };
 
-  return {
+  const document = {
     openapi: '3.0.3',
     info: {
       title: 'Agent Gateway API',
       version,
+      license: { name: 'Apache-2.0', url: 'https://www.apache.org/licenses/LICENSE-2.0' },
       description:
         'Policy gateway between AI agents and their tools. The same operations are available as GraphQL at /graphql. ' +
         'A known path called with a method it does not have answers 405 METHOD_NOT_ALLOWED (the Error envelope) with an ' +
@@ -371,4 +400,42 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
     },
   };
+  moveRefSiblings(document);
+  dropUnusedSchemas(document);
+  return document;
+}
+
+const refName = (ref: string) => ref.replace('#/components/schemas/', '');
+
+/**
+ * OpenAPI 3.0 ignores every keyword beside a `$ref` (a description), so tools that read the
+ * document (validators, Redocly, generators) would drop them: the reference moves into an `allOf`
+ * the keywords sit beside.
+ */
+function moveRefSiblings(node: unknown): void {
+  if (Array.isArray(node)) {
+    for (const item of node) moveRefSiblings(item);
+    return;
+  }
+  if (typeof node !== 'object' || node === null) return;
+  const object = node as Json;
+  for (const key of Object.keys(object)) if (object[key] === undefined) delete object[key];
+  if (typeof object.$ref === 'string' && Object.keys(object).length > 1) {
+    const ref = object.$ref;
+    delete object.$ref;
+    object.allOf = [{ $ref: ref }];
+  }
+  for (const value of Object.values(object)) moveRefSiblings(value);
+}
+
+/** SOFA adds a component for every GraphQL type it meets, some of which it then inlines. */
+function dropUnusedSchemas(document: Json): void {
+  const schemas: Json = document.components.schemas;
+  for (;;) {
+    const { schemas: _own, ...rest } = document.components;
+    const text = JSON.stringify({ ...document, components: rest }) + JSON.stringify(Object.values(schemas));
+    const unused = Object.keys(schemas).filter((name) => !text.includes(`"#/components/schemas/${name}"`));
+    if (!unused.length) return;
+    for (const name of unused) delete schemas[name];
+  }
 }

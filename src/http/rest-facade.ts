@@ -19,7 +19,7 @@ import type { AuthState } from '../modules/auth/authenticate.js';
 import { authorize, may, type Principal } from '../modules/auth/authz.js';
 import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
-import { REST_BASE_PATH, sofaCustomScalars } from './openapi.js';
+import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
 import { publicPath, restRoutes, ROOT_MOUNT_PREFIX, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
@@ -381,7 +381,6 @@ export function useRestFacade(
   const sofa = useSofa({
       basePath: REST_BASE_PATH,
       routes: sofaRouteConfig(),
-      customScalars: sofaCustomScalars,
       errorHandler: restErrorHandler as unknown as NonNullable<Parameters<typeof useSofa>[0]['errorHandler']>,
       openAPI: { endpoint: false },
       swaggerUI: { endpoint: false },

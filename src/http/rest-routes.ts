@@ -48,8 +48,13 @@ export interface RestRoute {
    * (secrets in URLs end up in access logs), so this names only what is never secret.
    */
   queryArgs?: readonly string[];
-  /** Error statuses beyond those implied by method, path and auth (e.g. 401 of a wrong password). */
-  extraErrors?: ReadonlyArray<'401' | '429'>;
+  /**
+   * Error statuses the route can answer beyond those every route of its kind can (a body: 400,
+   * 413; credentials: 401, 403, 429; a path id: 404): 401 of a wrong password, 404 of an id in the
+   * body, 409 of a conflict or a state transition, 503 of a secret that does not open. The
+   * document lists only these, and every test's responses are held to it (test/support/app.ts).
+   */
+  extraErrors?: ReadonlyArray<'401' | '404' | '409' | '429' | '503'>;
   /**
    * Answered by this handler instead of SOFA and GraphQL execution, which cost about half of a
    * gateway call: the hot path. Everything else stays the route's: the guard's credentials and

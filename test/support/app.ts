@@ -1,3 +1,4 @@
+import { appendFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { createApp, type App } from '../../src/app.js';
 import type { Database } from '../../src/db/database.js';
@@ -6,6 +7,7 @@ import { parseEnv } from '../../src/env.js';
 import { createLogger } from '../../src/logger.js';
 import type { Telemetry } from '../../src/observability/telemetry.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
+import { OpenApiResponseChecker } from './openapi-validator.js';
 
 export interface TestResponse<T = any> {
   status: number;
@@ -83,11 +85,32 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   });
   await app.ready;
 
-  async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
+  async function send<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
     const response = await app.yoga.fetch(`http://localhost${path}`, requestInit(method, options), {
       clientAddress: options.clientAddress ?? '192.0.2.1',
     } as never);
     return testResponse<T>(response);
+  }
+  const checker = await OpenApiResponseChecker.load({ request: send });
+
+  /**
+   * Every response any test gets is held to the served /openapi.json: a status the operation does
+   * not document, a body off its schema or a missing documented header fails that test. The
+   * document cannot drift from what the service answers without the build failing.
+   */
+  async function request<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
+    const response = await send<T>(method, path, options);
+    const problems = checker.check(method, path, response);
+    const observed = process.env.OPENAPI_OBSERVED_FILE;
+    if (observed) {
+      const operation = checker.operationOf(method, path);
+      if (operation) appendFileSync(observed, `${operation} ${response.status} ${JSON.stringify(problems.map((p) => p.problem))}\n`);
+      return response;
+    }
+    if (problems.length) {
+      throw new Error(`${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`);
+    }
+    return response;
   }
 
   return {

@@ -130,7 +130,7 @@ builder.mutationField('register_agent', (t) =>
     resolve: (_, args, ctx) => ctx.services.agents.register(principalOf(ctx).orgId, args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.register_agent', { method: 'POST', path: '/agents', status: 201, tag, summary: 'Register an agent', auth: readers });
+restRoute('Mutation.register_agent', { method: 'POST', path: '/agents', status: 201, tag, summary: 'Register an agent', auth: readers, extraErrors: ['409'] });
 
 builder.mutationField('deactivate_agent', (t) =>
   t.boolean({
@@ -164,4 +164,11 @@ builder.mutationField('reactivate_agent', (t) =>
     resolve: (_, args, ctx) => ctx.services.agents.reactivate(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
   }),
 );
-restRoute('Mutation.reactivate_agent', { method: 'POST', path: '/agents/:agent_id/reactivate', tag, summary: 'Reactivate an agent', auth: ['bearer'] });
+restRoute('Mutation.reactivate_agent', {
+  method: 'POST',
+  path: '/agents/:agent_id/reactivate',
+  tag,
+  summary: 'Reactivate an agent',
+  auth: ['bearer'],
+  extraErrors: ['409'],
+});

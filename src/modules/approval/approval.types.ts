@@ -191,6 +191,7 @@ builder.mutationField('approve_approval', (t) =>
   }),
 );
 restRoute('Mutation.approve_approval', {
+  extraErrors: ['409'],
   method: 'POST',
   path: `${approvalsPath}/:approval_id/approve`,
   tag,
@@ -221,6 +222,7 @@ builder.mutationField('deny_approval', (t) =>
   }),
 );
 restRoute('Mutation.deny_approval', {
+  extraErrors: ['409'],
   method: 'POST',
   path: `${approvalsPath}/:approval_id/deny`,
   tag,

@@ -3,7 +3,7 @@ import type { ManifestEvent } from '../../generated/prisma/client.js';
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
-import { bodySchemas } from '../../http/openapi.js';
+import { shapedJsonScalar } from '../../graphql/scalars.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import type { ManifestDocument } from './manifest-document.js';
@@ -156,7 +156,12 @@ const ManifestValidation = builder
     }),
   });
 
-bodySchemas.manifest = manifestPayloadSchema;
+const ManifestPayload = shapedJsonScalar(
+  'ManifestPayload',
+  'An agent manifest as an organization submits it: `version`, `agent` {id, name, version, description, organization, team}, ' +
+    '`capabilities` {requested}, optional `constraints` {max_actions_per_hour, max_actions_per_day, require_human_approval} and `metadata`.',
+  manifestPayloadSchema,
+);
 
 const manifestsPath = '/orgs/:org_id/manifests';
 const tag = 'Manifests';
@@ -194,7 +199,7 @@ builder.queryField('validate_manifest', (t) =>
   t.field({
     type: ManifestValidation,
     description: 'Checks a manifest payload without registering it.',
-    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: 'JSON', required: true }) },
+    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
     resolve: (_, args, ctx) => {
       const check = ctx.services.manifests.validate(args.manifest);
@@ -262,13 +267,15 @@ builder.mutationField('register_manifest', (t) =>
   t.prismaField({
     type: 'Manifest',
     description: 'Registers a manifest as pending.',
-    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: 'JSON', required: true }) },
+    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
     resolve: (query, _, args, ctx) =>
       ctx.services.manifests.register(String(args.org_id), args.manifest, principalOf(ctx), query),
   }),
 );
 restRoute('Mutation.register_manifest', {
+  // A pending manifest of the agent exists, or the agent is deactivated.
+  extraErrors: ['409'],
   method: 'POST',
   path: manifestsPath,
   status: 201,
@@ -305,6 +312,7 @@ function transitionField(name: TransitionName, fieldArgs: 'approve' | 'reason' |
     }),
   );
   restRoute(`Mutation.${name}_manifest`, {
+    extraErrors: ['409'],
     method: 'POST',
     path: `${manifestsPath}/:manifest_id/${name}`,
     tag,

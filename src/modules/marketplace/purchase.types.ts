@@ -73,6 +73,8 @@ builder.mutationField('marketplace_purchase', (t) =>
   }),
 );
 restRoute('Mutation.marketplace_purchase', {
+  // The template named in the body may not exist (404) or not be published (409).
+  extraErrors: ['404', '409'],
   method: 'POST',
   path: '/marketplace/purchase',
   mount: 'root',
@@ -107,6 +109,7 @@ builder.mutationField('confirm_marketplace_transaction', (t) =>
   }),
 );
 restRoute('Mutation.confirm_marketplace_transaction', {
+  extraErrors: ['409'],
   method: 'POST',
   path: '/marketplace/transactions/:transaction_id/confirm',
   mount: 'root',

@@ -205,7 +205,7 @@ for (const [field, to, path, summary] of [
       resolve: (_, args, ctx) => ctx.services.templates.transition(principalOf(ctx).orgId, String(args.id), to, principalOf(ctx)),
     }),
   );
-  restRoute(`Mutation.${field}`, { method: 'POST', path: `/manifests/:id/${path}`, mount: 'root', tag, summary, auth: ['bearer'] });
+  restRoute(`Mutation.${field}`, { method: 'POST', path: `/manifests/:id/${path}`, mount: 'root', tag, summary, auth: ['bearer'], extraErrors: ['409'] });
 }
 
 builder.queryField('marketplace_manifests', (t) =>

@@ -55,6 +55,7 @@ builder.mutationField('create_organization', (t) =>
   }),
 );
 restRoute('Mutation.create_organization', {
+  extraErrors: ['409'],
   method: 'POST',
   path: '/orgs',
   status: 201,

@@ -180,7 +180,15 @@ builder.mutationField('create_policy', (t) =>
     },
   }),
 );
-restRoute('Mutation.create_policy', { method: 'POST', path: policiesPath, status: 201, tag, summary: 'Create a policy', auth: ['bearer'] });
+restRoute('Mutation.create_policy', {
+  method: 'POST',
+  path: policiesPath,
+  status: 201,
+  tag,
+  summary: 'Create a policy',
+  auth: ['bearer'],
+  extraErrors: ['409'],
+});
 
 builder.mutationField('replace_policy', (t) =>
   t.field({
@@ -195,6 +203,7 @@ builder.mutationField('replace_policy', (t) =>
   }),
 );
 restRoute('Mutation.replace_policy', {
+  extraErrors: ['409'],
   method: 'PUT',
   path: `${policiesPath}/:policy_id`,
   tag,

@@ -1,5 +1,6 @@
 import { builder } from '../../graphql/builder.js';
-import { closedValues, jsonShape } from '../../graphql/closed-values.js';
+import { closedValues } from '../../graphql/closed-values.js';
+import { shapedJsonScalar } from '../../graphql/scalars.js';
 import { toolConfigInputSchema, toolConfigSchema } from './tool-config.schema.js';
 import { connectors } from './tool.service.js';
 import { principalOf } from '../../graphql/context.js';
@@ -7,14 +8,24 @@ import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { publicConfig } from './tool.service.js';
 
+const ToolConfig = shapedJsonScalar(
+  'ToolConfig',
+  "A tool's connector settings as read, one shape per connector (`http`, `mcp`, `mock`); write-only values read as \"[redacted]\".",
+  toolConfigSchema,
+);
+const ToolConfigInput = shapedJsonScalar(
+  'ToolConfigInput',
+  "A tool's connector settings as written: the shape of the `connector` given beside it (`http`, `mcp` or `mock`).",
+  toolConfigInputSchema,
+);
+
 export const ToolRef = builder.prismaObject('Tool', {
   fields: (t) => ({
     tool_id: t.exposeID('id'),
     action_type: t.exposeString('actionType'),
     connector: t.exposeString('connector', { description: '`http`, `mcp` or `mock`.', ...closedValues(connectors) }),
     config: t.field({
-      type: 'JSON',
-      ...jsonShape(toolConfigSchema),
+      type: ToolConfig,
       description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
       resolve: (tool) => publicConfig(tool),
     }),
@@ -60,13 +71,23 @@ builder.mutationField('create_tool', (t) =>
       org_id: t.arg.id({ required: true }),
       action_type: t.arg.string({ required: true }),
       connector: t.arg.string({ required: true, ...closedValues(connectors) }),
-      config: t.arg({ type: 'JSON', ...jsonShape(toolConfigInputSchema) }),
+      config: t.arg({ type: ToolConfigInput }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
     resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.create_tool', { method: 'POST', path: toolsPath, status: 201, tag, summary: 'Configure a tool connector', auth: ['bearer'] });
+// 503: a kept "[redacted]" value that this service's KEY_ENCRYPTION_KEY cannot open.
+const toolWriteErrors = ['409', '503'] as const;
+restRoute('Mutation.create_tool', {
+  method: 'POST',
+  path: toolsPath,
+  status: 201,
+  tag,
+  summary: 'Configure a tool connector',
+  auth: ['bearer'],
+  extraErrors: toolWriteErrors,
+});
 
 builder.mutationField('update_tool', (t) =>
   t.field({
@@ -79,13 +100,20 @@ builder.mutationField('update_tool', (t) =>
       tool_id: t.arg.id({ required: true }),
       action_type: t.arg.string(),
       connector: t.arg.string(closedValues(connectors)),
-      config: t.arg({ type: 'JSON', ...jsonShape(toolConfigInputSchema) }),
+      config: t.arg({ type: ToolConfigInput }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
     resolve: (_, args, ctx) => ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.update_tool', { method: 'PATCH', path: `${toolsPath}/:tool_id`, tag, summary: 'Change a tool connector', auth: ['bearer'] });
+restRoute('Mutation.update_tool', {
+  method: 'PATCH',
+  path: `${toolsPath}/:tool_id`,
+  tag,
+  summary: 'Change a tool connector',
+  auth: ['bearer'],
+  extraErrors: toolWriteErrors,
+});
 
 builder.mutationField('delete_tool', (t) =>
   t.boolean({

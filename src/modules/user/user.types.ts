@@ -50,6 +50,7 @@ builder.mutationField('create_user', (t) =>
   }),
 );
 restRoute('Mutation.create_user', {
+  extraErrors: ['409'],
   method: 'POST',
   path: '/orgs/:org_id/users',
   status: 201,
