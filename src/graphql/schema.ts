@@ -16,6 +16,15 @@ import '../modules/agent/agent.types.js';
 import '../modules/marketplace/template.types.js';
 import '../modules/marketplace/purchase.types.js';
 import '../modules/audit/audit.types.js';
+import { restRoutes } from '../http/rest-routes.js';
 import { builder } from './builder.js';
 
 export const schema = builder.toSchema({ sortSchema: true });
+
+// A root field without a description of its own is described by its REST route's summary,
+// written once beside it: GraphiQL's docs and the OpenAPI operation then say the same thing.
+for (const [name, route] of restRoutes) {
+  const [rootName, fieldName] = name.split('.');
+  const field = (rootName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[fieldName];
+  if (field && !field.description) field.description = `${route.summary}.`;
+}

@@ -216,13 +216,21 @@ function serviceOperations(): Json {
   };
   return {
     '/healthz': {
-      get: { operationId: 'healthz', tags: ['Health'], summary: 'Liveness: the process serves requests', security: [], responses: { '200': json(status) } },
+      get: {
+        operationId: 'healthz',
+        tags: ['Health'],
+        summary: 'Liveness: the process serves requests',
+        description: 'Answers 200 while the process runs, without touching the database: a restart is the cure for a failure here.',
+        security: [],
+        responses: { '200': json(status) },
+      },
     },
     '/readyz': {
       get: {
         operationId: 'readyz',
         tags: ['Health'],
         summary: 'Readiness: the database answers and the process is not shutting down',
+        description: 'A load balancer sends traffic only while this is 200; 503 while the database does not answer or once shutdown began (SIGTERM).',
         security: [],
         responses: { '200': json(readiness), '503': json(readiness, 'Not ready: the database does not answer, or shutdown began') },
       },
@@ -232,6 +240,7 @@ function serviceOperations(): Json {
         operationId: 'jwks',
         tags: ['Keys'],
         summary: 'Public keys of capability tokens and records (retired keys stay listed)',
+        description: 'Ed25519 keys as a JWK Set: verify capability tokens and the signatures of interaction records offline, by `kid`.',
         security: [],
         responses: { '200': json({ type: 'object', required: ['keys'], properties: { keys: { type: 'array', items: jwk } } }) },
       },
@@ -276,16 +285,17 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       const hasBody = Boolean(operation.requestBody);
       operation.operationId = field.split('.')[1];
       operation.summary = route.summary;
-      if (route.description) operation.description = route.description;
+      // The route's own text, else the GraphQL field's description: one text for both APIs.
+      const [rootName, fieldName] = field.split('.');
+      const graphqlField = (rootName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[fieldName];
+      const description = route.description ?? graphqlField?.description;
+      if (description) operation.description = description;
       else delete operation.description;
       operation.parameters = (operation.parameters ?? []).filter((p: Json) => !(hasBody && p.in === 'query'));
       if (!operation.parameters.length) delete operation.parameters;
       if (route.bodyArg) {
         // The whole body is this argument: its own schema (a shaped scalar's component), not an object holding it.
-        const [typeName, fieldName] = field.split('.');
-        const bodyArg = (typeName === 'Query' ? schema.getQueryType() : schema.getMutationType())
-          ?.getFields()
-          [fieldName]?.args.find((arg) => arg.name === route.bodyArg);
+        const bodyArg = graphqlField?.args.find((arg) => arg.name === route.bodyArg);
         const scalarName = bodyArg && getNamedType(bodyArg.type).name;
         operation.requestBody = {
           required: true,
@@ -294,8 +304,6 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       }
       const body = route.bodyArg ? undefined : operation.requestBody?.content?.['application/json']?.schema;
       if (body?.properties) {
-        const [typeName, fieldName] = field.split('.');
-        const graphqlField = (typeName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[fieldName];
         for (const arg of graphqlField?.args ?? []) {
           if (body.properties[arg.name]) body.properties[arg.name] = declaredShape(body.properties[arg.name], arg.extensions);
         }
