@@ -105,11 +105,20 @@ const droppingExporter: SpanExporter = {
 const quietApp = createApp({ env: { ...env, metricsPort: 0, otlpTracesUrl: undefined }, db, logger: createLogger('silent') });
 const tracedTelemetry = createTelemetry({ serviceVersion: packageVersion, spanExporter: droppingExporter });
 const tracedApp = createApp({ env, db, logger: createLogger('silent'), telemetry: tracedTelemetry });
-await Promise.all([quietApp.ready, tracedApp.ready]);
+// And as a busy deployment would trace: OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG=0.1.
+const sampledTelemetry = createTelemetry({
+  serviceVersion: packageVersion,
+  spanExporter: droppingExporter,
+  sampler: parseEnv({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' }).tracesSampler,
+});
+const sampledApp = createApp({ env, db, logger: createLogger('silent'), telemetry: sampledTelemetry });
+await Promise.all([quietApp.ready, tracedApp.ready, sampledApp.ready]);
 const quietServer = createServer(quietApp.yoga);
 const quietBase = `http://127.0.0.1:${await listen(quietServer)}`;
 const tracedServer = createServer(tracedApp.yoga);
 const tracedBase = `http://127.0.0.1:${await listen(tracedServer)}`;
+const sampledServer = createServer(sampledApp.yoga);
+const sampledBase = `http://127.0.0.1:${await listen(sampledServer)}`;
 
 const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
   const response = await fetch(`${base}${path}`, {
@@ -252,10 +261,12 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
 const TELEMETRY_ROUNDS = Number(process.env.BENCH_TELEMETRY_ROUNDS ?? 3);
 const TELEMETRY_OFF = 'POST /api/v1/gateway/evaluate, telemetry off';
 const TELEMETRY_ON = 'POST /api/v1/gateway/evaluate, metrics + tracing';
+const TELEMETRY_SAMPLED = 'POST /api/v1/gateway/evaluate, metrics + 10% of traces';
 for (let round = 1; round <= TELEMETRY_ROUNDS; round++) {
   scenarios.push(
     [`${TELEMETRY_OFF} #${round}`, () => measurePost(`${TELEMETRY_OFF} #${round}`, `${quietBase}/api/v1/gateway/evaluate`)],
     [`${TELEMETRY_ON} #${round}`, () => measurePost(`${TELEMETRY_ON} #${round}`, `${tracedBase}/api/v1/gateway/evaluate`)],
+    [`${TELEMETRY_SAMPLED} #${round}`, () => measurePost(`${TELEMETRY_SAMPLED} #${round}`, `${sampledBase}/api/v1/gateway/evaluate`)],
   );
 }
 const rows: Awaited<ReturnType<typeof measure>>[] = [];
@@ -276,12 +287,14 @@ for (const mode of ['evaluate', 'execute']) {
 // The issue's bar: metrics and tracing cost at most 5 % of evaluate's throughput (≥ 0.95 kept).
 // Each round's ratio, and their median: a busy machine moves single rows by more than the cost.
 const rpsOf = (prefix: string) => rows.filter((r) => r.name.startsWith(prefix)).reduce((sum, r) => sum + r.rps, 0);
-const roundRatios = Array.from({ length: TELEMETRY_ROUNDS }, (_, i) => {
-  const off = rows.find((r) => r.name === `${TELEMETRY_OFF} #${i + 1}`);
-  const on = rows.find((r) => r.name === `${TELEMETRY_ON} #${i + 1}`);
-  return off && on ? on.rps / off.rps : undefined;
-}).filter((ratio): ratio is number => ratio !== undefined);
-if (roundRatios.length) {
+/** How much of the throughput with telemetry off `variant` keeps: per round, their median, all rounds together, CPU. */
+function telemetryCost(variant: string) {
+  const roundRatios = Array.from({ length: TELEMETRY_ROUNDS }, (_, i) => {
+    const off = rows.find((r) => r.name === `${TELEMETRY_OFF} #${i + 1}`);
+    const on = rows.find((r) => r.name === `${variant} #${i + 1}`);
+    return off && on ? on.rps / off.rps : undefined;
+  }).filter((ratio): ratio is number => ratio !== undefined);
+  if (!roundRatios.length) return;
   const sorted = [...roundRatios].sort((a, b) => a - b);
   const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
   const cpuOf = (prefix: string) => {
@@ -289,12 +302,15 @@ if (roundRatios.length) {
     return matching.reduce((sum, r) => sum + r['cpu µs/req'], 0) / matching.length;
   };
   console.log(
-    `evaluate: metrics + tracing keep ${median.toFixed(3)} (median of rounds: ${roundRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
-      `all rounds together ${(rpsOf(TELEMETRY_ON) / rpsOf(TELEMETRY_OFF)).toFixed(3)}) of the throughput with telemetry off; ` +
-      `CPU per request ${cpuOf(TELEMETRY_ON).toFixed(0)} µs against ${cpuOf(TELEMETRY_OFF).toFixed(0)} µs ` +
-      `(${(cpuOf(TELEMETRY_OFF) / cpuOf(TELEMETRY_ON)).toFixed(3)}); ${spansExported} spans exported`,
+    `evaluate, ${variant.slice(variant.indexOf(', ') + 2)}: keeps ${median.toFixed(3)} (median of rounds: ${roundRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
+      `all rounds together ${(rpsOf(variant) / rpsOf(TELEMETRY_OFF)).toFixed(3)}) of the throughput with telemetry off; ` +
+      `CPU per request ${cpuOf(variant).toFixed(0)} µs against ${cpuOf(TELEMETRY_OFF).toFixed(0)} µs ` +
+      `(${(cpuOf(TELEMETRY_OFF) / cpuOf(variant)).toFixed(3)})`,
   );
 }
+telemetryCost(TELEMETRY_ON);
+telemetryCost(TELEMETRY_SAMPLED);
+if (rows.some((r) => r.name.startsWith(TELEMETRY_ON))) console.log(`${spansExported} spans exported`);
 
 // The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
 const restExecute = rows.find((r) => r.name === 'POST /api/v1/gateway/execute (+ record)');
@@ -311,7 +327,8 @@ for (const orgId of [org.org_id, policyOrgId]) {
 server.close();
 quietServer.close();
 tracedServer.close();
+sampledServer.close();
 bare.close();
-await Promise.all([app.stop(), quietApp.stop(), tracedApp.stop()]);
-await tracedTelemetry.shutdown();
+await Promise.all([app.stop(), quietApp.stop(), tracedApp.stop(), sampledApp.stop()]);
+await Promise.all([tracedTelemetry.shutdown(), sampledTelemetry.shutdown()]);
 await db.close();

@@ -112,7 +112,6 @@ export function useRequestLifecycle(options: {
       state.responseHeaders.forEach((value: string, name: string) => final.headers.set(name, value));
       final.headers.set('X-Request-Id', state.requestId);
       const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
-      const url = new URL(request.url);
       const space = state.route?.indexOf(' ') ?? -1;
       const routePath = state.route && space > 0 ? state.route.slice(space + 1) : UNMATCHED_ROUTE;
       telemetry.httpRequest(request.method, routePath, final.status, durationMs / 1000);
@@ -126,7 +125,7 @@ export function useRequestLifecycle(options: {
         {
           request_id: state.requestId,
           method: request.method,
-          route: state.route ?? url.pathname,
+          route: state.route ?? new URL(request.url).pathname,
           status: final.status,
           duration_ms: Math.round(durationMs * 100) / 100,
           org_id: state.orgId,

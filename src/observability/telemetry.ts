@@ -289,6 +289,17 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
   }
 
   const noop = () => undefined;
+  // A series found once per label set rather than hashed from a labels object on every count:
+  // these run on every request, and the label sets are few (routes, codes and channels are closed sets).
+  const requestSeries = new Map<string, { count: Counter.Internal; duration: Histogram.Internal<string> }>();
+  const seriesCache = new WeakMap<object, Map<string, Counter.Internal>>();
+  function seriesOf<T extends string>(counter: Counter<T>, key: string, labels: () => Record<T, string>): Counter.Internal {
+    let byKey = seriesCache.get(counter);
+    if (!byKey) seriesCache.set(counter, (byKey = new Map()));
+    let series = byKey.get(key);
+    if (!series) byKey.set(key, (series = counter.labels(labels())));
+    return series;
+  }
   return {
     metricsEnabled,
     tracing: tracer !== undefined,
@@ -298,15 +309,27 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
     },
     httpRequest: metrics
       ? (method, route, status, seconds) => {
-          const labels = { method: knownMethods.has(method) ? method : 'OTHER', route, status: String(status) };
-          metrics.requests.inc(labels);
-          metrics.requestDuration.observe(labels, seconds);
+          const known = knownMethods.has(method) ? method : 'OTHER';
+          const key = `${known} ${status} ${route}`;
+          let series = requestSeries.get(key);
+          if (!series) {
+            const labels = { method: known, route, status: String(status) };
+            series = { count: metrics.requests.labels(labels), duration: metrics.requestDuration.labels(labels) };
+            requestSeries.set(key, series);
+          }
+          series.count.inc();
+          series.duration.observe(seconds);
         }
       : noop,
     decision: metrics
       ? (decision, reasons, channel, mode) => {
-          metrics.decisions.inc({ decision, reason: reasons[0]?.code ?? 'none', channel, mode });
-          for (const { code } of reasons) metrics.denialReasons.inc({ reason: code, channel, mode });
+          seriesOf(metrics.decisions, `${decision} ${reasons[0]?.code ?? 'none'} ${channel} ${mode}`, () => ({
+            decision,
+            reason: reasons[0]?.code ?? 'none',
+            channel,
+            mode,
+          })).inc();
+          for (const { code } of reasons) seriesOf(metrics.denialReasons, `${code} ${channel} ${mode}`, () => ({ reason: code, channel, mode })).inc();
         }
       : noop,
     policyEvaluated: metrics
