@@ -147,6 +147,8 @@ describe('OpenAPI document', () => {
     expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
     expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual(['deny', 'rate_limit', 'require_approval']);
     expect(schemas.InteractionRecord.properties.channel).toMatchObject({ nullable: true, enum: ['rest', 'graphql', 'mcp', null] });
+    expect(schemas.AuditLogEntry.properties.action.enum).toEqual(expect.arrayContaining(['org.created', 'manifest.superseded', 'marketplace.payment_confirmed']));
+    expect(schemas.AuditTarget.properties.type.enum).toEqual(expect.arrayContaining(['organization', 'manifest_template', 'marketplace_transaction']));
   });
 
   test("a tool's config is typed per connector: each kind as read validates, a mix of kinds does not", async () => {

@@ -170,3 +170,48 @@ export type AuditEvent =
     >;
 
 export type AuditAction = AuditEvent['action'];
+
+/**
+ * The target type of every action, at run time: the API declares both as closed sets (OpenAPI
+ * enums), and the mapped type makes the compiler refuse this table if an action of the union is
+ * missing or names another target type.
+ */
+type TargetOf<A extends AuditAction, E = AuditEvent> = E extends { action: infer Actions; targetType: infer Target } ? (A extends Actions ? Target : never) : never;
+const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
+  'org.created': 'organization',
+  'org.updated': 'organization',
+  'user.created': 'user',
+  'api_key.created': 'api_key',
+  'api_key.deleted': 'api_key',
+  'capability_token.issued': 'capability_token',
+  'capability_token.revoked': 'capability_token',
+  'tool.created': 'tool',
+  'tool.updated': 'tool',
+  'tool.deleted': 'tool',
+  'approval.approved': 'approval',
+  'approval.denied': 'approval',
+  'webhook.created': 'webhook',
+  'webhook.updated': 'webhook',
+  'webhook.deleted': 'webhook',
+  'policy.created': 'policy',
+  'policy.updated': 'policy',
+  'policy.deleted': 'policy',
+  'agent.created': 'agent',
+  'agent.deactivated': 'agent',
+  'agent.reactivated': 'agent',
+  'template.created': 'manifest_template',
+  'template.published': 'manifest_template',
+  'template.archived': 'manifest_template',
+  'marketplace.purchased': 'marketplace_transaction',
+  'marketplace.payment_confirmed': 'marketplace_transaction',
+  'manifest.registered': 'manifest',
+  'manifest.approved': 'manifest',
+  'manifest.rejected': 'manifest',
+  'manifest.suspended': 'manifest',
+  'manifest.reactivated': 'manifest',
+  'manifest.revoked': 'manifest',
+  'manifest.superseded': 'manifest',
+};
+
+export const AUDIT_ACTIONS = Object.keys(TARGET_OF_ACTION) as AuditAction[];
+export const AUDIT_TARGET_TYPES = [...new Set(Object.values(TARGET_OF_ACTION))];

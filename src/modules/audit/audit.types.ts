@@ -5,6 +5,7 @@ import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute, type StreamParam } from '../../http/stream-routes.js';
 import { UserRef } from '../user/user.types.js';
+import { AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
 import { auditCsvHeader, auditCsvRow, auditEntryOf } from './audit-export.js';
 import type { AuditFilter } from './audit.service.js';
 
@@ -22,7 +23,7 @@ const AuditActor = builder
 const AuditTarget = builder.objectRef<{ type: string; id: string }>('AuditTarget').implement({
   description: 'What was changed.',
   fields: (t) => ({
-    type: t.exposeString('type', { description: 'e.g. `manifest`, `api_key`, `user`, `organization`.' }),
+    type: t.exposeString('type', { description: 'e.g. `manifest`, `api_key`, `user`, `organization`.', ...closedValues(AUDIT_TARGET_TYPES) }),
     id: t.exposeString('id'),
   }),
 });
@@ -33,7 +34,7 @@ export const AuditLogRef = builder.prismaObject('AuditLog', {
     audit_id: t.exposeID('id'),
     org_id: t.exposeID('orgId'),
     actor: t.field({ type: AuditActor, resolve: (a) => ({ type: a.actorType, id: a.actorId, label: a.actorLabel }) }),
-    action: t.exposeString('action', { description: 'e.g. `manifest.approved`.' }),
+    action: t.exposeString('action', { description: 'e.g. `manifest.approved`.', ...closedValues(AUDIT_ACTIONS) }),
     target: t.field({ type: AuditTarget, resolve: (a) => ({ type: a.targetType, id: a.targetId }) }),
     before: t.field({ type: 'JSON', nullable: true, description: 'The changed fields before.', resolve: (a) => a.before }),
     after: t.field({ type: 'JSON', nullable: true, description: 'The changed fields after.', resolve: (a) => a.after }),
