@@ -1,7 +1,7 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Span } from '@opentelemetry/api';
 import type { AuthState } from '../modules/auth/authz.js';
 import { Headers } from './fetch-api.js';
+import { scopedSlot } from '../lib/async-scope.js';
 import { randomHexId } from '../lib/ids.js';
 
 /**
@@ -23,11 +23,11 @@ export interface RequestState {
   span?: Span;
 }
 
-const storage = new AsyncLocalStorage<RequestState>();
+const requestSlot = scopedSlot<RequestState>('request');
 
 /** The request being served, for code far from the context (audit entries, error logs). */
-export const currentRequest = (): RequestState | undefined => storage.getStore();
-export const runWithRequest = <T>(state: RequestState, work: () => T): T => storage.run(state, work);
+export const currentRequest = (): RequestState | undefined => requestSlot.get();
+export const runWithRequest = <T>(state: RequestState, work: () => T): T => requestSlot.run(state, work);
 
 const acceptableRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 

@@ -11,7 +11,6 @@ import {
   type TextMapGetter,
   type Tracer,
 } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -31,6 +30,7 @@ import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import type { TracesSampler } from '../env.js';
+import { scopedSlot } from '../lib/async-scope.js';
 
 /**
  * Metrics and traces (decisions.md § Observability), in one object per app that services get
@@ -39,8 +39,9 @@ import type { TracesSampler } from '../env.js';
  *
  * Metrics are prom-client objects on the app's own Registry with fixed label sets; callers use the
  * methods below, whose parameters are the labels, so no id or free text can become a label.
- * Traces use the OpenTelemetry SDK with a tracer provider, a context manager and a W3C propagator
- * of the app's own (none is registered globally). Without an exporter (no
+ * Traces use the OpenTelemetry SDK with a tracer provider and a W3C propagator of the app's own
+ * (none is registered globally); the active span's context lives in the process's async scope
+ * (`traceSlot`). Without an exporter (no
  * OTEL_EXPORTER_OTLP_ENDPOINT, none injected) tracing is off and `withSpan` only calls its function.
  */
 
@@ -124,6 +125,12 @@ function processMetrics(): Registry {
 }
 
 const NOOP_SPAN = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+/**
+ * The active trace context, in the process's one async scope (src/lib/async-scope.ts) rather than
+ * an AsyncLocalStorageContextManager of its own. Shared by the apps of a process, which is safe:
+ * a scope belongs to one request, served by one app.
+ */
+const traceSlot = scopedSlot<Context>('trace');
 
 const headersGetter: TextMapGetter<Headers> = {
   get: (carrier, key) => carrier.get(key) ?? undefined,
@@ -226,7 +233,6 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
     options.spanExporter ?? (options.otlpTracesUrl ? new OTLPTraceExporter({ url: options.otlpTracesUrl }) : undefined);
   let provider: TracerProvider | undefined;
   let tracer: Tracer | undefined;
-  let contextManager: AsyncLocalStorageContextManager | undefined;
   const propagator = new W3CTraceContextPropagator();
   if (exporter) {
     const processor: SpanProcessor =
@@ -242,16 +248,16 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
       sampler: samplerOf(options.sampler ?? { name: 'parentbased_always_on', ratio: 1 }),
     });
     tracer = provider.getTracer(TRACER_NAME, options.serviceVersion);
-    contextManager = new AsyncLocalStorageContextManager().enable();
   }
+  const activeContext = () => traceSlot.get() ?? ROOT_CONTEXT;
 
   function withSpan<T>(name: string, spanOptions: SpanOptions, fn: (span: Span) => T): T {
-    if (!tracer || !contextManager) return fn(NOOP_SPAN);
+    if (!tracer) return fn(NOOP_SPAN);
     const parent = spanOptions.remoteParent
       ? propagator.extract(ROOT_CONTEXT, spanOptions.remoteParent, headersGetter)
       : spanOptions.root
         ? ROOT_CONTEXT
-        : contextManager.active();
+        : activeContext();
     const span = tracer.startSpan(name, { kind: spanOptions.kind ?? SpanKind.INTERNAL, attributes: spanOptions.attributes }, parent);
     const failed = (error: unknown) => {
       span.recordException(error instanceof Error ? error : String(error));
@@ -260,7 +266,7 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
     };
     let result: T;
     try {
-      result = contextManager.with(trace.setSpan(parent, span), fn, undefined, span);
+      result = traceSlot.run(trace.setSpan(parent, span), () => fn(span));
     } catch (error) {
       failed(error);
       throw error;
@@ -282,9 +288,9 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
   }
 
   function traceHeaders(): Record<string, string> {
-    if (!contextManager) return {};
+    if (!tracer) return {};
     const carrier: Record<string, string> = {};
-    propagator.inject(contextManager.active(), carrier, defaultTextMapSetter);
+    propagator.inject(activeContext(), carrier, defaultTextMapSetter);
     return carrier;
   }
 
@@ -354,7 +360,6 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
         }),
       ]);
       clearTimeout(timer);
-      contextManager?.disable();
     },
   };
 }
