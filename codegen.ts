@@ -1,13 +1,28 @@
 import type { CodegenConfig } from '@graphql-codegen/cli';
 
-// Typed documents for the GraphQL tests, generated from the committed SDL and test/graphql/*.graphql.
+// Typed documents, generated from the committed SDL: for the GraphQL tests (test/graphql/*.graphql)
+// and for the operator console (console/graphql/*.graphql).
 const config: CodegenConfig = {
   schema: 'schema/schema.graphql',
-  documents: ['test/graphql/**/*.graphql'],
   generates: {
     'test/generated/graphql.ts': {
+      documents: ['test/graphql/**/*.graphql'],
       plugins: ['typescript-operations', 'typed-document-node'],
       config: {
+        useTypeImports: true,
+        scalars: { Timestamp: 'string', JSON: 'unknown' },
+        enumsAsTypes: true,
+        avoidOptionals: { field: true },
+      },
+    },
+    // The client preset in string mode: each operation is its query text typed with its result
+    // and variables, so the browser bundle carries no `graphql` runtime (no parser, no AST).
+    'console/generated/': {
+      documents: ['console/graphql/**/*.graphql'],
+      preset: 'client',
+      presetConfig: { fragmentMasking: false },
+      config: {
+        documentMode: 'string',
         useTypeImports: true,
         scalars: { Timestamp: 'string', JSON: 'unknown' },
         enumsAsTypes: true,
