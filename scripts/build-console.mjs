@@ -68,7 +68,8 @@ function codegen() {
     error.code = 'NO_DEV_DEPENDENCIES';
     throw error;
   }
-  const result = spawnSync(process.execPath, [cli, '--config', 'codegen.ts', '--silent'], { cwd: root, stdio: 'inherit' });
+  const env = { ...process.env, CODEGEN_TARGET: 'console' };
+  const result = spawnSync(process.execPath, [cli, '--config', 'codegen.ts', '--silent'], { cwd: root, stdio: 'inherit', env });
   if (result.status !== 0) throw new Error(`graphql-codegen failed (status ${result.status})`);
 }
 
