@@ -7,7 +7,7 @@
  * page go to test/artifacts/ (git-ignored) for a reviewer to look at. Firefox is not tested:
  * playwright drives only its own patched Firefox build, which cannot be installed here.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -81,10 +81,10 @@ async function signIn({ page }: ConsolePage, email: string) {
   await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
 }
 
-async function goTo({ page }: ConsolePage, title: 'Approvals' | 'Manifests' | 'Agents') {
+async function goTo({ page }: ConsolePage, title: 'Approvals' | 'Manifests' | 'Agents' | 'Policies' | 'Records' | 'Audit log') {
   await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: title }).click();
   await page.getByRole('heading', { level: 1, name: title }).waitFor();
-  expect(new URL(page.url()).pathname).toBe(`/console/${title.toLowerCase()}`);
+  expect(new URL(page.url()).pathname).toBe(`/console/${title === 'Audit log' ? 'audit' : title.toLowerCase()}`);
 }
 
 const screenshot = (page: Page, name: string) => page.screenshot({ path: path.join(ARTIFACTS_DIR, `console-${name}.png`), fullPage: true });
@@ -293,6 +293,15 @@ describe('a viewer', () => {
     await page.locator('[data-agent-id]').first().waitFor();
     expect(await main.getByRole('button').count()).toBe(0);
 
+    await goTo(view, 'Policies');
+    await page.getByText('No policies yet.').waitFor();
+    expect(await main.getByRole('button').count()).toBe(0);
+    // Records may be verified by anyone; the export is for admins and operators.
+    await goTo(view, 'Records');
+    await page.locator('[data-record-id]').first().waitFor();
+    expect(await main.getByRole('button', { name: 'Verify' }).count()).toBeGreaterThan(0);
+    expect(await main.getByRole('button', { name: 'Download export' }).count()).toBe(0);
+
     // The console's own session, used directly: the API refuses a viewer's decision.
     const token = await page.evaluate(() => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token as string);
     const refused = await t.graphql(
@@ -389,5 +398,107 @@ test('every page fits a 400 px wide window without horizontal scrolling', async 
   await page.locator('[data-agent-id]').first().waitFor();
   expect(await horizontalOverflow(page)).toBeLessThanOrEqual(0);
   await screenshot(page, 'narrow-agents');
+  await goTo(view, 'Policies');
+  await page.getByRole('button', { name: 'New policy' }).click();
+  await page.getByRole('form', { name: 'New policy' }).getByLabel('Effect').selectOption('rate_limit');
+  expect(await horizontalOverflow(page)).toBeLessThanOrEqual(0);
+  await screenshot(page, 'narrow-policies');
+  await goTo(view, 'Records');
+  await page.locator('[data-record-id]').first().waitFor();
+  expect(await horizontalOverflow(page)).toBeLessThanOrEqual(0);
+  await screenshot(page, 'narrow-records');
+  await goTo(view, 'Audit log');
+  await page.locator('[data-audit-id]').first().waitFor();
+  expect(await horizontalOverflow(page)).toBeLessThanOrEqual(0);
+  await screenshot(page, 'narrow-audit');
+  expect(view.problems).toEqual([]);
+});
+
+test('policies: a CEL error is shown at its position, then the policy is created and its shadow matches are listed', async () => {
+  const org = await signUp(t, 'console');
+  const agent = await readyAgent(t, org);
+  const view = await openConsole();
+  const { page } = view;
+  await signIn(view, org.adminEmail);
+  await goTo(view, 'Policies');
+  await page.getByRole('button', { name: 'New policy' }).click();
+  const form = page.getByRole('form', { name: 'New policy' });
+  await form.getByLabel('Name').fill('big refunds (shadow)');
+  await form.getByLabel('Mode').selectOption('shadow');
+  const condition = form.getByLabel('Condition (CEL; empty: always)');
+  await condition.fill("agent.id == 'x' &&\n  (params.amount > )");
+  await form.getByRole('button', { name: 'Create' }).click();
+  const problem = form.locator('.cel-error');
+  await problem.waitFor();
+  expect(await problem.getByRole('paragraph').innerText()).toMatch(/^at line 2, column 20: /);
+  // The offending line with a caret under column 20.
+  expect(await problem.locator('pre').innerText()).toBe(`  (params.amount > )\n${' '.repeat(19)}^`);
+  expect(await condition.getAttribute('aria-invalid')).toBe('true');
+  expect(await condition.evaluate((el) => el === document.activeElement)).toBe(true);
+  await screenshot(page, 'policies-cel-error');
+  const none = await t.request('GET', '/api/v1/policies', { token: org.adminToken });
+  expect(none.body.total).toBe(0);
+
+  await condition.fill('params.invoice == "inv-1"');
+  await form.getByRole('button', { name: 'Create' }).click();
+  const card = page.getByRole('article', { name: 'Policy big refunds (shadow)' });
+  await card.waitFor();
+  const created = await t.request('GET', '/api/v1/policies', { token: org.adminToken });
+  expect(created.body.items).toMatchObject([{ name: 'big refunds (shadow)', mode: 'shadow', effect: 'deny', condition: 'params.invoice == "inv-1"' }]);
+
+  // A shadow deny never changes the decision, but it is reported and listed as a match.
+  const run = await execute(t, agent);
+  expect(run.body.decision).toBe('allow');
+  await eventually(() => card.innerText(), (text) => text.includes('1 of the latest 1 decisions'));
+  expect(await card.innerText()).toContain('1 of the latest 1 decisions');
+  await screenshot(page, 'policies');
+
+  // Edit: a new version.
+  await card.getByRole('button', { name: 'Edit' }).click();
+  const edit = page.getByRole('form', { name: 'Edit policy big refunds (shadow)' });
+  await edit.getByLabel('Priority').fill('7');
+  await edit.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('article', { name: 'Policy big refunds (shadow)' }).waitFor();
+  const replaced = await t.request('GET', `/api/v1/policies/${created.body.items[0].policy_id}`, { token: org.adminToken });
+  expect(replaced.body).toMatchObject({ priority: 7, version: 2, mode: 'shadow' });
+  expect(view.problems).toEqual([]);
+});
+
+test('records: filter by agent, verify one, download the export; the audit log filters by action', async () => {
+  const org = await signUp(t, 'console');
+  const first = await readyAgent(t, org);
+  const second = await readyAgent(t, org);
+  expect((await execute(t, first)).body.decision).toBe('allow');
+  expect((await execute(t, second)).body.decision).toBe('allow');
+  expect((await execute(t, second, actionBody(second, 'delete'))).body.decision).toBe('deny');
+  const view = await openConsole();
+  const { page } = view;
+  await signIn(view, org.adminEmail);
+  await goTo(view, 'Records');
+  await page.getByText('3 records', { exact: true }).waitFor();
+  await page.getByLabel('Agent id').fill(second.svcId);
+  await page.getByText('2 records', { exact: true }).waitFor();
+  await page.getByLabel('Status', { exact: true }).selectOption('denied');
+  await page.getByText('1 record', { exact: true }).waitFor();
+  const denied = page.locator('[data-record-id]');
+  expect(await denied.count()).toBe(1);
+  expect(await denied.innerText()).toContain('CAPABILITY_NOT_APPROVED');
+  await denied.getByRole('button', { name: 'Verify' }).click();
+  await denied.getByRole('status').getByText('Verified: signature ok, hash ok, chain ok').waitFor();
+  await screenshot(page, 'records');
+
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download export' }).click()]);
+  expect(download.suggestedFilename()).toMatch(/^records-.*\.jsonl$/);
+  const lines = readFileSync((await download.path())!, 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+  expect(lines[0]).toMatchObject({ type: 'header', org_id: org.orgId, count: 3 });
+  expect(lines.slice(1).map((line) => line.type)).toEqual(['record', 'record', 'record']);
+
+  await goTo(view, 'Audit log');
+  await page.getByLabel('Action (e.g. manifest or manifest.approved)').fill('manifest.approved');
+  await eventually(() => page.locator('[data-audit-id]').count(), (count) => count === 2);
+  const entries = await page.locator('[data-audit-id]').allInnerTexts();
+  expect(entries).toHaveLength(2);
+  for (const entry of entries) expect(entry).toContain(`manifest.approved by ${org.adminEmail}`);
+  await screenshot(page, 'audit');
   expect(view.problems).toEqual([]);
 });

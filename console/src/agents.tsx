@@ -8,7 +8,7 @@ import {
   type AgentsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ErrorLine, Section, Status, Time, useAction, usePolled } from './ui';
+import { counted, ErrorLine, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
@@ -24,7 +24,7 @@ export function AgentsPage({ user }: { user: SignedInUser }) {
   );
   const list = agents.data?.agents;
   return (
-    <Section title="Agents" actions={<p class="count">{list ? `${list.total} agents` : 'Loading…'}</p>}>
+    <Section title="Agents" actions={<p class="count">{list ? counted(list.total, 'agent') : 'Loading…'}</p>}>
       <div class="filters">
         <label for={statusId}>Status</label>
         <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as AgentStatus | '')}>

@@ -30,11 +30,20 @@ const STORAGE_KEY = 'agent-gateway.console.session';
 /** Refresh this long before the access token expires, so no request goes out with a dying token. */
 const REFRESH_MARGIN_MS = 60_000;
 
+export interface FieldProblem {
+  field: string;
+  message: string;
+  /** Where in a policy condition (CEL) the problem is. */
+  position?: { offset: number; line: number; column: number };
+}
+
 export class ApiError extends Error {
   constructor(
     message: string,
     /** The API's error code (`FORBIDDEN`, `VALIDATION_ERROR`, …) when it gave one. */
     readonly code?: string,
+    /** `extensions.details`: for VALIDATION_ERROR, `errors` [{field, message, position?}]. */
+    readonly details?: { errors?: FieldProblem[] },
   ) {
     super(message);
   }
@@ -69,7 +78,7 @@ export function onSessionChange(listener: (session: Session | null) => void): ()
 
 interface GraphQlBody {
   data?: unknown;
-  errors?: { message: string; extensions?: { code?: string } }[];
+  errors?: { message: string; extensions?: { code?: string; details?: { errors?: FieldProblem[] } } }[];
 }
 
 async function post(query: string, variables: unknown, token?: string): Promise<GraphQlBody> {
@@ -124,7 +133,7 @@ export async function request<Result, Variables>(
     body = await post(document.toString(), variables, active.token);
   }
   const error = body.errors?.[0];
-  if (error) throw new ApiError(error.message, error.extensions?.code);
+  if (error) throw new ApiError(error.message, error.extensions?.code, error.extensions?.details);
   return body.data as Result;
 }
 
@@ -144,6 +153,13 @@ export async function signOut(): Promise<void> {
   const active = session;
   setSession(null);
   if (active) await post(LogoutDocument.toString(), {}, active.token).catch(() => undefined);
+}
+
+/** The bearer token for the few REST calls GraphQL has no field for (streamed exports), refreshed if due. */
+export async function currentToken(): Promise<string | undefined> {
+  let active = session;
+  if (active && Date.parse(active.expires) - Date.now() < REFRESH_MARGIN_MS) active = await refresh(active);
+  return active?.token;
 }
 
 /** Roles that may decide approvals and change manifests and agents (decisions.md); the API enforces it too. */

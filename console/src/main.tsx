@@ -10,6 +10,8 @@ import { currentSession, onSessionChange, signIn, signOut, type Session } from '
 import { AgentsPage } from './agents';
 import { ApprovalsPage } from './approvals';
 import { ManifestsPage } from './manifests';
+import { PoliciesPage } from './policies';
+import { AuditPage, RecordsPage } from './records';
 import { messageOf } from './ui';
 
 const BASE = '/console';
@@ -17,6 +19,9 @@ const PAGES = [
   { path: 'approvals', title: 'Approvals', Page: ApprovalsPage },
   { path: 'manifests', title: 'Manifests', Page: ManifestsPage },
   { path: 'agents', title: 'Agents', Page: AgentsPage },
+  { path: 'policies', title: 'Policies', Page: PoliciesPage },
+  { path: 'records', title: 'Records', Page: RecordsPage },
+  { path: 'audit', title: 'Audit log', Page: AuditPage },
 ] as const;
 type PagePath = (typeof PAGES)[number]['path'];
 

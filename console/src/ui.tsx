@@ -5,6 +5,8 @@ import { ApiError } from './api';
 
 /** How often lists refresh themselves: decisions made elsewhere show up without a reload. */
 export const POLL_INTERVAL_MS = 3000;
+/** A filter typed into waits this long for the next keystroke before it loads. */
+const FILTER_SETTLE_MS = 250;
 
 export interface Loaded<T> {
   data: T | undefined;
@@ -14,7 +16,8 @@ export interface Loaded<T> {
 }
 
 /**
- * Runs `load` now, whenever `key` changes, and every POLL_INTERVAL_MS while the tab is visible.
+ * Runs `load` now, whenever `key` (the filters) changes, and every POLL_INTERVAL_MS while the tab
+ * is visible. What is shown stays until the new answer replaces it.
  * An answer that arrives after a newer request started is dropped, so a slow poll cannot
  * overwrite what a reload after an action just showed.
  */
@@ -38,13 +41,18 @@ export function usePolled<T>(load: () => Promise<T>, key: string): Loaded<T> {
     }
   }, []);
 
+  const first = useRef(true);
   useEffect(() => {
-    setData(undefined);
-    void reload();
+    // At once when the page opens; after a filter change, once typing pauses.
+    const settle = setTimeout(() => void reload(), first.current ? 0 : FILTER_SETTLE_MS);
+    first.current = false;
     const timer = setInterval(() => {
       if (document.visibilityState === 'visible') void reload();
     }, POLL_INTERVAL_MS);
-    return () => clearInterval(timer);
+    return () => {
+      clearTimeout(settle);
+      clearInterval(timer);
+    };
   }, [key, reload]);
 
   return { data, error, reload };
@@ -54,6 +62,9 @@ export function messageOf(failure: unknown): string {
   if (failure instanceof ApiError) return failure.code ? `${failure.message} (${failure.code})` : failure.message;
   return failure instanceof Error ? failure.message : String(failure);
 }
+
+/** `1 record`, `3 records`. */
+export const counted = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 
 export function Time({ value }: { value: string | null | undefined }) {
   if (!value) return <span>—</span>;
