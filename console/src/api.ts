@@ -150,9 +150,10 @@ export async function signIn(email: string, password: string): Promise<Session> 
 
 /** Revokes the session on the service (every token of this login), then forgets it here. */
 export async function signOut(): Promise<void> {
-  const active = session;
+  // An expired access token could not log out, and the refresh token would stay usable: renew first.
+  const token = await currentToken().catch(() => undefined);
   setSession(null);
-  if (active) await post(LogoutDocument.toString(), {}, active.token).catch(() => undefined);
+  if (token) await post(LogoutDocument.toString(), {}, token).catch(() => undefined);
 }
 
 /** The bearer token for the few REST calls GraphQL has no field for (streamed exports), refreshed if due. */
