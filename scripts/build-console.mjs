@@ -9,7 +9,7 @@
 // the service itself reads the files.
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
@@ -73,11 +73,10 @@ function codegen() {
   if (result.status !== 0) throw new Error(`graphql-codegen failed (status ${result.status})`);
 }
 
-export async function build(inputs = inputsHash()) {
-  codegen();
+/** Bundles, writes the index page and the compressed copies into `building`; the file sizes. */
+async function bundleInto(building) {
   const esbuild = await import('esbuild');
-  rmSync(outDir, { recursive: true, force: true });
-  const assetsDir = path.join(outDir, 'assets');
+  const assetsDir = path.join(building, 'assets');
   const result = await esbuild.build({
     absWorkingDir: root,
     entryPoints: { console: 'console/src/main.tsx' },
@@ -97,29 +96,52 @@ export async function build(inputs = inputsHash()) {
     logLevel: 'warning',
     define: { 'process.env.NODE_ENV': '"production"' },
   });
-  const outputs = Object.keys(result.metafile.outputs).map((file) => path.relative(outDir, path.join(root, file)).split(path.sep).join('/'));
+  const outputs = Object.keys(result.metafile.outputs).map((file) => path.relative(building, path.join(root, file)).split(path.sep).join('/'));
   const script = outputs.find((file) => file.endsWith('.js'));
   const stylesheet = outputs.find((file) => file.endsWith('.css'));
   if (!script || !stylesheet) throw new Error(`esbuild wrote no script or no stylesheet: ${outputs.join(', ')}`);
   const template = readFileSync(path.join(consoleDir, 'index.html'), 'utf8');
   const index = template.replace('{{script}}', `/console/${script}`).replace('{{stylesheet}}', `/console/${stylesheet}`);
-  writeFileSync(path.join(outDir, 'index.html'), index);
+  writeFileSync(path.join(building, 'index.html'), index);
 
   // Compressed once here at the highest levels (slow, but once per build), so the service never
   // compresses the console per request.
   const files = {};
   for (const file of ['index.html', ...outputs]) {
-    const bytes = readFileSync(path.join(outDir, file));
+    const bytes = readFileSync(path.join(building, file));
     const br = brotliCompressSync(bytes, { params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length } });
     const gz = gzipSync(bytes, { level: 9 });
-    writeFileSync(path.join(outDir, `${file}.br`), br);
-    writeFileSync(path.join(outDir, `${file}.gz`), gz);
+    writeFileSync(path.join(building, `${file}.br`), br);
+    writeFileSync(path.join(building, `${file}.gz`), gz);
     files[file] = { bytes: bytes.length, gzip: gz.length, br: br.length };
   }
-  // Hashed again: a source edited during the build must not be stamped as built.
-  if (inputsHash() !== inputs) return files;
-  writeFileSync(`${stampFile}.tmp`, `${JSON.stringify({ inputs, files }, null, 2)}\n`);
-  renameSync(`${stampFile}.tmp`, stampFile);
+  return files;
+}
+
+export async function build(inputs = inputsHash()) {
+  codegen();
+  // Built beside, then swapped in: a service reading console/dist (or a second build started at
+  // the same time, as two test files can) never sees half a build.
+  const building = path.join(consoleDir, `.dist-${process.pid}`);
+  rmSync(building, { recursive: true, force: true });
+  let files;
+  try {
+    files = await bundleInto(building);
+  } catch (error) {
+    rmSync(building, { recursive: true, force: true });
+    throw error;
+  }
+  // Hashed again: a source edited during the build must not be stamped as built (the service
+  // reads build.json to find the files, so an unstamped build is served only after a rebuild).
+  if (inputsHash() === inputs) writeFileSync(path.join(building, 'build.json'), `${JSON.stringify({ inputs, files }, null, 2)}\n`);
+  rmSync(outDir, { recursive: true, force: true });
+  try {
+    renameSync(building, outDir);
+  } catch (error) {
+    // Another build swapped its own in first: from the same inputs, so as good as this one.
+    rmSync(building, { recursive: true, force: true });
+    if (!existsSync(stampFile)) throw error;
+  }
   return files;
 }
 
@@ -129,7 +151,6 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
   const why = ifStale ? staleness(inputs) : 'asked to';
   if (why) {
     if (ifStale) process.stderr.write(`building console/dist/ (${why})\n`);
-    mkdirSync(outDir, { recursive: true });
     try {
       const files = await build(inputs);
       for (const [file, size] of Object.entries(files)) {
