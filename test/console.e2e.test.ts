@@ -170,6 +170,7 @@ test('an operator approves in the console what an agent asked for, and the agent
 test('denying needs a reason, and the agent is then refused', async () => {
   const org = await signUp(t, 'console');
   const agent = await readyAgent(t, org, { constraints: HUMAN_IN_THE_LOOP });
+  const olderId = await askForApproval(agent, { invoice: 'inv-8', amount: 10 });
   const approvalId = await askForApproval(agent, { invoice: 'inv-9', amount: 5000 });
   const view = await openConsole();
   await signIn(view, org.adminEmail);
@@ -185,6 +186,14 @@ test('denying needs a reason, and the agent is then refused', async () => {
   expect(decided.body).toMatchObject({ status: 'denied', reason: 'too large without a ticket' });
   const run = await execute(t, agent, { ...actionBody(agent, 'refund', { invoice: 'inv-9', amount: 5000 }), approval_id: approvalId });
   expect(run.body.decision).toBe('deny');
+
+  // All statuses: the pending one first although the denied one is newer.
+  await view.page.getByLabel('Status').selectOption('');
+  const order = await eventually(
+    () => view.page.locator('[data-approval-id]').evaluateAll((cards) => cards.map((card) => card.getAttribute('data-approval-id'))),
+    (ids) => ids.length === 2,
+  );
+  expect(order).toEqual([olderId, approvalId]);
   expect(view.problems).toEqual([]);
 });
 

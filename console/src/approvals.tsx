@@ -22,6 +22,8 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
     status,
   );
   const list = approvals.data?.approvals;
+  // Pending first (what needs someone), each group newest first as the API lists them.
+  const items = list ? [...list.items].sort((a, b) => Number(b.status === 'pending') - Number(a.status === 'pending')) : [];
   return (
     <Section
       title="Approvals"
@@ -43,7 +45,7 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
       <ErrorLine message={approvals.error} />
       {list && list.items.length === 0 && <p class="empty">No {status || ''} approvals.</p>}
       <ul class="cards">
-        {list?.items.map((approval) => (
+        {items.map((approval) => (
           <li key={approval.approval_id}>
             <ApprovalCard approval={approval} user={user} onDecided={approvals.reload} />
           </li>
