@@ -4,6 +4,9 @@
  * 404 for anything not built, 405 for other methods; and CORS on the API closed to other origins
  * unless CORS_ALLOWED_ORIGINS names them. The browser tests are in console.e2e.test.ts.
  */
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { useConsole } from '../src/http/console.js';
@@ -128,6 +131,36 @@ test('a service without a console build answers 503 saying how to build it, not 
   const body = await response.json();
   expect(body.error.code).toBe('CONSOLE_NOT_BUILT');
   expect(body.error.message).toContain('npm run build:console');
+});
+
+test('a rebuild beside a running service is served from the next page load on; files without compressed copies go as they are', async () => {
+  const dir = `${await mkdtemp(path.join(tmpdir(), 'console-build-'))}/`;
+  /** A build as scripts/build-console.mjs lays it out, with one script and no compressed copies. */
+  const writeBuild = async (script: string, content: string) => {
+    await rm(`${dir}assets`, { recursive: true, force: true });
+    await mkdir(`${dir}assets`);
+    await writeFile(`${dir}assets/${script}`, content);
+    await writeFile(`${dir}index.html`, `<script type="module" src="/console/assets/${script}"></script>`);
+    await writeFile(`${dir}build.json`, JSON.stringify({ inputs: script, files: { 'index.html': {}, [`assets/${script}`]: {} } }));
+  };
+  const yoga = createYoga({ schema: createSchema({ typeDefs: 'type Query { ok: Boolean }' }), plugins: [useConsole(dir)] });
+  const get = (pathname: string) => yoga.fetch(`http://localhost${pathname}`, { headers: { 'accept-encoding': 'br, gzip' } });
+  try {
+    await writeBuild('console-AAAA1111.js', 'first build');
+    expect(await (await get('/console')).text()).toContain('console-AAAA1111.js');
+    const first = await get('/console/assets/console-AAAA1111.js');
+    expect([first.status, first.headers.get('content-encoding'), await first.text()]).toEqual([200, null, 'first build']);
+
+    await writeBuild('console-BBBB2222.js', 'second build');
+    // An asset request does not look for a new build (no read per asset) …
+    expect((await get('/console/assets/console-BBBB2222.js')).status).toBe(404);
+    // … a page load does, and then serves the new files only.
+    expect(await (await get('/console/approvals')).text()).toContain('console-BBBB2222.js');
+    expect(await (await get('/console/assets/console-BBBB2222.js')).text()).toBe('second build');
+    expect((await get('/console/assets/console-AAAA1111.js')).status).toBe(404);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
 
 describe('CORS on the API', () => {

@@ -12,8 +12,9 @@
  * - Every answer carries a strict Content-Security-Policy: scripts, styles and connections only
  *   from this origin, no inline script or style, no framing.
  *
- * The files are read once, on the first request, and kept (about 60 KB with both compressions).
- * A service started without a build answers 503 saying how to build it.
+ * The files are read on the first request and kept (about 80 KB with both compressions), and read
+ * again when a page load finds a new build.json. A service started without a build answers 503
+ * saying how to build it.
  */
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -67,6 +68,8 @@ interface BuiltFile {
 }
 
 interface ConsoleBuild {
+  /** The text of the build.json it was read from. */
+  stamp: string;
   index: BuiltFile;
   /** By path under /console/ (`assets/console-AB12CD34.js`). */
   assets: Map<string, BuiltFile>;
@@ -86,12 +89,13 @@ async function readBuiltFile(dir: string, file: string): Promise<BuiltFile> {
 
 async function loadBuild(dir: string): Promise<ConsoleBuild> {
   // build.json is written last, after every file it lists: its presence means a complete build.
-  const stamp = JSON.parse(await readFile(`${dir}build.json`, 'utf8')) as { files: Record<string, unknown> };
+  const stamp = await readFile(`${dir}build.json`, 'utf8');
+  const { files } = JSON.parse(stamp) as { files: Record<string, unknown> };
   const assets = new Map<string, BuiltFile>();
-  for (const file of Object.keys(stamp.files)) {
+  for (const file of Object.keys(files)) {
     if (file.startsWith('assets/')) assets.set(file, await readBuiltFile(dir, file));
   }
-  return { index: await readBuiltFile(dir, 'index.html'), assets };
+  return { stamp, index: await readBuiltFile(dir, 'index.html'), assets };
 }
 
 /** ETags of If-None-Match (weak comparison); `*` matches any. */
@@ -127,12 +131,20 @@ function fileResponse(request: Request, file: BuiltFile, cacheControl: string): 
 
 export function useConsole(buildDir: string = DEFAULT_BUILD_DIR): Plugin {
   let build: Promise<ConsoleBuild> | undefined;
-  const load = () => {
+  const load = async (recheck: boolean) => {
+    if (build && recheck) {
+      // A page load looks whether the console was rebuilt since (`npm run build:console` beside a
+      // running service): one small read per page, none per asset. Unreadable (a build being
+      // swapped in) keeps what is loaded.
+      const stamp = await readFile(`${buildDir}build.json`, 'utf8').catch(() => undefined);
+      if (stamp !== undefined && stamp !== (await build.catch(() => undefined))?.stamp) build = undefined;
+    }
     if (!build) {
-      build = loadBuild(buildDir);
+      const loading = loadBuild(buildDir);
+      build = loading;
       // Not kept when it fails: a build made after the start is picked up by the next request.
-      build.catch(() => {
-        build = undefined;
+      loading.catch(() => {
+        if (build === loading) build = undefined;
       });
     }
     return build;
@@ -154,7 +166,7 @@ export function useConsole(buildDir: string = DEFAULT_BUILD_DIR): Plugin {
       }
       let loaded: ConsoleBuild;
       try {
-        loaded = await load();
+        loaded = await load(!isAsset);
       } catch {
         return endResponse(
           errorResponse(503, 'CONSOLE_NOT_BUILT', 'The console is not built: run `npm run build:console` (npm install does it) and retry'),
