@@ -18,7 +18,7 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const consoleDir = path.join(root, 'console');
 export const outDir = path.join(consoleDir, 'dist');
 const stampFile = path.join(outDir, 'build.json');
-const CONFIG_INPUTS = ['schema/schema.graphql', 'codegen.ts', 'package-lock.json', 'scripts/build-console.mjs', 'console/index.html', 'console/tsconfig.json'];
+const CONFIG_INPUTS = ['schema/schema.graphql', 'codegen.ts', 'package-lock.json', 'scripts/build-console.mjs', 'console/index.html', 'console/icon.svg', 'console/tsconfig.json'];
 const SOURCE_DIRS = ['console/src', 'console/graphql'];
 /** Module scripts, `??=`, private fields: browsers of the last two or three years. */
 const TARGETS = ['chrome111', 'firefox111', 'safari16.4'];
@@ -100,8 +100,17 @@ async function bundleInto(building) {
   const script = outputs.find((file) => file.endsWith('.js'));
   const stylesheet = outputs.find((file) => file.endsWith('.css'));
   if (!script || !stylesheet) throw new Error(`esbuild wrote no script or no stylesheet: ${outputs.join(', ')}`);
+  // The icon named by its content hash like the bundle (the page names it, so browsers do not ask
+  // for /favicon.ico).
+  const iconBytes = readFileSync(path.join(consoleDir, 'icon.svg'));
+  const icon = `assets/icon-${createHash('sha256').update(iconBytes).digest('hex').slice(0, 8).toUpperCase()}.svg`;
+  writeFileSync(path.join(building, icon), iconBytes);
+  outputs.push(icon);
   const template = readFileSync(path.join(consoleDir, 'index.html'), 'utf8');
-  const index = template.replace('{{script}}', `/console/${script}`).replace('{{stylesheet}}', `/console/${stylesheet}`);
+  const index = template
+    .replace('{{script}}', `/console/${script}`)
+    .replace('{{stylesheet}}', `/console/${stylesheet}`)
+    .replace('{{icon}}', `/console/${icon}`);
   writeFileSync(path.join(building, 'index.html'), index);
 
   // Compressed once here at the highest levels (slow, but once per build), so the service never

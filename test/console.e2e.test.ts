@@ -51,7 +51,7 @@ const POLL_WAIT_MS = 10_000;
 
 interface ConsolePage {
   page: Page;
-  /** Uncaught errors and CSP violations seen so far. */
+  /** Uncaught errors, CSP violations and failed loads seen so far. */
   problems: string[];
 }
 
@@ -70,6 +70,11 @@ async function openConsole(viewport = WIDE): Promise<ConsolePage> {
     if (message.type() === 'error' && /Content Security Policy|CSP violation/i.test(message.text())) problems.push(message.text());
   });
   page.on('pageerror', (error) => problems.push(`uncaught: ${error.message}`));
+  // Every file the page loads exists (the icon included: no /favicon.ico guess). GraphQL answers
+  // refusals with their own statuses, which the pages show.
+  page.on('response', (response) => {
+    if (response.status() >= 400 && new URL(response.url()).pathname !== '/graphql') problems.push(`${response.status()} ${response.url()}`);
+  });
   await page.goto(`${base}/console`);
   return { page, problems };
 }
