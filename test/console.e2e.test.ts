@@ -271,6 +271,16 @@ test('an operator sees an agent’s usage against its budgets and deactivates it
   const refused = await execute(t, agent);
   expect(refused.body.reasons.map((r: { code: string }) => r.code)).toContain('AGENT_DEACTIVATED');
   expect(view.problems).toEqual([]);
+
+  // An admin can bring it back.
+  const admin = await openConsole();
+  await signIn(admin, org.adminEmail);
+  await goTo(admin, 'Agents');
+  const adminCard = admin.page.getByRole('article', { name: `Agent ${agent.svcId}` });
+  await adminCard.getByRole('button', { name: 'Reactivate' }).click();
+  await adminCard.getByRole('button', { name: 'Deactivate' }).waitFor();
+  expect((await t.request('GET', `/api/v1/agents/${agent.svcId}`, { token: org.adminToken })).body.status).toBe('active');
+  expect(admin.problems).toEqual([]);
 });
 
 describe('a viewer', () => {

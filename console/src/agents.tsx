@@ -8,7 +8,7 @@ import {
   type AgentsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { counted, ErrorLine, Section, Status, Time, useAction, usePolled } from './ui';
+import { counted, ErrorLine, Partial, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
@@ -36,6 +36,7 @@ export function AgentsPage({ user }: { user: SignedInUser }) {
         <input id={queryId} type="search" value={query} onInput={(e) => setQuery(e.currentTarget.value)} />
       </div>
       <ErrorLine message={agents.error} />
+      {list && <Partial shown={list.items.length} total={list.total} />}
       {list && list.items.length === 0 && <p class="empty">No agents.</p>}
       <ul class="cards">
         {list?.items.map((agent) => (

@@ -8,7 +8,7 @@ import {
   type ApprovalsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ErrorLine, Section, Status, Time, useAction, usePolled } from './ui';
+import { ErrorLine, Partial, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Approval = ApprovalsQuery['approvals']['items'][number];
 
@@ -43,6 +43,7 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
         </select>
       </div>
       <ErrorLine message={approvals.error} />
+      {list && <Partial shown={list.items.length} total={list.total} />}
       {list && list.items.length === 0 && <p class="empty">No {status || ''} approvals.</p>}
       <ul class="cards">
         {items.map((approval) => (

@@ -16,7 +16,7 @@ import {
   type ManifestsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ErrorLine, messageOf, Section, Status, Time, useAction, usePolled } from './ui';
+import { ErrorLine, messageOf, Partial, Section, Status, Time, useAction, usePolled } from './ui';
 
 type ManifestItem = ManifestsQuery['manifests']['items'][number];
 type HistoryEntry = ManifestHistoryQuery['manifest_history']['items'][number];
@@ -43,6 +43,7 @@ export function ManifestsPage({ user }: { user: SignedInUser }) {
         </select>
       </div>
       <ErrorLine message={manifests.error} />
+      {list && <Partial shown={list.items.length} total={list.total} />}
       {list && list.items.length === 0 && <p class="empty">No {status || ''} manifests.</p>}
       <ul class="cards">
         {list?.items.map((item) => (

@@ -5,7 +5,7 @@
 import { useId, useState } from 'preact/hooks';
 import { AuditLogsDocument, RecordsDocument, VerifyRecordDocument, type RecordsQuery, type RecordStatus, type VerifyRecordQuery } from '../generated/graphql';
 import { canDecide, currentToken, request, type SignedInUser } from './api';
-import { counted, ErrorLine, messageOf, Section, Status, Time, usePolled } from './ui';
+import { counted, ErrorLine, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
 
 type RecordItem = RecordsQuery['records']['items'][number];
 type Verification = VerifyRecordQuery['verify_record'];
@@ -84,7 +84,7 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
       <ErrorLine message={downloadError} />
       <ErrorLine message={records.error} />
       {list && list.items.length === 0 && <p class="empty">No records match.</p>}
-      {list && list.total > list.items.length && <p class="muted">The newest {list.items.length} of {list.total}.</p>}
+      {list && <Partial shown={list.items.length} total={list.total} />}
       <ul class="cards">
         {list?.items.map((record) => (
           <li key={record.record_id}>
@@ -206,7 +206,7 @@ export function AuditPage({ user }: { user: SignedInUser }) {
       </form>
       <ErrorLine message={entries.error} />
       {list && list.items.length === 0 && <p class="empty">No entries match.</p>}
-      {list && list.total > list.items.length && <p class="muted">The newest {list.items.length} of {list.total}.</p>}
+      {list && <Partial shown={list.items.length} total={list.total} />}
       <ol class="audit">
         {list?.items.map((entry) => (
           <li key={entry.audit_id} data-audit-id={entry.audit_id}>

@@ -66,6 +66,15 @@ export function messageOf(failure: unknown): string {
 /** `1 record`, `3 records`. */
 export const counted = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 
+/** Says when a list shows only the newest part of what matched. */
+export function Partial({ shown, total }: { shown: number; total: number }) {
+  return total > shown ? (
+    <p class="muted">
+      The newest {shown} of {total}; narrow the filters to see others.
+    </p>
+  ) : null;
+}
+
 export function Time({ value }: { value: string | null | undefined }) {
   if (!value) return <span>—</span>;
   return <time dateTime={value}>{new Date(value).toLocaleString()}</time>;
