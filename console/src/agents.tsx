@@ -26,14 +26,18 @@ export function AgentsPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Agents" actions={<p class="count">{list ? counted(list.total, 'agent') : 'Loading…'}</p>}>
       <div class="filters">
-        <label for={statusId}>Status</label>
-        <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as AgentStatus | '')}>
-          <option value="">all</option>
-          <option value="active">active</option>
-          <option value="deactivated">deactivated</option>
-        </select>
-        <label for={queryId}>Id or name starts with</label>
-        <input id={queryId} type="search" value={query} onInput={(e) => setQuery(e.currentTarget.value)} />
+        <span class="field">
+          <label for={statusId}>Status</label>
+          <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as AgentStatus | '')}>
+            <option value="">all</option>
+            <option value="active">active</option>
+            <option value="deactivated">deactivated</option>
+          </select>
+        </span>
+        <span class="field">
+          <label for={queryId}>Id or name starts with</label>
+          <input id={queryId} type="search" value={query} onInput={(e) => setQuery(e.currentTarget.value)} />
+        </span>
       </div>
       <ErrorLine message={agents.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}

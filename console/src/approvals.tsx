@@ -34,13 +34,15 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
       }
     >
       <div class="filters">
-        <label for={statusId}>Status</label>
-        <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ApprovalStatus | '')}>
-          {STATUSES.map((s) => (
-            <option value={s}>{s}</option>
-          ))}
-          <option value="">all</option>
-        </select>
+        <span class="field">
+          <label for={statusId}>Status</label>
+          <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ApprovalStatus | '')}>
+            {STATUSES.map((s) => (
+              <option value={s}>{s}</option>
+            ))}
+            <option value="">all</option>
+          </select>
+        </span>
       </div>
       <ErrorLine message={approvals.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}

@@ -34,13 +34,15 @@ export function ManifestsPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Manifests" actions={<p class="count">{list ? `${list.total} ${status || 'in all'}` : 'Loading…'}</p>}>
       <div class="filters">
-        <label for={statusId}>Status</label>
-        <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ManifestStatus | '')}>
-          {STATUSES.map((s) => (
-            <option value={s}>{s}</option>
-          ))}
-          <option value="">all</option>
-        </select>
+        <span class="field">
+          <label for={statusId}>Status</label>
+          <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ManifestStatus | '')}>
+            {STATUSES.map((s) => (
+              <option value={s}>{s}</option>
+            ))}
+            <option value="">all</option>
+          </select>
+        </span>
       </div>
       <ErrorLine message={manifests.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}

@@ -61,20 +61,30 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Records" actions={<p class="count">{list ? counted(list.total, 'record') : 'Loading…'}</p>}>
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Record filters">
-        <label for={`${id}-agent`}>Agent id</label>
-        <input id={`${id}-agent`} type="text" value={agentId} onInput={(e) => setAgentId(e.currentTarget.value)} />
-        <label for={`${id}-status`}>Status</label>
-        <select id={`${id}-status`} value={status} onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}>
-          <option value="">all</option>
-          <option value="approved">approved</option>
-          <option value="denied">denied</option>
-        </select>
-        <label for={`${id}-action`}>Action (type or type:tool)</label>
-        <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
-        <label for={`${id}-from`}>From</label>
-        <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
-        <label for={`${id}-to`}>To</label>
-        <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        <span class="field">
+          <label for={`${id}-agent`}>Agent id</label>
+          <input id={`${id}-agent`} type="text" value={agentId} onInput={(e) => setAgentId(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-status`}>Status</label>
+          <select id={`${id}-status`} value={status} onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}>
+            <option value="">all</option>
+            <option value="approved">approved</option>
+            <option value="denied">denied</option>
+          </select>
+        </span>
+        <span class="field">
+          <label for={`${id}-action`}>Action (type or type:tool)</label>
+          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-from`}>From</label>
+          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-to`}>To</label>
+          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        </span>
         {canDecide(user) && (
           <button type="button" onClick={() => void download()}>
             Download export
@@ -191,18 +201,30 @@ export function AuditPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Audit log" actions={<p class="count">{list ? `${list.total} ${list.total === 1 ? 'entry' : 'entries'}` : 'Loading…'}</p>}>
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Audit log filters">
-        <label for={`${id}-actor`}>Actor (email, id or key prefix)</label>
-        <input id={`${id}-actor`} type="text" value={actor} onInput={(e) => setActor(e.currentTarget.value)} />
-        <label for={`${id}-action`}>Action (e.g. manifest or manifest.approved)</label>
-        <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
-        <label for={`${id}-target-type`}>Target type</label>
-        <input id={`${id}-target-type`} type="text" value={targetType} onInput={(e) => setTargetType(e.currentTarget.value)} />
-        <label for={`${id}-target-id`}>Target id</label>
-        <input id={`${id}-target-id`} type="text" value={targetId} onInput={(e) => setTargetId(e.currentTarget.value)} />
-        <label for={`${id}-from`}>From</label>
-        <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
-        <label for={`${id}-to`}>To</label>
-        <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        <span class="field">
+          <label for={`${id}-actor`}>Actor (email, id or key prefix)</label>
+          <input id={`${id}-actor`} type="text" value={actor} onInput={(e) => setActor(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-action`}>Action (e.g. manifest or manifest.approved)</label>
+          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-target-type`}>Target type</label>
+          <input id={`${id}-target-type`} type="text" value={targetType} onInput={(e) => setTargetType(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-target-id`}>Target id</label>
+          <input id={`${id}-target-id`} type="text" value={targetId} onInput={(e) => setTargetId(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-from`}>From</label>
+          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-to`}>To</label>
+          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        </span>
       </form>
       <ErrorLine message={entries.error} />
       {list && list.items.length === 0 && <p class="empty">No entries match.</p>}
