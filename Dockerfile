@@ -35,7 +35,13 @@ RUN npm ci --ignore-scripts --no-audit --no-fund \
 
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+# The operator console: typed operations from the committed SDL (codegen), bundled by esbuild
+# into console/dist (what `prepare` does in an ordinary npm ci, skipped above with the scripts).
+COPY codegen.ts ./
+COPY schema ./schema
+COPY console ./console
 RUN npm run build \
+    && npm run build:console \
     && npm prune --omit=dev --ignore-scripts --no-audit --no-fund
 
 ########################### runtime ###########################
@@ -51,6 +57,8 @@ WORKDIR /app
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+# Read from dist/http/console.js as ../../console/dist: the built files only.
+COPY --from=build /app/console/dist ./console/dist
 # Read at start from dist/db/migrate.js as ../../prisma/migrations, i.e. /app/prisma/migrations.
 COPY --from=build /app/prisma ./prisma
 

@@ -11,6 +11,7 @@ import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useG
 import { createLoaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
+import { useConsole } from './http/console.js';
 import { useGraphiQLPage } from './http/graphiql-page.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
@@ -101,6 +102,9 @@ export function createApp({
     landingPage: false,
     // Served by useGraphiQLPage: rendered and compressed once, cacheable.
     graphiql: false,
+    // Closed to other origins unless configured: yoga's default would answer every origin,
+    // letting any web page a signed-in operator visits call the API with a token it obtained.
+    cors: env.corsAllowedOrigins.length > 0 ? { origin: env.corsAllowedOrigins, credentials: false, maxAge: 600 } : false,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),
@@ -135,6 +139,7 @@ export function createApp({
       useRequestLifecycle({ logger, telemetry, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
       useGraphQlGuard(services),
       useGraphiQLPage(),
+      useConsole(),
       {
         async onRequest({ request, url, endResponse }) {
           // Fixed paths are their own route pattern (metrics, logs); REST and MCP set theirs.

@@ -43,6 +43,8 @@ export interface Env {
    * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
    */
   mcpAllowedOrigins: string[];
+  /** Browser origins other than the service's own that may call /graphql and the REST API (CORS); none by default. */
+  corsAllowedOrigins: string[];
   /**
    * The port of the separate `/metrics` listener (decisions.md § Observability); 0 turns metrics off
    * (no listener, nothing counted).
@@ -104,7 +106,7 @@ function otlpTracesUrl(source: NodeJS.ProcessEnv): string | undefined {
   return url;
 }
 
-function allowedOrigins(raw: string | undefined): string[] {
+function allowedOrigins(raw: string | undefined, name: string): string[] {
   const origins = (raw ?? '').split(',').map((part) => part.trim()).filter(Boolean);
   for (const origin of origins) {
     let parsed: URL | undefined;
@@ -114,7 +116,7 @@ function allowedOrigins(raw: string | undefined): string[] {
       parsed = undefined;
     }
     if (!parsed || parsed.origin !== origin) {
-      throw new EnvError(`MCP_ALLOWED_ORIGINS: "${origin}" is not an origin (scheme://host[:port], no path or trailing slash)`);
+      throw new EnvError(`${name}: "${origin}" is not an origin (scheme://host[:port], no path or trailing slash)`);
     }
   }
   return origins;
@@ -180,7 +182,8 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
-    mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS),
+    mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS, 'MCP_ALLOWED_ORIGINS'),
+    corsAllowedOrigins: allowedOrigins(source.CORS_ALLOWED_ORIGINS, 'CORS_ALLOWED_ORIGINS'),
     metricsPort: integer(source, 'METRICS_PORT', 9464),
     metricsHost: source.METRICS_HOST || '127.0.0.1',
     otlpTracesUrl: otlpTracesUrl(source),

@@ -72,8 +72,8 @@ if (metricsServer) {
 server.listen(env.port, env.host, () => {
   const base = env.publicUrl;
   logger.info(
-    { graphiql: `${base}/graphql`, docs: `${base}/docs`, database: `${db.kind} ${db.location}` },
-    `Agent Gateway listening on ${base} (GraphiQL ${base}/graphql, API docs ${base}/docs, database ${db.kind} ${db.location})`,
+    { graphiql: `${base}/graphql`, docs: `${base}/docs`, console: `${base}/console`, database: `${db.kind} ${db.location}` },
+    `Agent Gateway listening on ${base} (console ${base}/console, GraphiQL ${base}/graphql, API docs ${base}/docs, database ${db.kind} ${db.location})`,
   );
 });
 

@@ -1,0 +1,165 @@
+/**
+ * The operator console: sign-in, then the pages under /console/<page>. Routing is the browser's
+ * history (every /console/… path is served the same index page), so pages have addresses that
+ * reload and bookmark.
+ */
+import { render } from 'preact';
+import { useEffect, useId, useState } from 'preact/hooks';
+import './console.css';
+import { currentSession, onSessionChange, signIn, signOut, type Session } from './api';
+import { AgentsPage } from './agents';
+import { ApprovalsPage } from './approvals';
+import { ManifestsPage } from './manifests';
+import { PoliciesPage } from './policies';
+import { AuditPage, RecordsPage } from './records';
+import { messageOf } from './ui';
+
+const BASE = '/console';
+const PAGES = [
+  { path: 'approvals', title: 'Approvals', Page: ApprovalsPage },
+  { path: 'manifests', title: 'Manifests', Page: ManifestsPage },
+  { path: 'agents', title: 'Agents', Page: AgentsPage },
+  { path: 'policies', title: 'Policies', Page: PoliciesPage },
+  { path: 'records', title: 'Records', Page: RecordsPage },
+  { path: 'audit', title: 'Audit log', Page: AuditPage },
+] as const;
+type PagePath = (typeof PAGES)[number]['path'];
+
+function pageFromLocation(): PagePath | undefined {
+  const rest = location.pathname.slice(BASE.length).replace(/^\/+|\/+$/g, '');
+  if (rest === '') return 'approvals';
+  return PAGES.find((page) => page.path === rest)?.path;
+}
+
+function useRoute(): [PagePath | undefined, (path: PagePath) => void] {
+  const [page, setPage] = useState(pageFromLocation);
+  useEffect(() => {
+    const onPop = () => setPage(pageFromLocation());
+    addEventListener('popstate', onPop);
+    return () => removeEventListener('popstate', onPop);
+  }, []);
+  const navigate = (path: PagePath) => {
+    history.pushState(null, '', `${BASE}/${path}`);
+    setPage(path);
+  };
+  return [page, navigate];
+}
+
+function useSession(): Session | null {
+  const [session, setSession] = useState(currentSession);
+  useEffect(() => onSessionChange(setSession), []);
+  return session;
+}
+
+function SignIn() {
+  const [email, setEmail] = useState('');
+  const [password, setPassword] = useState('');
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const emailId = useId();
+  const passwordId = useId();
+  const submit = async (event: Event) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(undefined);
+    try {
+      await signIn(email.trim(), password);
+    } catch (failure) {
+      setError(messageOf(failure));
+      setBusy(false);
+    }
+  };
+  return (
+    <main id="main" class="sign-in">
+      <h1>Agent Gateway console</h1>
+      <form onSubmit={submit}>
+        <label for={emailId}>Email</label>
+        <input id={emailId} type="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
+        <label for={passwordId}>Password</label>
+        <input
+          id={passwordId}
+          type="password"
+          autoComplete="current-password"
+          required
+          value={password}
+          onInput={(e) => setPassword(e.currentTarget.value)}
+        />
+        <button type="submit" class="primary" disabled={busy}>
+          Sign in
+        </button>
+        {error && (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        )}
+      </form>
+    </main>
+  );
+}
+
+function Console({ session }: { session: Session }) {
+  const [page, navigate] = useRoute();
+  const current = PAGES.find((p) => p.path === page);
+  useEffect(() => {
+    document.title = `${current?.title ?? 'Not found'} · Agent Gateway console`;
+    // Screen readers and keyboards start on the new page's heading, as after a page load.
+    document.getElementById('page-title')?.focus();
+  }, [page]);
+  const { user } = session;
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">Agent Gateway</span>
+        <nav aria-label="Console">
+          <ul>
+            {PAGES.map((p) => (
+              <li>
+                <a
+                  href={`${BASE}/${p.path}`}
+                  aria-current={p.path === page ? 'page' : undefined}
+                  onClick={(e) => {
+                    if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+                    e.preventDefault();
+                    navigate(p.path);
+                  }}
+                >
+                  {p.title}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <div class="who">
+          <span>
+            {user.email} <span class="role">{user.role}</span>
+          </span>
+          <button type="button" onClick={() => void signOut()}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main id="main">
+        {current ? (
+          <current.Page key={current.path} user={user} />
+        ) : (
+          <section class="page">
+            <h1 id="page-title" tabIndex={-1}>
+              Not found
+            </h1>
+            <p>There is no console page at {location.pathname}.</p>
+          </section>
+        )}
+      </main>
+    </>
+  );
+}
+
+function App() {
+  const session = useSession();
+  return session ? <Console session={session} /> : <SignIn />;
+}
+
+render(<App />, document.getElementById('app')!);

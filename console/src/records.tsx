@@ -1,0 +1,249 @@
+/**
+ * Records (the signed decisions of the gateway: filters, verify one, download the export) and
+ * the audit log (who changed what, with filters).
+ */
+import { useId, useState } from 'preact/hooks';
+import { AuditLogsDocument, RecordsDocument, VerifyRecordDocument, type RecordsQuery, type RecordStatus, type VerifyRecordQuery } from '../generated/graphql';
+import { canDecide, currentToken, request, type SignedInUser } from './api';
+import { counted, ErrorLine, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
+
+type RecordItem = RecordsQuery['records']['items'][number];
+type Verification = VerifyRecordQuery['verify_record'];
+
+const PAGE_SIZE = 50;
+
+/** A `datetime-local` value (the browser's time zone) as the API's timestamp, or null when empty. */
+function timestamp(local: string): string | null {
+  const date = new Date(local);
+  return local && !Number.isNaN(date.getTime()) ? date.toISOString() : null;
+}
+const orNull = (text: string) => text.trim() || null;
+
+export function RecordsPage({ user }: { user: SignedInUser }) {
+  const [agentId, setAgentId] = useState('');
+  const [status, setStatus] = useState<RecordStatus | ''>('');
+  const [action, setAction] = useState('');
+  const [from, setFrom] = useState('');
+  const [to, setTo] = useState('');
+  const [downloadError, setDownloadError] = useState<string | undefined>(undefined);
+  const id = useId();
+  const filters = { agent_id: orNull(agentId), status: status || null, action: orNull(action), from: timestamp(from), to: timestamp(to) };
+  const records = usePolled(() => request(RecordsDocument, { ...filters, limit: PAGE_SIZE }), JSON.stringify(filters));
+  const list = records.data?.records;
+
+  // The export is a signed JSON Lines stream that GraphQL does not carry: the documented REST
+  // route, with the same bearer token.
+  const download = async () => {
+    setDownloadError(undefined);
+    try {
+      const query = new URLSearchParams();
+      if (filters.from) query.set('from', filters.from);
+      if (filters.to) query.set('to', filters.to);
+      const token = await currentToken();
+      const response = await fetch(`/api/v1/records/export?${query}`, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+      if (!response.ok) {
+        const body = await response.json().catch(() => undefined);
+        throw new Error(body?.error?.message ?? body?.detail?.message ?? `The export failed with HTTP ${response.status}`);
+      }
+      const url = URL.createObjectURL(await response.blob());
+      const link = document.createElement('a');
+      link.href = url;
+      link.download = `records-${new Date().toISOString().slice(0, 19).replace(/:/g, '')}.jsonl`;
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (failure) {
+      setDownloadError(messageOf(failure));
+    }
+  };
+
+  return (
+    <Section title="Records" actions={<p class="count">{list ? counted(list.total, 'record') : 'Loading…'}</p>}>
+      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Record filters">
+        <span class="field">
+          <label for={`${id}-agent`}>Agent id</label>
+          <input id={`${id}-agent`} type="text" value={agentId} onInput={(e) => setAgentId(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-status`}>Status</label>
+          <select id={`${id}-status`} value={status} onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}>
+            <option value="">all</option>
+            <option value="approved">approved</option>
+            <option value="denied">denied</option>
+          </select>
+        </span>
+        <span class="field">
+          <label for={`${id}-action`}>Action (type or type:tool)</label>
+          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-from`}>From</label>
+          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-to`}>To</label>
+          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        </span>
+        {canDecide(user) && (
+          <button type="button" onClick={() => void download()}>
+            Download export
+          </button>
+        )}
+      </form>
+      <ErrorLine message={downloadError} />
+      <ErrorLine message={records.error} />
+      {list && list.items.length === 0 && <p class="empty">No records match.</p>}
+      {list && <Partial shown={list.items.length} total={list.total} />}
+      <ul class="cards">
+        {list?.items.map((record) => (
+          <li key={record.record_id}>
+            <RecordCard record={record} />
+          </li>
+        ))}
+      </ul>
+    </Section>
+  );
+}
+
+function RecordCard({ record }: { record: RecordItem }) {
+  const [verification, setVerification] = useState<Verification | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const verify = async () => {
+    setError(undefined);
+    try {
+      setVerification((await request(VerifyRecordDocument, { record_id: record.record_id })).verify_record);
+    } catch (failure) {
+      setError(messageOf(failure));
+    }
+  };
+  return (
+    <article class="card" aria-label={`Record ${record.seq}`} data-record-id={record.record_id}>
+      <header class="card-header">
+        <h2>
+          #{record.seq} <code>{record.capability}</code>
+        </h2>
+        <Status value={record.status} />
+      </header>
+      <dl class="facts">
+        <dt>When</dt>
+        <dd>
+          <Time value={record.created_at} />
+        </dd>
+        <dt>Agent</dt>
+        <dd>
+          <code>{record.agent_id}</code>
+        </dd>
+        <dt>Executed</dt>
+        <dd>
+          {record.executed ? 'yes' : 'no'}
+          {record.channel && <> (via {record.channel})</>}
+        </dd>
+        {record.reasons.length > 0 && (
+          <>
+            <dt>Reasons</dt>
+            <dd>
+              <ul class="reasons">
+                {record.reasons.map((reason) => (
+                  <li>
+                    <code>{reason.code}</code> {reason.message}
+                  </li>
+                ))}
+              </ul>
+            </dd>
+          </>
+        )}
+        {record.policies && record.policies.length > 0 && (
+          <>
+            <dt>Policies</dt>
+            <dd>{record.policies.map((p) => `${p.name} (${p.effect}, ${p.mode})`).join(', ')}</dd>
+          </>
+        )}
+      </dl>
+      <details>
+        <summary>Params</summary>
+        <pre class="json">{JSON.stringify(record.action.params, null, 2)}</pre>
+      </details>
+      <div class="buttons">
+        <button type="button" onClick={() => void verify()}>
+          Verify
+        </button>
+      </div>
+      {verification && (
+        <p class={verification.valid ? 'verified' : 'error'} role="status">
+          {verification.valid ? 'Verified' : 'NOT valid'}: signature {verification.checks.signature ? 'ok' : 'bad'}, hash{' '}
+          {verification.checks.hash ? 'ok' : 'bad'}, chain {verification.checks.chain ? 'ok' : 'bad'}
+        </p>
+      )}
+      <ErrorLine message={error} />
+    </article>
+  );
+}
+
+export function AuditPage({ user }: { user: SignedInUser }) {
+  const [actor, setActor] = useState('');
+  const [action, setAction] = useState('');
+  const [targetType, setTargetType] = useState('');
+  const [targetId, setTargetId] = useState('');
+  const [from, setFrom] = useState('');
+  const [to, setTo] = useState('');
+  const id = useId();
+  const filters = {
+    actor: orNull(actor),
+    action: orNull(action),
+    target_type: orNull(targetType),
+    target_id: orNull(targetId),
+    from: timestamp(from),
+    to: timestamp(to),
+  };
+  const entries = usePolled(() => request(AuditLogsDocument, { org_id: user.org_id, ...filters, limit: PAGE_SIZE }), JSON.stringify(filters));
+  const list = entries.data?.audit_logs;
+  return (
+    <Section title="Audit log" actions={<p class="count">{list ? `${list.total} ${list.total === 1 ? 'entry' : 'entries'}` : 'Loading…'}</p>}>
+      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Audit log filters">
+        <span class="field">
+          <label for={`${id}-actor`}>Actor (email, id or key prefix)</label>
+          <input id={`${id}-actor`} type="text" value={actor} onInput={(e) => setActor(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-action`}>Action (e.g. manifest or manifest.approved)</label>
+          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-target-type`}>Target type</label>
+          <input id={`${id}-target-type`} type="text" value={targetType} onInput={(e) => setTargetType(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-target-id`}>Target id</label>
+          <input id={`${id}-target-id`} type="text" value={targetId} onInput={(e) => setTargetId(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-from`}>From</label>
+          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
+        </span>
+        <span class="field">
+          <label for={`${id}-to`}>To</label>
+          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
+        </span>
+      </form>
+      <ErrorLine message={entries.error} />
+      {list && list.items.length === 0 && <p class="empty">No entries match.</p>}
+      {list && <Partial shown={list.items.length} total={list.total} />}
+      <ol class="audit">
+        {list?.items.map((entry) => (
+          <li key={entry.audit_id} data-audit-id={entry.audit_id}>
+            <Time value={entry.created_at} /> <strong>{entry.action}</strong> by {entry.actor.label ?? entry.actor.id ?? entry.actor.type} on{' '}
+            {entry.target.type} <code>{entry.target.id}</code>
+            {entry.reason && <>: {entry.reason}</>}
+            {(entry.before != null || entry.after != null) && (
+              <details>
+                <summary>Change</summary>
+                <pre class="json">{JSON.stringify({ before: entry.before, after: entry.after }, null, 2)}</pre>
+              </details>
+            )}
+          </li>
+        ))}
+      </ol>
+    </Section>
+  );
+}

@@ -1,0 +1,129 @@
+/** Small pieces the pages share: polling loads, a time display, an error line. */
+import type { ComponentChildren } from 'preact';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { ApiError } from './api';
+
+/** How often lists refresh themselves: decisions made elsewhere show up without a reload. */
+export const POLL_INTERVAL_MS = 3000;
+/** A filter typed into waits this long for the next keystroke before it loads. */
+const FILTER_SETTLE_MS = 250;
+
+export interface Loaded<T> {
+  data: T | undefined;
+  error: string | undefined;
+  /** Loads again now (after an action), keeping the current data on screen meanwhile. */
+  reload: () => Promise<void>;
+}
+
+/**
+ * Runs `load` now, whenever `key` (the filters) changes, and every POLL_INTERVAL_MS while the tab
+ * is visible. What is shown stays until the new answer replaces it.
+ * An answer that arrives after a newer request started is dropped, so a slow poll cannot
+ * overwrite what a reload after an action just showed.
+ */
+export function usePolled<T>(load: () => Promise<T>, key: string): Loaded<T> {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const latest = useRef(0);
+  const loadRef = useRef(load);
+  loadRef.current = load;
+
+  const reload = useCallback(async () => {
+    const ticket = ++latest.current;
+    try {
+      const result = await loadRef.current();
+      if (ticket === latest.current) {
+        setData(result);
+        setError(undefined);
+      }
+    } catch (failure) {
+      if (ticket === latest.current) setError(messageOf(failure));
+    }
+  }, []);
+
+  const first = useRef(true);
+  useEffect(() => {
+    // At once when the page opens; after a filter change, once typing pauses.
+    const settle = setTimeout(() => void reload(), first.current ? 0 : FILTER_SETTLE_MS);
+    first.current = false;
+    const timer = setInterval(() => {
+      if (document.visibilityState === 'visible') void reload();
+    }, POLL_INTERVAL_MS);
+    return () => {
+      clearTimeout(settle);
+      clearInterval(timer);
+    };
+  }, [key, reload]);
+
+  return { data, error, reload };
+}
+
+export function messageOf(failure: unknown): string {
+  if (failure instanceof ApiError) return failure.code ? `${failure.message} (${failure.code})` : failure.message;
+  return failure instanceof Error ? failure.message : String(failure);
+}
+
+/** `1 record`, `3 records`. */
+export const counted = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
+
+/** Says when a list shows only the newest part of what matched. */
+export function Partial({ shown, total }: { shown: number; total: number }) {
+  return total > shown ? (
+    <p class="muted">
+      The newest {shown} of {total}; narrow the filters to see others.
+    </p>
+  ) : null;
+}
+
+export function Time({ value }: { value: string | null | undefined }) {
+  if (!value) return <span>—</span>;
+  return <time dateTime={value}>{new Date(value).toLocaleString()}</time>;
+}
+
+export function ErrorLine({ message }: { message: string | undefined }) {
+  return message ? (
+    <p class="error" role="alert">
+      {message}
+    </p>
+  ) : null;
+}
+
+export function Status({ value }: { value: string }) {
+  return <span class={`status status-${value}`}>{value}</span>;
+}
+
+/**
+ * Runs an action once at a time: `busy` disables its buttons while it runs, a failure is kept
+ * to show, success calls `after` (a reload).
+ */
+export function useAction(after: () => Promise<void> | void) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const run = async (action: () => Promise<unknown>) => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await action();
+      await after();
+    } catch (failure) {
+      setError(messageOf(failure));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, setError, run };
+}
+
+export function Section({ title, children, actions }: { title: string; children: ComponentChildren; actions?: ComponentChildren }) {
+  return (
+    <section class="page" aria-labelledby="page-title">
+      <header class="page-header">
+        <h1 id="page-title" tabIndex={-1}>
+          {title}
+        </h1>
+        {actions}
+      </header>
+      {children}
+    </section>
+  );
+}
