@@ -9,55 +9,26 @@
 // the service itself reads the files.
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
+import { filesUnder, hashOfFiles, readStamp, root, stalenessOf } from './build-stamp.mjs';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
 const consoleDir = path.join(root, 'console');
 export const outDir = path.join(consoleDir, 'dist');
 const stampFile = path.join(outDir, 'build.json');
-const CONFIG_INPUTS = ['schema/schema.graphql', 'codegen.ts', 'package-lock.json', 'scripts/build-console.mjs', 'console/index.html', 'console/icon.svg', 'console/tsconfig.json'];
+const CONFIG_INPUTS = ['schema/schema.graphql', 'codegen.ts', 'package-lock.json', 'scripts/build-console.mjs', 'scripts/build-stamp.mjs', 'console/index.html', 'console/icon.svg', 'console/tsconfig.json'];
 const SOURCE_DIRS = ['console/src', 'console/graphql'];
 /** Module scripts, `??=`, private fields: browsers of the last two or three years. */
 const TARGETS = ['chrome111', 'firefox111', 'safari16.4'];
 
-function filesUnder(dir) {
-  const full = path.join(root, dir);
-  if (!existsSync(full)) return [];
-  return readdirSync(full, { recursive: true, withFileTypes: true })
-    .filter((entry) => entry.isFile())
-    .map((entry) => path.relative(root, path.join(entry.parentPath ?? entry.path, entry.name)).split(path.sep).join('/'))
-    .sort();
-}
-
-export function inputsHash() {
-  const hash = createHash('sha256');
-  for (const file of [...CONFIG_INPUTS, ...SOURCE_DIRS.flatMap(filesUnder)]) {
-    const full = path.join(root, file);
-    const content = existsSync(full) ? createHash('sha256').update(readFileSync(full)).digest('hex') : 'absent';
-    hash.update(`${file}\0${content}\n`);
-  }
-  return hash.digest('hex');
-}
-
-function readStamp() {
-  try {
-    return JSON.parse(readFileSync(stampFile, 'utf8'));
-  } catch {
-    return undefined;
-  }
-}
+export const inputsHash = () => hashOfFiles([...CONFIG_INPUTS, ...SOURCE_DIRS.flatMap(filesUnder)]);
 
 /** Why console/dist/ must be built again, or undefined when it is current. */
 export function staleness(inputs = inputsHash()) {
-  const stamp = readStamp();
-  if (!stamp) return 'no build stamp';
-  if (stamp.inputs !== inputs) return 'sources or configuration changed';
-  const missing = Object.keys(stamp.files ?? {}).find((file) => !existsSync(path.join(outDir, file)));
-  if (missing) return `console/dist/${missing} is missing`;
-  return undefined;
+  const stamp = readStamp(stampFile);
+  return stalenessOf({ stamp, inputs, outDir, outputs: Object.keys(stamp?.files ?? {}), outName: 'console/dist' });
 }
 
 function codegen() {

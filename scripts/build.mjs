@@ -3,60 +3,30 @@
 //
 // The inputs are every file under src/ (src/generated included), both tsconfigs, package.json
 // (its "type" decides what tsc emits), package-lock.json (the compiler and the types it checks
-// against) and this script. Their paths and content hashes make one stamp, written to
-// dist/.build-stamp.json after a successful build with the list of files the build emitted. A
-// start skips the build only when the stamp equals the inputs' and every emitted file is still
-// there. Content, not modification times: a checkout, a stash or a copy changes times without
-// changing sources, and an edit within the clock's resolution changes sources without changing
-// times. A build empties dist/ first, so the output of a deleted or renamed source does not stay.
+// against) and this script. Their paths and content hashes (scripts/build-stamp.mjs) make one
+// stamp, written to dist/.build-stamp.json after a successful build with the list of files the
+// build emitted. A start skips the build only when the stamp equals the inputs' and every emitted
+// file is still there. A build empties dist/ first, so the output of a deleted or renamed source
+// does not stay.
 //
 // Plain Node (no tsx, no dependencies): it runs on every start.
-import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { filesUnder, hashOfFiles, readStamp, root, stalenessOf } from './build-stamp.mjs';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
 const dist = path.join(root, 'dist');
 const stampFile = path.join(dist, '.build-stamp.json');
-const CONFIG_INPUTS = ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs'];
+const CONFIG_INPUTS = ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs', 'scripts/build-stamp.mjs'];
 
-/** Relative paths (with `/`) of the files under `dir`, sorted. */
-function filesUnder(dir) {
-  return readdirSync(path.join(root, dir), { recursive: true, withFileTypes: true })
-    .filter((entry) => entry.isFile())
-    .map((entry) => path.relative(root, path.join(entry.parentPath ?? entry.path, entry.name)).split(path.sep).join('/'))
-    .sort();
-}
-
-/** One hash over the inputs' paths and contents (a missing config file counts as absent). */
-export function inputsHash() {
-  const hash = createHash('sha256');
-  for (const file of [...CONFIG_INPUTS, ...filesUnder('src')]) {
-    const full = path.join(root, file);
-    const content = existsSync(full) ? createHash('sha256').update(readFileSync(full)).digest('hex') : 'absent';
-    hash.update(`${file}\0${content}\n`);
-  }
-  return hash.digest('hex');
-}
-
-function readStamp() {
-  try {
-    return JSON.parse(readFileSync(stampFile, 'utf8'));
-  } catch {
-    return undefined;
-  }
-}
+/** One hash over the inputs' paths and contents. */
+export const inputsHash = () => hashOfFiles([...CONFIG_INPUTS, ...filesUnder('src')]);
 
 /** Why dist/ must be built again, or undefined when it is current. */
 export function staleness(inputs = inputsHash()) {
-  const stamp = readStamp();
-  if (!stamp) return 'no build stamp';
-  if (stamp.inputs !== inputs) return 'sources or configuration changed';
-  const missing = (stamp.outputs ?? []).find((file) => !existsSync(path.join(dist, file)));
-  if (missing) return `dist/${missing} is missing`;
-  return undefined;
+  const stamp = readStamp(stampFile);
+  return stalenessOf({ stamp, inputs, outDir: dist, outputs: stamp?.outputs ?? [], outName: 'dist' });
 }
 
 export function build(inputs = inputsHash()) {

@@ -18,7 +18,7 @@ beforeAll(async () => {
   project = await mkdtemp(path.join(root, '.scratch', 'build-script-'));
   await mkdir(path.join(project, 'scripts'));
   await mkdir(path.join(project, 'src/cli'), { recursive: true });
-  for (const file of ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs']) {
+  for (const file of ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs', 'scripts/build-stamp.mjs']) {
     await copyFile(path.join(root, file), path.join(project, file));
   }
   await symlink(path.join(root, 'node_modules'), path.join(project, 'node_modules'));

@@ -18,7 +18,7 @@ beforeAll(async () => {
   project = await mkdtemp(path.join(root, '.scratch', 'console-build-'));
   await mkdir(path.join(project, 'scripts'));
   await mkdir(path.join(project, 'schema'));
-  for (const file of ['package.json', 'package-lock.json', 'codegen.ts', 'schema/schema.graphql', 'scripts/build-console.mjs']) {
+  for (const file of ['package.json', 'package-lock.json', 'codegen.ts', 'schema/schema.graphql', 'scripts/build-console.mjs', 'scripts/build-stamp.mjs']) {
     await copyFile(path.join(root, file), path.join(project, file));
   }
   for (const dir of ['src', 'graphql']) await cp(path.join(root, 'console', dir), path.join(project, 'console', dir), { recursive: true });
