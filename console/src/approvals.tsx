@@ -8,7 +8,7 @@ import {
   type ApprovalsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ErrorLine, Partial, Section, Status, Time, useAction, usePolled } from './ui';
+import { ErrorLine, Partial, Section, Status, StatusFilter, Time, useAction, usePolled } from './ui';
 
 type Approval = ApprovalsQuery['approvals']['items'][number];
 
@@ -16,7 +16,6 @@ const STATUSES: ApprovalStatus[] = ['pending', 'approved', 'denied', 'expired', 
 
 export function ApprovalsPage({ user }: { user: SignedInUser }) {
   const [status, setStatus] = useState<ApprovalStatus | ''>('pending');
-  const statusId = useId();
   const approvals = usePolled(
     () => request(ApprovalsDocument, { org_id: user.org_id, status: status || null, limit: 100 }),
     status,
@@ -33,17 +32,7 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
         </p>
       }
     >
-      <div class="filters">
-        <span class="field">
-          <label for={statusId}>Status</label>
-          <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ApprovalStatus | '')}>
-            {STATUSES.map((s) => (
-              <option value={s}>{s}</option>
-            ))}
-            <option value="">all</option>
-          </select>
-        </span>
-      </div>
+      <StatusFilter statuses={STATUSES} value={status} onChange={setStatus} />
       <ErrorLine message={approvals.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}
       {list && list.items.length === 0 && <p class="empty">No {status || ''} approvals.</p>}

@@ -16,7 +16,7 @@ import {
   type ManifestsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ErrorLine, messageOf, Partial, Section, Status, Time, useAction, usePolled } from './ui';
+import { ErrorLine, messageOf, Partial, Section, Status, StatusFilter, Time, useAction, usePolled } from './ui';
 
 type ManifestItem = ManifestsQuery['manifests']['items'][number];
 type HistoryEntry = ManifestHistoryQuery['manifest_history']['items'][number];
@@ -25,7 +25,6 @@ const STATUSES: ManifestStatus[] = ['pending', 'active', 'suspended', 'revoked',
 
 export function ManifestsPage({ user }: { user: SignedInUser }) {
   const [status, setStatus] = useState<ManifestStatus | ''>('pending');
-  const statusId = useId();
   const manifests = usePolled(
     () => request(ManifestsDocument, { org_id: user.org_id, status: status || null, limit: 100 }),
     status,
@@ -33,17 +32,7 @@ export function ManifestsPage({ user }: { user: SignedInUser }) {
   const list = manifests.data?.manifests;
   return (
     <Section title="Manifests" actions={<p class="count">{list ? `${list.total} ${status || 'in all'}` : 'Loading…'}</p>}>
-      <div class="filters">
-        <span class="field">
-          <label for={statusId}>Status</label>
-          <select id={statusId} value={status} onChange={(e) => setStatus(e.currentTarget.value as ManifestStatus | '')}>
-            {STATUSES.map((s) => (
-              <option value={s}>{s}</option>
-            ))}
-            <option value="">all</option>
-          </select>
-        </span>
-      </div>
+      <StatusFilter statuses={STATUSES} value={status} onChange={setStatus} />
       <ErrorLine message={manifests.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}
       {list && list.items.length === 0 && <p class="empty">No {status || ''} manifests.</p>}

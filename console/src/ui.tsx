@@ -1,6 +1,6 @@
 /** Small pieces the pages share: polling loads, a time display, an error line. */
 import type { ComponentChildren } from 'preact';
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api';
 
 /** How often lists refresh themselves: decisions made elsewhere show up without a reload. */
@@ -125,5 +125,23 @@ export function Section({ title, children, actions }: { title: string; children:
       </header>
       {children}
     </section>
+  );
+}
+
+/** A list page's status filter: each status, then `all` (the empty value). */
+export function StatusFilter<S extends string>(props: { statuses: readonly S[]; value: S | ''; onChange: (value: S | '') => void }) {
+  const id = useId();
+  return (
+    <div class="filters">
+      <span class="field">
+        <label for={id}>Status</label>
+        <select id={id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value as S | '')}>
+          {props.statuses.map((s) => (
+            <option value={s}>{s}</option>
+          ))}
+          <option value="">all</option>
+        </select>
+      </span>
+    </div>
   );
 }
