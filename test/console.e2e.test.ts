@@ -4,8 +4,8 @@
  * with agents calling the gateway through the REST API as they do in production.
  *
  * Each test has its own organization and browser context (no shared session). Screenshots of each
- * page go to test/artifacts/ (git-ignored) for a reviewer to look at. Firefox is not tested:
- * playwright drives only its own patched Firefox build, which cannot be installed here.
+ * page go to test/artifacts/ (git-ignored) for a reviewer to look at. Firefox runs the console in
+ * console.firefox.test.ts.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
