@@ -8,7 +8,7 @@ import {
   type AgentsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { counted, ErrorLine, Partial, Section, Status, Time, useAction, usePolled } from './ui';
+import { counted, ErrorLine, FilterField, Partial, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
@@ -17,7 +17,6 @@ export function AgentsPage({ user }: { user: SignedInUser }) {
   const [status, setStatus] = useState<AgentStatus | ''>('');
   const [query, setQuery] = useState('');
   const statusId = useId();
-  const queryId = useId();
   const agents = usePolled(
     () => request(AgentsDocument, { status: status || null, q: query.trim() || null, limit: 100 }),
     `${status}\0${query.trim()}`,
@@ -34,10 +33,7 @@ export function AgentsPage({ user }: { user: SignedInUser }) {
             <option value="deactivated">deactivated</option>
           </select>
         </span>
-        <span class="field">
-          <label for={queryId}>Id or name starts with</label>
-          <input id={queryId} type="search" value={query} onInput={(e) => setQuery(e.currentTarget.value)} />
-        </span>
+        <FilterField label="Id or name starts with" type="search" value={query} onChange={setQuery} />
       </div>
       <ErrorLine message={agents.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}

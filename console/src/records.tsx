@@ -5,7 +5,7 @@
 import { useId, useState } from 'preact/hooks';
 import { AuditLogsDocument, RecordsDocument, VerifyRecordDocument, type RecordsQuery, type RecordStatus, type VerifyRecordQuery } from '../generated/graphql';
 import { canDecide, currentToken, request, type SignedInUser } from './api';
-import { counted, ErrorLine, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
+import { counted, ErrorLine, FilterField, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
 
 type RecordItem = RecordsQuery['records']['items'][number];
 type Verification = VerifyRecordQuery['verify_record'];
@@ -61,10 +61,7 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Records" actions={<p class="count">{list ? counted(list.total, 'record') : 'Loading…'}</p>}>
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Record filters">
-        <span class="field">
-          <label for={`${id}-agent`}>Agent id</label>
-          <input id={`${id}-agent`} type="text" value={agentId} onInput={(e) => setAgentId(e.currentTarget.value)} />
-        </span>
+        <FilterField label="Agent id" value={agentId} onChange={setAgentId} />
         <span class="field">
           <label for={`${id}-status`}>Status</label>
           <select id={`${id}-status`} value={status} onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}>
@@ -73,18 +70,9 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
             <option value="denied">denied</option>
           </select>
         </span>
-        <span class="field">
-          <label for={`${id}-action`}>Action (type or type:tool)</label>
-          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-from`}>From</label>
-          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-to`}>To</label>
-          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
-        </span>
+        <FilterField label="Action (type or type:tool)" value={action} onChange={setAction} />
+        <FilterField label="From" type="datetime-local" value={from} onChange={setFrom} />
+        <FilterField label="To" type="datetime-local" value={to} onChange={setTo} />
         {canDecide(user) && (
           <button type="button" onClick={() => void download()}>
             Download export
@@ -201,30 +189,12 @@ export function AuditPage({ user }: { user: SignedInUser }) {
   return (
     <Section title="Audit log" actions={<p class="count">{list ? `${list.total} ${list.total === 1 ? 'entry' : 'entries'}` : 'Loading…'}</p>}>
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Audit log filters">
-        <span class="field">
-          <label for={`${id}-actor`}>Actor (email, id or key prefix)</label>
-          <input id={`${id}-actor`} type="text" value={actor} onInput={(e) => setActor(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-action`}>Action (e.g. manifest or manifest.approved)</label>
-          <input id={`${id}-action`} type="text" value={action} onInput={(e) => setAction(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-target-type`}>Target type</label>
-          <input id={`${id}-target-type`} type="text" value={targetType} onInput={(e) => setTargetType(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-target-id`}>Target id</label>
-          <input id={`${id}-target-id`} type="text" value={targetId} onInput={(e) => setTargetId(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-from`}>From</label>
-          <input id={`${id}-from`} type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} />
-        </span>
-        <span class="field">
-          <label for={`${id}-to`}>To</label>
-          <input id={`${id}-to`} type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} />
-        </span>
+        <FilterField label="Actor (email, id or key prefix)" value={actor} onChange={setActor} />
+        <FilterField label="Action (e.g. manifest or manifest.approved)" value={action} onChange={setAction} />
+        <FilterField label="Target type" value={targetType} onChange={setTargetType} />
+        <FilterField label="Target id" value={targetId} onChange={setTargetId} />
+        <FilterField label="From" type="datetime-local" value={from} onChange={setFrom} />
+        <FilterField label="To" type="datetime-local" value={to} onChange={setTo} />
       </form>
       <ErrorLine message={entries.error} />
       {list && list.items.length === 0 && <p class="empty">No entries match.</p>}

@@ -1,5 +1,5 @@
 /** Small pieces the pages share: polling loads, a time display, an error line. */
-import type { ComponentChildren } from 'preact';
+import type { ComponentChildren, InputHTMLAttributes } from 'preact';
 import { useCallback, useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api';
 
@@ -143,5 +143,20 @@ export function StatusFilter<S extends string>(props: { statuses: readonly S[]; 
         </select>
       </span>
     </div>
+  );
+}
+
+/** A labelled filter input of a list page; it reports each keystroke (the page decides when to load). */
+export function FilterField(props: { label: string; type?: 'text' | 'search' | 'datetime-local'; value: string; onChange: (value: string) => void }) {
+  const id = useId();
+  return (
+    <span class="field">
+      <label for={id}>{props.label}</label>
+      {/* Preact types each input `type` apart (a union); the three given here share value and input events. */}
+      <input
+        {...({ id, type: props.type ?? 'text', value: props.value } as InputHTMLAttributes<HTMLInputElement>)}
+        onInput={(e) => props.onChange(e.currentTarget.value)}
+      />
+    </span>
   );
 }
