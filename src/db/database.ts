@@ -7,7 +7,8 @@ import { PrismaClient } from '../generated/prisma/client.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { migrate } from './migrate.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
-import type { SqlConnection, SqlDriver, TransactionAnswer } from './sql.js';
+import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode, type SqlConnection, type SqlDriver, type TransactionAnswer } from './sql.js';
+import { isDatabaseUnavailable, isLostPreparedStatement } from './unavailable.js';
 
 export type DatabaseKind = 'pglite' | 'postgresql';
 
@@ -18,14 +19,6 @@ export interface Database {
   prisma: PrismaClient;
   sql: SqlDriver;
   ping(): Promise<boolean>;
-  /**
-   * Takes the session-level advisory lock (classId, objectId) and holds it while the process
-   * lives, on a connection of its own (PostgreSQL), so other processes find it free exactly when
-   * this one is gone: a crash closes the connection and the server drops the lock. False when
-   * another session holds it. On PGlite, one process owns the database, so the lock is taken on
-   * its only connection.
-   */
-  holdProcessLock(classId: number, objectId: number): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -36,6 +29,14 @@ export interface DatabaseOptions {
   /** Apply pending migrations before returning (default true). */
   migrate?: boolean;
   poolSize?: number;
+  /**
+   * PostgreSQL: how long a statement, or the wait for a connection, may take before it fails as
+   * unavailable (default 5000); migrations are not bound by it.
+   */
+  timeoutMs?: number;
+  poolMode?: PoolMode;
+  /** Told once when the server loses named prepared statements in `session` mode (a pooler in transaction mode). */
+  warn?: (message: string) => void;
   /** Sees every statement Prisma sends (tests count them). */
   onQuery?: QueryObserver;
 }
@@ -51,8 +52,6 @@ function pgliteDriver(db: PGlite): SqlDriver {
   };
   return {
     ...driver,
-    // PGlite is a single connection: every statement already runs on it.
-    withConnection: (work) => work(driver),
     // PGlite's own transaction keeps other queries out until it ends.
     transaction: (work) => transactionIf(async (tx) => ({ commit: true, value: await work(tx) })),
     transactionIf,
@@ -73,42 +72,127 @@ function pgliteDriver(db: PGlite): SqlDriver {
   }
 }
 
-function postgresDriver(pool: pg.Pool): SqlDriver {
-  const on = (client: pg.Pool | pg.PoolClient): SqlConnection => ({
+/** Whether statements named on hot paths are prepared once per connection; turned off for good once a pooler loses one. */
+interface StatementNaming {
+  named: boolean;
+  warn(message: string): void;
+}
+
+/**
+ * Runs `work` on a client of its own. The pool listens for errors only on idle clients: without a
+ * listener of ours, a connection lost while held (a terminated backend, a restarted or failed-over
+ * server, a proxy's idle timeout) is an unhandled 'error' event, and that ends the process. A
+ * client whose connection was lost or stopped answering is closed instead of going back to the pool.
+ */
+async function withPoolClient<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let lost: Error | undefined;
+  const onError = (error: Error) => {
+    lost ??= error;
+  };
+  client.on('error', onError);
+  try {
+    return await work(client);
+  } catch (error) {
+    if (isDatabaseUnavailable(error)) lost ??= error as Error;
+    throw error;
+  } finally {
+    // A closed client may still report its socket's end: the listener stays with it.
+    if (!lost) client.off('error', onError);
+    client.release(lost);
+  }
+}
+
+/** node-postgres refused a statement without sending it: the client's connection was already lost. */
+const notSent = (error: unknown) => /not queryable/i.test((error as Error | null)?.message ?? '');
+
+/** BEGIN failed on a lost connection: nothing ran, so the transaction may be tried on another one. */
+class TransactionNotStarted extends Error {
+  constructor(cause: unknown) {
+    super('The transaction could not begin: its connection was lost', { cause });
+  }
+}
+
+/**
+ * The driver over node-postgres: statements on `target` (the pool, or the one client of a
+ * migration run), transactions on a client `acquire` lends. A statement the pool's client could not
+ * even send (its connection had been terminated while idle) is sent once more, on another client.
+ */
+function postgresDriver(
+  target: pg.Pool | pg.Client,
+  acquire: <T>(work: (client: pg.ClientBase) => Promise<T>) => Promise<T>,
+  naming: StatementNaming,
+): SqlDriver {
+  /** A statement sent named failed because the server session did not have it (or had one of its name). */
+  const lostNamedStatement = (error: unknown, sentNamed: boolean) => {
+    if (!sentNamed || !isLostPreparedStatement(error)) return false;
+    // Statements named before this turned up fail the same way: they are sent again, told once.
+    if (naming.named) {
+      naming.named = false;
+      naming.warn(
+        'PostgreSQL lost a named prepared statement between two transactions of one connection: the database is behind a pooler in ' +
+          'transaction mode. Named statements are off from now on; set DATABASE_POOL_MODE=transaction to start that way.',
+      );
+    }
+    return true;
+  };
+  const on = (client: pg.Pool | pg.ClientBase, inTransaction: boolean): SqlConnection => ({
     async exec(script) {
       await client.query(script);
     },
     async query<Row>(text: string, params: unknown[] = [], prepared?: string) {
-      return (await client.query(prepared ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
-    },
-  });
-  return {
-    ...on(pool),
-    async withConnection(work) {
-      const client = await pool.connect();
+      const named = naming.named && prepared !== undefined;
       try {
-        return await work(on(client));
-      } finally {
-        client.release();
+        return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
+      } catch (error) {
+        // Outside a transaction nothing ran: the statement is sent again, unnamed. Inside one, the
+        // transaction is lost and transactionIf runs it again.
+        if (lostNamedStatement(error, named) && !inTransaction) {
+          return (await client.query({ text, values: params })).rows as Row[];
+        }
+        if (notSent(error) && !inTransaction) {
+          return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
+        }
+        throw error;
       }
     },
+  });
+  async function attempt<T>(work: (tx: SqlConnection) => Promise<TransactionAnswer<T>>): Promise<T> {
+    return acquire(async (client) => {
+      await client.query('BEGIN').catch((error: unknown) => {
+        throw isDatabaseUnavailable(error) ? new TransactionNotStarted(error) : error;
+      });
+      try {
+        const answer = await work(on(client, true));
+        await client.query(answer.commit ? 'COMMIT' : 'ROLLBACK');
+        return answer.value;
+      } catch (error) {
+        // A lost connection has no transaction left to roll back: the server ended it.
+        if (!isDatabaseUnavailable(error)) await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      }
+    });
+  }
+  async function transactionIf<T>(work: (tx: SqlConnection) => Promise<TransactionAnswer<T>>): Promise<T> {
+    try {
+      return await attempt(work);
+    } catch (error) {
+      // Nothing of it was committed: once named statements are off, the whole transaction is run
+      // again; one that could not begin is tried once on another connection.
+      if (isLostPreparedStatement(error) && !naming.named) return attempt(work);
+      if (error instanceof TransactionNotStarted) {
+        return attempt(work).catch((again: unknown) => {
+          throw again instanceof TransactionNotStarted ? again.cause : again;
+        });
+      }
+      throw error;
+    }
+  }
+  return {
+    ...on(target, false),
     transaction: (work) => transactionIf(async (tx) => ({ commit: true, value: await work(tx) })),
     transactionIf,
   };
-  async function transactionIf<T>(work: (tx: SqlConnection) => Promise<TransactionAnswer<T>>): Promise<T> {
-    const client = await pool.connect();
-    try {
-      await client.query('BEGIN');
-      const answer = await work(on(client));
-      await client.query(answer.commit ? 'COMMIT' : 'ROLLBACK');
-      return answer.value;
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
-  }
 }
 
 function redact(url: string): string {
@@ -120,28 +204,37 @@ function redact(url: string): string {
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   const shouldMigrate = options.migrate ?? true;
   if (options.databaseUrl) {
-    const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10 });
+    const timeoutMs = options.timeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
+    const naming: StatementNaming = { named: options.poolMode !== 'transaction', warn: options.warn ?? (() => undefined) };
+    if (shouldMigrate) await migratePostgres(options.databaseUrl, timeoutMs, naming);
+    const pool = new pg.Pool({
+      connectionString: options.databaseUrl,
+      max: options.poolSize ?? 10,
+      // Bounds the wait for a free client and for a new connection: an unreachable server fails
+      // requests fast instead of queueing them.
+      connectionTimeoutMillis: timeoutMs,
+      // A statement the server never answers (a network partition) fails; its client is closed.
+      query_timeout: timeoutMs,
+      keepAlive: true,
+    });
     // An idle client's error (server restart) must not crash the process; the pool replaces it.
     pool.on('error', () => undefined);
-    const sql = postgresDriver(pool);
-    try {
-      if (shouldMigrate) await migrate(sql);
-    } catch (error) {
-      await pool.end();
-      throw error;
-    }
+    // Every client listens for errors for its whole life. pg-pool takes its own listener off a
+    // client it hands to a waiting caller, and the caller (awaiting a promise) adds one only a
+    // microtask later; when a terminated backend's notice arrives in the same read as the end of
+    // the client's previous query, 'error' is emitted in between, with nobody listening, and an
+    // unhandled 'error' event ends the process. Failures still reach the query or the holder.
+    pool.on('connect', (client) => client.on('error', () => undefined));
+    const sql = postgresDriver(pool, (work) => withPoolClient(pool, work), naming);
     const adapter = new PrismaPg(pool);
     const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
-    const processLocks = new ProcessLocks(options.databaseUrl);
     return {
       kind: 'postgresql',
       location: redact(options.databaseUrl),
       prisma,
       sql,
       ping: () => ping(sql),
-      holdProcessLock: (classId, objectId) => processLocks.hold(classId, objectId),
       async close() {
-        await processLocks.close();
         await prisma.$disconnect();
         await pool.end();
       },
@@ -177,10 +270,6 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     prisma,
     sql,
     ping: () => ping(sql),
-    async holdProcessLock(classId, objectId) {
-      const [row] = await sql.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [classId, objectId]);
-      return row.locked;
-    },
     async close() {
       await prisma.$disconnect();
       // $disconnect does not close PGlite; without this the process never exits.
@@ -201,60 +290,16 @@ async function ping(sql: SqlDriver): Promise<boolean> {
 }
 
 /**
- * Advisory locks held for the life of the process on one dedicated PostgreSQL connection (not a
- * pool client: the pool may close idle clients, and a lock must not move between sessions). If
- * the connection is lost, it is reopened and the locks taken again.
+ * Migrations run on a connection of their own, before the pool opens: a migration may take longer
+ * than any request may wait, so the statement timeout does not apply to it.
  */
-class ProcessLocks {
-  private client: pg.Client | undefined;
-  private readonly held: [number, number][] = [];
-  private closed = false;
-  private reconnect: NodeJS.Timeout | undefined;
-
-  constructor(private readonly connectionString: string) {}
-
-  async hold(classId: number, objectId: number): Promise<boolean> {
-    const client = await this.connection();
-    const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [classId, objectId]);
-    if (rows[0].locked) this.held.push([classId, objectId]);
-    return rows[0].locked;
-  }
-
-  private async connection(): Promise<pg.Client> {
-    if (this.client) return this.client;
-    const client = new pg.Client({ connectionString: this.connectionString });
-    client.on('error', () => this.lost(client));
-    client.on('end', () => this.lost(client));
-    await client.connect();
-    this.client = client;
-    return client;
-  }
-
-  private lost(client: pg.Client): void {
-    if (this.client !== client || this.closed) return;
-    this.client = undefined;
-    this.scheduleReconnect();
-  }
-
-  private scheduleReconnect(): void {
-    if (this.closed || this.reconnect) return;
-    this.reconnect = setTimeout(() => {
-      this.reconnect = undefined;
-      void this.retake().catch(() => this.scheduleReconnect());
-    }, 1000);
-    this.reconnect.unref();
-  }
-
-  private async retake(): Promise<void> {
-    const client = await this.connection();
-    for (const [classId, objectId] of this.held) await client.query('SELECT pg_advisory_lock($1, $2)', [classId, objectId]);
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    clearTimeout(this.reconnect);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => undefined);
+async function migratePostgres(databaseUrl: string, timeoutMs: number, naming: StatementNaming): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: timeoutMs, keepAlive: true });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    await migrate(postgresDriver(client, (work) => work(client), naming));
+  } finally {
+    await client.end().catch(() => undefined);
   }
 }

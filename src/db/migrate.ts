@@ -53,54 +53,45 @@ interface AppliedRow {
   rolled_back_at: Date | null;
 }
 
-/** Returns the names of the migrations it applied (empty when the database was up to date). */
+/**
+ * Returns the names of the migrations it applied (empty when the database was up to date). All of
+ * them are applied in one transaction that holds the migration lock (a transaction-level advisory
+ * lock, so that it also works behind a pooler in transaction mode): a failed one leaves the
+ * database as it was, and two processes starting at once apply each migration once.
+ */
 export async function migrate(driver: SqlDriver, dir = defaultMigrationsDir): Promise<string[]> {
   const migrations = await readMigrations(dir);
-  return driver.withConnection(async (conn) => {
-    await conn.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
-    try {
-      await conn.exec(CREATE_MIGRATIONS_TABLE);
-      const rows = await conn.query<AppliedRow>(
-        'SELECT migration_name, checksum, finished_at, rolled_back_at FROM "_prisma_migrations"',
-      );
-      const applied = new Map(rows.filter((r) => r.rolled_back_at === null).map((r) => [r.migration_name, r]));
-      for (const row of applied.values()) {
-        if (row.finished_at === null) {
-          throw new MigrationError(
-            `migration ${row.migration_name} started but did not finish; resolve it before starting`,
-          );
-        }
+  return driver.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
+    await tx.exec(CREATE_MIGRATIONS_TABLE);
+    const rows = await tx.query<AppliedRow>('SELECT migration_name, checksum, finished_at, rolled_back_at FROM "_prisma_migrations"');
+    const applied = new Map(rows.filter((r) => r.rolled_back_at === null).map((r) => [r.migration_name, r]));
+    for (const row of applied.values()) {
+      if (row.finished_at === null) {
+        throw new MigrationError(`migration ${row.migration_name} started but did not finish; resolve it before starting`);
       }
-      const done: string[] = [];
-      for (const migration of migrations) {
-        const previous = applied.get(migration.name);
-        if (previous) {
-          if (previous.checksum !== migration.checksum) {
-            throw new MigrationError(`migration ${migration.name} was changed after it was applied`);
-          }
-          continue;
-        }
-        const id = randomUUID();
-        await conn.query(
-          'INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, applied_steps_count) VALUES ($1, $2, $3, now(), 0)',
-          [id, migration.checksum, migration.name],
-        );
-        try {
-          await conn.exec(`BEGIN;\n${migration.sql}\nCOMMIT;`);
-        } catch (error) {
-          await conn.exec('ROLLBACK').catch(() => undefined);
-          await conn.query('UPDATE "_prisma_migrations" SET logs = $2 WHERE id = $1', [id, String(error)]);
-          throw new MigrationError(`migration ${migration.name} failed: ${(error as Error).message}`);
-        }
-        await conn.query(
-          'UPDATE "_prisma_migrations" SET finished_at = now(), applied_steps_count = 1 WHERE id = $1',
-          [id],
-        );
-        done.push(migration.name);
-      }
-      return done;
-    } finally {
-      await conn.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
     }
+    const done: string[] = [];
+    for (const migration of migrations) {
+      const previous = applied.get(migration.name);
+      if (previous) {
+        if (previous.checksum !== migration.checksum) {
+          throw new MigrationError(`migration ${migration.name} was changed after it was applied`);
+        }
+        continue;
+      }
+      try {
+        await tx.exec(migration.sql);
+      } catch (error) {
+        throw new MigrationError(`migration ${migration.name} failed: ${(error as Error).message}`);
+      }
+      await tx.query(
+        `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, finished_at, applied_steps_count)
+         VALUES ($1, $2, $3, now(), now(), 1)`,
+        [randomUUID(), migration.checksum, migration.name],
+      );
+      done.push(migration.name);
+    }
+    return done;
   });
 }

@@ -1,6 +1,8 @@
 /**
  * The raw driver under Prisma, for what Prisma's query API does not do: running migration
  * scripts with many statements, advisory locks, and single-round-trip upserts on hot paths.
+ * Nothing done through it outlives a transaction (no session-level locks or settings), so it
+ * works the same behind a pooler in transaction mode.
  */
 export interface SqlDriver {
   /** Runs a script of one or more statements without parameters. */
@@ -10,8 +12,6 @@ export interface SqlDriver {
    * per connection instead of on every call (PGlite ignores the name).
    */
   query<Row = Record<string, unknown>>(text: string, params?: unknown[], prepared?: string): Promise<Row[]>;
-  /** Runs `work` on one connection, so session state (locks) holds across its statements. */
-  withConnection<T>(work: (conn: SqlConnection) => Promise<T>): Promise<T>;
   /**
    * Runs `work` in a transaction, committed when it resolves and rolled back when it throws. On
    * the hot path this replaces Prisma's interactive transactions, which cost far more per statement.
@@ -31,3 +31,14 @@ export interface TransactionAnswer<T> {
 
 export type SqlConnection = Pick<SqlDriver, 'exec' | 'query'>;
 
+/**
+ * How the PostgreSQL connections reach the server. `session`: directly, or through a pooler that
+ * gives each client one server session (PgBouncer's session mode). `transaction`: through a
+ * pooler that hands out a server session per transaction (PgBouncer's transaction mode), where
+ * nothing may outlive a transaction: no named prepared statements (every other kind of session
+ * state is avoided in both modes).
+ */
+export type PoolMode = 'session' | 'transaction';
+
+/** How long a request waits on PostgreSQL before it is answered 503 (DATABASE_TIMEOUT_MS). */
+export const DEFAULT_DATABASE_TIMEOUT_MS = 5000;

@@ -54,18 +54,15 @@ export class SigningKeyStore {
   }
 
   private async loadActive(purpose: KeyPurpose): Promise<SigningKey> {
-    const key = await this.sql.withConnection(async (conn) => {
-      await conn.query('SELECT pg_advisory_lock($1)', [KEY_GENERATION_LOCK]);
-      try {
-        const [row] = await conn.query<KeyRow>(
-          'SELECT * FROM signing_keys WHERE purpose = $1 AND retired_at IS NULL ORDER BY created_at DESC LIMIT 1',
-          [purpose],
-        );
-        if (row) return this.fromRow(row);
-        return this.insertNew(conn, purpose);
-      } finally {
-        await conn.query('SELECT pg_advisory_unlock($1)', [KEY_GENERATION_LOCK]);
-      }
+    // The lock makes processes starting at once on an empty database agree on one key.
+    const key = await this.sql.transaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock($1)', [KEY_GENERATION_LOCK]);
+      const [row] = await tx.query<KeyRow>(
+        'SELECT * FROM signing_keys WHERE purpose = $1 AND retired_at IS NULL ORDER BY created_at DESC LIMIT 1',
+        [purpose],
+      );
+      if (row) return this.fromRow(row);
+      return this.insertNew(tx, purpose);
     });
     this.active.set(purpose, key);
     return key;
