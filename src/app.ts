@@ -5,7 +5,9 @@ import { createYoga, type YogaServerInstance } from 'graphql-yoga';
 import type { Logger } from 'pino';
 import type { Database } from './db/database.js';
 import type { Env } from './env.js';
-import { AppError } from './errors.js';
+import { isDatabaseUnavailable } from './db/unavailable.js';
+import { AppError, serviceUnavailable } from './errors.js';
+import { logUnexpected } from './logger.js';
 import type { Context } from './graphql/context.js';
 import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
 import { createLoaders } from './graphql/loaders.js';
@@ -109,7 +111,8 @@ export function createApp({
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),
       warn: (...args) => logger.warn(args.map(String).join(' ')),
-      error: (...args) => logger.error(args.map(String).join(' ')),
+      // maskError below has logged a database outage already, as a warning: not again as an error.
+      error: (...args) => !args.some(isDatabaseUnavailable) && logger.error(args.map(String).join(' ')),
     },
     context({ request, state }): Context {
       let loaders: Context['loaders'] | undefined;
@@ -128,8 +131,8 @@ export function createApp({
       maskError(error) {
         const original = error instanceof GraphQLError ? error.originalError : error;
         if (error instanceof GraphQLError && (!original || original instanceof GraphQLError)) return error;
-        logger.error({ err: original, request_id: currentRequest()?.requestId }, 'unexpected error');
-        return new AppError('INTERNAL_ERROR', 'An internal error occurred');
+        logUnexpected(logger, original, { request_id: currentRequest()?.requestId }, 'unexpected error');
+        return isDatabaseUnavailable(original) ? serviceUnavailable() : new AppError('INTERNAL_ERROR', 'An internal error occurred');
       },
     },
     plugins: [

@@ -1,4 +1,6 @@
 import path from 'node:path';
+import type { DatabaseOptions } from './db/database.js';
+import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode } from './db/sql.js';
 
 /** Everything the service reads from its environment, parsed and checked once at start. */
 export interface Env {
@@ -6,6 +8,13 @@ export interface Env {
   host: string;
   /** `postgresql://…` selects PostgreSQL; absent selects embedded PGlite in `dataDir`. */
   databaseUrl: string | undefined;
+  /**
+   * PostgreSQL: the longest a request waits for a connection or a statement before it is answered
+   * 503 (the database is unreachable); `DATABASE_TIMEOUT_MS`, default 5000.
+   */
+  databaseTimeoutMs: number;
+  /** `DATABASE_POOL_MODE`: `transaction` behind a pooler in transaction mode (PgBouncer), else `session`. */
+  databasePoolMode: PoolMode;
   dataDir: string;
   /** Public base URL used in logs, the OpenAPI `servers` entry and token issuers. */
   publicUrl: string;
@@ -38,6 +47,12 @@ export interface Env {
   webhookTimeoutMs: number;
   /** How often executions left by stopped gateway processes are recorded as interrupted (also at start). */
   executionRecoverySeconds: number;
+  /**
+   * How long a process's claim on its journal entries lasts without renewal (renewed every third
+   * of it): after a crash, another process records the dead one's executions this long after its
+   * last renewal at the earliest.
+   */
+  executionLeaseSeconds: number;
   /**
    * Origins (`https://host[:port]`) whose browsers may call `/mcp/…`; a request with any other
    * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
@@ -124,6 +139,18 @@ function allowedOrigins(raw: string | undefined, name: string): string[] {
 
 export class EnvError extends Error {}
 
+const POOL_MODES: readonly PoolMode[] = ['session', 'transaction'];
+
+function poolMode(source: NodeJS.ProcessEnv): PoolMode {
+  const raw = (source.DATABASE_POOL_MODE || 'session').trim().toLowerCase();
+  if (!(POOL_MODES as readonly string[]).includes(raw)) {
+    throw new EnvError(
+      `DATABASE_POOL_MODE must be "session" (a direct connection or a pooler in session mode) or "transaction" (a pooler in transaction mode), got "${source.DATABASE_POOL_MODE}"`,
+    );
+  }
+  return raw as PoolMode;
+}
+
 function integer(source: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
   const raw = source[name];
   if (raw === undefined || raw === '') return fallback;
@@ -163,6 +190,8 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     port,
     host,
     databaseUrl,
+    databaseTimeoutMs: integer(source, 'DATABASE_TIMEOUT_MS', DEFAULT_DATABASE_TIMEOUT_MS, 100),
+    databasePoolMode: poolMode(source),
     dataDir: path.resolve(source.DATA_DIR || './data'),
     publicUrl: (source.PUBLIC_URL || `http://localhost:${port}`).replace(/\/$/, ''),
     logLevel: source.LOG_LEVEL || 'info',
@@ -182,6 +211,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
+    executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
     mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS, 'MCP_ALLOWED_ORIGINS'),
     corsAllowedOrigins: allowedOrigins(source.CORS_ALLOWED_ORIGINS, 'CORS_ALLOWED_ORIGINS'),
     metricsPort: integer(source, 'METRICS_PORT', 9464),
@@ -190,4 +220,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     serviceName: source.OTEL_SERVICE_NAME || 'agent-gateway',
     tracesSampler: tracesSampler(source),
   };
+}
+
+/** What of the environment opening the database needs; `warn` reports a pooler found in `session` mode. */
+export function databaseOptions(env: Env, warn?: (message: string) => void): DatabaseOptions {
+  return { databaseUrl: env.databaseUrl, dataDir: env.dataDir, timeoutMs: env.databaseTimeoutMs, poolMode: env.databasePoolMode, warn };
 }

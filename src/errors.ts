@@ -92,6 +92,22 @@ export const validationError = (errors: FieldError[]) =>
     details: { errors },
   });
 
+/**
+ * How long a client should wait before retrying when the database cannot be reached: long enough
+ * that a fleet of retrying agents does not hammer a database coming back, short enough for a
+ * failover or a restart, which take seconds.
+ */
+export const DATABASE_RETRY_AFTER_SECONDS = 2;
+
+/**
+ * 503: the request needs the database and cannot reach it. `details` tells what happened to the
+ * request anyway (an execute answers its interaction id when a record may exist or will).
+ */
+export const serviceUnavailable = (
+  message = 'The database cannot be reached at the moment; retry shortly',
+  details?: Record<string, unknown>,
+) => new AppError('SERVICE_UNAVAILABLE', message, { details, headers: { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) } });
+
 /** Collects field problems and throws them together, so a caller fixes a payload in one go. */
 export class FieldErrors {
   readonly errors: FieldError[] = [];

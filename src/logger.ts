@@ -1,5 +1,6 @@
 import type { Writable } from 'node:stream';
 import pino, { type DestinationStream, type Logger } from 'pino';
+import { isDatabaseUnavailable } from './db/unavailable.js';
 
 /**
  * Bytes of log lines held in memory while stdout does not take them (its reader is slow or has
@@ -126,4 +127,14 @@ export function createLogger(level: string, destination: DestinationStream = std
     );
   }
   return logger;
+}
+
+/**
+ * Logs a failure no AppError explains. A database that cannot be reached is expected during an
+ * outage, where every request meets it and is answered 503: a warning without a stack. Anything
+ * else is a bug: an error with its stack.
+ */
+export function logUnexpected(logger: Logger, error: unknown, fields: Record<string, unknown>, message: string): void {
+  if (isDatabaseUnavailable(error)) logger.warn({ ...fields, reason: error instanceof Error ? error.message : String(error) }, 'database unavailable');
+  else logger.error({ ...fields, err: error }, message);
 }

@@ -4,7 +4,7 @@ import { createServer } from 'node:http';
 import { createApp } from './app.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';
 import { openDatabase } from './db/database.js';
-import { parseEnv } from './env.js';
+import { databaseOptions, parseEnv } from './env.js';
 import { armExitWatchdog } from './lib/exit-watchdog.js';
 import { createLogger, stdoutLogOutput } from './logger.js';
 import { createMetricsServer, METRICS_PATH } from './observability/metrics-server.js';
@@ -50,7 +50,7 @@ function failToStart(error: unknown): Promise<never> {
   return exitWith(1, `cannot start: ${message}`, error instanceof DataDirInUseError ? {} : { err: error });
 }
 
-const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir }).catch(failToStart);
+const db = await openDatabase(databaseOptions(env, (message) => logger.error(message))).catch(failToStart);
 const app = createApp({ env, db, logger });
 await app.ready.catch(failToStart);
 const server = createServer(app.yoga);

@@ -199,11 +199,11 @@ describe('OpenAPI document', () => {
     expect(auditExport.parameters.find((p: any) => p.name === 'from').schema).toMatchObject({ type: 'string', format: 'date-time' });
     expect(Object.keys(auditExport.responses['200'].content)).toEqual(['application/x-ndjson', 'text/csv']);
     expect(auditExport.responses['200'].headers).toHaveProperty('Content-Disposition');
-    expect(Object.keys(auditExport.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
+    expect(Object.keys(auditExport.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500', '503']);
     const recordsExport = doc.paths['/api/v1/records/export'].get;
     expect(recordsExport.parameters.map((p: any) => p.name)).toEqual(['from', 'to']);
     expect(Object.keys(recordsExport.responses['200'].content)).toEqual(['application/x-ndjson']);
-    expect(Object.keys(recordsExport.responses).sort()).toEqual(['200', '401', '403', '422', '429', '500']);
+    expect(Object.keys(recordsExport.responses).sort()).toEqual(['200', '401', '403', '422', '429', '500', '503']);
     expect(doc.tags.map((tag: { name: string }) => tag.name)).toContain('Audit logs');
   });
 
@@ -243,7 +243,7 @@ describe('OpenAPI document', () => {
     expect(login.responses['422'].content['application/json'].schema.$ref).toBe('#/components/schemas/Error');
     const org = doc.paths['/api/v1/orgs/{org_id}'].get;
     expect(org.security).toEqual([{ bearerAuth: [] }]);
-    expect(Object.keys(org.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500']);
+    expect(Object.keys(org.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500', '503']);
     const deleted = doc.paths['/api/v1/orgs/{org_id}/api-keys/{key_id}'].delete.responses['204'];
     expect(deleted.description).toBe('No content');
     expect(deleted.content).toBeUndefined();

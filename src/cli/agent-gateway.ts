@@ -147,13 +147,13 @@ async function reencrypt(args: string[]): Promise<number> {
 /** The service's database and secret box, from its environment (DATABASE_URL or DATA_DIR, KEY_ENCRYPTION_KEY…). */
 async function openServiceDatabase() {
   // Loaded here, so that `verify` needs neither a database driver nor the service's configuration.
-  const [{ parseEnv }, { openDatabase }, { SecretBox }] = await Promise.all([
+  const [{ parseEnv, databaseOptions }, { openDatabase }, { SecretBox }] = await Promise.all([
     import('../env.js'),
     import('../db/database.js'),
     import('../lib/secret-box.js'),
   ]);
   const env = parseEnv();
-  const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: env.dataDir });
+  const db = await openDatabase(databaseOptions(env));
   return { db, secrets: new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious) };
 }
 

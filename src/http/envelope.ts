@@ -1,5 +1,6 @@
 import { GraphQLError } from 'graphql';
-import { AppError, authErrorCodes, errorStatus, type ErrorCode, type FieldError } from '../errors.js';
+import { isDatabaseUnavailable } from '../db/unavailable.js';
+import { AppError, authErrorCodes, errorStatus, serviceUnavailable, type ErrorCode, type FieldError } from '../errors.js';
 import { Response } from './fetch-api.js';
 
 /**
@@ -66,6 +67,7 @@ export function toWireError(error: unknown): WireError {
     }
   }
   if (error instanceof AppError) return wireError(error.code, error.message, error.details);
+  if (isDatabaseUnavailable(error)) return toWireError(serviceUnavailable());
   return wireError('INTERNAL_ERROR', 'An internal error occurred');
 }
 

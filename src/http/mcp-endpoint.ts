@@ -15,7 +15,9 @@ import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import type { Logger } from 'pino';
 import type { Env } from '../env.js';
-import { AppError } from '../errors.js';
+import { isDatabaseUnavailable } from '../db/unavailable.js';
+import { AppError, DATABASE_RETRY_AFTER_SECONDS, serviceUnavailable } from '../errors.js';
+import { logUnexpected } from '../logger.js';
 import type { ApiKeyPrincipal } from '../modules/auth/authz.js';
 import { may } from '../modules/auth/authz.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
@@ -54,12 +56,18 @@ function rpcError(status: number, code: number, message: string, headers: Record
 /** A handler's failure as the JSON-RPC error the SDK sends: never a stack, never a 500. */
 function toMcpError(error: unknown, logger: Logger): McpError {
   if (error instanceof McpError) return error;
+  if (!(error instanceof AppError) && isDatabaseUnavailable(error)) {
+    logUnexpected(logger, error, {}, 'MCP request failed');
+    return toMcpError(serviceUnavailable(), logger);
+  }
   if (error instanceof AppError) {
     const data = { code: error.code, ...(Object.keys(error.details).length ? { details: error.details } : {}) };
     if (error.code === 'VALIDATION_ERROR' || error.code === 'NOT_FOUND' || error.code === 'BAD_REQUEST') {
       return new McpError(ErrorCode.InvalidParams, error.message, data);
     }
-    if (error.code === 'SERVICE_UNAVAILABLE') return new McpError(RPC_UNAVAILABLE, error.message, data);
+    if (error.code === 'SERVICE_UNAVAILABLE') {
+      return new McpError(RPC_UNAVAILABLE, error.message, { ...data, retry_after_seconds: DATABASE_RETRY_AFTER_SECONDS });
+    }
     if (error.code !== 'INTERNAL_ERROR') return new McpError(RPC_FORBIDDEN, error.message, data);
   }
   logger.error({ err: error }, 'MCP request failed');
@@ -206,7 +214,17 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp }
       if (!agentIdPattern.test(svcId)) {
         return endResponse(rpcError(404, RPC_NOT_FOUND, 'Not found: the path is /mcp/{svc_id}, an agent id'));
       }
-      endResponse(await handle(request, svcId, state));
+      try {
+        endResponse(await handle(request, svcId, state));
+      } catch (error) {
+        // Before any JSON-RPC handler runs (the API key's lookup): the database, or a bug.
+        logUnexpected(logger, error, { request_id: state?.requestId }, 'MCP request failed');
+        endResponse(
+          isDatabaseUnavailable(error)
+            ? rpcError(503, RPC_UNAVAILABLE, serviceUnavailable().message, { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) })
+            : rpcError(500, ErrorCode.InternalError, 'An internal error occurred'),
+        );
+      }
     },
   };
 }

@@ -43,11 +43,17 @@ const errorResponses: Record<string, { description: string; schema: 'AuthError' 
   '422': { description: 'VALIDATION_ERROR: details.errors lists each field', schema: 'Error' },
   '429': { description: 'POLICY_VIOLATION: rate limit exceeded; see Retry-After', schema: 'Error' },
   '500': { description: 'INTERNAL_ERROR', schema: 'Error' },
-  '503': { description: 'SERVICE_UNAVAILABLE: a stored secret cannot be opened with this service\'s key', schema: 'Error' },
+  '503': {
+    description:
+      'SERVICE_UNAVAILABLE: the database cannot be reached (retry after Retry-After seconds; an execute says in details whether its tool ran), ' +
+      "or a stored secret cannot be opened with this service's key",
+    schema: 'Error',
+  },
 };
 
 function errorCodesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): string[] {
-  const codes = ['422', '500'];
+  // Every route reads the database (credentials, if nothing else): any can meet it unreachable.
+  const codes = ['422', '500', '503'];
   if (route.method !== 'GET' && route.method !== 'DELETE') codes.push('400', '413');
   if (route.auth.length) codes.push('401', '403', '429');
   if (route.path.includes(':')) codes.push('404');
@@ -59,6 +65,11 @@ const rateLimitHeaders = {
   'X-RateLimit-Limit': { description: 'Requests allowed in the window', schema: { type: 'integer' } },
   'X-RateLimit-Remaining': { description: 'Requests left in the window', schema: { type: 'integer' } },
   'X-RateLimit-Reset': { description: 'Unix time (seconds) when the window resets', schema: { type: 'integer' } },
+};
+
+/** What a 503 carries when the database is unreachable. */
+const serviceUnavailableHeaders = {
+  'Retry-After': { description: 'Seconds to wait before retrying (when the database is unreachable)', schema: { type: 'integer' } },
 };
 
 /** What a 429 carries: when to retry, and the limit that refused. */
@@ -73,7 +84,7 @@ function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | '
     const { description, schema: ref } = errorResponses[code];
     responses[code] = {
       description,
-      ...(code === '429' ? { headers: tooManyRequestsHeaders } : {}),
+      ...(code === '429' ? { headers: tooManyRequestsHeaders } : code === '503' ? { headers: serviceUnavailableHeaders } : {}),
       content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
     };
   }

@@ -19,6 +19,7 @@ import type { AuthState } from '../modules/auth/authenticate.js';
 import { authorize, may, type Principal } from '../modules/auth/authz.js';
 import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
+import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
@@ -258,7 +259,7 @@ async function serveStream(
       abort: () => serverContext.req?.socket?.destroy?.(),
     });
   } catch (error) {
-    if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'streamed route failed');
+    if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'streamed route failed');
     return errorResponse(toWireError(error));
   }
 }
@@ -281,7 +282,7 @@ async function serveDirect(
     const body = await route.direct.handle({ principal, args, services, state: serverContext.state });
     return Response.json(body);
   } catch (error) {
-    if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'unexpected error');
+    if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'unexpected error');
     return errorResponse(toWireError(error));
   }
 }
@@ -322,8 +323,8 @@ export function useRestFacade(
           if (!auth.principal) rejection = auth.error ?? authenticationRequired();
           principal = auth.principal;
         } catch (error) {
-          // Over the rate limit (an AppError), or the database failing (masked as INTERNAL_ERROR).
-          if (!(error instanceof AppError)) logger.error({ err: error, request_id: serverContext.state.requestId }, 'authentication failed');
+          // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).
+          if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'authentication failed');
           rejection = error;
         }
         if (rejection) {

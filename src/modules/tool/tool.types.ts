@@ -77,8 +77,8 @@ builder.mutationField('create_tool', (t) =>
     resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
   }),
 );
-// 503: a kept "[redacted]" value that this service's KEY_ENCRYPTION_KEY cannot open.
-const toolWriteErrors = ['409', '503'] as const;
+// Also 503 (every route has it): a kept "[redacted]" value that this service's KEY_ENCRYPTION_KEY cannot open.
+const toolWriteErrors = ['409'] as const;
 restRoute('Mutation.create_tool', {
   method: 'POST',
   path: toolsPath,
