@@ -3,8 +3,10 @@
  * is killed with SIGKILL while its http tool (a receiver in this test) holds calls it has received;
  * after a restart every call the tool received has a signed record in an unbroken chain, the calls
  * whose outcome was lost are recorded as EXECUTION_INTERRUPTED, the budget counters equal the
- * allowed records, and the write-ahead journal is empty. On PostgreSQL, a surviving process records
- * a dead one's executions without a restart, and never those of a live one.
+ * allowed records, and the write-ahead journal is empty. On PGlite the restarted process records
+ * them before it is ready (it has the data directory to itself); on PostgreSQL once the dead
+ * process's journal lease has run out. A surviving process records a dead one's executions
+ * without a restart, and never those of a live one.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -17,6 +19,7 @@ import type { TestClient } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from './support/gateway.js';
+import { allRecords, expectOneChain, interrupted, untilRecorded } from './support/records.js';
 import { killAllServices, startReadyService, waitExit, type Service, type ServiceOptions } from './support/service-process.js';
 
 const TEST_TIMEOUT_MS = 240_000;
@@ -111,32 +114,6 @@ function startLoad(service: Service, agent: AgentFixture, workers: number): Load
   };
 }
 
-interface RecordRow {
-  record_id: string;
-  seq: number;
-  status: 'approved' | 'denied';
-  executed: boolean;
-  reasons: { code: string }[];
-  result_hash: string | null;
-  policies: { name: string }[] | null;
-  prev_hash: string;
-  record_hash: string;
-}
-
-/** Every record of the org over the API, oldest first. */
-async function allRecords(service: TestClient, org: OrgFixture): Promise<RecordRow[]> {
-  const rows: RecordRow[] = [];
-  for (let offset = 0; ; offset += 1000) {
-    const page = await service.request('GET', `/api/v1/records?limit=1000&offset=${offset}`, { token: org.adminToken });
-    expect(page.status).toBe(200);
-    rows.push(...page.body.items);
-    if (rows.length >= page.body.total) break;
-  }
-  return rows.sort((a, b) => a.seq - b.seq);
-}
-
-const interrupted = (record: RecordRow) => record.reasons.some((r) => r.code === 'EXECUTION_INTERRUPTED');
-
 /** What the crash must not have broken, read over the API of a live service. */
 async function expectEveryInvocationRecorded(service: TestClient, org: OrgFixture, receiver: Receiver, answered: Set<string>) {
   const records = await allRecords(service, org);
@@ -155,11 +132,7 @@ async function expectEveryInvocationRecorded(service: TestClient, org: OrgFixtur
     expect(byId.get(id)).toMatchObject({ status: 'approved', executed: true, result_hash: expect.stringMatching(/^sha256:/) });
     expect(interrupted(byId.get(id)!)).toBe(false);
   }
-  // One unbroken chain.
-  records.forEach((record, i) => {
-    expect(record.seq).toBe(i + 1);
-    if (i > 0) expect(record.prev_hash).toBe(records[i - 1].record_hash);
-  });
+  expectOneChain(records);
   const sample = [records[0], ...records.filter(interrupted).slice(0, 3), records[records.length - 1]];
   for (const record of sample) {
     const verified = await service.request('GET', `/api/v1/records/${record.record_id}/verify`, { token: org.adminToken });
@@ -231,7 +204,9 @@ test(
     expect(await waitExit(first)).toEqual({ code: null, signal: 'SIGKILL' });
     await load.stop();
 
-    const second = await startReadyService({ ...store.options, env: { LOG_LEVEL: 'warn' } });
+    // A short lease, so that PostgreSQL's recovery (once the dead owner's lease ran out) comes soon.
+    const second = await startReadyService({ ...store.options, env: { LOG_LEVEL: 'warn', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' } });
+    if (backend === 'postgresql') await untilRecorded(second, org, receiver.received);
     const records = await expectEveryInvocationRecorded(second, org, receiver, load.answered);
     expect(second.logs.some((line) => line.msg === 'recorded executions interrupted by a stopped gateway process')).toBe(true);
 
@@ -249,7 +224,8 @@ onPostgres(
   'a surviving process records a dead one’s executions within seconds, and never a live one’s',
   async () => {
     const store = await storage();
-    const env = { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' };
+    // Leases of 3 s, renewed every second: the survivor may adopt only after the doomed one stopped renewing.
+    const env = { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1', EXECUTION_LEASE_SECONDS: '3' };
     const [doomed, survivor] = await Promise.all([
       startReadyService({ ...store.options, env }),
       startReadyService({ ...store.options, env }),

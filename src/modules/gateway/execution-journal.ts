@@ -1,35 +1,52 @@
 import { randomInt } from 'node:crypto';
+import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
 import type { NewRecord, RecordService } from '../record/record.service.js';
 import {
+  adoptExecutions,
+  claimOwner,
   executionsOf,
   forgetExecutions,
-  otherOwners,
-  ownerIsUnused,
-  withOwnerLock,
+  renewLease,
   type JournalEntry,
 } from './gateway.store.js';
 
 /**
- * The write-ahead journal that makes "every tool invocation has a record" hold across crashes.
+ * The write-ahead journal that makes "every tool invocation has a record" hold across crashes and
+ * database outages.
  *
  *   commit   the budget statement writes a journal entry for the allowed action (gateway.store.ts)
  *   call     the tool runs
  *   record   the interaction's record is appended; then the entry is forgotten (in batches)
  *
- * A process that dies between commit and record leaves its entries behind. Each process owns its
- * entries through an `owner` id whose advisory lock it holds on a connection of its own while it
- * lives (Database.holdProcessLock). Recovery, at start and every `executionRecoverySeconds`, takes
- * the lock of every other owner with entries: it is free only when that process is gone. Entries
- * without a record then get one, marked EXECUTION_INTERRUPTED (allowed and executed, outcome
- * unknown: the tool may have run); entries whose record was written are just forgotten. A
- * process also settles its own entries whose request ended without a record (the append failed).
+ * Each process owns its entries through an `owner` id it holds a lease on (a row renewed every
+ * third of `executionLeaseSeconds`): leases need nothing that outlives a transaction, so they work
+ * behind a pooler in transaction mode and survive any number of dropped connections. A process
+ * that dies between commit and record leaves its entries behind; once its lease has run out,
+ * another process's recovery sweep adopts them. Entries without a record then get one, marked
+ * EXECUTION_INTERRUPTED (allowed and executed, outcome unknown: the tool may have run); entries
+ * whose record was written are just forgotten. A process also settles its own entries whose
+ * request ended without a record.
+ *
+ * A live process must never be taken for a dead one, or a record would claim "interrupted" for a
+ * call still running. Two rules keep leases honest through a database outage, when nobody can
+ * renew: a process adopts others' entries only after its own renewals have succeeded for a whole
+ * lease (everyone alive has renewed by then), and the commit refuses an owner whose lease row is
+ * gone, so a process declared gone claims a new owner id instead of journaling under the old one.
+ *
+ * When the tool ran but its record cannot be written because the database is unreachable, the
+ * outcome is kept in memory and appended once the database is back ("deferred"), so the record
+ * says what happened rather than "interrupted".
  */
 
-// The advisory-lock class of journal owners (the objid is the owner id); distinct from the single-key
-// locks of the migrations and the signing keys.
-const OWNER_LOCK_CLASS = 0x61677778;
+/**
+ * The advisory-lock class under which earlier gateway versions held their owner id while they
+ * lived: their entries are adopted only when that lock is free.
+ */
+const LEGACY_OWNER_LOCK_CLASS = 0x61677778;
 const FORGET_DELAY_MS = 100;
+const DEFERRED_RETRY_FIRST_MS = 500;
+const DEFERRED_RETRY_MAX_MS = 10_000;
 
 export const INTERRUPTED_REASON = {
   code: 'EXECUTION_INTERRUPTED',
@@ -50,31 +67,71 @@ export function interruptedRecord({ id: _id, params, approvalId, ...subject }: J
   };
 }
 
+interface DeferredRecord {
+  record: NewRecord;
+  storeParams: boolean;
+}
+
 export function createExecutionJournal({ db, logger, env }: Deps, records: RecordService) {
+  const leaseSeconds = env.executionLeaseSeconds;
   let owner: Promise<number> | undefined;
+  /** When (performance.now()) the current run of successful lease writes began; undefined after a failed one. */
+  let healthySince: number | undefined;
   /** Entries of requests still running here: never settled by this process's own sweep. */
   const running = new Set<string>();
+  /** Executions whose tool ran and whose record waits for the database. */
+  const deferred = new Map<string, DeferredRecord>();
+  let deferredRetry: NodeJS.Timeout | undefined;
+  let deferredDelay = DEFERRED_RETRY_FIRST_MS;
   let recorded: string[] = [];
   let forgetTimer: NodeJS.Timeout | undefined;
   let sweep: NodeJS.Timeout | undefined;
+  let renewal: NodeJS.Timeout | undefined;
   let recovering: Promise<number> | undefined;
   let stopped = false;
 
-  async function claimOwner(): Promise<number> {
+  /** A lease write succeeded or failed: how long the database has answered without a break. */
+  function leaseWrite<T>(write: Promise<T>): Promise<T> {
+    return write.then(
+      (value) => {
+        healthySince ??= performance.now();
+        return value;
+      },
+      (error: unknown) => {
+        healthySince = undefined;
+        throw error;
+      },
+    );
+  }
+
+  async function claim(): Promise<number> {
     for (;;) {
       const candidate = randomInt(1, 2 ** 31 - 1);
-      // An id that a dead process left entries under stays theirs until recovered.
-      if ((await ownerIsUnused(db.sql, candidate)) && (await db.holdProcessLock(OWNER_LOCK_CLASS, candidate))) return candidate;
+      if (await leaseWrite(claimOwner(db.sql, candidate, leaseSeconds))) return candidate;
     }
   }
 
-  /** This process's owner id, claimed on first use. */
+  /** This process's owner id, claimed on first use (and again after its lease was lost). */
   function ownerId(): Promise<number> {
-    owner ??= claimOwner().catch((error) => {
+    owner ??= claim().catch((error) => {
       owner = undefined;
       throw error;
     });
     return owner;
+  }
+
+  /** The commit found no lease for `lostOwner`: the next commit claims a new owner id. */
+  async function leaseLost(lostOwner: number): Promise<void> {
+    if (owner && (await owner.catch(() => undefined)) === lostOwner) {
+      owner = undefined;
+      logger.warn({ owner: lostOwner }, 'the execution journal lease ran out (the database was unreachable for longer than EXECUTION_LEASE_SECONDS); claiming a new one');
+    }
+  }
+
+  async function renew(): Promise<void> {
+    if (!owner) return;
+    const current = await owner;
+    if (!(await leaseWrite(renewLease(db.sql, current, leaseSeconds)))) await leaseLost(current);
   }
 
   /** Before the commit: the entry about to be written belongs to a running request. */
@@ -91,6 +148,55 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     if (stopped) return;
     forgetTimer ??= setTimeout(() => void forgetRecorded(), FORGET_DELAY_MS);
     forgetTimer.unref();
+  }
+
+  /**
+   * The tool ran and its record could not be appended because the database is unreachable: the
+   * record is appended once it is back. The entry counts as running meanwhile, so no sweep records
+   * it as interrupted; if this process stops first, recovery does.
+   */
+  function defer(id: string, record: NewRecord, storeParams: boolean): void {
+    deferred.set(id, { record, storeParams });
+    scheduleDeferred();
+  }
+
+  function scheduleDeferred(): void {
+    if (stopped || deferredRetry || !deferred.size) return;
+    deferredRetry = setTimeout(() => {
+      deferredRetry = undefined;
+      void appendDeferred();
+    }, deferredDelay);
+    deferredRetry.unref();
+  }
+
+  /** Appends what waited for the database; a record that exists (its append committed, only the answer was lost) is done. */
+  async function appendDeferred(): Promise<void> {
+    const waiting = [...deferred];
+    let unavailable = false;
+    try {
+      const existing = await records.existing(waiting.map(([id]) => id));
+      const outcomes = await Promise.allSettled(
+        waiting.map(([id, { record, storeParams }]) => (existing.has(id) ? undefined : records.append(id, record, storeParams))),
+      );
+      for (const [i, outcome] of outcomes.entries()) {
+        const [id] = waiting[i];
+        if (outcome.status === 'rejected' && isDatabaseUnavailable(outcome.reason)) {
+          unavailable = true;
+          continue;
+        }
+        // Not the database's absence: recovery records it as interrupted (or finds its record).
+        if (outcome.status === 'rejected') logger.error({ err: outcome.reason, interaction_id: id }, 'could not record an execution after the database came back');
+        deferred.delete(id);
+        end(id, outcome.status === 'fulfilled');
+      }
+    } catch (error) {
+      if (!isDatabaseUnavailable(error)) logger.warn({ err: error }, 'could not look up executions whose record waits for the database');
+      unavailable = true;
+    }
+    const written = waiting.length - deferred.size;
+    if (written) logger.info({ records: written }, 'recorded executions whose record waited for the database');
+    deferredDelay = unavailable ? Math.min(deferredDelay * 2, DEFERRED_RETRY_MAX_MS) : DEFERRED_RETRY_FIRST_MS;
+    scheduleDeferred();
   }
 
   async function forgetRecorded(): Promise<void> {
@@ -119,32 +225,45 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     return written;
   }
 
-  async function recoverOnce(): Promise<number> {
-    const self = await ownerId();
-    let written = 0;
-    for (const other of await otherOwners(db.sql, self)) {
-      await withOwnerLock(db.sql, OWNER_LOCK_CLASS, other, async () => {
-        written += await settle(await executionsOf(db.sql, other));
-      });
-    }
-    const orphans = (await executionsOf(db.sql, self)).filter((e) => !running.has(e.id));
-    return written + (await settle(orphans));
+  /**
+   * Which other owners' entries this run may adopt: on a PGlite database at start every other
+   * owner's (this process has the data directory to itself, so nobody else is alive); else those
+   * whose lease ran out, once this process's own lease writes have succeeded for a whole lease.
+   */
+  function adoption(atStart: boolean): 'every_other' | 'expired' | null {
+    if (atStart && db.kind === 'pglite') return 'every_other';
+    if (healthySince !== undefined && performance.now() - healthySince >= leaseSeconds * 1000) return 'expired';
+    return null;
   }
 
-  /** Settles the entries of stopped processes and this one's orphans; one run at a time. */
-  function recover(): Promise<number> {
-    recovering ??= recoverOnce().finally(() => (recovering = undefined));
+  async function recoverOnce(atStart: boolean): Promise<number> {
+    const self = await ownerId();
+    const adopt = adoption(atStart);
+    if (adopt) await adoptExecutions(db.sql, self, adopt === 'every_other', LEGACY_OWNER_LOCK_CLASS);
+    const orphans = (await executionsOf(db.sql, self)).filter((e) => !running.has(e.id) && !deferred.has(e.id));
+    return settle(orphans);
+  }
+
+  /** Adopts the entries of stopped processes and settles them and this one's orphans; one run at a time. */
+  function recover(atStart = false): Promise<number> {
+    recovering ??= recoverOnce(atStart).finally(() => (recovering = undefined));
     return recovering;
   }
 
   return {
     ownerId,
+    leaseLost,
     begin,
     end,
+    defer,
     recover,
-    /** Claims the owner id, recovers once, then sweeps periodically. */
+    /** Claims the owner id, recovers once, then renews the lease and sweeps periodically. */
     async start(): Promise<void> {
-      await recover();
+      await recover(true);
+      renewal = setInterval(() => {
+        renew().catch((error) => logger.warn({ err: error }, 'could not renew the execution journal lease'));
+      }, (leaseSeconds * 1000) / 3);
+      renewal.unref();
       sweep = setInterval(() => {
         recover().catch((error) => logger.warn({ err: error }, 'execution recovery failed'));
       }, env.executionRecoverySeconds * 1000);
@@ -153,8 +272,12 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     async stop(): Promise<void> {
       stopped = true;
       clearInterval(sweep);
+      clearInterval(renewal);
+      clearTimeout(deferredRetry);
       await recovering?.catch(() => undefined);
       await forgetRecorded();
+      // The lease is not given up: requests still draining may commit under it. It runs out.
+      if (deferred.size) logger.warn({ records: deferred.size }, 'stopping with executions whose record waits for the database: recovery records them as interrupted');
     },
   };
 }

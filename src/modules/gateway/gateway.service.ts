@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps.js';
-import { AppError } from '../../errors.js';
+import { isDatabaseUnavailable } from '../../db/unavailable.js';
+import { AppError, serviceUnavailable } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
 import type { AgentService } from '../agent/agent.service.js';
 import type { ApprovalService } from '../approval/approval.service.js';
@@ -88,6 +89,24 @@ interface Collaborators {
   records: RecordService;
   journal: ExecutionJournal;
   policies: { active(orgId: string): Promise<readonly ActivePolicy[]> };
+}
+
+const LEASE_LOST = Symbol('lease lost');
+type LeaseLost = typeof LEASE_LOST;
+
+/**
+ * A failure after the interaction id was given out: when the database is unreachable, a 503 that
+ * names the interaction and says whether the tool ran, so the caller can find its record (written
+ * once the database is back) instead of retrying blindly. Anything else is passed on.
+ */
+function unavailableFor(error: unknown, interactionId: string, executed: boolean): unknown {
+  if (!isDatabaseUnavailable(error)) return error;
+  return serviceUnavailable(
+    executed
+      ? 'The tool ran, but the database cannot be reached: its record is written once the database is back (find it by interaction_id); do not repeat the action blindly'
+      : 'The database cannot be reached; the action was not executed (if it was counted, its record appears under interaction_id once the database is back)',
+    { interaction_id: interactionId, executed },
+  );
 }
 
 /** What a pending approval is bound to: the SHA-256 of the canonical {svc_id, agent_id, action}. */
@@ -271,7 +290,9 @@ export function createGatewayService({ db, telemetry }: Deps, modules: Collabora
       commit = await commitExecution(context, counters, windows, entry, approvalToUse);
     } catch (error) {
       journal.end(interactionId, false);
-      throw error;
+      // The commit may have reached the database before the connection failed: then the journal
+      // has the entry and recovery records it. The tool did not run.
+      throw unavailableFor(error, interactionId, false);
     }
     if (!commit.ok) {
       journal.end(interactionId, false);
@@ -288,13 +309,17 @@ export function createGatewayService({ db, telemetry }: Deps, modules: Collabora
       action: call.action,
       interaction_id: interactionId,
     });
+    const allowed: GatewayDecision = { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse, policies: matched };
+    const resultHash = canonicalHash(result);
     let decision: GatewayDecision;
     try {
-      decision = await recorded(
-        { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse, policies: matched },
-        canonicalHash(result),
-      );
+      decision = await recorded(allowed, resultHash);
     } catch (error) {
+      if (isDatabaseUnavailable(error)) {
+        // The tool ran: its record is written with its real outcome once the database is back.
+        journal.defer(interactionId, recordOf(allowed, resultHash), settings.recordParams);
+        throw unavailableFor(error, interactionId, true);
+      }
       // The journal entry stays: this process's recovery sweep records the execution as interrupted.
       journal.end(interactionId, false);
       throw error;
@@ -317,10 +342,10 @@ export function createGatewayService({ db, telemetry }: Deps, modules: Collabora
   ): Promise<Commit> {
     const limits = context.manifest!.limits;
     const tokenId = context.token?.ok ? context.token.tokenId : null;
-    const owner = await journal.ownerId();
     const refusal = (reason: Reason): Commit => ({ ok: false, reason, budget: null, rateLimited: null, refusedBy: null });
-    const counted = async (conn: Parameters<typeof countAndJournal>[0]): Promise<Commit> => {
+    const counted = async (conn: Parameters<typeof countAndJournal>[0], owner: number): Promise<Commit | LeaseLost> => {
       const outcome = await countAndJournal(conn, counters, windows, limits, owner, entry);
+      if ('leaseLost' in outcome) return LEASE_LOST;
       if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
       if (outcome.refusedBy !== null) {
         const counter = counters[outcome.refusedBy];
@@ -346,17 +371,28 @@ export function createGatewayService({ db, telemetry }: Deps, modules: Collabora
         refusedBy: null,
       };
     };
-    if (!tokenId && !approvalToUse) return counted(db.sql);
-    return db.sql.transactionIf(async (tx) => {
-      if (tokenId && !(await tokens.use(tx, tokenId))) {
-        return { commit: false, value: refusal({ code: 'CAPABILITY_TOKEN_INVALID', message: 'The capability token was used up or revoked meanwhile' }) };
-      }
-      if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(context.call)))) {
-        return { commit: false, value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }) };
-      }
-      const value = await counted(tx);
-      return { commit: value.ok, value };
-    });
+    const attempt = async (owner: number): Promise<Commit | LeaseLost> => {
+      if (!tokenId && !approvalToUse) return counted(db.sql, owner);
+      return db.sql.transactionIf(async (tx) => {
+        if (tokenId && !(await tokens.use(tx, tokenId))) {
+          return { commit: false, value: refusal({ code: 'CAPABILITY_TOKEN_INVALID', message: 'The capability token was used up or revoked meanwhile' }) };
+        }
+        if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(context.call)))) {
+          return { commit: false, value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }) };
+        }
+        const value = await counted(tx, owner);
+        return { commit: value !== LEASE_LOST && value.ok, value };
+      });
+    };
+    const owner = await journal.ownerId();
+    const first = await attempt(owner);
+    if (first !== LEASE_LOST) return first;
+    // This process was taken for a stopped one (its lease ran out while the database was away):
+    // nothing was counted; once more under a new owner id.
+    await journal.leaseLost(owner);
+    const second = await attempt(await journal.ownerId());
+    if (second === LEASE_LOST) throw serviceUnavailable('The execution journal could not be claimed; retry shortly');
+    return second;
   }
 
   /**

@@ -4,8 +4,9 @@ import type { RecordSubject } from '../record/record.service.js';
 import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows, type PolicyCounter } from './budget.js';
 
 /**
- * The gateway module's SQL: the agent budgets (rate_counters through `take_budget`) and the
- * write-ahead journal of executions (`gateway_executions`, see its migration).
+ * The gateway module's SQL: the agent budgets (rate_counters through `take_budget`), the
+ * write-ahead journal of executions (`gateway_executions`, see its migration) and the leases of
+ * its owners (`gateway_journal_owners`).
  */
 
 /** What the journal keeps of an allowed execute until its record exists: enough to write that record. */
@@ -52,6 +53,8 @@ export async function budgetCountsOf(sql: SqlDriver, windows: readonly BudgetWin
 }
 
 export type AllowanceOutcome =
+  /** The owner's lease is gone: nothing was counted or journaled. */
+  | { ok: false; leaseLost: true }
   | { ok: true; budget: BudgetOutcome & { ok: true }; counts: number[] }
   | { ok: false; refusedBy: number; counts: number[] }
   | { ok: false; refusedBy: null; budget: BudgetOutcome & { ok: false } };
@@ -61,7 +64,8 @@ export type AllowanceOutcome =
  * of its matched policies and the agent's day and hour (`take_allowance`, which locks those
  * counter rows only while the statement runs) and, only when all had room, writes the journal
  * entry. Counted and journaled are therefore one fact: a crash after it leaves a journal entry for
- * every counted action, and a refusal leaves neither. `counters` must be sorted by bucket (the
+ * every counted action, and a refusal leaves neither. Nothing happens when `owner` has no lease
+ * any more (`take_allowance_as`). `counters` must be sorted by bucket (the
  * lock order). `conn` is the driver itself (the statement is its own transaction) or a
  * transaction that also uses a capability token or an approval.
  */
@@ -75,7 +79,7 @@ export async function countAndJournal(
 ): Promise<AllowanceOutcome> {
   const [row] = await conn.query<{ limit_counts: number[]; refused_by: number; day_count: number | null; hour_count: number | null }>(
     `WITH allowance AS MATERIALIZED (
-       SELECT limit_counts, refused_by, day_count, hour_count FROM take_allowance($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+       SELECT limit_counts, refused_by, day_count, hour_count FROM take_allowance_as($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ),
      journal AS (
        INSERT INTO gateway_executions
@@ -94,6 +98,7 @@ export async function countAndJournal(
     ],
     'count_and_journal',
   );
+  if (!row) return { ok: false, leaseLost: true };
   const counts = row.limit_counts ?? [];
   if (row.refused_by > 0) return { ok: false, refusedBy: row.refused_by - 1, counts };
   const budget = budgetOutcome(windows, limits, row);
@@ -105,16 +110,51 @@ export async function forgetExecutions(sql: SqlDriver, ids: string[]): Promise<v
   await sql.query('DELETE FROM gateway_executions WHERE id = ANY($1)', [ids]);
 }
 
-/** Whether an owner id is free to take: no journal entry names it (a previous process's id). */
-export async function ownerIsUnused(sql: SqlDriver, owner: number): Promise<boolean> {
-  const rows = await sql.query('SELECT 1 FROM gateway_executions WHERE owner = $1 LIMIT 1', [owner]);
-  return rows.length === 0;
+/**
+ * Takes `owner` as this process's journal owner, leased for `leaseSeconds`: false when another
+ * process has it, or when journal entries still name it (a stopped process's, not yet adopted).
+ */
+export async function claimOwner(sql: SqlDriver, owner: number, leaseSeconds: number): Promise<boolean> {
+  const rows = await sql.query(
+    `INSERT INTO gateway_journal_owners (owner, lease_expires_at)
+     SELECT $1, now() + make_interval(secs => $2::int)
+     WHERE NOT EXISTS (SELECT 1 FROM gateway_executions WHERE owner = $1)
+     ON CONFLICT (owner) DO NOTHING RETURNING owner`,
+    [owner, leaseSeconds],
+  );
+  return rows.length > 0;
 }
 
-/** The owners, other than `self`, that have journal entries. */
-export async function otherOwners(sql: SqlDriver, self: number): Promise<number[]> {
-  const rows = await sql.query<{ owner: number }>('SELECT DISTINCT owner FROM gateway_executions WHERE owner <> $1', [self]);
-  return rows.map((r) => r.owner);
+/** Extends the lease of `owner`; false when it is gone (it ran out and another process adopted the owner's entries). */
+export async function renewLease(sql: SqlDriver, owner: number, leaseSeconds: number): Promise<boolean> {
+  const rows = await sql.query(
+    'UPDATE gateway_journal_owners SET lease_expires_at = now() + make_interval(secs => $2::int) WHERE owner = $1 RETURNING owner',
+    [owner, leaseSeconds],
+  );
+  return rows.length > 0;
+}
+
+/**
+ * Makes `self` the owner of the journal entries whose process is gone, in one transaction; answers
+ * how many it took. Gone: its lease ran out (`everyOther`: any owner but `self`, when this process
+ * knows that no other one can be alive). Entries whose owner has no lease row are taken too: those
+ * of a gateway version that held a session advisory lock (class `legacyLockClass`) while it lived,
+ * taken only when that lock is free, and those committed the moment their owner was declared gone.
+ * The second statement sees what committed while the first waited.
+ */
+export async function adoptExecutions(sql: SqlDriver, self: number, everyOther: boolean, legacyLockClass: number): Promise<number> {
+  return sql.transaction(async (tx) => {
+    await tx.query('DELETE FROM gateway_journal_owners WHERE owner <> $1 AND ($2::boolean OR lease_expires_at < now())', [self, everyOther]);
+    const adopted = await tx.query(
+      `UPDATE gateway_executions e SET owner = $1
+       WHERE e.owner <> $1
+         AND NOT EXISTS (SELECT 1 FROM gateway_journal_owners o WHERE o.owner = e.owner)
+         AND pg_try_advisory_xact_lock($2, e.owner)
+       RETURNING e.id`,
+      [self, legacyLockClass],
+    );
+    return adopted.length;
+  });
 }
 
 interface JournalRow {
@@ -153,18 +193,4 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     policies: row.policies,
     channel: row.channel,
   }));
-}
-
-/** Runs `work` holding the advisory lock of another owner; skipped (false) while that owner is alive. */
-export async function withOwnerLock(sql: SqlDriver, lockClass: number, owner: number, work: () => Promise<void>): Promise<boolean> {
-  return sql.withConnection(async (conn) => {
-    const [row] = await conn.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [lockClass, owner]);
-    if (!row.locked) return false;
-    try {
-      await work();
-      return true;
-    } finally {
-      await conn.query('SELECT pg_advisory_unlock($1, $2)', [lockClass, owner]);
-    }
-  });
 }

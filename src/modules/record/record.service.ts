@@ -1,4 +1,5 @@
 import type { SqlConnection } from '../../db/sql.js';
+import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
 import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
@@ -152,8 +153,10 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
       try {
         await write(orgId, batch);
       } catch (error) {
-        if (batch.length === 1) {
-          batch[0].reject(error);
+        // Unreachable, the database fails every record alike; and a batch whose commit was cut off
+        // may have been written, so appending its records again would fail on their ids.
+        if (batch.length === 1 || isDatabaseUnavailable(error)) {
+          for (const pending of batch) pending.reject(error);
           continue;
         }
         // One failing record must not fail the others of its batch: each is tried on its own.

@@ -1,0 +1,48 @@
+import type { TestClient } from './app.js';
+import type { OrgFixture } from './fixtures.js';
+
+/** A record as the API lists it: the fields the fault and crash tests check. */
+export interface RecordRow {
+  record_id: string;
+  seq: number;
+  status: 'approved' | 'denied';
+  executed: boolean;
+  reasons: { code: string }[];
+  result_hash: string | null;
+  policies: { name: string }[] | null;
+  prev_hash: string;
+  record_hash: string;
+}
+
+/** Every record of the org over the API, oldest first. */
+export async function allRecords(service: TestClient, org: OrgFixture): Promise<RecordRow[]> {
+  const rows: RecordRow[] = [];
+  for (let offset = 0; ; offset += 1000) {
+    const page = await service.request('GET', `/api/v1/records?limit=1000&offset=${offset}`, { token: org.adminToken });
+    if (page.status !== 200) throw new Error(`records: ${page.status} ${page.text}`);
+    rows.push(...page.body.items);
+    if (rows.length >= page.body.total) break;
+  }
+  return rows.sort((a, b) => a.seq - b.seq);
+}
+
+export const interrupted = (record: RecordRow) => record.reasons.some((r) => r.code === 'EXECUTION_INTERRUPTED');
+
+/** Polls the records until each of `ids` has one, or the bound passes (then the caller's expectations say what is missing). */
+export async function untilRecorded(service: TestClient, org: OrgFixture, ids: readonly string[], timeoutMs = 30_000): Promise<RecordRow[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const records = await allRecords(service, org);
+    const recorded = new Set(records.map((r) => r.record_id));
+    if (ids.every((id) => recorded.has(id)) || Date.now() > deadline) return records;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+/** One unbroken chain: seq from 1 without a gap, each record linked to the one before. */
+export function expectOneChain(records: readonly RecordRow[]): void {
+  records.forEach((record, i) => {
+    expect(record.seq).toBe(i + 1);
+    if (i > 0) expect(record.prev_hash).toBe(records[i - 1].record_hash);
+  });
+}
