@@ -45,6 +45,8 @@ export interface TestAppOptions {
   onQuery?: QueryObserver;
   /** Metrics and spans to use (an in-memory span exporter); the test shuts it down. */
   telemetry?: Telemetry;
+  /** False: serve at once, without waiting for the journal's recovery (a database that cannot be reached). */
+  waitReady?: boolean;
 }
 
 /** The fetch options of a test request: JSON body, bearer token or API key, extra headers. */
@@ -83,7 +85,8 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
     telemetry: options.telemetry,
   });
-  await app.ready;
+  if (options.waitReady ?? true) await app.ready;
+  else app.ready.catch(() => undefined);
 
   async function send<T>(method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
     const response = await app.yoga.fetch(`http://localhost${path}`, requestInit(method, options), {
