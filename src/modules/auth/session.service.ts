@@ -6,7 +6,7 @@ import { AppError } from '../../errors.js';
 import { fixedWindow, hit, peek, reset } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from './authz.js';
-import { verifyPassword } from './password.js';
+import { createPasswords } from './password.js';
 import { randomId } from '../../lib/ids.js';
 
 /**
@@ -76,7 +76,8 @@ function newRefreshToken(): { token: string; hash: string } {
   return { token, hash: sha256Hex(token) };
 }
 
-export function createSessionService({ env, db, keys, logger }: Deps) {
+export function createSessionService({ env, db, keys, logger, telemetry }: Deps) {
+  const passwords = createPasswords(telemetry);
   /** Signs an access token of `familyId`; no database write. */
   async function signAccessToken(user: SessionUser, familyId: string, ttlSeconds = env.sessionTtlSeconds): Promise<AccessToken> {
     const key = await keys.activeKey('session');
@@ -303,7 +304,7 @@ export function createSessionService({ env, db, keys, logger }: Deps) {
       }
     }
     const user = await db.prisma.user.findUnique({ where: { email: normalized } });
-    if (!(await verifyPassword(user?.passwordHash, password)) || !user) {
+    if (!(await passwords.verify(user?.passwordHash, password)) || !user) {
       await Promise.all([hit(db.sql, emailBucket, window), hit(db.sql, addressBucket, window)]);
       throw invalidToken('Email or password is wrong');
     }

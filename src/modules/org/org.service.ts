@@ -4,7 +4,7 @@ import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
-import { hashPassword } from '../auth/password.js';
+import { createPasswords } from '../auth/password.js';
 import { validateEmail, validatePassword } from '../user/user.service.js';
 
 export interface CreateOrganizationInput {
@@ -53,7 +53,8 @@ export interface GatewaySettings {
   approvalTtlSeconds: number;
 }
 
-export function createOrgService({ db, cache }: Deps) {
+export function createOrgService({ db, cache, telemetry }: Deps) {
+  const passwords = createPasswords(telemetry);
   /** Cached per process; org updates are audited, which empties the cache on every process. */
   const gatewaySettings = (orgId: string): Promise<GatewaySettings> =>
     cache.get(`org-gateway-settings:${orgId}`, () =>
@@ -70,7 +71,7 @@ export function createOrgService({ db, cache }: Deps) {
     const email = validateEmail(errors, 'admin_email', input.admin_email);
     validatePassword(errors, 'admin_password', input.admin_password);
     errors.throwIfAny();
-    const passwordHash = await hashPassword(input.admin_password);
+    const passwordHash = await passwords.hash(input.admin_password);
     let orgId: string;
     try {
       orgId = await db.prisma.$transaction(async (tx) => {
