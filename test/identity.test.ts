@@ -108,6 +108,86 @@ describe('organizations', () => {
   });
 });
 
+describe('sign-up throttling', () => {
+  // A second app on the same database, allowing 5 sign-ups per client address an hour.
+  let throttled: TestApp;
+  beforeAll(async () => {
+    throttled = await startTestApp({ SIGNUP_MAX_PER_ADDRESS: '5' }, { db: t.database.db });
+  });
+  afterAll(() => throttled.app.stop());
+
+  const newOrg = (slug: string, extra: Record<string, unknown> = {}) => ({
+    name: `Org ${slug}`,
+    slug,
+    admin_email: `admin@${slug}.example`,
+    admin_password: PASSWORD,
+    ...extra,
+  });
+  const signUpFrom = (clientAddress: string, body: Record<string, unknown>) => throttled.request('POST', '/api/v1/orgs', { body, clientAddress });
+  const orgsWithSlugPrefix = async (prefix: string) =>
+    (await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations WHERE slug LIKE $1', [`${prefix}%`]))[0].n;
+
+  test('30 concurrent sign-ups from one address: exactly 5 orgs, 25 refused with Retry-After and no argon2; another address is unaffected', async () => {
+    const prefix = `flood-${Date.now().toString(36)}`;
+    const hashed = await passwordHashes(throttled, 'hash');
+    const responses = await Promise.all(Array.from({ length: 30 }, (_, i) => signUpFrom('198.18.20.1', newOrg(`${prefix}-${i}`))));
+    expect(responses.filter((r) => r.status === 201)).toHaveLength(5);
+    const refused = responses.filter((r) => r.status === 429);
+    expect(refused).toHaveLength(25);
+    for (const response of refused) {
+      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h', current: expect.any(Number) } });
+      expect(response.body.error.details.current).toBeGreaterThan(5);
+      expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    expect(await orgsWithSlugPrefix(prefix)).toBe(5);
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(5);
+
+    // The GraphQL mutation behind the route is the same sign-up, counted the same.
+    const graphql = await throttled.graphql(
+      'mutation ($slug: String!, $email: String!, $password: String!) { create_organization(name: "G", slug: $slug, admin_email: $email, admin_password: $password) { org_id } }',
+      { slug: `${prefix}-graphql`, email: `admin@${prefix}-graphql.example`, password: PASSWORD },
+      { clientAddress: '198.18.20.1' },
+    );
+    expect(graphql.status).toBe(429);
+    expect(graphql.body.errors[0].extensions).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h' } });
+    expect((await signUpFrom('198.18.20.2', newOrg(`${prefix}-elsewhere`))).status).toBe(201);
+  });
+
+  test('a taken slug or email is 409 without hashing the password and counts; bad input (422) does not count', async () => {
+    const prefix = `taken-${Date.now().toString(36)}`;
+    const address = '198.18.21.1';
+    const first = await signUpFrom(address, newOrg(`${prefix}-a`));
+    expect(first.status).toBe(201);
+    const hashed = await passwordHashes(throttled, 'hash');
+    const sameSlug = await signUpFrom(address, newOrg(`${prefix}-a`, { admin_email: `other@${prefix}.example` }));
+    expect(sameSlug.status).toBe(409);
+    expect(sameSlug.body.error).toMatchObject({ code: 'CONFLICT', details: { field: 'slug' } });
+    const sameEmail = await signUpFrom(address, newOrg(`${prefix}-b`, { admin_email: `ADMIN@${prefix}-a.example` }));
+    expect(sameEmail.status).toBe(409);
+    expect(sameEmail.body.error).toMatchObject({ code: 'CONFLICT', details: { field: 'admin_email' } });
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(0);
+
+    for (const bad of [{ slug: 'Not A Slug' }, { admin_email: 'nope' }, { admin_password: 'short' }]) {
+      expect((await signUpFrom(address, newOrg(`${prefix}-c`, bad))).status).toBe(422);
+    }
+    // Counted so far: one created and two conflicts, of 5. Two more fit, then 429.
+    expect((await signUpFrom(address, newOrg(`${prefix}-d`))).status).toBe(201);
+    expect((await signUpFrom(address, newOrg(`${prefix}-e`))).status).toBe(201);
+    expect((await signUpFrom(address, newOrg(`${prefix}-f`))).status).toBe(429);
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(2);
+  });
+
+  test('concurrent sign-ups for one slug: the unique constraint decides, one 201 and the rest 409', async () => {
+    const slug = `race-${Date.now().toString(36)}`;
+    const responses = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => signUpFrom(`198.18.22.${i}`, newOrg(slug, { admin_email: `admin${i}@${slug}.example` }))),
+    );
+    expect(responses.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409]);
+    for (const loser of responses.filter((r) => r.status === 409)) expect(loser.body.error.details).toEqual({ field: 'slug' });
+    expect(await orgsWithSlugPrefix(slug)).toBe(1);
+  });
+});
+
 describe('users', () => {
   test('admins add users with a role and list them; the new user can log in', async () => {
     const org = await signUp(t);
