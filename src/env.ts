@@ -33,7 +33,14 @@ export interface Env {
   trustProxy: boolean;
   loginMaxFailuresPerEmail: number;
   loginMaxFailuresPerAddress: number;
+  /**
+   * Failed refresh-token rotations (`POST /auth/refresh`) one client address may make in a login
+   * window before every further attempt is refused (429) without looking the token up.
+   */
+  refreshMaxFailuresPerAddress: number;
   loginWindowSeconds: number;
+  /** Sign-ups (`POST /api/v1/orgs`) one client address may make in an hour, refused ones (409) included. */
+  signupMaxPerAddress: number;
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
@@ -203,7 +210,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     trustProxy: source.TRUST_PROXY === 'true' || source.TRUST_PROXY === '1',
     loginMaxFailuresPerEmail: integer(source, 'LOGIN_MAX_FAILURES_PER_EMAIL', 10, 1),
     loginMaxFailuresPerAddress: integer(source, 'LOGIN_MAX_FAILURES_PER_ADDRESS', 100, 1),
+    refreshMaxFailuresPerAddress: integer(source, 'REFRESH_MAX_FAILURES_PER_ADDRESS', 100, 1),
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
+    signupMaxPerAddress: integer(source, 'SIGNUP_MAX_PER_ADDRESS', 10, 1),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
     webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),

@@ -16,6 +16,8 @@ export const errorStatus = {
   INVALID_STATE_TRANSITION: 409,
   PAYLOAD_TOO_LARGE: 413,
   VALIDATION_ERROR: 422,
+  /** An Idempotency-Key sent again with a different request: the key belongs to the first one. */
+  IDEMPOTENCY_KEY_REUSED: 422,
   POLICY_VIOLATION: 429,
   INTERNAL_ERROR: 500,
   SERVICE_UNAVAILABLE: 503,

@@ -1,7 +1,8 @@
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { isWellFormedApiKey } from '../src/modules/api-key/api-key-format.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { startTestApp, type TestApp, type TestResponse } from './support/app.js';
 import { PASSWORD, addUser, createKey, login, signUp } from './support/fixtures.js';
+import { passwordHashes } from './support/metrics.js';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -104,6 +105,86 @@ describe('organizations', () => {
     expect(bad.status).toBe(422);
     expect(bad.body.error.details.errors[0].field).toBe('operator_rate_limit_per_minute');
     expect(await auditActions(org.orgId)).toContain('org.updated');
+  });
+});
+
+describe('sign-up throttling', () => {
+  // A second app on the same database, allowing 5 sign-ups per client address an hour.
+  let throttled: TestApp;
+  beforeAll(async () => {
+    throttled = await startTestApp({ SIGNUP_MAX_PER_ADDRESS: '5' }, { db: t.database.db });
+  });
+  afterAll(() => throttled.app.stop());
+
+  const newOrg = (slug: string, extra: Record<string, unknown> = {}) => ({
+    name: `Org ${slug}`,
+    slug,
+    admin_email: `admin@${slug}.example`,
+    admin_password: PASSWORD,
+    ...extra,
+  });
+  const signUpFrom = (clientAddress: string, body: Record<string, unknown>) => throttled.request('POST', '/api/v1/orgs', { body, clientAddress });
+  const orgsWithSlugPrefix = async (prefix: string) =>
+    (await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations WHERE slug LIKE $1', [`${prefix}%`]))[0].n;
+
+  test('30 concurrent sign-ups from one address: exactly 5 orgs, 25 refused with Retry-After and no argon2; another address is unaffected', async () => {
+    const prefix = `flood-${Date.now().toString(36)}`;
+    const hashed = await passwordHashes(throttled, 'hash');
+    const responses = await Promise.all(Array.from({ length: 30 }, (_, i) => signUpFrom('198.18.20.1', newOrg(`${prefix}-${i}`))));
+    expect(responses.filter((r) => r.status === 201)).toHaveLength(5);
+    const refused = responses.filter((r) => r.status === 429);
+    expect(refused).toHaveLength(25);
+    for (const response of refused) {
+      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h', current: expect.any(Number) } });
+      expect(response.body.error.details.current).toBeGreaterThan(5);
+      expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    expect(await orgsWithSlugPrefix(prefix)).toBe(5);
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(5);
+
+    // The GraphQL mutation behind the route is the same sign-up, counted the same.
+    const graphql = await throttled.graphql(
+      'mutation ($slug: String!, $email: String!, $password: String!) { create_organization(name: "G", slug: $slug, admin_email: $email, admin_password: $password) { org_id } }',
+      { slug: `${prefix}-graphql`, email: `admin@${prefix}-graphql.example`, password: PASSWORD },
+      { clientAddress: '198.18.20.1' },
+    );
+    expect(graphql.status).toBe(429);
+    expect(graphql.body.errors[0].extensions).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h' } });
+    expect((await signUpFrom('198.18.20.2', newOrg(`${prefix}-elsewhere`))).status).toBe(201);
+  });
+
+  test('a taken slug or email is 409 without hashing the password and counts; bad input (422) does not count', async () => {
+    const prefix = `taken-${Date.now().toString(36)}`;
+    const address = '198.18.21.1';
+    const first = await signUpFrom(address, newOrg(`${prefix}-a`));
+    expect(first.status).toBe(201);
+    const hashed = await passwordHashes(throttled, 'hash');
+    const sameSlug = await signUpFrom(address, newOrg(`${prefix}-a`, { admin_email: `other@${prefix}.example` }));
+    expect(sameSlug.status).toBe(409);
+    expect(sameSlug.body.error).toMatchObject({ code: 'CONFLICT', details: { field: 'slug' } });
+    const sameEmail = await signUpFrom(address, newOrg(`${prefix}-b`, { admin_email: `ADMIN@${prefix}-a.example` }));
+    expect(sameEmail.status).toBe(409);
+    expect(sameEmail.body.error).toMatchObject({ code: 'CONFLICT', details: { field: 'admin_email' } });
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(0);
+
+    for (const bad of [{ slug: 'Not A Slug' }, { admin_email: 'nope' }, { admin_password: 'short' }]) {
+      expect((await signUpFrom(address, newOrg(`${prefix}-c`, bad))).status).toBe(422);
+    }
+    // Counted so far: one created and two conflicts, of 5. Two more fit, then 429.
+    expect((await signUpFrom(address, newOrg(`${prefix}-d`))).status).toBe(201);
+    expect((await signUpFrom(address, newOrg(`${prefix}-e`))).status).toBe(201);
+    expect((await signUpFrom(address, newOrg(`${prefix}-f`))).status).toBe(429);
+    expect((await passwordHashes(throttled, 'hash')) - hashed).toBe(2);
+  });
+
+  test('concurrent sign-ups for one slug: the unique constraint decides, one 201 and the rest 409', async () => {
+    const slug = `race-${Date.now().toString(36)}`;
+    const responses = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => signUpFrom(`198.18.22.${i}`, newOrg(slug, { admin_email: `admin${i}@${slug}.example` }))),
+    );
+    expect(responses.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409]);
+    for (const loser of responses.filter((r) => r.status === 409)) expect(loser.body.error.details).toEqual({ field: 'slug' });
+    expect(await orgsWithSlugPrefix(slug)).toBe(1);
   });
 });
 
@@ -220,7 +301,8 @@ describe('sessions', () => {
       clientAddress: '203.0.113.99',
     });
     expect(blocked.status).toBe(429);
-    expect(blocked.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 3, period: '15m', current: 3 } });
+    // Attempts are counted before the password is checked: the refused one is the fourth.
+    expect(blocked.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 3, period: '15m', current: 4 } });
     expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 
@@ -244,6 +326,68 @@ describe('sessions', () => {
       clientAddress: '198.51.100.201',
     });
     expect(elsewhere.status).toBe(200);
+  });
+});
+
+describe('login throttling under concurrency', () => {
+  // This file's app allows 3 failed logins per email and 5 per client address in 15 minutes.
+  const attempt = (email: string, password: string, clientAddress: string) =>
+    t.request('POST', '/api/v1/auth/login', { body: { email, password }, clientAddress });
+  const statusCounts = (responses: { status: number }[]) =>
+    responses.reduce<Record<number, number>>((counts, r) => ({ ...counts, [r.status]: (counts[r.status] ?? 0) + 1 }), {});
+
+  function expectThrottled(refused: TestResponse[], limit: number) {
+    for (const response of refused) {
+      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit, period: '15m', current: expect.any(Number) } });
+      expect(response.body.error.details.current).toBeGreaterThan(limit);
+      expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+  }
+
+  test('60 concurrent wrong passwords for one email: 3 are checked, 57 refused without running argon2', async () => {
+    const org = await signUp(t);
+    const verified = await passwordHashes(t, 'verify');
+    // Each from its own address, so that only the email's limit applies.
+    const responses = await Promise.all(Array.from({ length: 60 }, (_, i) => attempt(org.adminEmail, `wrong password ${i}`, `198.18.1.${i}`)));
+    expect(statusCounts(responses)).toEqual({ 401: 3, 429: 57 });
+    expectThrottled(responses.filter((r) => r.status === 429), 3);
+    expect((await passwordHashes(t, 'verify')) - verified).toBe(3);
+    // The right password is refused too until the window ends, still without argon2.
+    expect((await attempt(org.adminEmail, PASSWORD, '198.18.1.200')).status).toBe(429);
+    expect((await passwordHashes(t, 'verify')) - verified).toBe(3);
+  });
+
+  test('60 concurrent unknown emails from one address: 5 are checked, 55 refused without running argon2', async () => {
+    const org = await signUp(t);
+    const verified = await passwordHashes(t, 'verify');
+    const responses = await Promise.all(Array.from({ length: 60 }, (_, i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', '198.18.2.1')));
+    expect(statusCounts(responses)).toEqual({ 401: 5, 429: 55 });
+    expectThrottled(responses.filter((r) => r.status === 429), 5);
+    expect((await passwordHashes(t, 'verify')) - verified).toBe(5);
+    // Unknown email and wrong password: the same 401 after the same argon2 work.
+    const [unknown, wrong] = await Promise.all([
+      attempt('nobody@nowhere.example', 'guess guess guess', '198.18.2.2'),
+      attempt(org.adminEmail, 'guess guess guess', '198.18.2.3'),
+    ]);
+    expect(unknown.status).toBe(401);
+    expect(wrong.body).toEqual(unknown.body);
+    expect((await passwordHashes(t, 'verify')) - verified).toBe(7);
+    // Another address is not affected.
+    expect((await attempt(org.adminEmail, PASSWORD, '198.18.2.4')).status).toBe(200);
+  });
+
+  test('a correct password below the limit logs in and gives back what the attempt took', async () => {
+    const org = await signUp(t);
+    const address = '198.18.3.1';
+    // Two failures for the email (limit 3), then the right password: it gets in and clears them.
+    for (const response of await Promise.all([1, 2].map((i) => attempt(org.adminEmail, `wrong password ${i}`, address)))) {
+      expect(response.status).toBe(401);
+    }
+    expect((await attempt(org.adminEmail, PASSWORD, address)).status).toBe(200);
+    for (let i = 3; i <= 5; i++) expect((await attempt(org.adminEmail, `wrong password ${i}`, `198.18.3.${i}`)).status).toBe(401);
+    // The address counted 2 failures and no success (limit 5): 3 more failures fit, not 4.
+    const more = await Promise.all([6, 7, 8, 9].map((i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', address)));
+    expect(statusCounts(more)).toEqual({ 401: 3, 429: 1 });
   });
 });
 

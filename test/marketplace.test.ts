@@ -5,7 +5,9 @@
  * tenant isolation.
  */
 import { canonicalHash } from '../src/lib/canonical-json.js';
+import { purchaseRequestHash } from '../src/modules/marketplace/purchase.service.js';
 import { startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/database.js';
 import { addUser, login, signUp, type OrgFixture } from './support/fixtures.js';
 
 let t: TestApp;
@@ -34,6 +36,15 @@ async function publish(org: OrgFixture, id: string) {
   const published = await t.request('POST', `/manifests/${id}/publish`, { token: org.adminToken, body: {} });
   expect(published.status).toBe(200);
   return published.body;
+}
+
+/** Polls `done` until it holds; a generous deadline only bounds a hang. */
+async function waitFor(done: () => Promise<boolean>, what: string, deadlineMs = 15_000): Promise<void> {
+  const until = Date.now() + deadlineMs;
+  while (!(await done())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 const fields = (body: { error: { details: { errors: { field: string }[] } } }) => body.error.details.errors.map((e) => e.field);
@@ -241,6 +252,14 @@ describe('purchases', () => {
   }
   const buy = (org: OrgFixture, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
     t.request('POST', '/marketplace/purchase', { token: org.adminToken, body, headers });
+  /** The transaction ids of the org's purchases (not its sales), from the API. */
+  const purchasesOf = async (org: OrgFixture): Promise<string[]> => {
+    const listed = await t.request('GET', '/marketplace/transactions', { token: org.adminToken });
+    expect(listed.status).toBe(200);
+    return listed.body.items
+      .filter((x: { buyer_org_id: string }) => x.buyer_org_id === org.orgId)
+      .map((x: { transaction_id: string }) => x.transaction_id);
+  };
 
   test('free: completes at once and registers a pending manifest that needs an operator before the gateway allows anything', async () => {
     const publisher = await signUp(t);
@@ -339,24 +358,159 @@ describe('purchases', () => {
     }
   });
 
-  test('one Idempotency-Key: a retry and concurrent purchases give one transaction and one manifest', async () => {
+  test('one Idempotency-Key: concurrent purchases make one transaction and one manifest; a retry after it completed answers it', async () => {
     const publisher = await signUp(t);
     const buyer = await signUp(t);
     const id = await published(publisher, { price: '0' });
     const body = { manifest_id: id, payment_method: 'free', agent_id: 'idempotent-agent' };
     const key = { 'Idempotency-Key': `purchase-${Date.now()}` };
     const results = await Promise.all(Array.from({ length: 5 }, () => buy(buyer, body, key)));
-    expect(results.map((r) => r.status)).toEqual([201, 201, 201, 201, 201]);
-    expect(new Set(results.map((r) => r.body.transaction_id)).size).toBe(1);
+    // The one that ran answers 201; the others found it running (409) or completed (its transaction).
+    expect(results.every((r) => r.status === 201 || (r.status === 409 && r.body.error.code === 'CONFLICT'))).toBe(true);
+    const created = results.filter((r) => r.status === 201);
+    expect(created.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(created.map((r) => r.body.transaction_id)).size).toBe(1);
     const retry = await buy(buyer, body, key);
-    expect(retry.body.transaction_id).toBe(results[0].body.transaction_id);
-    const [row] = await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM marketplace_transactions WHERE buyer_org_id = $1', [buyer.orgId]);
-    expect(Number(row.n)).toBe(1);
-    const manifests = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests?svc_id=idempotent-agent`, { token: buyer.adminToken });
-    expect(manifests.body.items).toHaveLength(1);
+    expect(retry.status).toBe(201);
+    expect(retry.body).toEqual(created[0].body);
+    expect(await purchasesOf(buyer)).toEqual([created[0].body.transaction_id]);
+    const manifests = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests`, { token: buyer.adminToken });
+    expect(manifests.body.items.map((m: { svc_id: string }) => m.svc_id)).toEqual(['idempotent-agent']);
     // Without a key, a second purchase for the same agent meets the one-pending-manifest rule.
     const second = await buy(buyer, body);
     expect(second.status).toBe(409);
     expect(second.body.error.message).toMatch(/already has a pending manifest/);
+  });
+
+  test('an Idempotency-Key sent with a different purchase is 422 IDEMPOTENCY_KEY_REUSED, and the other purchase is not made', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const first = await published(publisher, { price: '0', name: 'First template' });
+    const other = await published(publisher, { price: '0', name: 'Other template' });
+    const key = { 'Idempotency-Key': `reuse-${Date.now()}` };
+    const bought = await buy(buyer, { manifest_id: first, payment_method: 'free' }, key);
+    expect(bought.status).toBe(201);
+
+    for (const different of [
+      { manifest_id: other, payment_method: 'free' },
+      { manifest_id: first, payment_method: 'invoice' },
+      { manifest_id: first, payment_method: 'free', agent_id: 'another-agent' },
+      // The default agent id spelled out is still another request than the one sent.
+      { manifest_id: first, payment_method: 'free', agent_id: 'first-template' },
+    ]) {
+      const reused = await buy(buyer, different, key);
+      expect(reused.status).toBe(422);
+      expect(reused.body).toEqual({ error: { code: 'IDEMPOTENCY_KEY_REUSED', message: expect.stringMatching(/different purchase/), details: {} } });
+    }
+    const graphql = await t.graphql(
+      'mutation ($id: ID!) { marketplace_purchase(manifest_id: $id, payment_method: "free") { transaction_id } }',
+      { id: other },
+      { token: buyer.adminToken, headers: key },
+    );
+    expect(graphql.body.data).toBeNull();
+    expect(graphql.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_REUSED');
+
+    // Nothing of the other template was bought: one transaction, no manifest for its agent.
+    expect(await purchasesOf(buyer)).toEqual([bought.body.transaction_id]);
+    const manifests = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests`, { token: buyer.adminToken });
+    expect(manifests.body.items.map((m: { svc_id: string }) => m.svc_id)).toEqual(['first-template']);
+    // The first request again still answers its transaction.
+    const again = await buy(buyer, { manifest_id: first, payment_method: 'free' }, key);
+    expect(again.status).toBe(201);
+    expect(again.body.transaction_id).toBe(bought.body.transaction_id);
+  });
+
+  test('a key carried over from before request hashes were kept answers its transaction, whatever the request', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '0', name: 'Legacy template' });
+    const key = { 'Idempotency-Key': `legacy-${Date.now()}` };
+    const bought = await buy(buyer, { manifest_id: id, payment_method: 'free' }, key);
+    expect(bought.status).toBe(201);
+    // What the migration leaves for a key of an earlier purchase: completed, its request unknown.
+    await t.database.db.sql.query('UPDATE purchase_idempotency_keys SET request_hash = NULL WHERE org_id = $1', [buyer.orgId]);
+    const retried = await buy(buyer, { manifest_id: id, payment_method: 'invoice', agent_id: 'other-agent' }, key);
+    expect(retried.status).toBe(201);
+    expect(retried.body.transaction_id).toBe(bought.body.transaction_id);
+    expect(await purchasesOf(buyer)).toEqual([bought.body.transaction_id]);
+  });
+
+  test('a key whose purchase is still running: the same request is 409 CONFLICT, another one 422; an abandoned claim is taken over', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '0' });
+    const body = { manifest_id: id, payment_method: 'free', agent_id: 'running-agent' };
+    const key = `running-${Date.now()}`;
+    // What a request in flight (here or on another process) holds: the key claimed, no transaction yet.
+    await t.database.db.sql.query('INSERT INTO purchase_idempotency_keys (org_id, key, request_hash) VALUES ($1, $2, $3)', [
+      buyer.orgId,
+      key,
+      purchaseRequestHash(body),
+    ]);
+    const running = await buy(buyer, body, { 'Idempotency-Key': key });
+    expect(running.status).toBe(409);
+    expect(running.body.error).toMatchObject({ code: 'CONFLICT', message: expect.stringMatching(/still running/) });
+    expect((await buy(buyer, { ...body, agent_id: 'another-agent' }, { 'Idempotency-Key': key })).body.error.code).toBe('IDEMPOTENCY_KEY_REUSED');
+    expect(await purchasesOf(buyer)).toEqual([]);
+
+    // The process that claimed it stopped a while ago: the claim lapses and the retry runs.
+    await t.database.db.sql.query("UPDATE purchase_idempotency_keys SET claimed_at = now() - interval '2 minutes' WHERE key = $1", [key]);
+    const retried = await buy(buyer, body, { 'Idempotency-Key': key });
+    expect(retried.status).toBe(201);
+    expect(await purchasesOf(buyer)).toEqual([retried.body.transaction_id]);
+  });
+
+  (backend === 'postgresql' ? test : test.skip)('while the first purchase is held mid-way, a second one with its key is 409 CONFLICT; the first then completes', async () => {
+    // PostgreSQL only: the first purchase is held inside its database transaction, where it
+    // registers the manifest, by a lock on the manifests taken on another connection; PGlite (one
+    // connection) cannot hold one request while serving another.
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const id = await published(publisher, { price: '0' });
+    const body = { manifest_id: id, payment_method: 'free', agent_id: 'held-agent' };
+    const key = { 'Idempotency-Key': `held-${Date.now()}` };
+    const [first, second] = await t.database.db.sql.transaction(async (tx) => {
+      await tx.query('LOCK TABLE manifests IN EXCLUSIVE MODE');
+      const firstPurchase = buy(buyer, body, key);
+      await waitFor(async () => {
+        const [row] = await t.database.db.sql.query<{ waiting: number }>(
+          "SELECT count(*)::int AS waiting FROM pg_locks WHERE NOT granted AND relation = 'manifests'::regclass",
+        );
+        return row.waiting > 0;
+      }, 'the first purchase to wait for the lock');
+      // Bounded, so that a second purchase that waited for the first would end the lock and fail.
+      const secondPurchase = await Promise.race([
+        buy(buyer, body, key),
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the second purchase waited for the first')), 15_000).unref()),
+      ]);
+      return [firstPurchase, secondPurchase] as const;
+    });
+    expect(second.status).toBe(409);
+    expect(second.body.error.code).toBe('CONFLICT');
+    const completed = await first;
+    expect(completed.status).toBe(201);
+    expect(await purchasesOf(buyer)).toEqual([completed.body.transaction_id]);
+    expect((await buy(buyer, body, key)).body.transaction_id).toBe(completed.body.transaction_id);
+  });
+
+  test('a purchase that failed leaves its key unused: the retry, corrected or once the cause is gone, runs', async () => {
+    const publisher = await signUp(t);
+    const buyer = await signUp(t);
+    const priced = await published(publisher, { price: '12.50', name: 'Priced template' });
+    const key = { 'Idempotency-Key': `failed-${Date.now()}` };
+    // 422: `free` is only for a price of 0. The corrected request with the same key is bought.
+    expect((await buy(buyer, { manifest_id: priced, payment_method: 'free' }, key)).status).toBe(422);
+    const corrected = await buy(buyer, { manifest_id: priced, payment_method: 'invoice' }, key);
+    expect(corrected.status).toBe(201);
+    expect(corrected.body.status).toBe('pending');
+
+    // 409: a draft of the buyer's own. Once published, the same request with the same key runs.
+    const draft = await create(buyer, template({ price: '0', name: 'Own draft' }));
+    const draftKey = { 'Idempotency-Key': `draft-${Date.now()}` };
+    expect((await buy(buyer, { manifest_id: draft, payment_method: 'free' }, draftKey)).status).toBe(409);
+    await publish(buyer, draft);
+    const later = await buy(buyer, { manifest_id: draft, payment_method: 'free' }, draftKey);
+    expect(later.status).toBe(201);
+    expect((await purchasesOf(buyer)).sort()).toEqual([corrected.body.transaction_id, later.body.transaction_id].sort());
   });
 });

@@ -14,6 +14,7 @@ import { createTelemetry, type Telemetry } from '../src/observability/telemetry.
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
+import { delta, parseExposition, valueOf } from './support/metrics.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 import { freePort, killAllServices, startService, waitExit, waitReady } from './support/service-process.js';
 
@@ -62,43 +63,7 @@ afterAll(async () => {
   await killAllServices();
 });
 
-// ---------------------------------------------------------------------------------------------
-// The exposition format, read back.
-
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-function parseExposition(text: string): Sample[] {
-  const samples: Sample[] = [];
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue;
-    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!match) throw new Error(`not an exposition line: ${line}`);
-    const labels: Record<string, string> = {};
-    for (const [, name, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[name] = value;
-    samples.push({ name: match[1], labels, value: Number(match[3]) });
-  }
-  return samples;
-}
-
 const scrape = async () => parseExposition((await telemetry.scrape()).text);
-
-/** The value of the sample with exactly these labels (0 when absent: nothing counted yet). */
-function valueOf(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
-  const wanted = Object.entries(labels);
-  const found = samples.filter(
-    (s) => s.name === name && Object.keys(s.labels).length === wanted.length && wanted.every(([k, v]) => s.labels[k] === v),
-  );
-  if (found.length > 1) throw new Error(`several samples of ${name} ${JSON.stringify(labels)}`);
-  return found[0]?.value ?? 0;
-}
-
-/** How much each listed series moved between two scrapes. */
-const delta = (before: Sample[], after: Sample[], name: string, labels: Record<string, string> = {}) =>
-  valueOf(after, name, labels) - valueOf(before, name, labels);
 
 async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string, deadlineMs = 10_000): Promise<T> {
   const until = Date.now() + deadlineMs;

@@ -365,3 +365,49 @@ describe('the unprefixed session routes (decisions.md § The secondary listing)'
     expect(notJson.status).toBe(400);
   });
 });
+
+describe('refresh throttling per client address', () => {
+  // A second app on the same database with a small limit: 4 failed refreshes per address per window.
+  let throttled: TestApp;
+  beforeAll(async () => {
+    throttled = await startTestApp({ REFRESH_MAX_FAILURES_PER_ADDRESS: '4' }, { db: t.database.db });
+  });
+  afterAll(() => throttled.app.stop());
+
+  const refreshFrom = (clientAddress: string, refreshToken: string) =>
+    throttled.request('POST', '/auth/refresh', { body: { refresh_token: refreshToken }, clientAddress });
+  /** Well formed, never issued. */
+  const neverIssued = (i: number) => `agr_${String(i).padStart(43, 'A')}`;
+
+  test('40 concurrent unknown tokens from one address: 4 are looked up, 36 refused with Retry-After; a valid token from there waits too', async () => {
+    const address = '198.18.10.1';
+    const responses = await Promise.all(Array.from({ length: 40 }, (_, i) => refreshFrom(address, neverIssued(i))));
+    expect(responses.filter((r) => r.status === 401)).toHaveLength(4);
+    const refused = responses.filter((r) => r.status === 429);
+    expect(refused).toHaveLength(36);
+    for (const response of refused) {
+      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 4, period: '15m' } });
+      expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+
+    // Refused before the token is looked up: it is not spent and rotates from another address.
+    const org = await signUp(t);
+    const { refreshToken } = await login(org.adminEmail);
+    expect((await refreshFrom(address, refreshToken)).status).toBe(429);
+    const [row] = await t.database.db.sql.query<{ used_at: Date | null }>('SELECT used_at FROM refresh_tokens WHERE token_hash = $1', [sha256Hex(refreshToken)]);
+    expect(row.used_at).toBeNull();
+    expect((await refreshFrom('198.18.10.2', refreshToken)).status).toBe(200);
+  });
+
+  test('a successful rotation gives its attempt back; malformed tokens are refused before counting', async () => {
+    const address = '198.18.11.1';
+    for (let i = 0; i < 10; i++) expect((await refreshFrom(address, 'agr_malformed')).status).toBe(401);
+    for (let i = 0; i < 3; i++) expect((await refreshFrom(address, neverIssued(100 + i))).status).toBe(401);
+    const org = await signUp(t);
+    const { refreshToken } = await login(org.adminEmail);
+    expect((await refreshFrom(address, refreshToken)).status).toBe(200);
+    // Three failures counted, the success given back: one more failure fits (the fourth), then 429.
+    expect((await refreshFrom(address, neverIssued(103))).status).toBe(401);
+    expect((await refreshFrom(address, neverIssued(104))).status).toBe(429);
+  });
+});

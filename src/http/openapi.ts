@@ -1,5 +1,6 @@
 import { getNamedType, isInputObjectType, isNonNullType, isObjectType, isScalarType, type GraphQLSchema } from 'graphql';
 import { useSofa } from 'sofa-api';
+import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
 import { restSchema } from './rest-schema.js';
@@ -78,12 +79,13 @@ const tooManyRequestsHeaders = {
   ...rateLimitHeaders,
 };
 
-function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors'>): Json {
+function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | 'extraErrors' | 'errorNotes'>): Json {
   const responses: Json = {};
   for (const code of errorCodesFor(route)) {
     const { description, schema: ref } = errorResponses[code];
+    const note = route.errorNotes?.[code as keyof NonNullable<RestRoute['errorNotes']>];
     responses[code] = {
-      description,
+      description: note ? `${description}; ${note}` : description,
       ...(code === '429' ? { headers: tooManyRequestsHeaders } : code === '503' ? { headers: serviceUnavailableHeaders } : {}),
       content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
     };
@@ -367,21 +369,8 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         type: 'object',
         required: ['code', 'message', 'details'],
         properties: {
-          code: {
-            type: 'string',
-            enum: [
-              'BAD_REQUEST',
-              'VALIDATION_ERROR',
-              'NOT_FOUND',
-              'METHOD_NOT_ALLOWED',
-              'CONFLICT',
-              'INVALID_STATE_TRANSITION',
-              'PAYLOAD_TOO_LARGE',
-              'POLICY_VIOLATION',
-              'INTERNAL_ERROR',
-              'SERVICE_UNAVAILABLE',
-            ],
-          },
+          // Every code of src/errors.ts but the authentication ones, which use AuthError.
+          code: { type: 'string', enum: (Object.keys(errorStatus) as ErrorCode[]).filter((code) => !authErrorCodes.has(code)) },
           message: { type: 'string' },
           details: {
             type: 'object',

@@ -55,6 +55,8 @@ export interface RestRoute {
    * document lists only these, and every test's responses are held to it (test/support/app.ts).
    */
   extraErrors?: ReadonlyArray<'401' | '404' | '409' | '429' | '503'>;
+  /** What an error status of this route can mean beyond what it means everywhere (a code of its own). */
+  errorNotes?: Partial<Record<'409' | '422', string>>;
   /**
    * Answered by this handler instead of SOFA and GraphQL execution, which cost about half of a
    * gateway call: the hot path. Everything else stays the route's: the guard's credentials and

@@ -17,24 +17,25 @@ export function fixedWindow(windowSeconds: number, now = Date.now()): Window {
   return { start: new Date(start), resetAt: (start + size) / 1000 };
 }
 
-/** Adds one to the bucket's current window and returns the new count. */
-export async function hit(sql: SqlDriver, bucket: string, window: Window): Promise<number> {
-  const [row] = await sql.query<{ count: number }>(
-    `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, 1)
-     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
-     RETURNING count`,
-    [bucket, window.start],
-  );
-  return row.count;
-}
-
-/** Reads the counts of several buckets in the same window without changing them. */
-export async function peek(sql: SqlDriver, buckets: string[], window: Window): Promise<Map<string, number>> {
+/**
+ * Adds one to each bucket's current window and returns the new counts, in one statement: every
+ * concurrent caller gets a count of its own, so a limit checked against it cannot be overrun.
+ * Rows are locked in bucket order, so two callers never wait on each other in a cycle.
+ */
+export async function hit(sql: SqlDriver, buckets: readonly string[], window: Window): Promise<Map<string, number>> {
   const rows = await sql.query<{ bucket: string; count: number }>(
-    'SELECT bucket, count FROM rate_counters WHERE bucket = ANY($1) AND window_start = $2',
-    [buckets, window.start],
+    `INSERT INTO rate_counters (bucket, window_start, count)
+     SELECT bucket, $2, 1 FROM unnest($1::text[]) AS bucket ORDER BY bucket
+     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
+     RETURNING bucket, count`,
+    [[...new Set(buckets)].sort(), window.start],
   );
   return new Map(rows.map((r) => [r.bucket, r.count]));
+}
+
+/** Takes back one hit (never below zero): an attempt that turned out to be no failure. */
+export async function unhit(sql: SqlDriver, bucket: string, window: Window): Promise<void> {
+  await sql.query('UPDATE rate_counters SET count = count - 1 WHERE bucket = $1 AND window_start = $2 AND count > 0', [bucket, window.start]);
 }
 
 export async function reset(sql: SqlDriver, bucket: string, window: Window): Promise<void> {

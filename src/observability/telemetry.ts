@@ -49,6 +49,8 @@ export type DecisionLabel = 'allow' | 'deny';
 export type PolicyEvaluationResult = 'matched' | 'not_matched' | 'condition_error';
 /** One attempt of a webhook delivery: delivered, failed with a retry to come, or failed for good. */
 export type WebhookAttemptOutcome = 'delivered' | 'retrying' | 'failed';
+/** An argon2 computation: a new password hashed, or a presented one verified. */
+export type PasswordOperation = 'hash' | 'verify';
 
 export interface SpanOptions {
   kind?: SpanKind;
@@ -76,6 +78,8 @@ export interface Telemetry {
   toolCall(connector: string, outcome: string, seconds: number): void;
   recordAppended(seconds: number): void;
   webhookAttempt(outcome: WebhookAttemptOutcome): void;
+  /** One argon2 computation, the CPU that logins and sign-ups spend (a flood of them shows here first). */
+  passwordHashed(operation: PasswordOperation): void;
   /** What `agw_approvals_pending` reports, asked once per scrape. */
   observePendingApprovals(count: () => Promise<number>): void;
 
@@ -157,6 +161,14 @@ function metricsOf(registry: Registry) {
       }
     }
   }
+  const passwordHashes = new Counter({
+    name: 'agw_password_hashes_total',
+    help: 'argon2 computations by operation: hash (sign-up, new users) or verify (logins, wrong passwords and unknown emails alike)',
+    labelNames: ['operation'] as const,
+    registers,
+  });
+  // Both series exist from the start (at 0), so a flood shows as a rate rather than a new series.
+  for (const operation of ['hash', 'verify'] as const) passwordHashes.inc({ operation }, 0);
   return {
     requests: new Counter({
       name: 'agw_http_requests_total',
@@ -204,6 +216,7 @@ function metricsOf(registry: Registry) {
       labelNames: ['outcome'] as const,
       registers,
     }),
+    passwordHashes,
   };
 }
 
@@ -344,6 +357,7 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
     toolCall: metrics ? (connector, outcome, seconds) => metrics.toolCalls.observe({ connector, outcome }, seconds) : noop,
     recordAppended: metrics ? (seconds) => metrics.recordAppends.observe(seconds) : noop,
     webhookAttempt: metrics ? (outcome) => metrics.webhookAttempts.inc({ outcome }) : noop,
+    passwordHashed: metrics ? (operation) => metrics.passwordHashes.inc({ operation }) : noop,
     observePendingApprovals(count) {
       pendingApprovals = count;
     },

@@ -74,13 +74,19 @@ export async function testResponse<T>(response: Response): Promise<TestResponse<
   return { status: response.status, headers: response.headers, body: parsed as T, text };
 }
 
+/**
+ * Test files sign up dozens of organizations, all from the one default client address; the tests
+ * of sign-up throttling set the limit they test.
+ */
+export const TEST_SIGNUP_LIMIT = { SIGNUP_MAX_PER_ADDRESS: '100000' } as const;
+
 /** The real app on a real database, called in-process through `yoga.fetch`. */
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database: TestDatabase = options.db
     ? { db: options.db, url: undefined, close: async () => undefined }
     : await createTestDatabase({ onQuery: options.onQuery });
   const app = createApp({
-    env: parseEnv({ LOG_LEVEL: 'silent', ...env }),
+    env: parseEnv({ LOG_LEVEL: 'silent', ...TEST_SIGNUP_LIMIT, ...env }),
     db: database.db,
     logger: options.logger ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
     telemetry: options.telemetry,

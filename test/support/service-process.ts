@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { requestInit, testResponse, type RequestOptions, type TestClient, type TestResponse } from './app.js';
+import { TEST_SIGNUP_LIMIT, requestInit, testResponse, type RequestOptions, type TestClient, type TestResponse } from './app.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const READY_TIMEOUT_MS = 60_000;
@@ -56,7 +56,15 @@ export async function freePort(): Promise<number> {
 
 export function startService(port: number, options: ServiceOptions): Service {
   // No metrics listener unless a test asks for one: several services run at once.
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', ...options.env };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    METRICS_PORT: '0',
+    ...TEST_SIGNUP_LIMIT,
+    ...options.env,
+  };
   delete env.DATABASE_URL;
   delete env.DATA_DIR;
   delete env.PUBLIC_URL;

@@ -106,9 +106,10 @@ builder.mutationField('refresh_session', (t) =>
     type: RefreshedSession,
     description:
       'Exchange a refresh token for a new access token and a new refresh token of the same session. Each refresh token ' +
-      'works once; presenting a used one revokes the whole session (401 INVALID_TOKEN).',
+      'works once; presenting a used one revokes the whole session (401 INVALID_TOKEN). Failed attempts are throttled per ' +
+      'client address (429 POLICY_VIOLATION with Retry-After).',
     args: { refresh_token: t.arg.string({ required: true }) },
-    resolve: (_, args, ctx) => ctx.services.sessions.rotate(args.refresh_token),
+    resolve: (_, args, ctx) => ctx.services.sessions.rotate(args.refresh_token, ctx.state.clientAddress),
   }),
 );
 restRoute('Mutation.refresh_session', {
@@ -118,7 +119,8 @@ restRoute('Mutation.refresh_session', {
   tag: 'Sessions',
   summary: 'Rotate a refresh token: a new access token and a new refresh token; a reused one revokes the session',
   auth: [],
-  extraErrors: ['401'],
+  // 429: too many failed refreshes from the client's address.
+  extraErrors: ['401', '429'],
 });
 
 builder.mutationField('refresh', (t) =>

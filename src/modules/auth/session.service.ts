@@ -3,10 +3,11 @@ import { SignJWT, decodeProtectedHeader, jwtVerify, errors as joseErrors } from 
 import type { Deps } from '../../deps.js';
 import type { SqlConnection } from '../../db/sql.js';
 import { AppError } from '../../errors.js';
-import { fixedWindow, hit, peek, reset } from '../../lib/rate-counter.js';
+import { countAttempt } from '../../lib/attempt-throttle.js';
+import { fixedWindow, reset, unhit } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from './authz.js';
-import { verifyPassword } from './password.js';
+import { createPasswords } from './password.js';
 import { randomId } from '../../lib/ids.js';
 
 /**
@@ -76,7 +77,10 @@ function newRefreshToken(): { token: string; hash: string } {
   return { token, hash: sha256Hex(token) };
 }
 
-export function createSessionService({ env, db, keys, logger }: Deps) {
+export function createSessionService({ env, db, keys, logger, telemetry }: Deps) {
+  const passwords = createPasswords(telemetry);
+  /** Login and refresh attempts are counted in the same fixed window (LOGIN_WINDOW_SECONDS). */
+  const attemptPeriod = `${env.loginWindowSeconds / 60}m`;
   /** Signs an access token of `familyId`; no database write. */
   async function signAccessToken(user: SessionUser, familyId: string, ttlSeconds = env.sessionTtlSeconds): Promise<AccessToken> {
     const key = await keys.activeKey('session');
@@ -214,10 +218,21 @@ export function createSessionService({ env, db, keys, logger }: Deps) {
    * unrevoked family and of a user that still exists) and its successor is inserted in the same
    * transaction: of two concurrent rotations with one token exactly one wins. Any refusal is
    * 401 INVALID_TOKEN; a refusal because the token was already used revokes the family.
+   *
+   * Attempts are counted per client address before the token is looked up, as logins are: past
+   * REFRESH_MAX_FAILURES_PER_ADDRESS in the window every attempt is refused (429) without touching
+   * the tokens, and a successful rotation gives its attempt back, so only failures add up.
    */
-  async function rotate(presented: string): Promise<RotatedSession> {
-    // Checked before any hashing or database read: a megabyte of text is refused as cheaply as a typo.
+  async function rotate(presented: string, clientAddress: string): Promise<RotatedSession> {
+    // Checked before any hashing or database work, counting included: a megabyte of text is
+    // refused as cheaply as a typo.
     if (!refreshTokenPattern.test(presented)) throw invalidToken('The refresh token is malformed: it is not one this service issued');
+    const window = fixedWindow(env.loginWindowSeconds);
+    const addressBucket = `refresh-failures:address:${clientAddress}`;
+    await countAttempt(db.sql, [{ bucket: addressBucket, limit: env.refreshMaxFailuresPerAddress }], window, {
+      message: 'Too many failed refreshes from this address; try again later',
+      period: attemptPeriod,
+    });
     const presentedHash = sha256Hex(presented);
     const successor = newRefreshToken();
     const claimed = await db.sql.transaction(async (tx) => {
@@ -245,6 +260,7 @@ export function createSessionService({ env, db, keys, logger }: Deps) {
       return row;
     });
     if (!claimed) throw await refusal(presentedHash);
+    await unhit(db.sql, addressBucket, window);
     const access = await signAccessToken(
       { id: claimed.user_id, orgId: claimed.org_id, email: claimed.email, role: claimed.role },
       claimed.family_id,
@@ -278,36 +294,30 @@ export function createSessionService({ env, db, keys, logger }: Deps) {
   }
 
   /**
-   * Counts failed logins per email and per client address in a fixed window; past the limit
-   * every attempt is refused before the password is even checked. A successful login starts a
-   * session family.
+   * Counts the attempt per email and per client address before the password is checked (see
+   * countAttempt): past either limit the attempt is refused without argon2 work, however many
+   * arrive at once. A wrong password and an unknown email stay counted and cost the same argon2
+   * verification. A successful login gives back what it took: the email's count is cleared (its
+   * owner got in) and the address's count loses this one attempt, so the address keeps counting
+   * only failures; clearing it too would let one known account launder guesses at others.
    */
   async function login(email: string, password: string, clientAddress: string) {
     const normalized = email.trim().toLowerCase();
     const window = fixedWindow(env.loginWindowSeconds);
     const emailBucket = `login-failures:email:${sha256Hex(normalized)}`;
     const addressBucket = `login-failures:address:${clientAddress}`;
-    const counts = await peek(db.sql, [emailBucket, addressBucket], window);
-    const limits: [string, number][] = [
-      [emailBucket, env.loginMaxFailuresPerEmail],
-      [addressBucket, env.loginMaxFailuresPerAddress],
-    ];
-    for (const [bucket, limit] of limits) {
-      const current = counts.get(bucket) ?? 0;
-      if (current >= limit) {
-        const retryAfter = Math.max(1, Math.ceil(window.resetAt - Date.now() / 1000));
-        throw new AppError('POLICY_VIOLATION', 'Too many failed logins; try again later', {
-          details: { limit, period: `${env.loginWindowSeconds / 60}m`, current },
-          headers: { 'Retry-After': String(retryAfter) },
-        });
-      }
-    }
+    await countAttempt(
+      db.sql,
+      [
+        { bucket: emailBucket, limit: env.loginMaxFailuresPerEmail },
+        { bucket: addressBucket, limit: env.loginMaxFailuresPerAddress },
+      ],
+      window,
+      { message: 'Too many failed logins; try again later', period: attemptPeriod },
+    );
     const user = await db.prisma.user.findUnique({ where: { email: normalized } });
-    if (!(await verifyPassword(user?.passwordHash, password)) || !user) {
-      await Promise.all([hit(db.sql, emailBucket, window), hit(db.sql, addressBucket, window)]);
-      throw invalidToken('Email or password is wrong');
-    }
-    await reset(db.sql, emailBucket, window);
+    if (!(await passwords.verify(user?.passwordHash, password)) || !user) throw invalidToken('Email or password is wrong');
+    await Promise.all([reset(db.sql, emailBucket, window), unhit(db.sql, addressBucket, window)]);
     const session = await startSession({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
     return { ...session, user };
   }

@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps.js';
 import { limitOffset } from '../../lib/list-page.js';
-import { AppError, FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { AppError, FieldErrors, conflict, notFound } from '../../errors.js';
+import { canonicalHash } from '../../lib/canonical-json.js';
 import type { ManifestTemplate, MarketplaceTransaction, Prisma } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
@@ -8,7 +9,8 @@ import { recordAudit } from '../audit/audit.service.js';
 import type { UserPrincipal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { pendingConflict, type ManifestService } from '../manifest/manifest.service.js';
-import { paymentProviders } from './payment-providers.js';
+import { bindKey, claimKey, keyState, releaseKey, type KeyState, type KeyedRequest } from './idempotency.store.js';
+import { paymentProviders, type PaymentProvider } from './payment-providers.js';
 import { operationsOf, priceText, type TemplateService } from './template.service.js';
 
 /**
@@ -50,16 +52,32 @@ function manifestPayload(template: ManifestTemplate, agentId: string) {
   };
 }
 
+/**
+ * What an Idempotency-Key is bound to: the request's meaningful fields as sent (an omitted agent_id
+ * is not the same request as the default agent id spelled out).
+ */
+export const purchaseRequestHash = (input: PurchaseInput): string =>
+  canonicalHash({ manifest_id: input.manifest_id ?? null, payment_method: input.payment_method ?? null, agent_id: input.agent_id ?? null });
+
+const keyReused = () =>
+  new AppError(
+    'IDEMPOTENCY_KEY_REUSED',
+    'This Idempotency-Key belongs to a different purchase (its manifest_id, payment_method or agent_id differ); use a new key for a new purchase',
+  );
+const stillRunning = () => conflict('A purchase with this Idempotency-Key is still running; retry once it has completed');
+
 export function createPurchaseService(
   { db }: Deps,
   modules: { manifests: Pick<ManifestService, 'registerIn'>; templates: Pick<TemplateService, 'get'> },
 ) {
-  async function byIdempotencyKey(orgId: string, key: string) {
-    return db.prisma.marketplaceTransaction.findUnique({ where: { buyerOrgId_idempotencyKey: { buyerOrgId: orgId, idempotencyKey: key } } });
-  }
-
+  /**
+   * A purchase, at most once per Idempotency-Key. The key is claimed before the purchase runs
+   * (idempotency.store.ts); a request that finds it claimed answers from the key's state: another
+   * request's fields, 422 IDEMPOTENCY_KEY_REUSED; the first request still running, 409 CONFLICT;
+   * completed, its transaction. A purchase that fails made nothing (one database transaction), so
+   * it releases its claim and the key can be used again, with the same request or a corrected one.
+   */
   async function purchase(principal: UserPrincipal, input: PurchaseInput, idempotencyKey: string | null): Promise<MarketplaceTransaction> {
-    const orgId = principal.orgId;
     const errors = new FieldErrors();
     if (idempotencyKey !== null && (idempotencyKey.length > MAX_IDEMPOTENCY_KEY || !idempotencyKeyPattern.test(idempotencyKey))) {
       errors.add('Idempotency-Key', `must be 1 to ${MAX_IDEMPOTENCY_KEY} visible ASCII characters`);
@@ -67,15 +85,47 @@ export function createPurchaseService(
     const provider = paymentProviders.get(input.payment_method ?? '');
     if (!provider) errors.add('payment_method', `must be one of: ${methods()}`);
     errors.throwIfAny();
-    if (idempotencyKey !== null) {
-      const first = await byIdempotencyKey(orgId, idempotencyKey);
-      if (first) return first;
+    if (idempotencyKey === null) return buy(principal, input, provider!, null);
+    const request: KeyedRequest = { key: idempotencyKey, requestHash: purchaseRequestHash(input) };
+    // The holder can release the key between our claim and our read: then it is free to claim again.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      if (await claimKey(db.sql, principal.orgId, request)) return buyClaimed(principal, input, provider!, request);
+      const state = await keyState(db.sql, principal.orgId, request.key);
+      if (state) return answerFrom(state, request);
     }
+    throw stillRunning();
+  }
+
+  /** What a request answers when its key is held by another request. */
+  async function answerFrom(state: KeyState, request: KeyedRequest): Promise<MarketplaceTransaction> {
+    if (state.requestHash !== null && state.requestHash !== request.requestHash) throw keyReused();
+    if (state.transactionId === null) throw stillRunning();
+    return db.prisma.marketplaceTransaction.findUniqueOrThrow({ where: { id: state.transactionId } });
+  }
+
+  async function buyClaimed(principal: UserPrincipal, input: PurchaseInput, provider: PaymentProvider, request: KeyedRequest) {
+    try {
+      return await buy(principal, input, provider, request);
+    } catch (error) {
+      // Should the release fail too, the claim lapses after a minute (idempotency.store.ts); the
+      // purchase's own error is the one to answer.
+      await releaseKey(db.sql, principal.orgId, request).catch(() => undefined);
+      // A purchase that outlived its claim met the one that took the key over and completed first
+      // (the transactions' unique key): answer as any later request with the key would.
+      const state = error instanceof AppError && error.code === 'CONFLICT' ? await keyState(db.sql, principal.orgId, request.key) : undefined;
+      if (state?.transactionId) return answerFrom(state, request);
+      throw error;
+    }
+  }
+
+  async function buy(principal: UserPrincipal, input: PurchaseInput, provider: PaymentProvider, request: KeyedRequest | null): Promise<MarketplaceTransaction> {
+    const orgId = principal.orgId;
+    const errors = new FieldErrors();
     const template = await modules.templates.get(orgId, input.manifest_id ?? '');
     if (template.status !== 'published') throw conflict(`The template is ${template.status}; only published templates can be purchased`, { status: template.status });
-    const charge = provider!.charge({ amount: template.price, currency: template.currency });
+    const charge = provider.charge({ amount: template.price, currency: template.currency });
     const agentId = input.agent_id ?? agentIdFromName(template.name);
-    if ('refused' in charge) errors.add('payment_method', `"${provider!.method}" ${charge.refused} (the price is ${priceText(template.price)} ${template.currency})`);
+    if ('refused' in charge) errors.add('payment_method', `"${provider.method}" ${charge.refused} (the price is ${priceText(template.price)} ${template.currency})`);
     if (!agentIdPattern.test(agentId)) errors.add('agent_id', `must be lowercase letters, digits and hyphens (${agentIdPattern.source})`);
     errors.throwIfAny();
     const status = (charge as { status: 'completed' | 'pending' }).status;
@@ -91,10 +141,10 @@ export function createPurchaseService(
             contentHash: template.contentHash,
             amount: template.price,
             currency: template.currency,
-            paymentMethod: provider!.method,
+            paymentMethod: provider.method,
             status,
             agentId,
-            idempotencyKey,
+            idempotencyKey: request?.key ?? null,
             purchasedBy: principal.email,
             purchasedByUserId: principal.userId,
           },
@@ -106,14 +156,12 @@ export function createPurchaseService(
           targetId: created.id,
           after: transactionSnapshot(done),
         });
+        // Last: writing the key locks its row until the commit, and until then another request
+        // with the key should find it running (409) rather than wait for the whole purchase.
+        if (request) await bindKey(tx, orgId, request, created.id);
         return done;
       });
     } catch (error) {
-      // A concurrent purchase with the same key committed first: answer its transaction.
-      if (idempotencyKey !== null && isUniqueViolation(error)) {
-        const first = await byIdempotencyKey(orgId, idempotencyKey);
-        if (first) return first;
-      }
       throw pendingConflict(error, agentId);
     }
   }

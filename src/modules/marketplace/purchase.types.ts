@@ -57,7 +57,9 @@ builder.mutationField('marketplace_purchase', (t) =>
     description:
       'Buys a published template at the server’s price. `free` (price 0) completes at once; `invoice` is pending until the ' +
       'publisher’s admin confirms payment. A completed purchase registers a pending manifest in the caller’s org. With an ' +
-      '`Idempotency-Key` header, a retried purchase answers the first transaction.',
+      '`Idempotency-Key` header, a retried purchase answers the first transaction; the key sent with a different ' +
+      'manifest_id, payment_method or agent_id is 422 IDEMPOTENCY_KEY_REUSED, and while the first request still runs 409 ' +
+      'CONFLICT. A purchase that failed leaves the key unused.',
     args: {
       manifest_id: t.arg.id({ required: true, description: 'The template.' }),
       payment_method: t.arg.string({ required: true, description: '`free` or `invoice`.', ...closedValues([...paymentProviders.keys()]) }),
@@ -75,6 +77,10 @@ builder.mutationField('marketplace_purchase', (t) =>
 restRoute('Mutation.marketplace_purchase', {
   // The template named in the body may not exist (404) or not be published (409).
   extraErrors: ['404', '409'],
+  errorNotes: {
+    '409': 'CONFLICT also while a purchase with the same Idempotency-Key is still running',
+    '422': 'IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used for a purchase with another manifest_id, payment_method or agent_id (its transaction is not returned)',
+  },
   method: 'POST',
   path: '/marketplace/purchase',
   mount: 'root',

@@ -1,10 +1,12 @@
 import type { Deps } from '../../deps.js';
 import type { Prisma } from '../../generated/prisma/client.js';
-import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { type AppError, FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { countAttempt } from '../../lib/attempt-throttle.js';
+import { fixedWindow } from '../../lib/rate-counter.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
-import { hashPassword } from '../auth/password.js';
+import { createPasswords } from '../auth/password.js';
 import { validateEmail, validatePassword } from '../user/user.service.js';
 
 export interface CreateOrganizationInput {
@@ -53,15 +55,31 @@ export interface GatewaySettings {
   approvalTtlSeconds: number;
 }
 
-export function createOrgService({ db, cache }: Deps) {
+export function createOrgService({ env, db, cache, telemetry }: Deps) {
+  const passwords = createPasswords(telemetry);
   /** Cached per process; org updates are audited, which empties the cache on every process. */
   const gatewaySettings = (orgId: string): Promise<GatewaySettings> =>
     cache.get(`org-gateway-settings:${orgId}`, () =>
       db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true, approvalTtlSeconds: true } }),
     );
 
-  /** Open sign-up: the org and its first user, an admin, in one transaction. */
-  async function create(input: CreateOrganizationInput, query: OrgQuery = {}) {
+  /** 409 naming the field whose value is taken (the slug first), if any is. */
+  async function takenConflict(slug: string, email: string): Promise<AppError | undefined> {
+    const [org, user] = await Promise.all([
+      db.prisma.organization.findUnique({ where: { slug }, select: { id: true } }),
+      db.prisma.user.findUnique({ where: { email }, select: { id: true } }),
+    ]);
+    if (org) return conflict('An organization with this slug exists', { field: 'slug' });
+    if (user) return conflict('A user with this email exists', { field: 'admin_email' });
+    return undefined;
+  }
+
+  /**
+   * Open sign-up: the org and its first user, an admin, in one transaction. The work goes from
+   * cheap to dear: input checks (422, not counted), the per-address count (429), the uniqueness
+   * checks (409), and only then the argon2 hash of a sign-up that can succeed.
+   */
+  async function create(input: CreateOrganizationInput, clientAddress: string, query: OrgQuery = {}) {
     const errors = new FieldErrors();
     validateName(errors, input.name);
     if (!slugPattern.test(input.slug)) {
@@ -70,7 +88,13 @@ export function createOrgService({ db, cache }: Deps) {
     const email = validateEmail(errors, 'admin_email', input.admin_email);
     validatePassword(errors, 'admin_password', input.admin_password);
     errors.throwIfAny();
-    const passwordHash = await hashPassword(input.admin_password);
+    await countAttempt(db.sql, [{ bucket: `signups:address:${clientAddress}`, limit: env.signupMaxPerAddress }], fixedWindow(3600), {
+      message: 'Too many sign-ups from this address; try again later',
+      period: '1h',
+    });
+    const taken = await takenConflict(input.slug, email);
+    if (taken) throw taken;
+    const passwordHash = await passwords.hash(input.admin_password);
     let orgId: string;
     try {
       orgId = await db.prisma.$transaction(async (tx) => {
@@ -92,12 +116,8 @@ export function createOrgService({ db, cache }: Deps) {
         return org.id;
       });
     } catch (error) {
-      if (isUniqueViolation(error)) {
-        const taken = await db.prisma.organization.findUnique({ where: { slug: input.slug } });
-        throw taken
-          ? conflict('An organization with this slug exists', { field: 'slug' })
-          : conflict('A user with this email exists', { field: 'admin_email' });
-      }
+      // A concurrent sign-up took the slug or the email after the check: the constraint decides.
+      if (isUniqueViolation(error)) throw (await takenConflict(input.slug, email)) ?? conflict('The slug or the email was taken meanwhile');
       throw error;
     }
     return db.prisma.organization.findUniqueOrThrow({ ...query, where: { id: orgId } });

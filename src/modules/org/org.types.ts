@@ -44,18 +44,21 @@ restRoute('Query.organization', {
 builder.mutationField('create_organization', (t) =>
   t.prismaField({
     type: 'Organization',
-    description: 'Open sign-up: creates the organization and its first user, an admin.',
+    description:
+      'Open sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
+      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After).',
     args: {
       name: t.arg.string({ required: true }),
       slug: t.arg.string({ required: true }),
       admin_email: t.arg.string({ required: true }),
       admin_password: t.arg.string({ required: true }),
     },
-    resolve: (query, _, args, ctx) => ctx.services.orgs.create(args, query),
+    resolve: (query, _, args, ctx) => ctx.services.orgs.create(args, ctx.state.clientAddress, query),
   }),
 );
 restRoute('Mutation.create_organization', {
-  extraErrors: ['409'],
+  // 409: the slug or the email is taken; 429: too many sign-ups from the client's address.
+  extraErrors: ['409', '429'],
   method: 'POST',
   path: '/orgs',
   status: 201,

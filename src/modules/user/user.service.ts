@@ -3,7 +3,7 @@ import { FieldErrors, conflict, isUniqueViolation } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { userRoles, type Principal, type UserRole } from '../auth/authz.js';
-import { MIN_PASSWORD_LENGTH, hashPassword } from '../auth/password.js';
+import { MIN_PASSWORD_LENGTH, createPasswords } from '../auth/password.js';
 
 export interface CreateUserInput {
   email: string;
@@ -26,14 +26,15 @@ export function validatePassword(errors: FieldErrors, field: string, password: s
   if (password.length > 1024) errors.add(field, 'must be at most 1024 characters');
 }
 
-export function createUserService({ db }: Deps) {
+export function createUserService({ db, telemetry }: Deps) {
+  const passwords = createPasswords(telemetry);
   async function create(orgId: string, input: CreateUserInput, actor: Principal) {
     const errors = new FieldErrors();
     const email = validateEmail(errors, 'email', input.email);
     validatePassword(errors, 'password', input.password);
     if (!userRoles.includes(input.role as UserRole)) errors.add('role', `must be one of ${userRoles.join(', ')}`);
     errors.throwIfAny();
-    const passwordHash = await hashPassword(input.password);
+    const passwordHash = await passwords.hash(input.password);
     try {
       return await db.prisma.$transaction(async (tx) => {
         const user = await tx.user.create({ data: { orgId, email, passwordHash, role: input.role as UserRole } });
