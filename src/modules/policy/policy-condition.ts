@@ -1,5 +1,6 @@
 import { Environment } from '@marcbachmann/cel-js';
 import type { CelNode } from './policy-condition-ast.js';
+import { DEFAULT_EVAL_BUDGET, instrument, metered } from './policy-condition-budget.js';
 import { regularExpression, superLinearConstruct } from './policy-condition-cost.js';
 
 /**
@@ -7,7 +8,8 @@ import { regularExpression, superLinearConstruct } from './policy-condition-cost
  * through `@marcbachmann/cel-js`. A condition is checked once when it is saved (parsed, bounded,
  * type-checked against the declared variables, constructs whose cost grows faster than linearly
  * with the params refused: policy-condition-cost.ts) and compiled once per policy version;
- * evaluating it is then a call of the compiled program on the request's facts.
+ * evaluating it is then a call of the compiled program on the request's facts, within an
+ * operation budget (policy-condition-budget.ts). One org's condition cannot hold the process.
  * Nothing here touches the database or the clock: the facts come in whole.
  */
 
@@ -55,8 +57,8 @@ export interface ConditionError {
   position: ConditionPosition | null;
 }
 
-/** A checked condition, ready to evaluate. */
-export type CompiledCondition = (facts: ConditionFacts) => unknown;
+/** A checked condition, ready to evaluate within a budget of operations. */
+export type CompiledCondition = (facts: ConditionFacts, budget: number) => unknown;
 
 export type CompileResult = { ok: true; condition: CompiledCondition } | { ok: false; error: ConditionError };
 
@@ -72,7 +74,7 @@ const firstLine = (message: string) => message.split('\n')[0].trim();
  * Checks a condition as saved: length, syntax (within the bounds above), a type that can be true
  * (`bool`, or `dyn` such as `params.flag`, whose value is checked when evaluated), and a cost at
  * most linear in the params (no regular expressions, no nested comprehensions, no loop-invariant
- * scans inside a comprehension). Returns the compiled program or the first problem.
+ * scans inside a comprehension). Returns the compiled, metered program or the first problem.
  */
 export function compileCondition(text: string): CompileResult {
   const fail = (message: string, offset?: number): CompileResult => ({ ok: false, error: { message, position: positionOf(text, offset) } });
@@ -94,21 +96,29 @@ export function compileCondition(text: string): CompileResult {
     return fail(firstLine(error.message), error.node?.pos);
   }
   if (checked.type !== 'bool' && checked.type !== 'dyn') return fail(`must be a boolean expression, not ${checked.type}`, 0);
-  // The cost rules read the checked types.
+  // The cost rules read the checked types; the budget wraps what the type check installed.
   const refused = superLinearConstruct(ast);
   if (refused) return fail(refused.message, refused.offset);
-  return { ok: true, condition: (facts) => program(facts as unknown as Record<string, unknown>) };
+  try {
+    instrument(ast);
+  } catch (error) {
+    // Only a library whose syntax tree changed gets here: refuse rather than run unmetered.
+    return fail(firstLine((error as Error).message));
+  }
+  const run = program as unknown as (facts: ConditionFacts) => unknown;
+  return { ok: true, condition: (facts, budget) => metered(budget, run, facts) };
 }
 
 export type ConditionOutcome = { matched: boolean; error: string | null };
 
 /**
- * Runs a compiled condition. Policies fail closed: a condition that fails (a missing field, a
- * type error) or yields anything but a boolean counts as matched, and says why.
+ * Runs a compiled condition within `budget` operations (POLICY_EVAL_BUDGET). Policies fail closed:
+ * a condition that fails (a missing field, a type error, the budget spent: `evaluation budget
+ * exceeded`) or yields anything but a boolean counts as matched, and says why.
  */
-export function runCondition(condition: CompiledCondition, facts: ConditionFacts): ConditionOutcome {
+export function runCondition(condition: CompiledCondition, facts: ConditionFacts, budget = DEFAULT_EVAL_BUDGET): ConditionOutcome {
   try {
-    const value = condition(facts);
+    const value = condition(facts, budget);
     if (typeof value === 'boolean') return { matched: value, error: null };
     return { matched: true, error: `the condition gave ${value === null ? 'null' : typeof value}, not a boolean` };
   } catch (error) {
