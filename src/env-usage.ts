@@ -28,6 +28,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   WEBHOOK_MAX_ATTEMPTS: { default: '8', meaning: 'attempts per delivery, the first included' },
   WEBHOOK_TIMEOUT_MS: { default: '10000', meaning: 'time one delivery attempt may take' },
   EXECUTION_RECOVERY_SECONDS: { default: '30', meaning: 'how often executions of stopped processes are recorded' },
+  POLICY_EVAL_BUDGET: { default: '50000', meaning: 'operations one policy condition evaluation may take' },
   CORS_ALLOWED_ORIGINS: { meaning: 'other browser origins allowed by CORS (comma-separated)' },
   MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/… (comma-separated)' },
   METRICS_PORT: { default: '9464', meaning: 'port of the GET /metrics listener; 0: no metrics' },

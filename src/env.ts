@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type { DatabaseOptions } from './db/database.js';
 import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode } from './db/sql.js';
+import { DEFAULT_EVAL_BUDGET } from './modules/policy/policy-condition-budget.js';
 
 /** Everything the service reads from its environment, parsed and checked once at start. */
 export interface Env {
@@ -60,6 +61,15 @@ export interface Env {
    * last renewal at the earliest.
    */
   executionLeaseSeconds: number;
+  /**
+   * How many operations one evaluation of a policy condition may take (≈20 ns each: a node of a
+   * comprehension's body per iteration, an element an `in` compares, 10 characters of a string a
+   * function reads…; policy-condition-budget.ts); past it the evaluation stops and the policy
+   * matches with `condition_error` "evaluation budget exceeded" (fail closed). The default, 50,000,
+   * stops an evaluation over big params after 0.5–2 ms of CPU here; conditions over ordinary
+   * params use a few hundred operations.
+   */
+  policyEvalBudget: number;
   /**
    * Origins (`https://host[:port]`) whose browsers may call `/mcp/…`; a request with any other
    * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
@@ -221,6 +231,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
     executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
+    policyEvalBudget: integer(source, 'POLICY_EVAL_BUDGET', DEFAULT_EVAL_BUDGET, 1),
     mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS, 'MCP_ALLOWED_ORIGINS'),
     corsAllowedOrigins: allowedOrigins(source.CORS_ALLOWED_ORIGINS, 'CORS_ALLOWED_ORIGINS'),
     metricsPort: integer(source, 'METRICS_PORT', 9464),

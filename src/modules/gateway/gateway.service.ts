@@ -112,7 +112,7 @@ function unavailableFor(error: unknown, interactionId: string, executed: boolean
 /** What a pending approval is bound to: the SHA-256 of the canonical {svc_id, agent_id, action}. */
 const actionHashOf = (call: GatewayCall) => canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
-export function createGatewayService({ db, telemetry }: Deps, modules: Collaborators) {
+export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
   const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) => telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
@@ -144,6 +144,7 @@ export function createGatewayService({ db, telemetry }: Deps, modules: Collabora
       call.capability,
       () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
       policyEvaluated,
+      env.policyEvalBudget,
     );
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.

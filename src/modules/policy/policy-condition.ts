@@ -1,19 +1,21 @@
 import { Environment } from '@marcbachmann/cel-js';
+import type { CelNode } from './policy-condition-ast.js';
+import { DEFAULT_EVAL_BUDGET, instrument, metered } from './policy-condition-budget.js';
+import { regularExpression, superLinearConstruct } from './policy-condition-cost.js';
 
 /**
  * Policy conditions: CEL (Common Expression Language) over the facts of one gateway request,
  * through `@marcbachmann/cel-js`. A condition is checked once when it is saved (parsed, bounded,
- * type-checked against the declared variables, regular expressions refused) and compiled once per
- * policy version; evaluating it is then a call of the compiled program on the request's facts.
+ * type-checked against the declared variables, constructs whose cost grows faster than linearly
+ * with the params refused: policy-condition-cost.ts) and compiled once per policy version;
+ * evaluating it is then a call of the compiled program on the request's facts, within an
+ * operation budget (policy-condition-budget.ts). One org's condition cannot hold the process.
  * Nothing here touches the database or the clock: the facts come in whole.
  */
 
 export const MAX_CONDITION_LENGTH = 4096;
 
-/**
- * Bounds of a condition's syntax tree, at parse time. Evaluation cost is linear in the size of
- * the params for everything CEL offers except comprehensions inside comprehensions, refused below.
- */
+/** Bounds of a condition's syntax tree, at parse time: what runs outside loops is bounded by them. */
 const limits = { maxAstNodes: 300, maxDepth: 32, maxListElements: 100, maxMapEntries: 100, maxCallArguments: 8 };
 
 /** The CEL variables of decisions.md § Policies. Integer fields are CEL ints (BigInt). */
@@ -55,22 +57,10 @@ export interface ConditionError {
   position: ConditionPosition | null;
 }
 
-/** A checked condition, ready to evaluate. */
-export type CompiledCondition = (facts: ConditionFacts) => unknown;
+/** A checked condition, ready to evaluate within a budget of operations. */
+export type CompiledCondition = (facts: ConditionFacts, budget: number) => unknown;
 
 export type CompileResult = { ok: true; condition: CompiledCondition } | { ok: false; error: ConditionError };
-
-interface AstNode {
-  op: string;
-  args: unknown;
-  pos?: number;
-}
-
-const isNode = (value: unknown): value is AstNode =>
-  typeof value === 'object' && value !== null && typeof (value as AstNode).op === 'string';
-
-/** Macros that loop over a list: one inside another is quadratic in the size of the params. */
-const comprehensions = new Set(['all', 'exists', 'exists_one', 'map', 'filter']);
 
 function positionOf(text: string, offset: number | undefined): ConditionPosition | null {
   if (offset === undefined || !Number.isInteger(offset) || offset < 0) return null;
@@ -78,38 +68,13 @@ function positionOf(text: string, offset: number | undefined): ConditionPosition
   return { offset, line: before.length, column: before[before.length - 1].length + 1 };
 }
 
-/** What the save-time rules refuse in the tree: regular expressions, comprehensions nested in comprehensions. */
-function refusedConstruct(node: unknown, insideComprehension = false): { message: string; pos?: number } | null {
-  if (Array.isArray(node)) {
-    for (const child of node) {
-      const found = refusedConstruct(child, insideComprehension);
-      if (found) return found;
-    }
-    return null;
-  }
-  if (!isNode(node)) return null;
-  let inside = insideComprehension;
-  if ((node.op === 'call' || node.op === 'rcall') && Array.isArray(node.args)) {
-    const name = node.args[0];
-    if (name === 'matches') {
-      return { message: 'regular expressions (`matches`) are not allowed: they can take exponential time on crafted input', pos: node.pos };
-    }
-    if (node.op === 'rcall' && typeof name === 'string' && comprehensions.has(name)) {
-      if (insideComprehension) {
-        return { message: `\`${name}\` inside another comprehension is not allowed: its cost grows with the square of the params`, pos: node.pos };
-      }
-      inside = true;
-    }
-  }
-  return refusedConstruct(node.args, inside);
-}
-
 const firstLine = (message: string) => message.split('\n')[0].trim();
 
 /**
- * Checks a condition as saved: length, syntax (within the bounds above), no regular expressions,
- * no nested comprehensions, and a type that can be true (`bool`, or `dyn` such as `params.flag`,
- * whose value is checked when evaluated). Returns the compiled program or the first problem.
+ * Checks a condition as saved: length, syntax (within the bounds above), a type that can be true
+ * (`bool`, or `dyn` such as `params.flag`, whose value is checked when evaluated), and a cost at
+ * most linear in the params (no regular expressions, no nested comprehensions, no loop-invariant
+ * scans inside a comprehension). Returns the compiled, metered program or the first problem.
  */
 export function compileCondition(text: string): CompileResult {
   const fail = (message: string, offset?: number): CompileResult => ({ ok: false, error: { message, position: positionOf(text, offset) } });
@@ -122,26 +87,38 @@ export function compileCondition(text: string): CompileResult {
     const node = (error as { node?: { pos?: number } }).node;
     return fail(firstLine((error as Error).message), node?.pos);
   }
-  const refused = refusedConstruct(program.ast);
-  if (refused) return fail(refused.message, refused.pos);
+  const ast = program.ast as unknown as CelNode;
+  const regex = regularExpression(ast);
+  if (regex) return fail(regex.message, regex.offset);
   const checked = program.check();
   if (!checked.valid) {
     const error = checked.error as Error & { node?: { pos?: number } };
     return fail(firstLine(error.message), error.node?.pos);
   }
   if (checked.type !== 'bool' && checked.type !== 'dyn') return fail(`must be a boolean expression, not ${checked.type}`, 0);
-  return { ok: true, condition: (facts) => program(facts as unknown as Record<string, unknown>) };
+  // The cost rules read the checked types; the budget wraps what the type check installed.
+  const refused = superLinearConstruct(ast);
+  if (refused) return fail(refused.message, refused.offset);
+  try {
+    instrument(ast);
+  } catch (error) {
+    // Only a library whose syntax tree changed gets here: refuse rather than run unmetered.
+    return fail(firstLine((error as Error).message));
+  }
+  const run = program as unknown as (facts: ConditionFacts) => unknown;
+  return { ok: true, condition: (facts, budget) => metered(budget, run, facts) };
 }
 
 export type ConditionOutcome = { matched: boolean; error: string | null };
 
 /**
- * Runs a compiled condition. Policies fail closed: a condition that fails (a missing field, a
- * type error) or yields anything but a boolean counts as matched, and says why.
+ * Runs a compiled condition within `budget` operations (POLICY_EVAL_BUDGET). Policies fail closed:
+ * a condition that fails (a missing field, a type error, the budget spent: `evaluation budget
+ * exceeded`) or yields anything but a boolean counts as matched, and says why.
  */
-export function runCondition(condition: CompiledCondition, facts: ConditionFacts): ConditionOutcome {
+export function runCondition(condition: CompiledCondition, facts: ConditionFacts, budget = DEFAULT_EVAL_BUDGET): ConditionOutcome {
   try {
-    const value = condition(facts);
+    const value = condition(facts, budget);
     if (typeof value === 'boolean') return { matched: value, error: null };
     return { matched: true, error: `the condition gave ${value === null ? 'null' : typeof value}, not a boolean` };
   } catch (error) {

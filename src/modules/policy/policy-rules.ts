@@ -1,3 +1,4 @@
+import { DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
 import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
 
 /**
@@ -64,7 +65,8 @@ export type PolicyEvaluation = 'matched' | 'not_matched' | 'condition_error';
 /**
  * The policies that apply to an agent's capability, in the order given (the service keeps them by
  * priority). `facts` is built only if some targeted policy has a condition. `evaluated` hears of
- * each policy that targets the request (metrics); the others are not evaluated.
+ * each policy that targets the request (metrics); the others are not evaluated. Each condition
+ * runs within `budget` operations (POLICY_EVAL_BUDGET).
  */
 export function matchPolicies(
   policies: readonly ActivePolicy[],
@@ -72,6 +74,7 @@ export function matchPolicies(
   capability: string,
   facts: () => ConditionFacts,
   evaluated?: (policy: ActivePolicy, result: PolicyEvaluation) => void,
+  budget = DEFAULT_EVAL_BUDGET,
 ): PolicyMatch[] {
   const matches: PolicyMatch[] = [];
   let known: ConditionFacts | undefined;
@@ -83,7 +86,7 @@ export function matchPolicies(
       evaluated?.(policy, 'matched');
       continue;
     }
-    const outcome = runCondition(policy.condition, (known ??= facts()));
+    const outcome = runCondition(policy.condition, (known ??= facts()), budget);
     if (outcome.matched) matches.push({ policy, conditionError: outcome.error });
     evaluated?.(policy, !outcome.matched ? 'not_matched' : outcome.error ? 'condition_error' : 'matched');
   }

@@ -43,9 +43,12 @@ const conditionDoc =
   '`agent` {id, name, version, team}, `action` {type, tool, capability, params}, `params` (= action.params), ' +
   '`key` {id, prefix, scopes}, `request` {time (timestamp), hour, weekday (UTC integers; weekday 0 = Sunday), ' +
   'channel ("rest", "graphql" or "mcp"), mode ("execute" or "evaluate")}. ' +
-  'Checked on save (syntax, boolean type, size): regular expressions (`matches`) and comprehensions nested in ' +
-  'comprehensions are refused. A condition that fails at run time (a missing field, a type error) matches: ' +
-  'policies fail closed. Absent: always true. Example: `params.amount > 1000 && request.hour < 6`.';
+  'Checked on save (syntax, boolean type, size, cost): regular expressions (`matches`) are refused, and so is ' +
+  'anything whose cost grows faster than linearly with the params, such as a comprehension nested in one over ' +
+  'the params, or `in`, a string function or `==` on a list inside it over data that does not come from its ' +
+  'iteration variable (`params.l.all(x, x in params.l)`). A condition that fails at run time (a missing field, ' +
+  'a type error, more operations than the evaluation budget) matches: policies fail closed. Absent: always ' +
+  'true. Example: `params.amount > 1000 && request.hour < 6`.';
 
 const PolicyTargetRef = builder.objectRef<PolicySnapshot['target']>('PolicyTarget').implement({
   description: 'What a policy applies to; an absent (null) list matches everything.',
