@@ -176,7 +176,7 @@ export function createApp({
           }
         },
       },
-      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp }),
+      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp, admit: services.admit }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
   });

@@ -53,6 +53,18 @@ export interface Env {
   webhookMaxAttempts: number;
   /** How long one delivery attempt may take. */
   webhookTimeoutMs: number;
+  /**
+   * Requests of one org that run at once in this process while no other org is active
+   * (`ORG_MAX_CONCURRENCY`); more wait their turn (src/lib/fair-scheduler.ts).
+   */
+  orgMaxConcurrency: number;
+  /**
+   * Requests that run at once in this process while several orgs are active
+   * (`MAX_CONCURRENT_REQUESTS`), shared out equally among them; an org's first always starts.
+   */
+  maxConcurrentRequests: number;
+  /** Requests of one org that may wait for their turn (`ORG_MAX_QUEUED`); more are answered 429. */
+  orgMaxQueued: number;
   /** How often executions left by stopped gateway processes are recorded as interrupted (also at start). */
   executionRecoverySeconds: number;
   /**
@@ -229,6 +241,9 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookRetryBaseMs: integer(source, 'WEBHOOK_RETRY_BASE_MS', 2000, 1),
     webhookMaxAttempts: integer(source, 'WEBHOOK_MAX_ATTEMPTS', 8, 1),
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
+    orgMaxConcurrency: integer(source, 'ORG_MAX_CONCURRENCY', 32, 1),
+    maxConcurrentRequests: integer(source, 'MAX_CONCURRENT_REQUESTS', 4, 1),
+    orgMaxQueued: integer(source, 'ORG_MAX_QUEUED', 1000, 0),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
     executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
     policyEvalBudget: integer(source, 'POLICY_EVAL_BUDGET', DEFAULT_EVAL_BUDGET, 1),

@@ -20,6 +20,13 @@ import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
 
+/**
+ * How long after its last request an org keeps its share of the process: an agent that calls every
+ * few hundred milliseconds still counts as active between its calls, so a busy org's concurrency
+ * stays bounded for it instead of growing back after each one.
+ */
+const ORG_ACTIVE_WINDOW_MS = 1000;
+
 export function createServices(deps: Deps) {
   const sessions = createSessionService(deps);
   const apiKeys = createApiKeyService(deps);
@@ -58,7 +65,17 @@ export function createServices(deps: Deps) {
     apiKeys,
     countOperatorRequests,
     /** `identify` reads credentials; `authenticate` also counts the request (operator rate limit). */
-    ...createAuthenticator({ sessions, apiKeys, countOperatorRequests }),
+    ...createAuthenticator({
+      sessions,
+      apiKeys,
+      countOperatorRequests,
+      concurrency: {
+        capacity: deps.env.maxConcurrentRequests,
+        perTenant: deps.env.orgMaxConcurrency,
+        maxQueuedPerTenant: deps.env.orgMaxQueued,
+        activeWindowMs: ORG_ACTIVE_WINDOW_MS,
+      },
+    }),
   };
 }
 

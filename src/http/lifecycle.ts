@@ -63,7 +63,7 @@ export function useRequestLifecycle(options: {
         // The state must exist before the async scope starts so that every hook shares it.
         const state = newRequestState(request, 'unknown');
         pendingStates.set(request, state);
-        if (!telemetry.tracing) return runWithRequest(state, wrapped);
+        if (!telemetry.tracing) return serve(state, wrapped);
         const url = new URL(request.url);
         return telemetry.withSpan(
           request.method,
@@ -74,7 +74,7 @@ export function useRequestLifecycle(options: {
           },
           (span) => {
             state.span = span;
-            return runWithRequest(state, wrapped);
+            return serve(state, wrapped);
           },
         );
       },
@@ -134,6 +134,21 @@ export function useRequestLifecycle(options: {
       );
     },
   };
+}
+
+/** Runs the request in its scope; once it is answered (or failed), its org's turn ends. */
+function serve(state: RequestState, wrapped: () => void | Promise<void>): void | Promise<void> {
+  const release = () => state.release?.();
+  let result: void | Promise<void>;
+  try {
+    result = runWithRequest(state, wrapped);
+  } catch (error) {
+    release();
+    throw error;
+  }
+  if (result && typeof result.then === 'function') return Promise.resolve(result).finally(release);
+  release();
+  return result;
 }
 
 // Hand-over from the instrumentation wrapper to onRequest, keyed by the request object.

@@ -25,6 +25,7 @@ import type { McpService } from '../modules/mcp/mcp.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
 import { Request, Response } from './fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
+import type { RequestState } from './request-state.js';
 
 /**
  * `POST /mcp/{svc_id}` (decisions.md § MCP proxy mode): the agent's tools over MCP's Streamable
@@ -81,9 +82,11 @@ interface McpEndpointDeps {
   version: string;
   apiKeys: Pick<ApiKeyService, 'verify'>;
   mcp: McpService;
+  /** Waits for the org's turn to do work (the authenticator's); throws 429 when too many wait. */
+  admit: (orgId: string, state: RequestState) => Promise<void>;
 }
 
-export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp }: McpEndpointDeps): Plugin<{}, ServerContext> {
+export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, admit }: McpEndpointDeps): Plugin<{}, ServerContext> {
   const allowedOrigins = new Set(env.mcpAllowedOrigins);
   // Compiling schemas is the validator's cost; one instance serves every request's server.
   const jsonSchemaValidator = new AjvJsonSchemaValidator();
@@ -175,7 +178,15 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp }
     }
     const principal = await keyOf(request);
     if (principal instanceof Response) return principal;
-    if (state) state.orgId = principal.orgId;
+    if (state) {
+      state.orgId = principal.orgId;
+      try {
+        await admit(principal.orgId, state);
+      } catch (error) {
+        if (!(error instanceof AppError)) throw error;
+        return rpcError(429, RPC_FORBIDDEN, error.message, error.extensions.http?.headers ?? {});
+      }
+    }
     const transport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: undefined,
       enableJsonResponse: true,

@@ -21,6 +21,8 @@ export interface RequestState {
   auth: Promise<AuthState> | undefined;
   /** The request's server span, when tracing is on. */
   span?: Span;
+  /** Ends the org's turn to do work (src/lib/fair-scheduler.ts); called once the request is answered. */
+  release?: () => void;
 }
 
 const requestSlot = scopedSlot<RequestState>('request');

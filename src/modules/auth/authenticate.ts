@@ -1,5 +1,6 @@
 import { AppError } from '../../errors.js';
 import type { RequestState } from '../../http/request-state.js';
+import { FairScheduler, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
 import type { ApiKeyService } from '../api-key/api-key.service.js';
 import type { AuthState, Principal } from './authz.js';
 import type { SessionService } from './session.service.js';
@@ -11,6 +12,8 @@ export interface AuthenticatorDeps {
   apiKeys: ApiKeyService;
   /** Counts `requests` (default one) against the org's operator rate limit; throws past it. */
   countOperatorRequests: (principal: Principal, state: RequestState, requests?: number) => Promise<void>;
+  /** How requests of different orgs share the process (ORG_MAX_CONCURRENCY and the rest). */
+  concurrency: FairSchedulerOptions;
 }
 
 const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
@@ -18,7 +21,35 @@ const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
 /** Routes governed by manifest budgets rather than the operator rate limit. */
 const isGatewayRoute = (route: string | undefined) => route?.startsWith('POST /api/v1/gateway/') ?? false;
 
-export function createAuthenticator({ sessions, apiKeys, countOperatorRequests }: AuthenticatorDeps) {
+export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
+  const scheduler = new FairScheduler(concurrency);
+
+  /**
+   * Waits for the org's turn to do the request's work (src/lib/fair-scheduler.ts), once per
+   * request; the turn ends with the request (`state.release`, called by the request lifecycle).
+   * An org with too many requests waiting already is refused: 429.
+   */
+  async function admit(orgId: string, state: RequestState): Promise<void> {
+    if (state.release) return;
+    const admission = await scheduler.admit(orgId);
+    if (!admission.admitted) {
+      throw new AppError(
+        'POLICY_VIOLATION',
+        `Too many requests of this organization at once: ${admission.running} running and ${admission.queued} waiting; retry shortly`,
+        {
+          // What the org may have in the process at once, running and waiting; this request was one more.
+          details: {
+            limit: concurrency.perTenant + concurrency.maxQueuedPerTenant,
+            period: 'concurrent',
+            current: admission.running + admission.queued + 1,
+          },
+          headers: { 'Retry-After': '1' },
+        },
+      );
+    }
+    state.release = admission.release;
+  }
+
   /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */
   async function identify(request: Request, state: RequestState): Promise<AuthState> {
     const authorization = request.headers.get('authorization');
@@ -41,6 +72,7 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests }
       throw error;
     }
     state.orgId = principal.orgId;
+    await admit(principal.orgId, state);
     return { principal };
   }
 
@@ -51,5 +83,5 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests }
     return auth;
   }
 
-  return { identify, authenticate };
+  return { identify, authenticate, admit };
 }

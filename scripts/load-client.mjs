@@ -1,0 +1,60 @@
+// A closed-loop HTTP load client, run as a process of its own so that it shares no event loop with
+// the service it measures (the bench's two-org rows, test/fairness.test.ts). `concurrency` clients
+// each send the request again as soon as the previous answer arrived, for `seconds`; it prints one
+// JSON line: requests, rps, the latency percentiles in milliseconds (measured per request with
+// the monotonic clock, not bucketed), and how many answers were not 2xx or failed.
+//
+//   node scripts/load-client.mjs '{"url": "...", "headers": {...}, "body": "...", "seconds": 5, "concurrency": 1}'
+import http from 'node:http';
+
+const { url, method = 'POST', headers = {}, body = '', seconds, concurrency } = JSON.parse(process.argv[2]);
+const target = new URL(url);
+const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
+const payload = Buffer.from(body);
+const latencies = [];
+const statuses = {};
+let failures = 0;
+
+function once() {
+  return new Promise((resolve) => {
+    const started = performance.now();
+    const request = http.request(
+      { host: target.hostname, port: target.port, path: target.pathname + target.search, method, agent, headers: { ...headers, 'content-length': payload.length } },
+      (response) => {
+        response.resume();
+        response.on('end', () => {
+          latencies.push(performance.now() - started);
+          statuses[response.statusCode] = (statuses[response.statusCode] ?? 0) + 1;
+          resolve();
+        });
+      },
+    );
+    request.on('error', () => {
+      failures++;
+      resolve();
+    });
+    request.end(payload);
+  });
+}
+
+const deadline = performance.now() + seconds * 1000;
+await Promise.all(
+  Array.from({ length: concurrency }, async () => {
+    while (performance.now() < deadline) await once();
+  }),
+);
+agent.destroy();
+latencies.sort((a, b) => a - b);
+const percentile = (p) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : null);
+const round = (ms) => (ms === null ? null : Math.round(ms * 100) / 100);
+process.stdout.write(
+  `${JSON.stringify({
+    requests: latencies.length,
+    rps: Math.round(latencies.length / seconds),
+    p50: round(percentile(0.5)),
+    p90: round(percentile(0.9)),
+    p99: round(percentile(0.99)),
+    statuses,
+    failures,
+  })}\n`,
+);

@@ -1,0 +1,159 @@
+/**
+ * Fair sharing of a process's work between tenants (orgs). One event loop serves every org, and it
+ * takes requests in the order their sockets became readable: while one org keeps 16 requests
+ * coming, another org's request is served after the 16 ahead of it. Worse, a request whose database
+ * answers at once (embedded PGlite runs in the same thread) runs from start to end without giving
+ * the loop back, so nothing else can interleave with it.
+ *
+ * So a request does not start its work when it arrives: it asks for a turn, and turns are handed
+ * out one per pass of the event loop (`defer`: setImmediate in the service), after the loop has
+ * read every request that arrived meanwhile. Each pass starts the waiting request of the tenant
+ * with the fewest requests running (ties: the tenant whose last start is the oldest, so waiting
+ * tenants take turns), if that tenant
+ *
+ * - has nothing running: a quiet org never waits behind a busy one; or
+ * - is alone (no other tenant active within `activeWindowMs`) and runs fewer than `perTenant`:
+ *   a single org keeps the concurrency its throughput needs; or
+ * - runs fewer than its share of `capacity` among the active tenants: while others are active, a
+ *   busy org's requests in progress, which every other request interleaves with, stay few.
+ *
+ * A tenant with `maxQueuedPerTenant` requests waiting is refused more: the edge answers 429.
+ * Nothing here knows of HTTP: admission is a promise, and release a function to call once.
+ */
+
+export interface FairSchedulerOptions {
+  /** Requests running at once, shared out among the tenants active together. */
+  capacity: number;
+  /** Requests of one tenant running at once, when it is alone. */
+  perTenant: number;
+  /** Requests of one tenant waiting for their turn; more are refused. */
+  maxQueuedPerTenant: number;
+  /** How long after its last request a tenant still counts as active (its share stays reserved). */
+  activeWindowMs: number;
+  /** Runs `turn` on the next pass of the event loop (setImmediate); tests pass turns by hand. */
+  defer?: (turn: () => void) => void;
+  /** Milliseconds of a monotonic clock (performance.now); tests move it by hand. */
+  now?: () => number;
+}
+
+export type Admission =
+  | { admitted: true; release: () => void }
+  /** The tenant already has `running` requests running and `queued` waiting: come back later. */
+  | { admitted: false; running: number; queued: number };
+
+interface Tenant {
+  running: number;
+  waiting: ((admission: Admission) => void)[];
+  /** When a request of it last began or ended. */
+  lastSeen: number;
+  /** The scheduler's count of starts when one of its requests last started (0: never). */
+  lastStart: number;
+}
+
+export class FairScheduler {
+  private readonly tenants = new Map<string, Tenant>();
+  private running = 0;
+  /** Tenants with requests waiting. */
+  private readonly turns: string[] = [];
+  private starts = 0;
+  private turnPending = false;
+  private readonly defer: (turn: () => void) => void;
+  private readonly now: () => number;
+
+  constructor(private readonly options: FairSchedulerOptions) {
+    this.defer = options.defer ?? ((turn) => setImmediate(turn));
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Requests running and waiting, all tenants together (for metrics and tests). */
+  get load(): { running: number; waiting: number } {
+    let waiting = 0;
+    for (const tenant of this.tenants.values()) waiting += tenant.waiting.length;
+    return { running: this.running, waiting };
+  }
+
+  admit(tenantId: string): Promise<Admission> {
+    const tenant = this.tenantOf(tenantId);
+    tenant.lastSeen = this.now();
+    if (tenant.waiting.length >= this.options.maxQueuedPerTenant) {
+      return Promise.resolve({ admitted: false, running: tenant.running, queued: tenant.waiting.length });
+    }
+    if (!tenant.waiting.length) this.turns.push(tenantId);
+    const admitted = new Promise<Admission>((resolve) => tenant.waiting.push(resolve));
+    this.scheduleTurn();
+    return admitted;
+  }
+
+  private tenantOf(tenantId: string): Tenant {
+    let tenant = this.tenants.get(tenantId);
+    if (!tenant) {
+      tenant = { running: 0, waiting: [], lastSeen: this.now(), lastStart: 0 };
+      this.tenants.set(tenantId, tenant);
+    }
+    return tenant;
+  }
+
+  /** Tenants with requests running or waiting, or seen within the window; forgets the others. */
+  private activeTenants(): number {
+    const since = this.now() - this.options.activeWindowMs;
+    let active = 0;
+    for (const [id, tenant] of this.tenants) {
+      if (tenant.running || tenant.waiting.length || tenant.lastSeen >= since) active++;
+      else this.tenants.delete(id);
+    }
+    return active;
+  }
+
+  private limitOf(tenant: Tenant, active: number): number {
+    if (tenant.running === 0) return 1;
+    if (active <= 1) return this.options.perTenant;
+    return Math.min(this.options.perTenant, Math.max(1, Math.floor(this.options.capacity / active)));
+  }
+
+  private scheduleTurn(): void {
+    if (this.turnPending) return;
+    this.turnPending = true;
+    this.defer(() => {
+      this.turnPending = false;
+      this.turn();
+    });
+  }
+
+  /** One pass of the loop: starts one waiting request, the fairest, and asks for another pass if more wait. */
+  private turn(): void {
+    const active = this.activeTenants();
+    let chosen = -1;
+    let best: Tenant | undefined;
+    for (let i = 0; i < this.turns.length; i++) {
+      const tenant = this.tenants.get(this.turns[i])!;
+      if (tenant.running >= this.limitOf(tenant, active)) continue;
+      if (!best || tenant.running < best.running || (tenant.running === best.running && tenant.lastStart < best.lastStart)) {
+        chosen = i;
+        best = tenant;
+      }
+    }
+    if (!best) return;
+    const start = best.waiting.shift()!;
+    if (!best.waiting.length) this.turns.splice(chosen, 1);
+    best.lastStart = ++this.starts;
+    start(this.started(best));
+    if (this.turns.length) this.scheduleTurn();
+  }
+
+  private started(tenant: Tenant): Admission {
+    tenant.running++;
+    this.running++;
+    let released = false;
+    return {
+      admitted: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        tenant.running--;
+        this.running--;
+        tenant.lastSeen = this.now();
+        if (this.turns.length) this.scheduleTurn();
+      },
+    };
+  }
+}

@@ -1,0 +1,149 @@
+import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../src/lib/fair-scheduler.js';
+
+/**
+ * The scheduler with the event loop's passes and the clock in the test's hands: `pass()` runs the
+ * turns the scheduler asked for (one start each), `clock.ms` is the time.
+ */
+function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now'>) {
+  const turns: (() => void)[] = [];
+  const clock = { ms: 0 };
+  const fair = new FairScheduler({ ...options, defer: (turn) => turns.push(turn), now: () => clock.ms });
+  const requests: { tenant: string; admission?: Admission }[] = [];
+  return {
+    fair,
+    clock,
+    /** A request of `tenant` asks for its turn. */
+    ask(tenant: string) {
+      const request: { tenant: string; admission?: Admission } = { tenant };
+      requests.push(request);
+      void fair.admit(tenant).then((admission) => (request.admission = admission));
+      return request;
+    },
+    /** One pass of the event loop, and the promise callbacks it resolved. */
+    async pass() {
+      const due = turns.splice(0);
+      for (const turn of due) turn();
+      await new Promise((resolve) => setImmediate(resolve));
+    },
+    async passes(n: number) {
+      for (let i = 0; i < n; i++) await this.pass();
+    },
+    /** Which tenants' requests started, in the order they asked. */
+    started: () => requests.filter((r) => r.admission?.admitted).map((r) => r.tenant).join(''),
+    done(request: { admission?: Admission }) {
+      if (!request.admission?.admitted) throw new Error('not started');
+      request.admission.release();
+    },
+  };
+}
+
+const options = { capacity: 4, perTenant: 3, maxQueuedPerTenant: 100, activeWindowMs: 1000 };
+
+test('nothing starts before a pass of the event loop, then one request a pass', async () => {
+  const s = scheduler(options);
+  s.ask('a');
+  s.ask('a');
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(s.started()).toBe('');
+  await s.pass();
+  expect(s.started()).toBe('a');
+  await s.pass();
+  expect(s.started()).toBe('aa');
+});
+
+test('a tenant alone runs up to its own limit; the rest wait in order', async () => {
+  const s = scheduler(options);
+  const a = Array.from({ length: 5 }, () => s.ask('a'));
+  await s.passes(10);
+  expect(s.started()).toBe('aaa');
+  expect(s.fair.load).toEqual({ running: 3, waiting: 2 });
+  s.done(a[1]);
+  await s.passes(2);
+  expect(a.map((r) => Boolean(r.admission?.admitted))).toEqual([true, true, true, true, false]);
+});
+
+test('a tenant with nothing running goes before a busy one, whose share shrinks while the other is active', async () => {
+  const s = scheduler({ ...options, perTenant: 10 });
+  const a = Array.from({ length: 8 }, () => s.ask('a'));
+  await s.passes(8);
+  // Alone, a runs as many as its own limit allows.
+  expect(s.fair.load).toEqual({ running: 8, waiting: 0 });
+  const more = Array.from({ length: 4 }, () => s.ask('a'));
+  const b = s.ask('b');
+  await s.pass();
+  // b has nothing running: its turn comes first, and a's waiting ones do not start over a's share (4 / 2).
+  expect(b.admission?.admitted).toBe(true);
+  await s.passes(3);
+  expect(more.every((r) => !r.admission)).toBe(true);
+  for (const request of a.slice(0, 6)) s.done(request);
+  await s.passes(3);
+  // a is down to 2 running: its share is 2, nothing more starts.
+  expect(more.filter((r) => r.admission?.admitted)).toHaveLength(0);
+  s.done(a[6]);
+  await s.passes(3);
+  expect(more.filter((r) => r.admission?.admitted)).toHaveLength(1);
+});
+
+test('waiting tenants take turns: the one with fewer running first', async () => {
+  const s = scheduler({ ...options, capacity: 2, perTenant: 2 });
+  const a = Array.from({ length: 3 }, () => s.ask('a'));
+  const b = Array.from({ length: 3 }, () => s.ask('b'));
+  await s.passes(6);
+  // Shares of 1 each: a's first, b's first.
+  expect(s.started()).toBe('ab');
+  s.done(a[0]);
+  s.done(b[0]);
+  await s.passes(2);
+  expect(s.started()).toBe('aabb');
+  expect([a[1], b[1]].every((r) => r.admission?.admitted)).toBe(true);
+});
+
+test('on a tie the tenant whose last start is the oldest goes first, however long the other has waited', async () => {
+  const s = scheduler(options);
+  const a = Array.from({ length: 4 }, () => s.ask('a'));
+  await s.pass();
+  // Requests that end within their pass (a database in the same thread): a has nothing running again.
+  s.done(a[0]);
+  const b = s.ask('b');
+  await s.pass();
+  expect(b.admission?.admitted).toBe(true);
+  expect(s.started()).toBe('ab');
+});
+
+test('a tenant seen within the window keeps the busy one at its share; once the window passed, the busy one grows back', async () => {
+  const s = scheduler({ ...options, capacity: 4, perTenant: 10 });
+  const b = s.ask('b');
+  await s.pass();
+  s.done(b);
+  Array.from({ length: 6 }, () => s.ask('a'));
+  await s.passes(8);
+  // b ended its request, but is still active: a's share is 4 / 2.
+  expect(s.fair.load.running).toBe(2);
+  s.clock.ms += 1001;
+  s.ask('a');
+  await s.passes(8);
+  expect(s.fair.load.running).toBe(7);
+});
+
+test('past its waiting limit a tenant is refused with what it has running and waiting; others are not', async () => {
+  const s = scheduler({ ...options, perTenant: 1, maxQueuedPerTenant: 2 });
+  s.ask('a');
+  await s.pass();
+  s.ask('a');
+  s.ask('a');
+  await s.passes(3);
+  expect(await s.fair.admit('a')).toEqual({ admitted: false, running: 1, queued: 2 });
+  const b = s.ask('b');
+  await s.pass();
+  expect(b.admission?.admitted).toBe(true);
+});
+
+test('releasing twice frees one slot', async () => {
+  const s = scheduler({ ...options, perTenant: 1 });
+  const a = Array.from({ length: 3 }, () => s.ask('a'));
+  await s.pass();
+  s.done(a[0]);
+  s.done(a[0]);
+  await s.passes(3);
+  expect(s.fair.load).toEqual({ running: 1, waiting: 1 });
+});
