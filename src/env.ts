@@ -243,7 +243,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     webhookTimeoutMs: integer(source, 'WEBHOOK_TIMEOUT_MS', 10000, 1),
     orgMaxConcurrency: integer(source, 'ORG_MAX_CONCURRENCY', 32, 1),
     maxConcurrentRequests: integer(source, 'MAX_CONCURRENT_REQUESTS', 4, 1),
-    orgMaxQueued: integer(source, 'ORG_MAX_QUEUED', 1000, 0),
+    orgMaxQueued: integer(source, 'ORG_MAX_QUEUED', 1000, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
     executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
     policyEvalBudget: integer(source, 'POLICY_EVAL_BUDGET', DEFAULT_EVAL_BUDGET, 1),

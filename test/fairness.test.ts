@@ -87,33 +87,67 @@ test(
   240_000,
 );
 
-test('an org past its waiting limit is answered 429 POLICY_VIOLATION with period "concurrent"; another org is not', async () => {
-  // A slow tool keeps the org's one running request busy, so that the others wait their turn.
-  const hits: Hit[] = [];
-  const tool = await startRecordingServer(hits, (_hit, res) => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'), 300));
-  try {
+// PostgreSQL only: the org's requests must hold their turns while others arrive, and on PGlite a
+// request holds its turn only within one pass of the event loop. Here they wait for the org's
+// record chain, locked by the test (the unit tests of the scheduler cover the rule on its own).
+(backend === 'postgresql' ? test : test.skip)(
+  'an org past its waiting limit is answered 429 POLICY_VIOLATION with period "concurrent"; another org is not',
+  async () => {
     const service = await startService({ ORG_MAX_CONCURRENCY: '1', MAX_CONCURRENT_REQUESTS: '1', ORG_MAX_QUEUED: '2' });
     const org = await signUp(service, 'burst');
-    const agent = await readyAgent(service, org, { tool: false, constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 } });
+    const agent = await readyAgent(service, org);
+    const quiet = await orgExecute(service, 'calm');
+    expect((await service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent) })).status).toBe(200);
+    const { burst, calm } = await database!.db.sql.transaction(async (tx) => {
+      await tx.query('SELECT seq FROM record_chain_heads WHERE org_id = $1::uuid FOR UPDATE', [org.orgId]);
+      let answered = 0;
+      const sent = Array.from({ length: 12 }, (_, i) =>
+        service
+          .request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent, 'read', { i }) })
+          .then((response) => (answered++, response)),
+      );
+      // The one running request waits for the chain; two wait for their turn; the others are refused at once.
+      const deadline = Date.now() + 20_000;
+      while (answered < 9 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+      // Another org is not held up by this one's queue.
+      const other = await service.request('POST', '/api/v1/gateway/execute', { headers: quiet.headers, body: quiet.body });
+      return { burst: sent, calm: other };
+    });
+    const answers = await Promise.all(burst);
+    const refused = answers.filter((r) => r.status === 429);
+    expect({ refused: refused.length, served: answers.filter((r) => r.status === 200).length }).toEqual({ refused: 9, served: 3 });
+    expect(refused[0].body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { period: 'concurrent', limit: 3 } });
+    // Two waiting, one running or about to: this one is the third or the fourth.
+    expect(refused[0].body.error.details.current).toBeGreaterThanOrEqual(3);
+    expect(refused[0].headers.get('retry-after')).toBe('1');
+    expect(calm.status).toBe(200);
+  },
+  120_000,
+);
+
+test('a request waiting for its tool gives its turn back: the org’s other requests run meanwhile, even with one turn per org', async () => {
+  const hits: Hit[] = [];
+  const held: (() => void)[] = [];
+  const tool = await startRecordingServer(hits, (_hit, res) => held.push(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')));
+  try {
+    const service = await startService({ ORG_MAX_CONCURRENCY: '1', MAX_CONCURRENT_REQUESTS: '1' });
+    const org = await signUp(service, 'tool-wait');
+    const agent = await readyAgent(service, org, { tool: false });
     const created = await service.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
       token: org.adminToken,
-      body: { action_type: 'billing', connector: 'http', config: { url: `${tool.base}/tool`, allow_private_network: true } },
+      body: { action_type: 'billing', connector: 'http', config: { url: `${tool.base}/tool`, allow_private_network: true, timeout_ms: 60_000 } },
     });
     expect(created.status).toBe(201);
-    const quiet = await orgExecute(service, 'calm');
-    const burst = await Promise.all(
-      Array.from({ length: 12 }, (_, i) =>
-        service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent, 'read', { i }) }),
-      ),
-    );
-    const refused = burst.filter((r) => r.status === 429);
-    // One running and two waiting at any time: most of a burst of 12 is refused, the rest served.
-    expect(refused.length).toBeGreaterThanOrEqual(6);
-    expect(burst.filter((r) => r.status !== 429 && r.status !== 200)).toEqual([]);
-    expect(refused[0].body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { period: 'concurrent', limit: 3 } });
-    expect(refused[0].headers.get('retry-after')).toBe('1');
-    const calm = await service.request('POST', '/api/v1/gateway/execute', { headers: quiet.headers, body: quiet.body });
-    expect(calm.status).toBe(200);
+    const slow = service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent) });
+    const deadline = Date.now() + 30_000;
+    while (!held.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(held).toHaveLength(1);
+    // The org's only turn is not held while its tool is: an evaluate of the same org is answered now.
+    const meanwhile = await service.request('POST', '/api/v1/gateway/evaluate', { apiKey: agent.key, body: actionBody(agent) });
+    expect(meanwhile.status).toBe(200);
+    expect(held).toHaveLength(1);
+    held[0]();
+    expect((await slow).status).toBe(200);
   } finally {
     await tool.close();
   }

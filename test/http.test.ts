@@ -31,7 +31,7 @@ describe('health', () => {
     expect(ready.body).toEqual({ status: 'ok', checks: { database: true } });
   });
 
-  test('readiness is 503 when the database does not answer, and a failing query is a bare 500', async () => {
+  test('readiness and requests are 503 SERVICE_UNAVAILABLE with Retry-After when the database is gone, logged as a warning', async () => {
     const broken = await startTestApp({}, { logger: createLogger('info', sink) });
     const org = await signUp(broken);
     await broken.database.db.close();
@@ -40,9 +40,31 @@ describe('health', () => {
       expect(ready.status).toBe(503);
       expect(ready.body).toEqual({ status: 'unavailable', checks: { database: false } });
       const failing = await broken.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
+      expect(failing.status).toBe(503);
+      expect(failing.headers.get('retry-after')).toBe('2');
+      expect(failing.body.error.code).toBe('SERVICE_UNAVAILABLE');
+      expect(failing.text).not.toMatch(/select|prisma|pglite|pg\b|stack|at \w+ \(/i);
+      const requestId = failing.headers.get('x-request-id');
+      // An outage is expected, not a bug: a warning with the reason, no stack.
+      const logged = logLines.filter((l) => l.request_id === requestId);
+      expect(logged.filter((l) => l.level === 40 && l.msg === 'database unavailable' && typeof l.reason === 'string').length).toBeGreaterThanOrEqual(1);
+      expect(logged.filter((l) => Number(l.level) >= 50)).toEqual([]);
+    } finally {
+      await broken.app.stop();
+      await broken.database.close().catch(() => undefined);
+    }
+  });
+
+  test('a query that fails for any other reason is a bare 500 INTERNAL_ERROR, its cause logged with the request id', async () => {
+    const broken = await startTestApp({}, { logger: createLogger('info', sink) });
+    const org = await signUp(broken);
+    // A schema the code does not expect: the query fails as a bug would, not as an outage.
+    await broken.database.db.sql.exec('ALTER TABLE organizations RENAME TO organizations_moved');
+    try {
+      const failing = await broken.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
       expect(failing.status).toBe(500);
       expect(failing.body).toEqual({ error: { code: 'INTERNAL_ERROR', message: 'An internal error occurred', details: {} } });
-      expect(failing.text).not.toMatch(/select|prisma|pglite|pg\b|stack|at \w+ \(/i);
+      expect(failing.text).not.toMatch(/select|prisma|pglite|pg\b|stack|at \w+ \(|organizations/i);
       const requestId = failing.headers.get('x-request-id');
       expect(requestId).toMatch(/^req_/);
       // The cause is logged, with the request id, for the operator rather than the caller.

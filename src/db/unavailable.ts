@@ -43,6 +43,8 @@ const messagePatterns = [
   /Cannot use a pool after calling end on the pool/i,
   /server closed the connection unexpectedly/i,
   /terminating connection/i,
+  // Embedded: the database was closed under the request (the process is stopping).
+  /PGlite is clos(ed|ing)/,
 ];
 
 function saysUnavailable(error: Record<string, unknown>): boolean {

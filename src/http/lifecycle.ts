@@ -138,7 +138,7 @@ export function useRequestLifecycle(options: {
 
 /** Runs the request in its scope; once it is answered (or failed), its org's turn ends. */
 function serve(state: RequestState, wrapped: () => void | Promise<void>): void | Promise<void> {
-  const release = () => state.release?.();
+  const release = () => state.turn?.release();
   let result: void | Promise<void>;
   try {
     result = runWithRequest(state, wrapped);

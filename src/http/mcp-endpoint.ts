@@ -25,7 +25,7 @@ import type { McpService } from '../modules/mcp/mcp.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
 import { Request, Response } from './fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
-import type { RequestState } from './request-state.js';
+import type { RequestState, Turn } from './request-state.js';
 
 /**
  * `POST /mcp/{svc_id}` (decisions.md § MCP proxy mode): the agent's tools over MCP's Streamable
@@ -117,7 +117,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor(principal: ApiKeyPrincipal, svcId: string, protocolVersion: string | null): Server {
+  function serverFor(principal: ApiKeyPrincipal, svcId: string, protocolVersion: string | null, turn: Turn | undefined): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -151,7 +151,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
         },
         async (span) => {
           try {
-            const result = await mcp.callTool(principal, svcId, request.params);
+            const result = await mcp.callTool(principal, svcId, request.params, turn?.away);
             if (result.isError) span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
             return result;
           } catch (error) {
@@ -203,7 +203,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
       parsedBody = undefined;
     }
     const forSdk = parsedBody === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: text }) : request;
-    await serverFor(principal, svcId, request.headers.get('mcp-protocol-version')).connect(transport);
+    await serverFor(principal, svcId, request.headers.get('mcp-protocol-version'), state?.turn).connect(transport);
     const answer = await transport.handleRequest(forSdk, parsedBody === undefined ? undefined : { parsedBody });
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer

@@ -21,8 +21,19 @@ export interface RequestState {
   auth: Promise<AuthState> | undefined;
   /** The request's server span, when tracing is on. */
   span?: Span;
-  /** Ends the org's turn to do work (src/lib/fair-scheduler.ts); called once the request is answered. */
-  release?: () => void;
+  /** The org's turn to do work (src/lib/fair-scheduler.ts), once the caller is known. */
+  turn?: Turn;
+}
+
+/** A request's turn to do work in the process, as the code that serves it holds it. */
+export interface Turn {
+  /** Ends the turn; called once the request is answered. */
+  release(): void;
+  /**
+   * Runs `wait`, a wait for something outside the process (a tool's answer), with the turn given
+   * back, so that others' work runs meanwhile; then waits for a turn again.
+   */
+  away<T>(wait: () => Promise<T>): Promise<T>;
 }
 
 const requestSlot = scopedSlot<RequestState>('request');

@@ -14,12 +14,19 @@
  * - has nothing running: a quiet org never waits behind a busy one; or
  * - is alone (no other tenant active within `activeWindowMs`) and runs fewer than `perTenant`:
  *   a single org keeps the concurrency its throughput needs; or
- * - runs fewer than its share of `capacity` among the active tenants: while others are active, a
- *   busy org's requests in progress, which every other request interleaves with, stay few.
+ * - runs fewer than its share of `capacity` among the active tenants (at least MIN_SHARE): while
+ *   others are active, a busy org's requests in progress, which every other request interleaves
+ *   with, stay few.
  *
  * A tenant with `maxQueuedPerTenant` requests waiting is refused more: the edge answers 429.
  * Nothing here knows of HTTP: admission is a promise, and release a function to call once.
  */
+
+/**
+ * The least a tenant may run while others are active: with one, a request of it held up by a lock
+ * or a slow statement would hold up all its others.
+ */
+export const MIN_SHARE = 2;
 
 export interface FairSchedulerOptions {
   /** Requests running at once, shared out among the tenants active together. */
@@ -72,10 +79,14 @@ export class FairScheduler {
     return { running: this.running, waiting };
   }
 
-  admit(tenantId: string): Promise<Admission> {
+  /**
+   * Waits for a turn of the tenant. `resuming`: the request had a turn and gave it back while it
+   * waited for something outside (a tool); it is never refused, since its work has begun.
+   */
+  admit(tenantId: string, resuming = false): Promise<Admission> {
     const tenant = this.tenantOf(tenantId);
     tenant.lastSeen = this.now();
-    if (tenant.waiting.length >= this.options.maxQueuedPerTenant) {
+    if (!resuming && tenant.waiting.length >= this.options.maxQueuedPerTenant) {
       return Promise.resolve({ admitted: false, running: tenant.running, queued: tenant.waiting.length });
     }
     if (!tenant.waiting.length) this.turns.push(tenantId);
@@ -107,7 +118,7 @@ export class FairScheduler {
   private limitOf(tenant: Tenant, active: number): number {
     if (tenant.running === 0) return 1;
     if (active <= 1) return this.options.perTenant;
-    return Math.min(this.options.perTenant, Math.max(1, Math.floor(this.options.capacity / active)));
+    return Math.min(this.options.perTenant, Math.max(MIN_SHARE, Math.floor(this.options.capacity / active)));
   }
 
   private scheduleTurn(): void {

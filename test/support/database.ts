@@ -9,6 +9,13 @@ import type { QueryObserver } from '../../src/db/query-observer.js';
  */
 export const backend: 'postgresql' | 'pglite' = process.env.DATABASE_URL ? 'postgresql' : 'pglite';
 
+/**
+ * How long a test's statement may wait on PostgreSQL (DATABASE_TIMEOUT_MS is 5 s in service): a
+ * machine running two test files at once can hold a lock that long without anything being wrong.
+ * The tests of the timeout itself set their own.
+ */
+export const TEST_DATABASE_TIMEOUT_MS = 30_000;
+
 export interface TestDatabase {
   db: Database;
   /** For child processes that must open the same database. */
@@ -36,7 +43,13 @@ export async function createTestDatabase(options: { migrate?: boolean; onQuery?:
   await admin((client) => client.query(`CREATE DATABASE ${name}`));
   const url = new URL(process.env.DATABASE_URL!);
   url.pathname = `/${name}`;
-  const db = await openDatabase({ databaseUrl: url.toString(), migrate: options.migrate, poolSize: 20, onQuery: options.onQuery });
+  const db = await openDatabase({
+    databaseUrl: url.toString(),
+    migrate: options.migrate,
+    poolSize: 20,
+    onQuery: options.onQuery,
+    timeoutMs: TEST_DATABASE_TIMEOUT_MS,
+  });
   return {
     db,
     url: url.toString(),
@@ -54,6 +67,6 @@ export async function createTestDatabase(options: { migrate?: boolean; onQuery?:
  */
 export async function reopenTestDatabase(database: TestDatabase): Promise<TestDatabase> {
   if (!database.url) return { db: database.db, url: undefined, close: async () => undefined };
-  const db = await openDatabase({ databaseUrl: database.url, migrate: false, poolSize: 20 });
+  const db = await openDatabase({ databaseUrl: database.url, migrate: false, poolSize: 20, timeoutMs: TEST_DATABASE_TIMEOUT_MS });
   return { db, url: database.url, close: () => db.close() };
 }

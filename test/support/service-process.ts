@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { TEST_DATABASE_TIMEOUT_MS } from './database.js';
 import { TEST_SIGNUP_LIMIT, requestInit, testResponse, type RequestOptions, type TestClient, type TestResponse } from './app.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -62,6 +63,7 @@ export function startService(port: number, options: ServiceOptions): Service {
     HOST: '127.0.0.1',
     LOG_LEVEL: 'info',
     METRICS_PORT: '0',
+    DATABASE_TIMEOUT_MS: String(TEST_DATABASE_TIMEOUT_MS),
     ...TEST_SIGNUP_LIMIT,
     ...options.env,
   };

@@ -85,17 +85,20 @@ test('a tenant with nothing running goes before a busy one, whose share shrinks 
 });
 
 test('waiting tenants take turns: the one with fewer running first', async () => {
-  const s = scheduler({ ...options, capacity: 2, perTenant: 2 });
-  const a = Array.from({ length: 3 }, () => s.ask('a'));
-  const b = Array.from({ length: 3 }, () => s.ask('b'));
-  await s.passes(6);
-  // Shares of 1 each: a's first, b's first.
+  const s = scheduler({ ...options, capacity: 2, perTenant: 3 });
+  const a = Array.from({ length: 4 }, () => s.ask('a'));
+  const b = Array.from({ length: 4 }, () => s.ask('b'));
+  await s.passes(1);
+  expect(s.started()).toBe('a');
+  // b has none running: b next, then a and b alternate up to their shares (at least 2 each).
+  await s.passes(1);
   expect(s.started()).toBe('ab');
-  s.done(a[0]);
-  s.done(b[0]);
-  await s.passes(2);
+  await s.passes(6);
   expect(s.started()).toBe('aabb');
-  expect([a[1], b[1]].every((r) => r.admission?.admitted)).toBe(true);
+  s.done(a[0]);
+  await s.passes(2);
+  expect(s.started()).toBe('aaabb');
+  void b;
 });
 
 test('on a tie the tenant whose last start is the oldest goes first, however long the other has waited', async () => {
@@ -136,6 +139,26 @@ test('past its waiting limit a tenant is refused with what it has running and wa
   const b = s.ask('b');
   await s.pass();
   expect(b.admission?.admitted).toBe(true);
+});
+
+test('a request resuming after a wait outside is never refused, even past the waiting limit', async () => {
+  const s = scheduler({ ...options, perTenant: 1, maxQueuedPerTenant: 1 });
+  s.ask('a');
+  await s.pass();
+  s.ask('a');
+  expect(await s.fair.admit('a')).toMatchObject({ admitted: false });
+  let resumed: Admission | undefined;
+  void s.fair.admit('a', true).then((admission) => (resumed = admission));
+  await s.passes(3);
+  expect(resumed).toBeUndefined();
+  expect(s.fair.load).toEqual({ running: 1, waiting: 2 });
+});
+
+test('with several tenants active, each keeps at least two running: one request held up cannot hold up its others', async () => {
+  const s = scheduler({ ...options, capacity: 2, perTenant: 10 });
+  const requests = ['a', 'a', 'a', 'b', 'c', 'd'].map((tenant) => s.ask(tenant));
+  await s.passes(10);
+  expect(requests.filter((r) => r.tenant === 'a' && r.admission?.admitted)).toHaveLength(2);
 });
 
 test('releasing twice frees one slot', async () => {

@@ -1,6 +1,6 @@
 import { AppError } from '../../errors.js';
-import type { RequestState } from '../../http/request-state.js';
-import { FairScheduler, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
+import type { RequestState, Turn } from '../../http/request-state.js';
+import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
 import type { ApiKeyService } from '../api-key/api-key.service.js';
 import type { AuthState, Principal } from './authz.js';
 import type { SessionService } from './session.service.js';
@@ -24,13 +24,29 @@ const isGatewayRoute = (route: string | undefined) => route?.startsWith('POST /a
 export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
   const scheduler = new FairScheduler(concurrency);
 
+  /** A turn of the org that can be given back while the request waits outside and taken again. */
+  function turnOf(orgId: string, first: Admission & { admitted: true }): Turn {
+    let current = first;
+    return {
+      release: () => current.release(),
+      async away(wait) {
+        current.release();
+        try {
+          return await wait();
+        } finally {
+          current = (await scheduler.admit(orgId, true)) as Admission & { admitted: true };
+        }
+      },
+    };
+  }
+
   /**
    * Waits for the org's turn to do the request's work (src/lib/fair-scheduler.ts), once per
-   * request; the turn ends with the request (`state.release`, called by the request lifecycle).
+   * request; the turn ends with the request (`state.turn`, released by the request lifecycle).
    * An org with too many requests waiting already is refused: 429.
    */
   async function admit(orgId: string, state: RequestState): Promise<void> {
-    if (state.release) return;
+    if (state.turn) return;
     const admission = await scheduler.admit(orgId);
     if (!admission.admitted) {
       throw new AppError(
@@ -47,7 +63,7 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
         },
       );
     }
-    state.release = admission.release;
+    state.turn = turnOf(orgId, admission);
   }
 
   /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */

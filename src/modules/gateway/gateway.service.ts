@@ -56,6 +56,11 @@ import { budgetCountsOf, countAndJournal, peekCounts, type JournalEntry } from '
 export interface DecisionOptions {
   mode: GatewayMode;
   channel: GatewayChannel;
+  /**
+   * Runs the wait for the tool's answer: the caller's edge may let other work run meanwhile (its
+   * turn in the process, src/lib/fair-scheduler.ts). Absent: the tool is awaited as is.
+   */
+  awayWhile?: <T>(wait: () => Promise<T>) => Promise<T>;
 }
 
 export interface DecisionOutcome {
@@ -304,12 +309,14 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const counted = commit.counts;
     matched = policyEntries(context.policies, new Map(counters.map((counter, i) => [counter.match, counted[i] > counter.limit])));
 
-    const result = await tools.execute(tool!, {
-      svc_id: call.svcId,
-      agent_id: call.agentId,
-      action: call.action,
-      interaction_id: interactionId,
-    });
+    const callTool = () =>
+      tools.execute(tool!, {
+        svc_id: call.svcId,
+        agent_id: call.agentId,
+        action: call.action,
+        interaction_id: interactionId,
+      });
+    const result = await (options.awayWhile ? options.awayWhile(callTool) : callTool());
     const allowed: GatewayDecision = { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse, policies: matched };
     const resultHash = canonicalHash(result);
     let decision: GatewayDecision;

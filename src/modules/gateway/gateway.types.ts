@@ -130,7 +130,8 @@ function decisionRoute(
       args: decisionArgs,
       authScopes: { own: action },
       async resolve(_, args, ctx) {
-        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, { mode, channel: 'graphql' }), ctx.state);
+        const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
+        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
       },
     }),
   );
@@ -143,7 +144,11 @@ function decisionRoute(
     direct: {
       action,
       async handle({ principal, args, services, state }) {
-        const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, { mode, channel: 'rest' });
+        const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, {
+          mode,
+          channel: 'rest',
+          awayWhile: state.turn?.away,
+        });
         return decisionBody(answer(outcome, state));
       },
     },

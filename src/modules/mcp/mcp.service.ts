@@ -2,7 +2,7 @@ import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
 import { outOfScope, type ApiKeyPrincipal } from '../auth/authz.js';
-import type { GatewayService } from '../gateway/gateway.service.js';
+import type { DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';
 import type { PolicyService } from '../policy/policy.service.js';
@@ -65,6 +65,7 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     principal: ApiKeyPrincipal,
     svcId: string,
     call: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown> },
+    awayWhile?: DecisionOptions['awayWhile'],
   ): Promise<CallToolResult> {
     const manifest = await manifests.current(principal.orgId, svcId);
     const capability = capabilityOfToolName(call.name, manifest);
@@ -89,7 +90,7 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
         approval_id: approvalId,
         capability_token: capabilityToken,
       },
-      { mode: 'execute', channel: 'mcp' },
+      { mode: 'execute', channel: 'mcp', awayWhile },
     );
     return callResultOf(outcome);
   }
