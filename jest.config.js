@@ -1,4 +1,9 @@
-/** ESM throughout (jose is ESM-only): ts-jest transpiles, Node's VM modules run the tests. */
+/**
+ * ESM throughout (jose is ESM-only): ts-jest transpiles, Node's VM modules run the tests.
+ * `npm test` runs the files in two workers, then the `*.measured.test.ts` files one at a time:
+ * they compare latencies (one org's under another's flood), which a second test file running on
+ * the same two cores would distort.
+ */
 export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],

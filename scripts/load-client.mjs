@@ -1,5 +1,5 @@
 // A closed-loop HTTP load client, run as a process of its own so that it shares no event loop with
-// the service it measures (the bench's two-org rows, test/fairness.test.ts). `concurrency` clients
+// the service it measures (the bench's two-org rows, test/fairness.measured.test.ts). `concurrency` clients
 // each send the request again as soon as the previous answer arrived, for `seconds`; it prints one
 // JSON line: requests, rps, the latency percentiles in milliseconds (measured per request with
 // the monotonic clock, not bucketed), and how many answers were not 2xx or failed.

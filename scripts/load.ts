@@ -1,5 +1,5 @@
 // Runs scripts/load-client.mjs as a child process and reads its result (the bench's two-org rows,
-// test/fairness.test.ts): load that does not share the measured service's event loop.
+// test/fairness.measured.test.ts): load that does not share the measured service's event loop.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';

@@ -161,6 +161,7 @@ describe('a heavy condition of one org, flooded with big params', () => {
     // B's latency as a ratio to B's own under the same traffic with a cheap condition. Against B
     // idle (≈1 ms) it is dominated by A's 224 KiB bodies, which no condition budget changes.
     holds(quantile(flooded.latencies, 0.5) <= 2 * quantile(control.latencies, 0.5) + 10);
-    holds(quantile(flooded.latencies, 0.9) <= 3 * quantile(control.latencies, 0.9) + 20);
+    // The tail, more loosely: 20 samples make a noisy p90 (without the budget it is seconds).
+    holds(quantile(flooded.latencies, 0.9) <= 4 * quantile(control.latencies, 0.9) + 50);
   });
 });
