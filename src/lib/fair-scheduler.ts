@@ -89,6 +89,11 @@ export class FairScheduler {
     if (!resuming && tenant.waiting.length >= this.options.maxQueuedPerTenant) {
       return Promise.resolve({ admitted: false, running: tenant.running, queued: tenant.waiting.length });
     }
+    // Alone, with nobody waiting, there is nobody to be fair to: a pass of the loop per start
+    // would only cap a single org's throughput (it cost evaluate about a tenth of its rate).
+    if (!this.turns.length && tenant.running < this.options.perTenant && this.activeTenants() <= 1) {
+      return Promise.resolve(this.started(tenant));
+    }
     if (!tenant.waiting.length) this.turns.push(tenantId);
     const admitted = new Promise<Admission>((resolve) => tenant.waiting.push(resolve));
     this.scheduleTurn();
@@ -144,14 +149,18 @@ export class FairScheduler {
       }
     }
     if (!best) return;
-    const start = best.waiting.shift()!;
+    // One start a pass keeps a run of one org's requests from going ahead of another's. Alone, an
+    // org starts all its limit allows: a start a pass capped its throughput at the loop's pass rate.
+    const starts = active <= 1 ? this.options.perTenant : 1;
+    for (let n = 0; n < starts && best.waiting.length && best.running < this.limitOf(best, active); n++) {
+      best.waiting.shift()!(this.started(best));
+    }
     if (!best.waiting.length) this.turns.splice(chosen, 1);
-    best.lastStart = ++this.starts;
-    start(this.started(best));
     if (this.turns.length) this.scheduleTurn();
   }
 
   private started(tenant: Tenant): Admission {
+    tenant.lastStart = ++this.starts;
     tenant.running++;
     this.running++;
     let released = false;

@@ -28,6 +28,12 @@ function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now'>) {
     async passes(n: number) {
       for (let i = 0; i < n; i++) await this.pass();
     },
+    /** A request of `tenant` that came and went: the tenant counts as active for the window. */
+    async seen(tenant: string) {
+      const request = this.ask(tenant);
+      await this.pass();
+      this.done(request);
+    },
     /** Which tenants' requests started, in the order they asked. */
     started: () => requests.filter((r) => r.admission?.admitted).map((r) => r.tenant).join(''),
     done(request: { admission?: Admission }) {
@@ -39,16 +45,36 @@ function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now'>) {
 
 const options = { capacity: 4, perTenant: 3, maxQueuedPerTenant: 100, activeWindowMs: 1000 };
 
-test('nothing starts before a pass of the event loop, then one request a pass', async () => {
+test('alone with nobody waiting, a request starts at once: there is nobody to be fair to', async () => {
   const s = scheduler(options);
   s.ask('a');
   s.ask('a');
   await new Promise((resolve) => setImmediate(resolve));
-  expect(s.started()).toBe('');
-  await s.pass();
-  expect(s.started()).toBe('a');
-  await s.pass();
   expect(s.started()).toBe('aa');
+});
+
+test('alone, a tenant whose requests wait for its limit starts all that fit in one pass', async () => {
+  const s = scheduler(options);
+  const a = Array.from({ length: 6 }, () => s.ask('a'));
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(s.fair.load).toEqual({ running: 3, waiting: 3 });
+  s.done(a[0]);
+  s.done(a[1]);
+  await s.pass();
+  expect(s.fair.load).toEqual({ running: 3, waiting: 1 });
+});
+
+test('while another tenant is active, nothing starts before a pass of the event loop, then one request a pass', async () => {
+  const s = scheduler(options);
+  await s.seen('z');
+  s.ask('a');
+  s.ask('a');
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(s.started()).toBe('z');
+  await s.pass();
+  expect(s.started()).toBe('za');
+  await s.pass();
+  expect(s.started()).toBe('zaa');
 });
 
 test('a tenant alone runs up to its own limit; the rest wait in order', async () => {
@@ -68,8 +94,8 @@ test('a tenant with nothing running goes before a busy one, whose share shrinks 
   await s.passes(8);
   // Alone, a runs as many as its own limit allows.
   expect(s.fair.load).toEqual({ running: 8, waiting: 0 });
-  const more = Array.from({ length: 4 }, () => s.ask('a'));
   const b = s.ask('b');
+  const more = Array.from({ length: 4 }, () => s.ask('a'));
   await s.pass();
   // b has nothing running: its turn comes first, and a's waiting ones do not start over a's share (4 / 2).
   expect(b.admission?.admitted).toBe(true);
@@ -86,23 +112,25 @@ test('a tenant with nothing running goes before a busy one, whose share shrinks 
 
 test('waiting tenants take turns: the one with fewer running first', async () => {
   const s = scheduler({ ...options, capacity: 2, perTenant: 3 });
+  await s.seen('z');
   const a = Array.from({ length: 4 }, () => s.ask('a'));
   const b = Array.from({ length: 4 }, () => s.ask('b'));
   await s.passes(1);
-  expect(s.started()).toBe('a');
+  expect(s.started()).toBe('za');
   // b has none running: b next, then a and b alternate up to their shares (at least 2 each).
   await s.passes(1);
-  expect(s.started()).toBe('ab');
+  expect(s.started()).toBe('zab');
   await s.passes(6);
-  expect(s.started()).toBe('aabb');
+  expect(s.started()).toBe('zaabb');
   s.done(a[0]);
   await s.passes(2);
-  expect(s.started()).toBe('aaabb');
+  expect(s.started()).toBe('zaaabb');
   void b;
 });
 
 test('on a tie the tenant whose last start is the oldest goes first, however long the other has waited', async () => {
   const s = scheduler(options);
+  await s.seen('z');
   const a = Array.from({ length: 4 }, () => s.ask('a'));
   await s.pass();
   // Requests that end within their pass (a database in the same thread): a has nothing running again.
@@ -110,7 +138,7 @@ test('on a tie the tenant whose last start is the oldest goes first, however lon
   const b = s.ask('b');
   await s.pass();
   expect(b.admission?.admitted).toBe(true);
-  expect(s.started()).toBe('ab');
+  expect(s.started()).toBe('zab');
 });
 
 test('a tenant seen within the window keeps the busy one at its share; once the window passed, the busy one grows back', async () => {
@@ -156,6 +184,7 @@ test('a request resuming after a wait outside is never refused, even past the wa
 
 test('with several tenants active, each keeps at least two running: one request held up cannot hold up its others', async () => {
   const s = scheduler({ ...options, capacity: 2, perTenant: 10 });
+  await s.seen('z');
   const requests = ['a', 'a', 'a', 'b', 'c', 'd'].map((tenant) => s.ask(tenant));
   await s.passes(10);
   expect(requests.filter((r) => r.tenant === 'a' && r.admission?.admitted)).toHaveLength(2);
