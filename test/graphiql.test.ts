@@ -5,7 +5,7 @@
  */
 import { request as httpRequest, createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { brotliDecompressSync, gunzipSync } from 'node:zlib';
+import { brotliCompressSync, brotliDecompressSync, constants, gunzipSync } from 'node:zlib';
 import { parse, validate } from 'graphql';
 import { schema } from '../src/graphql/schema.js';
 import { chooseEncoding, GRAPHIQL_DEFAULT_QUERY } from '../src/http/graphiql-page.js';
@@ -118,12 +118,23 @@ test('a revisit with the ETag is a 304 without a body; another ETag gets the pag
 });
 
 test('compressed once: later requests send the kept bytes without compressing again', async () => {
+  const plain = await getPage();
   await getPage({ 'accept-encoding': 'br' });
+  const elapsedMs = (work: () => unknown) => {
+    const started = process.hrtime.bigint();
+    work();
+    return Number(process.hrtime.bigint() - started) / 1e6;
+  };
+  // What one compression costs on this machine, now (the service's quality and window).
+  const compressMs = elapsedMs(() =>
+    brotliCompressSync(plain.body, { params: { [constants.BROTLI_PARAM_QUALITY]: 6, [constants.BROTLI_PARAM_SIZE_HINT]: plain.body.length } }),
+  );
   const started = process.hrtime.bigint();
   for (let i = 0; i < 5; i++) await getPage({ 'accept-encoding': 'br' });
   const perRequestMs = Number(process.hrtime.bigint() - started) / 1e6 / 5;
-  // Compressing 9 MB with brotli takes hundreds of milliseconds; sending 2 MB on loopback a few.
-  expect(perRequestMs).toBeLessThan(150);
+  // Sending the kept 2 MB on loopback costs a small part of compressing 9 MB again: a ratio, so a
+  // loaded machine slows both sides alike.
+  expect(perRequestMs).toBeLessThan(compressMs / 2);
 });
 
 test('GraphQL clients on /graphql are not given the page', async () => {

@@ -6,6 +6,9 @@ import {
   getOperationAST,
   GraphQLError,
   Kind,
+  Lexer,
+  Source,
+  TokenKind,
   validate,
   valueFromASTUntyped,
   type DocumentNode,
@@ -16,7 +19,6 @@ import {
   type OperationDefinitionNode,
   type ParseOptions,
   type SelectionSetNode,
-  type Source,
   type ValidationRule,
   type ValueNode,
 } from 'graphql';
@@ -85,10 +87,22 @@ const throwLimitError = (_context: unknown, armorError: GraphQLError) => {
 const reported = (errors: AppError | AppError[]) => new AggregateError(Array.isArray(errors) ? errors : [errors]);
 
 /**
- * graphql-js parses and validates recursively, so nesting costs stack; the token limit keeps it far
- * below the stack's depth, and a RangeError, should one still happen, is the document's problem.
+ * graphql-js parses and validates recursively, so nesting costs stack. A document nested deep
+ * enough to overflow it (about 1,500 levels) may do so before the parser has read more tokens than
+ * the limit, so whether it fails by count or by stack depends on the runtime's frame sizes. The
+ * answer does not: a document over the token limit as a whole is refused for that, whatever
+ * stopped the parser, and one within it that still overflows nests too deeply.
  */
 const tooDeep = () => documentError('The document nests too deeply');
+
+/** Whether the document has more than `limit` tokens: the lexer reads iteratively, without recursion. */
+function overTokenLimit(source: string | Source, limit: number): boolean {
+  const lexer = new Lexer(typeof source === 'string' ? new Source(source) : source);
+  for (let count = 0; count <= limit; count++) {
+    if (lexer.advance().kind === TokenKind.EOF) return false;
+  }
+  return true;
+}
 
 function parseWithin(source: string | Source, options: ParseOptions | undefined, limits: OperationLimits): DocumentNode {
   const parser = new MaxTokensParserWLexer(source, { ...options, n: limits.tokens, onAccept: [], onReject: [] });
@@ -96,7 +110,8 @@ function parseWithin(source: string | Source, options: ParseOptions | undefined,
     return parser.parseDocument();
   } catch (error) {
     // Decided by the count, not by the error: at the deepest point even building the error can overflow.
-    if (parser.tokenCount > limits.tokens) throw reported(documentError(`Token limit of ${limits.tokens} exceeded.`));
+    const overLimit = parser.tokenCount > limits.tokens || (error instanceof RangeError && overTokenLimit(source, limits.tokens));
+    if (overLimit) throw reported(documentError(`Token limit of ${limits.tokens} exceeded.`));
     if (error instanceof RangeError) throw reported(tooDeep());
     if (error instanceof GraphQLError) throw reported(new AppError('BAD_REQUEST', error.message, { at: error }));
     throw error;

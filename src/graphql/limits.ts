@@ -37,8 +37,8 @@ export const UNBOUNDED_LIST_SIZE = 10;
 
 export const operationLimits: Record<CallerClass, OperationLimits> = {
   anonymous: { tokens: 1_000, depth: 10, aliases: 5, cost: 2 * REQUEST_COST },
-  // 2,000 tokens also keep literals and selections far shallower than the ~1,500 levels at which
-  // graphql-js's recursive parser overflows the stack.
+  // A document nested past the ~1,500 levels at which graphql-js's recursive parser overflows the
+  // stack has more than 2,000 tokens: it is refused for its tokens, however the parser stopped.
   authenticated: { tokens: 2_000, depth: 10, aliases: 20, cost: 100 * REQUEST_COST },
 };
 
