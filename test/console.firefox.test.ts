@@ -8,9 +8,14 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
 import { ensureConsoleBuilt } from './support/console.js';
-import { FirefoxPage } from './support/firefox-bidi.js';
+import { findFirefox, FirefoxPage } from './support/firefox-bidi.js';
 import { addUser, PASSWORD, signUp } from './support/fixtures.js';
 import { actionBody, execute, readyAgent } from './support/gateway.js';
+import { testWith } from './support/optional-programs.js';
+
+const firefoxPath = findFirefox();
+/** Skipped without Firefox (hooks of a file whose tests are all skipped do not run). */
+const test = testWith(firefoxPath);
 
 let t: TestApp;
 let server: Server;
@@ -23,7 +28,7 @@ beforeAll(async () => {
   server = createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  firefox = await FirefoxPage.launch();
+  firefox = await FirefoxPage.launch(firefoxPath!);
 }, 90_000);
 
 afterAll(async () => {

@@ -1,7 +1,7 @@
 /** What the console tests need besides the service: a current build and a browser. */
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { optionalProgram } from './optional-programs.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -18,23 +18,15 @@ export function ensureConsoleBuilt(): void {
   if (result.status !== 0) throw new Error(`the console build failed:\n${result.stderr}`);
 }
 
-/** Debian's chromium (playwright's own browser builds cannot be downloaded here). */
-const CHROMIUM_CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
-
-export function chromiumExecutable(): string {
-  for (const candidate of CHROMIUM_CANDIDATES) {
-    if (!candidate) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // the next one
-    }
-  }
-  throw new Error(
-    'No Chromium for the console tests: install Debian\'s package (apt-get install -y chromium, as .ci/run does) ' +
-      'or set CHROMIUM_PATH to a Chromium executable',
-  );
+/**
+ * Debian's Chromium (playwright's own browser builds cannot be downloaded here), or CHROMIUM_PATH;
+ * undefined, after a notice, when there is none (the browser tests are skipped then, except under CI).
+ */
+export function findChromium(): string | undefined {
+  return optionalProgram('Chromium', ['/usr/bin/chromium', '/usr/bin/chromium-browser'], 'apt-get install chromium', {
+    variable: 'CHROMIUM_PATH',
+    value: process.env.CHROMIUM_PATH,
+  });
 }
 
 export const ARTIFACTS_DIR = fileURLToPath(new URL('../artifacts/', import.meta.url));

@@ -5,24 +5,21 @@
  * few commands it needs itself: open a session, navigate, evaluate a script.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import WebSocket from 'ws';
+import { optionalProgram } from './optional-programs.js';
 
-const FIREFOX_CANDIDATES = [process.env.FIREFOX_PATH, '/usr/bin/firefox-esr', '/usr/bin/firefox'];
-
-export function firefoxExecutable(): string {
-  for (const candidate of FIREFOX_CANDIDATES) {
-    if (!candidate) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // the next one
-    }
-  }
-  throw new Error('No Firefox for the console tests: install Debian\'s firefox-esr (as .ci/run does) or set FIREFOX_PATH');
+/**
+ * Debian's Firefox ESR, or FIREFOX_PATH; undefined, after a notice, when there is none (the browser
+ * tests are skipped then, except under CI).
+ */
+export function findFirefox(): string | undefined {
+  return optionalProgram('Firefox', ['/usr/bin/firefox-esr', '/usr/bin/firefox'], 'apt-get install firefox-esr', {
+    variable: 'FIREFOX_PATH',
+    value: process.env.FIREFOX_PATH,
+  });
 }
 
 /** Waits for `promise`, at most `ms` (and leaves no timer behind). */
@@ -58,10 +55,10 @@ export class FirefoxPage {
   }
 
   /** Starts a headless Firefox with a fresh profile and opens a BiDi session on its first tab. */
-  static async launch(): Promise<FirefoxPage> {
+  static async launch(executable: string): Promise<FirefoxPage> {
     const profile = mkdtempSync(path.join(tmpdir(), 'agw-firefox-'));
     // A process group of its own: closing kills Firefox's content processes with it.
-    const firefox = spawn(firefoxExecutable(), ['--headless', '--no-remote', '--profile', profile, '--remote-debugging-port', '0'], {
+    const firefox = spawn(executable, ['--headless', '--no-remote', '--profile', profile, '--remote-debugging-port', '0'], {
       stdio: ['ignore', 'ignore', 'pipe'],
       detached: true,
     });

@@ -5,12 +5,12 @@
  * of Debian's packages; a missing binary skips the tests that need it, except under CI.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { chown, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { optionalProgram } from './optional-programs.js';
 import { freePort } from './service-process.js';
 
 const run = promisify(execFile);
@@ -18,19 +18,9 @@ const PG_BIN = '/usr/lib/postgresql/15/bin';
 const PGBOUNCER = '/usr/sbin/pgbouncer';
 const asRoot = process.getuid?.() === 0;
 
-/**
- * Whether `binary` is installed. Without it, the tests that need it are skipped with a notice
- * naming the install command, unless CI is set: there a missing server is a failure.
- */
-export function available(binary: string, install: string): boolean {
-  if (existsSync(binary)) return true;
-  if (process.env.CI) throw new Error(`${binary} is missing; CI installs it with: ${install}`);
-  process.stderr.write(`skipping the tests that need ${binary}: install it with \`${install}\`\n`);
-  return false;
-}
-
-export const hasPostgresBinaries = () => available(`${PG_BIN}/pg_ctl`, 'apt-get install postgresql-15');
-export const hasPgBouncer = () => available(PGBOUNCER, 'apt-get install pgbouncer');
+export const hasPostgresBinaries = () =>
+  Boolean(optionalProgram('PostgreSQL 15 server binaries', [`${PG_BIN}/pg_ctl`], 'apt-get install postgresql-15'));
+export const hasPgBouncer = () => Boolean(optionalProgram('PgBouncer', [PGBOUNCER], 'apt-get install pgbouncer'));
 
 /** A command as the `postgres` user (as root) or as ourselves. */
 function asPostgres(command: string, args: string[]) {
