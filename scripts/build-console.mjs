@@ -31,14 +31,18 @@ export function staleness(inputs = inputsHash()) {
   return stalenessOf({ stamp, inputs, outDir, outputs: Object.keys(stamp?.files ?? {}), outName: 'console/dist' });
 }
 
+/** Codegen, esbuild and Preact are dev dependencies: a production install cannot build. */
+function needDevDependencies() {
+  const missing = ['@graphql-codegen/cli', 'esbuild', 'preact'].filter((name) => !existsSync(path.join(root, 'node_modules', name, 'package.json')));
+  if (missing.length === 0) return;
+  const error = new Error(`building the console needs the dev dependencies (${missing.join(', ')} not installed): run npm ci without --omit, then npm run build:console`);
+  error.code = 'NO_DEV_DEPENDENCIES';
+  throw error;
+}
+
 function codegen() {
   // Its package exports do not include the bin, so the path within node_modules.
   const cli = path.join(root, 'node_modules/@graphql-codegen/cli/cjs/bin.js');
-  if (!existsSync(cli)) {
-    const error = new Error('building the console needs the dev dependencies (@graphql-codegen/cli): run npm install without --omit=dev');
-    error.code = 'NO_DEV_DEPENDENCIES';
-    throw error;
-  }
   const env = { ...process.env, CODEGEN_TARGET: 'console' };
   const result = spawnSync(process.execPath, [cli, '--config', 'codegen.ts', '--silent'], { cwd: root, stdio: 'inherit', env });
   if (result.status !== 0) throw new Error(`graphql-codegen failed (status ${result.status})`);
@@ -99,6 +103,7 @@ async function bundleInto(building) {
 }
 
 export async function build(inputs = inputsHash()) {
+  needDevDependencies();
   codegen();
   // Built beside, then swapped in: a service reading console/dist (or a second build started at
   // the same time, as two test files can) never sees half a build.
@@ -137,10 +142,14 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
         process.stderr.write(`  console/dist/${file}: ${size.bytes} bytes, gzip ${size.gzip}, br ${size.br}\n`);
       }
     } catch (error) {
-      process.stderr.write(`console build failed: ${error.message}\n`);
       // An install without dev dependencies (or a start after one) still installs and serves the
-      // API; /console then answers 503 saying how to build it. Asked to build, it fails.
-      if (ifStale && error.code === 'NO_DEV_DEPENDENCIES') process.exit(0);
+      // API, with the console off: start-up does not advertise it, and /console answers 503
+      // saying it was not built in this install and how to get it. Asked to build, it fails.
+      if (ifStale && error.code === 'NO_DEV_DEPENDENCIES') {
+        process.stderr.write(`console/dist/ not built, so the operator console is off in this install: ${error.message}\n`);
+        process.exit(0);
+      }
+      process.stderr.write(`console build failed: ${error.message}\n`);
       process.exit(1);
     }
   }

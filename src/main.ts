@@ -5,9 +5,11 @@ import { createApp } from './app.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';
 import { openDatabase } from './db/database.js';
 import { databaseOptions, parseEnv } from './env.js';
+import { consoleIsBuilt } from './http/console.js';
 import { armExitWatchdog } from './lib/exit-watchdog.js';
 import { createLogger, stdoutLogOutput } from './logger.js';
 import { createMetricsServer, METRICS_PATH } from './observability/metrics-server.js';
+import { listeningLine } from './usage.js';
 
 /**
  * Shutdown budget after SHUTDOWN_GRACE_MS (in-flight requests): stopping background work, closing
@@ -70,11 +72,9 @@ if (metricsServer) {
 }
 
 server.listen(env.port, env.host, () => {
-  const base = env.publicUrl;
-  logger.info(
-    { graphiql: `${base}/graphql`, docs: `${base}/docs`, console: `${base}/console`, database: `${db.kind} ${db.location}` },
-    `Agent Gateway listening on ${base} (console ${base}/console, GraphiQL ${base}/graphql, API docs ${base}/docs, database ${db.kind} ${db.location})`,
-  );
+  // The console is advertised only where it is built (a production install may have none).
+  const { fields, message } = listeningLine(env.publicUrl, `${db.kind} ${db.location}`, consoleIsBuilt());
+  logger.info(fields, message);
 });
 
 let stopping = false;

@@ -46,7 +46,9 @@ test('builds when there is no stamp, then skips while nothing changed', async ()
   expect(await readFile(dist('main.js'), 'utf8')).toContain("'one'");
   expect(statSync(dist('cli/agent-gateway.js')).mode & 0o111).toBe(0o111);
   const stamp = JSON.parse(await readFile(dist('.build-stamp.json'), 'utf8'));
-  expect(stamp.outputs).toEqual(expect.arrayContaining(['main.js', 'cli/agent-gateway.js']));
+  expect(stamp.outputs).toEqual(expect.arrayContaining(['main.js', 'cli/agent-gateway.js', 'vendor/redoc/redoc.standalone.js']));
+  // ReDoc's bundle is served from the build: redoc is a dev dependency (src/http/docs.ts).
+  expect(await readFile(dist('vendor/redoc/redoc.standalone.js'), 'utf8')).toContain('Redoc');
   const mtime = statSync(dist('main.js')).mtimeMs;
   expect(start()).toEqual(skipped);
   expect(statSync(dist('main.js')).mtimeMs).toBe(mtime);

@@ -88,3 +88,27 @@ test('a failed build exits non-zero and leaves the previous build in place', asy
   expect(script()).toBe(working);
   expect(readdirSync(path.join(project, 'console')).filter((name) => name.startsWith('.dist-'))).toEqual([]);
 }, 120_000);
+
+test('without the dev dependencies: install (--if-stale) goes on with the console off and says so; a build asked for fails', async () => {
+  // A production install (npm ci --omit=dev …): the same project, no node_modules.
+  const bare = await mkdtemp(path.join(root, '.scratch', 'console-build-bare-'));
+  try {
+    await cp(project, bare, { recursive: true, filter: (source) => !source.includes('node_modules') && !source.includes(`${path.sep}dist`) });
+    const runIn = (...args: string[]) => {
+      const result = spawnSync(process.execPath, ['scripts/build-console.mjs', ...args], { cwd: bare, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+      return { code: result.status, stderr: result.stderr };
+    };
+    const install = runIn('--if-stale');
+    expect(install.code).toBe(0);
+    expect(install.stderr).toContain(
+      'console/dist/ not built, so the operator console is off in this install: building the console needs the dev dependencies ' +
+        '(@graphql-codegen/cli, esbuild, preact not installed): run npm ci without --omit, then npm run build:console\n',
+    );
+    expect(existsSync(path.join(bare, 'console/dist'))).toBe(false);
+    const asked = runIn();
+    expect(asked.code).toBe(1);
+    expect(asked.stderr).toContain('console build failed: building the console needs the dev dependencies');
+  } finally {
+    await rm(bare, { recursive: true, force: true });
+  }
+});

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { createSchema, createYoga } from 'graphql-yoga';
-import { useConsole } from '../src/http/console.js';
+import { CONSOLE_NOT_BUILT_MESSAGE, consoleIsBuilt, useConsole } from '../src/http/console.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { ensureConsoleBuilt } from './support/console.js';
 
@@ -121,16 +121,25 @@ test('HEAD answers like GET without a body; other methods are 405', async () => 
   }
 });
 
-test('a service without a console build answers 503 saying how to build it, not 500', async () => {
+test('an install without a console build says the console is off and how to get it: 503, not 500', async () => {
   const yoga = createYoga({
     schema: createSchema({ typeDefs: 'type Query { ok: Boolean }' }),
     plugins: [useConsole('/nonexistent/console-build/')],
   });
-  const response = await yoga.fetch('http://localhost/console');
-  expect(response.status).toBe(503);
-  const body = await response.json();
-  expect(body.error.code).toBe('CONSOLE_NOT_BUILT');
-  expect(body.error.message).toContain('npm run build:console');
+  for (const pathname of ['/console', '/console/approvals', '/console/assets/console-AAAA1111.js']) {
+    const response = await yoga.fetch(`http://localhost${pathname}`);
+    expect([pathname, response.status]).toEqual([pathname, 503]);
+    const body = await response.json();
+    expect(body.error.code).toBe('CONSOLE_NOT_BUILT');
+    expect(body.error.message).toBe(CONSOLE_NOT_BUILT_MESSAGE);
+  }
+  // Plain about it: off in this install; built where the dev dependencies are, or the image.
+  expect(CONSOLE_NOT_BUILT_MESSAGE).toMatch(/^The operator console is off: it was not built in this install/);
+  expect(CONSOLE_NOT_BUILT_MESSAGE).toContain('npm ci, then npm run build:console');
+  expect(CONSOLE_NOT_BUILT_MESSAGE).toContain('Docker image');
+  // What start-up looks at before it advertises /console (src/main.ts).
+  expect(consoleIsBuilt('/nonexistent/console-build/')).toBe(false);
+  expect(consoleIsBuilt()).toBe(true);
 });
 
 test('a rebuild beside a running service is served from the next page load on; files without compressed copies go as they are', async () => {

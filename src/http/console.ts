@@ -13,10 +13,13 @@
  *   from this origin, no inline script or style, no framing.
  *
  * The files are read on the first request and kept (about 80 KB with both compressions), and read
- * again when a page load finds a new build.json. A service started without a build answers 503
- * saying how to build it.
+ * again when a page load finds a new build.json. An install without a build (a production install
+ * from a checkout: building needs the dev dependencies) has the console off: /console answers 503
+ * `CONSOLE_NOT_BUILT` saying so and how to get it, and start-up does not advertise it; a build
+ * made later beside the running service is served from the next request on.
  */
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { Plugin } from 'graphql-yoga';
@@ -28,6 +31,16 @@ export const CONSOLE_PATH = '/console';
 const ASSETS_PREFIX = `${CONSOLE_PATH}/assets/`;
 /** Two levels up from src/http/ and from dist/http/ alike. */
 const DEFAULT_BUILD_DIR = fileURLToPath(new URL('../../console/dist/', import.meta.url));
+
+export const CONSOLE_NOT_BUILT_MESSAGE =
+  'The operator console is off: it was not built in this install (console/dist/ is missing). To get it, ' +
+  'build it where the dev dependencies are installed (npm ci, then npm run build:console; a running service ' +
+  'serves the build without a restart), or run the Docker image, which includes it.';
+
+/** Whether `buildDir` holds a complete console build: build.json is written after every file it lists. */
+export function consoleIsBuilt(buildDir: string = DEFAULT_BUILD_DIR): boolean {
+  return existsSync(`${buildDir}build.json`);
+}
 
 export const CONSOLE_CSP = [
   "default-src 'self'",
@@ -168,9 +181,7 @@ export function useConsole(buildDir: string = DEFAULT_BUILD_DIR): Plugin {
       try {
         loaded = await load(!isAsset);
       } catch {
-        return endResponse(
-          errorResponse(503, 'CONSOLE_NOT_BUILT', 'The console is not built: run `npm run build:console` (npm install does it) and retry'),
-        );
+        return endResponse(errorResponse(503, 'CONSOLE_NOT_BUILT', CONSOLE_NOT_BUILT_MESSAGE));
       }
       if (isAsset) {
         const file = loaded.assets.get(pathname.slice(CONSOLE_PATH.length + 1));
