@@ -19,7 +19,7 @@ test('schema/schema.graphql and schema/openapi.json are what the code generates 
   }
 });
 
-/** The secondary listing's unprefixed operations (decisions.md § The secondary listing), mounted at the root. */
+/** The unprefixed operations (docs/decisions/0021-templates-and-marketplace.md), mounted at the root. */
 const unprefixedRoutes = [
   'POST /auth/login',
   'POST /auth/refresh',
@@ -34,7 +34,7 @@ const unprefixedRoutes = [
   'POST /marketplace/transactions/{transaction_id}/confirm',
 ];
 
-/** The REST surface: exactly the operations interface.md and decisions.md name, and no other. */
+/** The REST surface: exactly the operations the API documents (/openapi.json, docs/reference/), and no other. */
 const expectedRoutes = [
   'POST /orgs',
   'GET /orgs/{org_id}',
@@ -114,7 +114,7 @@ describe('OpenAPI document', () => {
     expect(doc.openapi).toMatch(/^3\./);
     // The served document names the service's own address (PUBLIC_URL), so a generated client works as is.
     expect(doc.servers).toEqual([{ url: 'http://localhost:8000', description: expect.any(String) }]);
-    // expectedRoutes name the versioned routes as interface.md does, relative to /api/v1.
+    // expectedRoutes name the versioned routes relative to /api/v1.
     const versioned = operations()
       .map((o) => o.key)
       .filter((key) => key.includes(' /api/v1/'))
@@ -207,6 +207,38 @@ describe('OpenAPI document', () => {
     expect(doc.tags.map((tag: { name: string }) => tag.name)).toContain('Audit logs');
   });
 
+  test('no optional parameter carries an example ("Try it out" would send it as a filter); date-times say their format instead', () => {
+    // A schema as a reader sees it: through $ref and allOf.
+    const resolved = (schema: any): any[] => {
+      if (!schema || typeof schema !== 'object') return [];
+      const target = schema.$ref ? doc.components.schemas[schema.$ref.replace('#/components/schemas/', '')] : undefined;
+      return [schema, ...resolved(target), ...(schema.allOf ?? []).flatMap(resolved), ...(schema.oneOf ?? []).flatMap(resolved)];
+    };
+    const withExamples: string[] = [];
+    const optional: Array<{ key: string; parameter: any }> = [];
+    for (const { key, operation } of operations()) {
+      for (const parameter of operation.parameters ?? []) {
+        if (parameter.required) continue;
+        optional.push({ key, parameter });
+        const carriers = [parameter, ...resolved(parameter.schema)].filter((node) => 'example' in node || 'examples' in node);
+        if (carriers.length) withExamples.push(`${key} ${parameter.in}:${parameter.name}`);
+      }
+    }
+    expect(optional.length).toBeGreaterThan(20);
+    expect(withExamples).toEqual([]);
+    // The 8 time filters of records, audit logs and their exports.
+    const dateTimes = optional.filter(({ parameter }) => parameter.schema?.format === 'date-time');
+    expect(dateTimes.map(({ key, parameter }) => `${key} ${parameter.name}`).sort()).toEqual(
+      ['/api/v1/orgs/{org_id}/audit-logs', '/api/v1/orgs/{org_id}/audit-logs/export', '/api/v1/records', '/api/v1/records/export']
+        .flatMap((path) => [`GET ${path} from`, `GET ${path} to`])
+        .sort(),
+    );
+    for (const { parameter } of dateTimes) expect(parameter.description).toMatch(/ISO 8601 date-time with a time zone/);
+    expect(doc.paths['/api/v1/records/export'].get.parameters[0].description).toMatch(/^Inclusive: .* ISO 8601/);
+    // Responses keep theirs: an example there is only shown.
+    expect(doc.components.schemas.InteractionRecord.properties.created_at.example).toBe('2026-01-01T00:00:00.000Z');
+  });
+
   test('does not repeat bodies as query parameters nor path parameters in bodies', () => {
     for (const { key, operation } of operations()) {
       const body = operation.requestBody?.content?.['application/json']?.schema;
@@ -287,6 +319,10 @@ describe('interactive documentation served without a CDN', () => {
       expect(asset.text.length).toBeGreaterThan(100);
     }
     expect(page.text).toContain("url: '/openapi.json'");
+    // Not sent to validator.swagger.io for its badge (it skips that on localhost only: the browser
+    // test, on 127.0.0.1, would not see the request).
+    expect(page.text).toMatch(/^\s*validatorUrl: null,$/m);
+    expect(page.text).toContain('<link rel="icon" type="image/svg+xml" href="/favicon.ico">');
   });
 
   test('ReDoc at /redoc loads its bundle from this server', async () => {
@@ -297,6 +333,19 @@ describe('interactive documentation served without a CDN', () => {
     expect(bundle.status).toBe(200);
     expect(bundle.headers.get('content-type')).toMatch(/javascript/);
     expect(bundle.text).toContain('Redoc');
+    // The Redocly logo beside "API docs by Redocly" came from cdn.redoc.ly; no image source elsewhere is left.
+    expect(bundle.text).toContain('API docs by Redocly');
+    expect(bundle.text).not.toContain('cdn.redoc.ly');
+    expect(bundle.text.match(/\bsrc:\s*["'`]https?:/g)).toBeNull();
+    expect(page.text).toContain('<link rel="icon" type="image/svg+xml" href="/favicon.ico">');
+  });
+
+  test('/favicon.ico is the service icon (console/icon.svg), cacheable', async () => {
+    const icon = await t.request('GET', '/favicon.ico');
+    expect(icon.status).toBe(200);
+    expect(icon.headers.get('content-type')).toBe('image/svg+xml');
+    expect(icon.headers.get('cache-control')).toMatch(/^public, max-age=\d+/);
+    expect(icon.text).toBe(readFileSync(new URL('../console/icon.svg', import.meta.url), 'utf8'));
   });
 
   test('GraphiQL at /graphql renders from the bundled package', async () => {
@@ -304,5 +353,6 @@ describe('interactive documentation served without a CDN', () => {
     expect(page.status).toBe(200);
     expect(page.text).toContain('Agent Gateway GraphiQL');
     expect(page.text).not.toMatch(/unpkg\.com|cdn\.jsdelivr/);
+    expect(page.text).toContain('<link rel="icon" href="/favicon.ico" />');
   });
 });

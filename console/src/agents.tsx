@@ -128,7 +128,7 @@ function AgentCard({ agent, user, onChanged }: { agent: Agent; user: SignedInUse
           </div>
         </div>
       )}
-      {/* Reactivating is an admin's decision (decisions.md). */}
+      {/* Reactivating is an admin's decision (docs/reference/api-conventions.md#permissions). */}
       {agent.status === 'deactivated' && user.role === 'admin' && (
         <div class="buttons">
           <button

@@ -163,5 +163,5 @@ export async function currentToken(): Promise<string | undefined> {
   return active?.token;
 }
 
-/** Roles that may decide approvals and change manifests and agents (decisions.md); the API enforces it too. */
+/** Roles that may decide approvals and change manifests and agents (docs/reference/api-conventions.md#permissions); the API enforces it too. */
 export const canDecide = (user: SignedInUser) => user.role === 'admin' || user.role === 'operator';

@@ -65,7 +65,8 @@ function SignIn() {
     try {
       await signIn(email.trim(), password);
     } catch (failure) {
-      setError(messageOf(failure));
+      // "Email or password is wrong" says it all: its code (INVALID_TOKEN) would only puzzle.
+      setError(messageOf(failure, { code: false }));
       setBusy(false);
     }
   };
@@ -93,6 +94,10 @@ function SignIn() {
           </p>
         )}
       </form>
+      <p class="muted account-help">
+        No account? Sign up an organization and its first admin through the API, <code>POST /api/v1/orgs</code> (
+        <a href="/docs#/Organizations/create_organization">API documentation</a>); an admin adds the other users.
+      </p>
     </main>
   );
 }

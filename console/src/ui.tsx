@@ -58,8 +58,12 @@ export function usePolled<T>(load: () => Promise<T>, key: string): Loaded<T> {
   return { data, error, reload };
 }
 
-export function messageOf(failure: unknown): string {
-  if (failure instanceof ApiError) return failure.code ? `${failure.message} (${failure.code})` : failure.message;
+/**
+ * What a failure says, with the API's code after it (`(FORBIDDEN)`), which tells an operator
+ * reporting a problem which refusal it was; `code: false` for the message alone.
+ */
+export function messageOf(failure: unknown, { code = true }: { code?: boolean } = {}): string {
+  if (failure instanceof ApiError) return code && failure.code ? `${failure.message} (${failure.code})` : failure.message;
   return failure instanceof Error ? failure.message : String(failure);
 }
 

@@ -15,6 +15,7 @@ import { brotliCompress, constants, gzip } from 'node:zlib';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { GraphiQLOptions, Plugin } from 'graphql-yoga';
 import { GRAPHQL_ENDPOINT } from '../graphql/guard.js';
+import { ICON_PATH } from './docs.js';
 import { Response } from './fetch-api.js';
 import { currentRequest } from './request-state.js';
 
@@ -55,6 +56,8 @@ query Records {
 
 export const GRAPHIQL_OPTIONS: GraphiQLOptions = {
   title: 'Agent Gateway GraphiQL',
+  // The service's icon instead of Yoga's (every page of the service names the same one).
+  favicon: ICON_PATH,
   defaultQuery: GRAPHIQL_DEFAULT_QUERY,
   // The headers editor open: step 2 above happens there.
   defaultEditorToolsVisibility: 'headers',

@@ -13,7 +13,14 @@ import { streamRoutes, type StreamParam, type StreamRoute } from './stream-route
  */
 
 export { REST_BASE_PATH };
+/**
+ * Its example shows in the documented responses; parameters drop it (describeParameters), since
+ * Swagger UI's "Try it out" would send it as a filter.
+ */
 const timestampSchema = { type: 'string', format: 'date-time', example: '2026-01-01T00:00:00.000Z' };
+/** What a date-time parameter accepts (src/lib/timestamp.ts), said in its description instead of an example. */
+const TIMESTAMP_PARAMETER_FORMAT =
+  'An ISO 8601 date-time with a time zone (`2026-01-01T00:00:00Z`, `2026-01-01T09:30:00+02:00`) or a date (`2026-01-01`, UTC midnight).';
 
 /** What SOFA writes for each scalar: a shaped JSON scalar (scalars.ts) refers to its component. */
 export function sofaCustomScalars(schema: GraphQLSchema): Record<string, Json> {
@@ -408,9 +415,32 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
     },
   };
+  describeParameters(document.paths);
   moveRefSiblings(document);
   dropUnusedSchemas(document);
   return document;
+}
+
+/**
+ * No parameter carries an example: Swagger UI's "Try it out" fills each field with its example and
+ * sends it, so an optional filter would narrow every listing to one instant (and answer empty
+ * lists). What a value looks like goes into the description instead.
+ */
+function describeParameters(paths: Json): void {
+  for (const operations of Object.values<Json>(paths)) {
+    for (const operation of Object.values<Json>(operations)) {
+      if (!operation.parameters) continue;
+      operation.parameters = operation.parameters.map(
+        ({ example: _example, examples: _examples, description, schema, ...parameter }: Json) => {
+          const { example: _schemaExample, examples: _schemaExamples, ...bare } = schema ?? {};
+          if (bare.format === 'date-time') {
+            description = description ? `${description} ${TIMESTAMP_PARAMETER_FORMAT}` : TIMESTAMP_PARAMETER_FORMAT;
+          }
+          return { ...parameter, ...(description ? { description } : {}), ...(schema ? { schema: bare } : {}) };
+        },
+      );
+    }
+  }
 }
 
 const refName = (ref: string) => ref.replace('#/components/schemas/', '');
