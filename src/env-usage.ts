@@ -3,8 +3,9 @@ import { parseEnv } from './env.js';
 /**
  * What each environment variable means and its default as `--help` shows it. The list of names is
  * not kept here: it is what `parseEnv` reads (`environmentNames`), so a variable added there shows
- * up in the usage even before it is described; test/command-line.test.ts fails until it is, and
- * checks every literal default below against what `parseEnv` does without the variable.
+ * up in the usage even before it is described; test/command-line.test.ts fails until it is (here
+ * and in docs/reference/configuration.md), and checks every literal default below against what
+ * `parseEnv` does without the variable.
  */
 export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: string }> = {
   PORT: { default: '8000', meaning: 'port to listen on' },
@@ -64,7 +65,7 @@ export function environmentUsage(): string {
   const rows = environmentNames().map((name) => {
     const described = ENV_DESCRIPTIONS[name];
     const left = described?.default === undefined ? name : `${name}=${described.default}`;
-    return [left, described?.meaning ?? '(see README.md)'] as const;
+    return [left, described?.meaning ?? '(see docs/reference/configuration.md)'] as const;
   });
   const width = Math.max(...rows.map(([left]) => left.length)) + 2;
   return rows.map(([left, meaning]) => `  ${left.padEnd(width)}${meaning}`).join('\n');

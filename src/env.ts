@@ -28,7 +28,7 @@ export interface Env {
   /** Earlier keys, comma-separated: what they sealed still opens (rotation); nothing new is sealed with them. */
   keyEncryptionKeyPrevious: Buffer[];
   sessionTtlSeconds: number;
-  /** Lifetime of a refresh token (decisions.md § Sessions: 30 days); each rotation starts a new one. */
+  /** Lifetime of a refresh token (30 days, docs/decisions/0012-rotating-refresh-tokens.md); each rotation starts a new one. */
   refreshTokenTtlSeconds: number;
   maxBodyBytes: number;
   trustProxy: boolean;
@@ -90,7 +90,7 @@ export interface Env {
   /** Browser origins other than the service's own that may call /graphql and the REST API (CORS); none by default. */
   corsAllowedOrigins: string[];
   /**
-   * The port of the separate `/metrics` listener (decisions.md § Observability); 0 turns metrics off
+   * The port of the separate `/metrics` listener (docs/operations.md#metrics); 0 turns metrics off
    * (no listener, nothing counted).
    */
   metricsPort: number;
@@ -122,9 +122,9 @@ export interface TracesSampler {
 }
 
 /**
- * The OpenTelemetry environment variables: the default is the specification's
+ * The OpenTelemetry environment variables: the default is OpenTelemetry's
  * `parentbased_always_on` (a caller's sampling decision is kept, every new trace recorded); a
- * ratio without a valid argument keeps every trace, as the specification says, but a value that
+ * ratio without a valid argument keeps every trace, as OpenTelemetry specifies, but a value that
  * is not a number between 0 and 1 is refused rather than silently read as 1.
  */
 function tracesSampler(source: NodeJS.ProcessEnv): TracesSampler {

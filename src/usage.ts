@@ -23,8 +23,9 @@ Offline commands (same environment, database or an export file):
   agent-gateway verify <export.jsonl> [--jwks <jwks.json>]   check a records export
   agent-gateway rotate-keys [record|capability|session|all]  new signing keys
   agent-gateway reencrypt                                    seal secrets with KEY_ENCRYPTION_KEY
-(node dist/cli/agent-gateway.js in a build, npx tsx src/cli/agent-gateway.ts in a checkout;
---help there for details.) README.md walks through a first session with curl.
+(npx agent-gateway in a checkout, which builds dist/ first when it is stale; agent-gateway in the
+Docker image, where it is on PATH; --help there for details.) docs/walkthrough.md walks through a
+first session with curl.
 `;
 }
 
@@ -35,4 +36,22 @@ export function commandLine(args: readonly string[]): { exit: number; stdout?: s
   if (args.length === 1 && (args[0] === '--version' || args[0] === '-v')) return { exit: 0, stdout: `${version}\n` };
   const what = args[0].startsWith('-') ? `unknown option ${args[0]}` : `unexpected argument ${args[0]} (the service takes none)`;
   return { exit: 2, stderr: `agent-gateway: ${what}\n\n${usage()}` };
+}
+
+/**
+ * The line the service logs once it listens, with its fields: where GraphiQL, the API docs and the
+ * database are, and the console's URL only when the console is built (else that it is off).
+ */
+export function listeningLine(base: string, database: string, consoleBuilt: boolean): { fields: Record<string, string>; message: string } {
+  const places = `GraphiQL ${base}/graphql, API docs ${base}/docs, database ${database}`;
+  if (consoleBuilt) {
+    return {
+      fields: { graphiql: `${base}/graphql`, docs: `${base}/docs`, console: `${base}/console`, database },
+      message: `Agent Gateway listening on ${base} (console ${base}/console, ${places})`,
+    };
+  }
+  return {
+    fields: { graphiql: `${base}/graphql`, docs: `${base}/docs`, console: 'off (not built in this install)', database },
+    message: `Agent Gateway listening on ${base} (${places}); the operator console is off: not built in this install (npm run build:console in a full install)`,
+  };
 }

@@ -1,5 +1,5 @@
 /**
- * What deactivating an agent does, one effect at a time (decisions.md § Agents): the gateway denies
+ * What deactivating an agent does, one effect at a time (docs/decisions/0020-agents.md): the gateway denies
  * it with AGENT_DEACTIVATED (still recording executes), its pending approvals are denied, its
  * capability tokens revoked, new manifests refused; records and history stay. Reactivation gives
  * gateway access back and leaves the tokens revoked. And last_seen_at, written at most once a minute.

@@ -6,8 +6,8 @@ import { execute, readyAgent } from './support/gateway.js';
 import { runOperation, StatementCounter } from './support/statements.js';
 
 /**
- * The agents dashboard (`organization { agents }`, decisions.md § Agents): every agent with its
- * current manifest and that manifest's history, its budget usage and the policies that target it,
+ * The agents dashboard (`organization { agents }`, docs/decisions/0020-agents.md): every agent
+ * with its current manifest and that manifest's history, its budget usage and the policies that target it,
  * in a number of statements that does not grow with the number of agents; and what a key limited
  * to svc_ids, or any key, may see of it.
  */

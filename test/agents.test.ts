@@ -5,7 +5,7 @@ import { actionBody, execute, readyAgent } from './support/gateway.js';
 import { runOperation } from './support/statements.js';
 
 /**
- * Agents (decisions.md § Agents) over HTTP: register, list with its filters, read, deactivate and
+ * Agents (docs/decisions/0020-agents.md) over HTTP: register, list with its filters, read, deactivate and
  * reactivate, each with its status, envelope and audit entry; the agent a manifest registration
  * creates, its current manifest and budget usage; roles and API key scopes (a key limited to
  * svc_ids sees and registers only those); and GraphQL answering what REST does.
@@ -261,7 +261,7 @@ describe('the agent a manifest registration creates', () => {
       labels: {},
       status: 'active',
     });
-    // Over REST current_manifest is exactly the five fields decisions.md names (history etc. are GraphQL only).
+    // Over REST current_manifest is exactly the five fields docs/decisions/0020-agents.md names (history etc. are GraphQL only).
     expect(agent.body.current_manifest).toEqual({
       manifest_id: manifestId,
       status: 'pending',

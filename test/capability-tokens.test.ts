@@ -3,7 +3,7 @@ import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
 /**
- * Capability tokens (decisions.md: capability token claims, § Gateway decision): issuing, listing,
+ * Capability tokens (docs/reference/gateway.md#capability-tokens): issuing, listing,
  * revoking, and how the gateway treats valid, narrowed, revoked, expired, forged and used-up tokens.
  */
 

@@ -1,19 +1,40 @@
 /**
  * `node dist/main.js --help | --version`: usage derived from what src/env.ts reads, exit 0 without
  * opening a database; anything else the service does not take is exit 2 with the usage on stderr.
+ * And the `agent-gateway` command as the docs say to run it in a checkout, `npx agent-gateway`,
+ * on a fresh copy of the checkout (as after `npm ci`, before any build).
  */
-import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
+import { cp, mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { commandLine, usage } from '../src/usage.js';
+import { commandLine, listeningLine, usage } from '../src/usage.js';
 import { ENV_DESCRIPTIONS, environmentNames } from '../src/env-usage.js';
 import { parseEnv } from '../src/env.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const version = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version;
+
+/** `command args` in `cwd` without the test runner's NODE_OPTIONS: exit status and output. */
+function runIn(cwd: string, command: string, args: string[], env: Record<string, string> = {}, timeoutMs = 240_000) {
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env };
+  delete childEnv.NODE_OPTIONS;
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(command, args, { cwd, env: childEnv });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
 
 function runService(args: string[], env: Record<string, string>) {
   const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env };
@@ -52,9 +73,9 @@ describe('command line of the service', () => {
     expect(parseEnv({ PORT: '9' }).publicUrl).toBe('http://localhost:9');
   });
 
-  test('the README names every variable', () => {
-    const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
-    for (const name of environmentNames()) expect([name, readme.includes(`\`${name}\``)]).toEqual([name, true]);
+  test('the configuration reference names every variable', () => {
+    const reference = readFileSync(path.join(root, 'docs', 'reference', 'configuration.md'), 'utf8');
+    for (const name of environmentNames()) expect([name, reference.includes(`\`${name}\``)]).toEqual([name, true]);
   });
 
   test('usage: the service, every variable with its default, the CLI', () => {
@@ -76,6 +97,20 @@ describe('command line of the service', () => {
     expect(commandLine(['--port', '80'])).toEqual({ exit: 2, stderr: `agent-gateway: unknown option --port\n\n${usage()}` });
     expect(commandLine(['verify', 'x.jsonl'])?.stderr).toMatch(/^agent-gateway: unexpected argument verify \(the service takes none\)/);
     expect(commandLine(['--version', '--bogus'])?.exit).toBe(2);
+  });
+
+  test('the start-up line advertises the console only where it is built', () => {
+    const built = listeningLine('http://localhost:8000', 'pglite ./data', true);
+    expect(built.message).toBe(
+      'Agent Gateway listening on http://localhost:8000 (console http://localhost:8000/console, GraphiQL http://localhost:8000/graphql, ' +
+        'API docs http://localhost:8000/docs, database pglite ./data)',
+    );
+    expect(built.fields.console).toBe('http://localhost:8000/console');
+    const off = listeningLine('http://localhost:8000', 'pglite ./data', false);
+    expect(off.message).not.toContain('/console');
+    expect(off.message).toMatch(/; the operator console is off: not built in this install \(npm run build:console in a full install\)$/);
+    expect(off.fields.console).toBe('off (not built in this install)');
+    expect(off.fields.graphiql).toBe('http://localhost:8000/graphql');
   });
 
   test(
@@ -105,4 +140,75 @@ describe('command line of the service', () => {
     },
     60_000,
   );
+});
+
+describe('the agent-gateway command in a checkout', () => {
+  let checkout: string;
+
+  beforeAll(async () => {
+    // The files of the checkout as git has them (tracked, and new ones not ignored), the built
+    // console (what `npm ci` builds), the installed dependencies linked; no dist/, no src/generated.
+    await mkdir(path.join(root, '.scratch'), { recursive: true });
+    checkout = await mkdtemp(path.join(root, '.scratch', 'checkout-'));
+    const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8' })
+      .split('\0')
+      .filter((file) => file && existsSync(path.join(root, file)));
+    for (const file of files) await cp(path.join(root, file), path.join(checkout, file));
+    if (existsSync(path.join(root, 'console/dist'))) await cp(path.join(root, 'console/dist'), path.join(checkout, 'console/dist'), { recursive: true });
+    await symlink(realpathSync(path.join(root, 'node_modules')), path.join(checkout, 'node_modules'));
+  }, 60_000);
+
+  afterAll(async () => {
+    await rm(checkout, { recursive: true, force: true });
+  });
+
+  test(
+    '`npx agent-gateway --help` builds dist/ when there is none and prints the usage; the next run starts at once',
+    async () => {
+      expect(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).bin).toEqual({ 'agent-gateway': 'bin/agent-gateway.js' });
+      // A fresh npm cache: npx links the project into it and runs its install scripts on first use.
+      const npm = { npm_config_cache: path.join(checkout, '.npm-cache'), npm_config_update_notifier: 'false' };
+      const first = await runIn(checkout, 'npx', ['--no-install', 'agent-gateway', '--help'], npm);
+      expect([first.code, first.stderr]).toEqual([0, expect.stringContaining('agent-gateway: building dist/ (no build stamp)\n')]);
+      expect(first.stdout).toMatch(/^Usage: agent-gateway verify <export\.jsonl> \[--jwks <jwks\.json>\]\n {7}agent-gateway rotate-keys/);
+      expect(first.stdout).toContain('agent-gateway reencrypt');
+      expect(existsSync(path.join(checkout, 'dist/cli/agent-gateway.js'))).toBe(true);
+
+      const again = await runIn(path.join(checkout, 'docs'), 'npx', ['agent-gateway', 'help'], npm);
+      expect(again.code).toBe(0);
+      expect(again.stdout).toBe(first.stdout);
+      expect(again.stderr).not.toContain('building dist/');
+      // A command's own failure keeps its exit status through npx.
+      const unknown = await runIn(checkout, 'npx', ['agent-gateway', 'no-such-command'], npm);
+      expect(unknown.code).toBe(2);
+      expect(unknown.stderr).toContain('agent-gateway: unknown command no-such-command');
+    },
+    300_000,
+  );
+
+  test('without dist/ and without the compiler it says to run npm run build', async () => {
+    // An install without dev dependencies: the launcher and the sources, no node_modules, no dist/.
+    const bare = await mkdtemp(path.join(root, '.scratch', 'checkout-bare-'));
+    try {
+      for (const dir of ['bin', 'scripts', 'src']) await cp(path.join(checkout, dir), path.join(bare, dir), { recursive: true });
+      for (const file of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(checkout, file), path.join(bare, file));
+      const run = await runIn(bare, process.execPath, ['bin/agent-gateway.js', '--help']);
+      expect(run).toEqual({
+        code: 2,
+        stdout: '',
+        stderr: `agent-gateway: dist/ is not built in ${bare}${path.sep}: run \`npm run build\` there (after \`npm ci\`, which installs the compiler), then try again\n`,
+      });
+      // Built elsewhere and copied in, a stale dist/ runs as it is, after a warning.
+      await cp(path.join(checkout, 'dist'), path.join(bare, 'dist'), { recursive: true });
+      await cp(path.join(checkout, 'src/main.ts'), path.join(bare, 'src/main.ts.new'));
+      const stale = await runIn(bare, process.execPath, ['bin/agent-gateway.js', 'help']);
+      expect(stale.code).toBe(0);
+      expect(stale.stdout).toMatch(/^Usage: agent-gateway verify/);
+      expect(stale.stderr).toBe(
+        'agent-gateway: dist/ is stale (sources or configuration changed) and cannot be built here (TypeScript, a dev dependency, is not installed); running it as it is\n',
+      );
+    } finally {
+      await rm(bare, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -79,7 +79,7 @@ function expectValidationError(response: TestResponse, expectedFields: string[])
   });
 }
 
-/** The smallest payload that passes validation (interface.md). */
+/** The smallest payload that passes validation (docs/decisions/0016-manifests.md). */
 const minimal = (svcId = `agent-${unique()}`, requested = ['billing:read']) => ({
   version: '1.0',
   agent: { id: svcId, name: 'Minimal agent', version: '0.1.0' },

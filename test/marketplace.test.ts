@@ -1,8 +1,8 @@
 /**
- * Manifest templates and the marketplace at the unprefixed paths of decisions.md § The secondary
- * listing: drafts, publish and archive, exact decimal prices and ISO 4217 currencies, page/limit
- * pagination, browsing every org's published templates with price and category filters, and
- * tenant isolation.
+ * Manifest templates and the marketplace at the unprefixed paths
+ * (docs/decisions/0021-templates-and-marketplace.md): drafts, publish and archive, exact decimal
+ * prices and ISO 4217 currencies, page/limit pagination, browsing every org's published templates
+ * with price and category filters, and tenant isolation.
  */
 import { canonicalHash } from '../src/lib/canonical-json.js';
 import { purchaseRequestHash } from '../src/modules/marketplace/purchase.service.js';

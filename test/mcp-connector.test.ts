@@ -13,7 +13,7 @@ import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
 /**
- * The `mcp` tool connector (decisions.md, "Connector `mcp`"): CRUD with write-only header values,
+ * The `mcp` tool connector (docs/guides/mcp.md#the-mcp-connector): CRUD with write-only header values,
  * and execution through the gateway as a `tools/call` to an upstream MCP server (the SDK's own
  * server, on 127.0.0.1) over Streamable HTTP, under the http connector's rules: address policy,
  * no redirects, one deadline, 1 MiB per answer, failures as results, the agent's credentials never
@@ -481,7 +481,7 @@ describe('execution through the gateway', () => {
       expect(response.body.result.error.message).toContain('the ledger is locked');
     });
 
-    test('an unknown tool answered with a JSON-RPC error (as the specification asks): TOOL_MCP_ERROR with its code and message', async () => {
+    test('an unknown tool answered with a JSON-RPC error (as the MCP specification asks): TOOL_MCP_ERROR with its code and message', async () => {
       const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-strict') }));
       const response = await execute('missing');
       await expectToolFailure(response, 'TOOL_MCP_ERROR');

@@ -15,7 +15,7 @@ import { createKey, signUp, type OrgFixture } from './support/fixtures.js';
 import { execute, readyAgent, type AgentFixture } from './support/gateway.js';
 
 /**
- * MCP proxy mode (decisions.md § MCP proxy mode), driven by the official SDK's own Client over
+ * MCP proxy mode (docs/decisions/0038-mcp-proxy-mode.md), driven by the official SDK's own Client over
  * Streamable HTTP against the service listening on a real port: the agent's tools, every call
  * decided like execute (budgets, policies, approvals, tokens, deactivation) and recorded with the
  * channel, and the HTTP edge (keys, Origin, methods, body limit).

@@ -19,7 +19,7 @@ import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './
 import { freePort, killAllServices, startService, waitExit, waitReady } from './support/service-process.js';
 
 /**
- * Metrics and traces (decisions.md § Observability): the counters and histograms move by exactly
+ * Metrics and traces (docs/decisions/0039-metrics-and-traces.md): the counters and histograms move by exactly
  * the traffic's amounts, labels never carry ids, /metrics is served only by its own listener, and
  * spans nest request → decision → tool call and record append, with W3C trace context going out to
  * http tools and webhooks and coming in from callers.

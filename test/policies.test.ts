@@ -8,7 +8,7 @@ import { startTestApp, type RequestOptions, type TestApp, type TestResponse } fr
 import { addUser, createKey, signUp, type OrgFixture } from './support/fixtures.js';
 
 /**
- * Policies CRUD (decisions.md § Policies): REST and GraphQL over the real service and database.
+ * Policies CRUD (docs/guides/policies.md): REST and GraphQL over the real service and database.
  * Defaults, every validation rule with the field it names, replace semantics and versions, the
  * per-org limit (also under concurrency), audit entries, roles, org isolation, and what the
  * gateway reads (`active`): enabled policies in order, compiled once, failing closed.

@@ -1,5 +1,5 @@
 /**
- * Policies in the gateway over HTTP (decisions.md § Policies): each effect in each mode, CEL over
+ * Policies in the gateway over HTTP (docs/guides/policies.md): each effect in each mode, CEL over
  * params and the request, fail closed, priority order, rate limits counted exactly and only for
  * otherwise-allowed actions, evaluate as the test bench, GraphQL answering the same, and matched
  * policies in signed records that verify online and offline, next to records from before policies.

@@ -1,12 +1,13 @@
 /**
- * The README's first-contact walkthrough, run as written: every `sh` block between the
- * `walkthrough: start` and `walkthrough: end` markers, in order, in one bash process (so each block
- * sees the variables the previous ones set), from the checkout's root, against a real service
- * process on an ephemeral port (`GW`, which the walkthrough defaults to http://localhost:8000).
+ * The first-contact walkthrough (docs/walkthrough.md, linked from the README), run as written:
+ * every `sh` block between the `walkthrough: start` and `walkthrough: end` markers, in order, in
+ * one bash process (so each block sees the variables the previous ones set), from the checkout's
+ * root, against a real service process on an ephemeral port (`GW`, which the walkthrough defaults
+ * to http://localhost:8000).
  *
  * Each `# → text` line in a block is the output the command above it prints, `…` standing for
- * anything: a block's output must contain those lines, whole, in that order. So the README cannot
- * drift from the service: a renamed field, a changed status or a broken command fails here.
+ * anything: a block's output must contain those lines, whole, in that order. So the walkthrough
+ * cannot drift from the service: a renamed field, a changed status or a broken command fails here.
  */
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
@@ -16,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
+const WALKTHROUGH = path.join(root, 'docs', 'walkthrough.md');
 const START = '<!-- walkthrough: start';
 const END = '<!-- walkthrough: end';
 const EXPECTED = /^\s*# → (.*)$/;
@@ -23,11 +25,11 @@ const EXPECTED = /^\s*# → (.*)$/;
 const TEST_TIMEOUT_MS = 180_000;
 
 /** The `sh` blocks between the markers, in order. */
-export function walkthroughBlocks(readme: string): string[] {
-  const start = readme.indexOf(START);
-  const end = readme.indexOf(END);
-  if (start < 0 || end < start) throw new Error('README.md has no walkthrough markers');
-  const section = readme.slice(start, end);
+export function walkthroughBlocks(page: string): string[] {
+  const start = page.indexOf(START);
+  const end = page.indexOf(END);
+  if (start < 0 || end < start) throw new Error('docs/walkthrough.md has no walkthrough markers');
+  const section = page.slice(start, end);
   return [...section.matchAll(/^```sh\n([\s\S]*?)^```$/gm)].map((match) => match[1]);
 }
 
@@ -103,7 +105,7 @@ function splitOutput(output: string) {
   return { blocks, variables };
 }
 
-describe('README walkthrough', () => {
+describe('the walkthrough (docs/walkthrough.md)', () => {
   const tempDirs: string[] = [];
   let service: Service | undefined;
 
@@ -120,11 +122,46 @@ describe('README walkthrough', () => {
     expect(firstMissing(['c', 'a'], ['a', 'b', 'c'])).toBe('a');
   });
 
+  test('the json helper stops with a message when the service does not answer or answers no JSON', async () => {
+    const [first] = walkthroughBlocks(await readFile(WALKTHROUGH, 'utf8'));
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-walkthrough-json-'));
+    tempDirs.push(dir);
+    const file = path.join(dir, 'no-service.sh');
+    await writeFile(
+      file,
+      [
+        'set -euo pipefail',
+        'exec 2>&1',
+        first,
+        'rmdir "$W"',
+        `echo '{"a":{"b":[7]}}' | json a.b.0`,
+        `echo '<html>502</html>' | json a || echo "exit status $?"`,
+        `json a < /dev/null || echo "exit status $?"`,
+        // As in the walkthrough's first block: nothing listens there, so the session stops here.
+        `ORG=$(curl -s -XPOST $B/orgs -H "$J" -d '{}' | json org_id)`,
+        'echo "not reached"',
+      ].join('\n'),
+    );
+    // Port 9 (discard): nothing listens on it.
+    const env: NodeJS.ProcessEnv = { ...process.env, GW: 'http://127.0.0.1:9' };
+    delete env.NODE_OPTIONS;
+    const { code, output } = await runBash(file, env);
+    const lines = output.split('\n').filter(Boolean);
+    expect(lines).toEqual([
+      '7',
+      'json: the answer is not JSON: <html>502</html>',
+      'exit status 1',
+      'json: no answer: the service did not answer (is it running at http://127.0.0.1:9?)',
+      'exit status 1',
+      'json: no answer: the service did not answer (is it running at http://127.0.0.1:9?)',
+    ]);
+    expect(code).not.toBe(0);
+  });
+
   test(
-    'every block runs as written against a real service and prints what the README says',
+    'every block runs as written against a real service and prints what the walkthrough says',
     async () => {
-      const readme = await readFile(path.join(root, 'README.md'), 'utf8');
-      const blocks = walkthroughBlocks(readme);
+      const blocks = walkthroughBlocks(await readFile(WALKTHROUGH, 'utf8'));
       // Not vacuous: the whole flow is there, with its expected outputs.
       expect(blocks.length).toBeGreaterThanOrEqual(10);
       expect(blocks.flatMap(expectedLines).length).toBeGreaterThanOrEqual(30);

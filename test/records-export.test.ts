@@ -354,7 +354,8 @@ describe('agent-gateway verify', () => {
       expect(bad.code).toBe(1);
       expect(bad.stderr).toContain('record seq 2');
       const pkg = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
-      expect(pkg.bin).toEqual({ 'agent-gateway': 'dist/cli/agent-gateway.js' });
+      // The bin is a launcher that builds dist/ when stale and runs this (test/command-line.test.ts).
+      expect(pkg.bin).toEqual({ 'agent-gateway': 'bin/agent-gateway.js' });
       expect(pkg.scripts.verify).toBe('tsx src/cli/agent-gateway.ts verify');
     } finally {
       await rm(out, { recursive: true, force: true });

@@ -1,5 +1,5 @@
 /**
- * Rotating refresh tokens (decisions.md § Sessions, RFC 9700 §4.14): a login starts a session
+ * Rotating refresh tokens (docs/decisions/0012-rotating-refresh-tokens.md, RFC 9700 §4.14): a login starts a session
  * family; `refresh_session` exchanges a single-use refresh token for a new pair of the same family;
  * a used refresh token presented again revokes the whole family, refresh and access tokens alike;
  * logout revokes the family too. Over the real service: REST for login and for using access
@@ -326,7 +326,7 @@ describe('maintenance', () => {
   });
 });
 
-describe('the unprefixed session routes (decisions.md § The secondary listing)', () => {
+describe('the unprefixed session routes (docs/decisions/0021-templates-and-marketplace.md)', () => {
   test('POST /auth/login and POST /auth/refresh: the pair rotates; a reused refresh token is 401 and ends the session', async () => {
     const org = await signUp(t);
     const login = await t.request('POST', '/auth/login', { body: { email: org.adminEmail, password: PASSWORD } });

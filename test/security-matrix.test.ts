@@ -1,7 +1,7 @@
 /**
  * Security matrix: every REST route that needs credentials × every way a caller can be wrong
  * (missing, malformed, expired, revoked, deleted credentials; wrong role; API key where none is
- * allowed; another org), each with the exact status and envelope of decisions.md § "Errors",
+ * allowed; another org), each with the exact status and envelope of docs/reference/errors.md,
  * plus the positive case. A route is one row of `matrix`; a test below fails when a declared
  * route has no row, so a new route cannot ship without its security cases.
  */

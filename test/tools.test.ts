@@ -7,7 +7,7 @@ import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
 /**
- * Tool connectors (decisions.md § Gateway decision, "Execution", and the tool connector payload):
+ * Tool connectors (docs/reference/gateway.md#tools):
  * CRUD with write-only secrets, and execution through the gateway against a receiver on 127.0.0.1,
  * including every failure that must come back as a result and the address policy (SSRF).
  */

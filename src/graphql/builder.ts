@@ -14,7 +14,7 @@ export interface AuthScopes {
   authenticated: boolean;
   /** A bearer-token session (refresh, logout). */
   session: boolean;
-  /** The caller belongs to `orgId` and may perform `action` there (decisions.md table). */
+  /** The caller belongs to `orgId` and may perform `action` there (the permission table, src/modules/auth/authz.ts). */
   org: { orgId: string; action: Action };
   /** The caller may perform `action` in its own org (routes whose org is implied by the caller). */
   own: Action;

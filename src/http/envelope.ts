@@ -4,7 +4,7 @@ import { AppError, authErrorCodes, errorStatus, serviceUnavailable, type ErrorCo
 import { Response } from './fetch-api.js';
 
 /**
- * The one place that turns errors into the two REST wire envelopes of decisions.md:
+ * The one place that turns errors into the two REST wire envelopes (docs/reference/errors.md):
  * `{"detail": {code, message}}` for 401/403 and `{"error": {code, message, details}}` otherwise.
  */
 

@@ -28,7 +28,7 @@ import type { ServerContext } from './lifecycle.js';
 import type { RequestState, Turn } from './request-state.js';
 
 /**
- * `POST /mcp/{svc_id}` (decisions.md § MCP proxy mode): the agent's tools over MCP's Streamable
+ * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md): the agent's tools over MCP's Streamable
  * HTTP transport, stateless with JSON responses, served by the official SDK (a low-level `Server`
  * and a web-standard transport, both made per request as the SDK's stateless mode requires). This
  * edge checks what HTTP carries (path, method, Origin, the API key) and turns errors into

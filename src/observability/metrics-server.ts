@@ -5,7 +5,7 @@ import type { Telemetry } from './telemetry.js';
 export const METRICS_PATH = '/metrics';
 
 /**
- * The metrics listener (decisions.md § Observability): a plain node:http server apart from the
+ * The metrics listener (docs/decisions/0039-metrics-and-traces.md): a plain node:http server apart from the
  * public one, on METRICS_HOST:METRICS_PORT, that answers `GET /metrics` (and HEAD) in the
  * Prometheus text format and 404 to anything else. The public port never serves metrics.
  */

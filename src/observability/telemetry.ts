@@ -33,7 +33,7 @@ import type { TracesSampler } from '../env.js';
 import { scopedSlot } from '../lib/async-scope.js';
 
 /**
- * Metrics and traces (decisions.md § Observability), in one object per app that services get
+ * Metrics and traces (docs/decisions/0039-metrics-and-traces.md), in one object per app that services get
  * through Deps: tests start several apps in one process, so nothing here is global except the
  * process metrics, which are the process's.
  *

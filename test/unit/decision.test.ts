@@ -2,7 +2,7 @@ import { budgetState, budgetWindows } from '../../src/modules/gateway/budget.js'
 import { checkDecision, parseGatewayRequest, shouldAskHuman, type DecisionContext, type GatewayCall } from '../../src/modules/gateway/decision.js';
 import type { CurrentManifest } from '../../src/modules/manifest/manifest.service.js';
 
-/** The decision's rules without a database: every check of decisions.md, in its order. */
+/** The decision's rules without a database: every check of docs/reference/gateway.md, in its order. */
 
 const manifest: CurrentManifest = {
   id: 'm-1',
@@ -60,7 +60,7 @@ describe('checkDecision', () => {
     expect(checkDecision(context())).toEqual({ reasons: [], needsHuman: false });
   });
 
-  test('reports every failing check in the order of decisions.md', () => {
+  test('reports every failing check in the order of docs/reference/gateway.md', () => {
     const c = context({
       call: call({ agentId: 'other', action: { type: 'email', tool: 'send', params: {} }, capability: 'email:send' }),
       keySvcIds: ['someone-else'],

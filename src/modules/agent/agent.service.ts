@@ -10,7 +10,7 @@ import { agentIdPattern } from '../manifest/manifest-document.js';
 import { ensureAgentRow, touchLastSeen, type AgentState } from './agent.store.js';
 
 /**
- * Agents (decisions.md § Agents): the identity behind a svc_id across its manifest versions, its
+ * Agents (docs/decisions/0020-agents.md): the identity behind a svc_id across its manifest versions, its
  * owner and labels, and whether the gateway serves it. Registering a manifest for a new id creates
  * the agent in the manifest's transaction (`ensureAgentForManifest`). Deactivating denies the
  * agent everywhere within a poll of the config caches, denies its pending approvals and revokes

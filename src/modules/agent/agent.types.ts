@@ -53,7 +53,7 @@ export const AgentRef = builder.prismaObject('Agent', {
       type: [PolicyRef],
       extensions: graphqlOnly,
       description: 'The policies that target this agent (enabled or not), in priority order.',
-      // Policies are bearer-only (decisions.md § Policies): agent:read lets API keys this far, not further.
+      // Policies are bearer-only (docs/decisions/0019-policy-management.md): agent:read lets API keys this far, not further.
       authScopes: (agent) => ({ org: { orgId: agent.orgId, action: 'policy:read' } }),
       resolve: (agent, _, ctx) => ctx.loaders.agentPolicies.load(agentKey(agent)),
     }),

@@ -41,7 +41,7 @@ const SignedInUser = builder.objectRef<User>('SignedInUser').implement({
   }),
 });
 
-/** `session_login`: the login of decisions.md § Sessions, named as the unprefixed `/auth/login` answers it. */
+/** `session_login`: the login of docs/decisions/0012-rotating-refresh-tokens.md, named as the unprefixed `/auth/login` answers it. */
 interface SessionLoginResult extends RotatedSession {
   user: User;
 }

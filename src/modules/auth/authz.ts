@@ -1,7 +1,7 @@
 import type { AppError } from '../../errors.js';
 /**
  * Who is calling and what they may do: the one principal type, the typed list of actions, and
- * the table of decisions.md § "Scopes (API keys) and roles (bearer) per endpoint". Resolvers name
+ * the permission table (docs/reference/api-conventions.md#permissions). Resolvers name
  * an action; nothing else in the code compares roles or scopes.
  */
 
@@ -88,7 +88,7 @@ export const permissions = {
   'template:write': { roles: managers, keyScopes: [] },
   /** Buying, listing purchases and sales, confirming an invoice of one's own sale. */
   'marketplace:trade': { roles: adminOnly, keyScopes: [] },
-  /** Policies are operator configuration: no API key scope reads or writes them (decisions.md § Policies: B only). */
+  /** Policies are operator configuration: no API key scope reads or writes them (docs/decisions/0019-policy-management.md). */
   'policy:read': { roles: anyRole, keyScopes: [] },
   'policy:write': { roles: managers, keyScopes: [] },
 } as const satisfies Record<string, Permission>;

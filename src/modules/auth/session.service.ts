@@ -11,7 +11,7 @@ import { createPasswords } from './password.js';
 import { randomId } from '../../lib/ids.js';
 
 /**
- * Operator sessions (decisions.md § Identity and roles, § Sessions).
+ * Operator sessions (docs/decisions/0011-sign-up-and-sessions.md, docs/decisions/0012-rotating-refresh-tokens.md).
  *
  * A login starts a session *family*. Access tokens are EdDSA-signed JWTs with their own `typ` and
  * audience (so a session token is never accepted where a capability token is expected and vice

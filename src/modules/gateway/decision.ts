@@ -11,7 +11,7 @@ import type { ToolResult } from '../tool/connectors.js';
 import type { BudgetState, PolicyCounter } from './budget.js';
 
 /**
- * The gateway decision of decisions.md § Gateway decision as pure functions: what a request is,
+ * The gateway decision (docs/reference/gateway.md) as pure functions: what a request is,
  * what the gateway knows when it decides (a DecisionContext, loaded by gateway.service.ts), and the
  * checks that turn that into reasons. No database, no clock, no HTTP: REST, GraphQL and MCP reach
  * the same rules through the service, and the rules are unit-tested on their own.
@@ -36,7 +36,7 @@ export interface GatewayRequest {
   approval_id?: string | null;
 }
 
-/** Every reason code a decision can give (decisions.md § Gateway decision), a closed set. */
+/** Every reason code a decision can give (docs/reference/errors.md#denial-reasons-not-errors), a closed set. */
 export const REASON_CODES = [
   'SVC_NOT_ALLOWED_FOR_KEY',
   'AGENT_DEACTIVATED',
@@ -214,9 +214,10 @@ export function limitsReached(limits: DecisionContext['limits']): Map<number, bo
 }
 
 /**
- * Every check of decisions.md, in its order; each failure adds a reason and the decision is `deny`
- * when any exists. The budget enters only when it was read: an execute that passes every other
- * check counts it atomically afterwards (gateway.store.ts) instead.
+ * Every check, in the order of docs/reference/gateway.md#the-checks-in-order; each failure adds
+ * a reason and the decision is `deny` when any exists. The budget enters only when it was read:
+ * an execute that passes every other check counts it atomically afterwards (gateway.store.ts)
+ * instead.
  */
 export function checkDecision(context: DecisionContext): Checked {
   const { call, manifest, token, approval, budget } = context;
@@ -279,7 +280,7 @@ export function checkDecision(context: DecisionContext): Checked {
 }
 
 /**
- * The CEL variables of a request (decisions.md § Policies). Built once per decision, and only when
+ * The CEL variables of a request (docs/guides/policies.md#conditions). Built once per decision, and only when
  * a policy that targets the request has a condition. Without a manifest the agent is its id alone;
  * a user's evaluate has the user as `key` (no prefix, no scopes).
  */

@@ -2,7 +2,7 @@ import type { FieldError } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
 
 /**
- * The agent manifest as an organization submits it, and the rules of decisions.md § Manifests.
+ * The agent manifest as an organization submits it, and the rules of docs/decisions/0016-manifests.md.
  * Validation never throws: it reports every problem with its dotted field path, so the validate
  * endpoint can answer 200 with them and registration can turn them into one 422.
  */

@@ -15,7 +15,7 @@ export type ManifestQuery = { include?: Prisma.ManifestInclude; select?: Prisma.
 
 export type TransitionName = 'approve' | 'reject' | 'suspend' | 'reactivate' | 'revoke';
 
-/** decisions.md § Manifests: every other transition is 409 INVALID_STATE_TRANSITION. */
+/** docs/decisions/0016-manifests.md: every other transition is 409 INVALID_STATE_TRANSITION. */
 export const transitions: Record<TransitionName, { from: readonly ManifestStatus[]; to: ManifestStatus }> = {
   approve: { from: ['pending'], to: 'active' },
   reject: { from: ['pending'], to: 'rejected' },

@@ -109,7 +109,7 @@ const ManifestSummary = builder.prismaObject('Manifest', {
   }),
 });
 
-/** An agent's current manifest, as decisions.md § Agents shows it. */
+/** An agent's current manifest, as docs/decisions/0020-agents.md shows it. */
 export const AgentManifestRef = builder.prismaObject('Manifest', {
   variant: 'AgentCurrentManifest',
   fields: (t) => ({

@@ -14,7 +14,7 @@ import { paymentProviders, type PaymentProvider } from './payment-providers.js';
 import { operationsOf, priceText, type TemplateService } from './template.service.js';
 
 /**
- * Buying a template (decisions.md § The secondary listing). The price is the server's at purchase
+ * Buying a template (docs/decisions/0021-templates-and-marketplace.md). The price is the server's at purchase
  * time; the payment provider says whether the purchase completes now or waits for the publisher
  * to confirm payment. A completed purchase registers the template as a *pending* manifest in the
  * buyer's org, through the manifest module in the purchase's own transaction: the same validation,

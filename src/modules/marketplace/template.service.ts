@@ -10,7 +10,7 @@ import type { Principal } from '../auth/authz.js';
 import { checkManifest } from '../manifest/manifest-document.js';
 
 /**
- * Manifest templates (decisions.md § The secondary listing): an org's reusable agent definitions,
+ * Manifest templates (docs/decisions/0021-templates-and-marketplace.md): an org's reusable agent definitions,
  * drafted, published to the marketplace and archived. Content is fixed at creation, so its
  * `content_hash` names exactly what a buyer acquires. Prices are exact decimals end to end: parsed
  * from text, stored as NUMERIC(12,2), shown as strings.

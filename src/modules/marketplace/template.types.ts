@@ -5,8 +5,9 @@ import { restRoute } from '../../http/rest-routes.js';
 import { operationsOf, priceText, templateStatuses, type Operation } from './template.service.js';
 
 /**
- * The marketplace's templates over GraphQL and, mounted at the root as decisions.md § The
- * secondary listing names them, over REST: `/manifests…` and `/marketplace/manifests`.
+ * The marketplace's templates over GraphQL and, mounted at the root
+ * (docs/decisions/0021-templates-and-marketplace.md), over REST: `/manifests…` and
+ * `/marketplace/manifests`.
  */
 
 type WithPublisher = ManifestTemplate & { org: { name: string } };

@@ -6,7 +6,7 @@ import { deniedUnconditionally, type ActivePolicy } from '../policy/policy-rules
 import { capabilityOfPlainName, toolNameOf } from './tool-names.js';
 
 /**
- * What MCP shows of an agent and how a decision reads to a model (decisions.md § MCP proxy mode),
+ * What MCP shows of an agent and how a decision reads to a model (docs/decisions/0038-mcp-proxy-mode.md),
  * as pure functions: mcp.service.ts loads the agent, its manifest, connectors, policies and
  * descriptions, and the decision comes from the gateway service like any other channel's.
  */

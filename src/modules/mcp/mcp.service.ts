@@ -17,7 +17,7 @@ import {
 } from './mcp-tools.js';
 
 /**
- * MCP proxy mode (decisions.md § MCP proxy mode): an agent's tools are its approved capabilities,
+ * MCP proxy mode (docs/decisions/0038-mcp-proxy-mode.md): an agent's tools are its approved capabilities,
  * and a tools/call is the gateway's execute with channel "mcp". Nothing is decided here: the
  * call goes to the gateway service, the same code REST and GraphQL call.
  */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /**
- * The MCP tool name of a capability (decisions.md § MCP proxy mode). LLM providers accept tool
+ * The MCP tool name of a capability (docs/decisions/0038-mcp-proxy-mode.md). LLM providers accept tool
  * names matching `^[A-Za-z0-9_-]{1,64}$`, so `<domain>:<action>` (lowercase `[a-z0-9_.-]` parts)
  * cannot be used as it is. The mapping is a pure function of the capability, so a tool keeps its
  * name across manifest versions and processes, and it is one-to-one:

@@ -5,7 +5,7 @@ import type { RequestState } from '../../http/request-state.js';
 import type { Principal } from '../auth/authz.js';
 
 /**
- * The per-org limit on operator traffic (decisions.md: 1000 a minute unless the org says
+ * The per-org limit on operator traffic (docs/decisions/0013-operator-rate-limit.md: 1000 a minute unless the org says
  * otherwise), counted in the database so that every process on it shares the count. Gateway
  * routes are left to the manifest budgets instead.
  *

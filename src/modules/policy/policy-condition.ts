@@ -18,7 +18,7 @@ export const MAX_CONDITION_LENGTH = 4096;
 /** Bounds of a condition's syntax tree, at parse time: what runs outside loops is bounded by them. */
 const limits = { maxAstNodes: 300, maxDepth: 32, maxListElements: 100, maxMapEntries: 100, maxCallArguments: 8 };
 
-/** The CEL variables of decisions.md § Policies. Integer fields are CEL ints (BigInt). */
+/** The CEL variables of docs/guides/policies.md#conditions. Integer fields are CEL ints (BigInt). */
 export interface ConditionFacts {
   agent: { id: string; name: string; version: string; team: string };
   action: { type: string; tool: string; capability: string; params: Record<string, unknown> };

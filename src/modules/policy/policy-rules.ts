@@ -2,7 +2,7 @@ import { DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
 import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
 
 /**
- * Which of an org's policies apply to a request (decisions.md § Policies), as pure functions: the
+ * Which of an org's policies apply to a request (docs/guides/policies.md), as pure functions: the
  * gateway loads the org's enabled policies (policy.service.ts, cached and compiled), builds the
  * request's facts once, and gets the matches in priority order. What a match does (deny, ask a
  * human, count a rate limit) is the decision's (gateway/decision.ts).

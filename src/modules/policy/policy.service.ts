@@ -22,9 +22,10 @@ import {
 import { lockOrgAndCountPolicies, lockPolicy } from './policy.store.js';
 
 /**
- * An org's policies (decisions.md § Policies): validated writes, each audited in its transaction
- * (which also empties every process's config cache), and `active`, the enabled policies as the
- * gateway applies them, cached per process with their conditions compiled once per version.
+ * An org's policies (docs/guides/policies.md, docs/decisions/0019-policy-management.md):
+ * validated writes, each audited in its transaction (which also empties every process's config
+ * cache), and `active`, the enabled policies as the gateway applies them, cached per process with
+ * their conditions compiled once per version.
  */
 
 /** A create or a replace (PUT): every field; an absent optional one takes its default. */

@@ -67,7 +67,7 @@ const PolicyRateLimitRef = builder.objectRef<PolicyRateLimit>('PolicyRateLimit')
 });
 
 export const PolicyRef = builder.prismaObject('Policy', {
-  description: "A rule of the organization over gateway actions (decisions.md § Policies).",
+  description: "A rule of the organization over gateway actions: it denies, requires a human approval for, or rate-limits the actions it targets (docs/guides/policies.md).",
   fields: (t) => ({
     policy_id: t.exposeID('id'),
     name: t.exposeString('name'),

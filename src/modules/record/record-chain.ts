@@ -11,7 +11,7 @@ import { canonicalJson, canonicalHash } from '../../lib/canonical-json.js';
 
 export const GENESIS_HASH = `sha256:${'0'.repeat(64)}`;
 
-/** A policy that matched the action (decisions.md § Policies), as the decision reported it. */
+/** A policy that matched the action (docs/guides/policies.md#effects-in-the-decision), as the decision reported it. */
 export interface RecordedPolicy {
   policy_id: string;
   name: string;
@@ -24,7 +24,7 @@ export interface RecordedPolicy {
   rate_limit_exceeded: boolean | null;
 }
 
-/** How an agent reached the gateway: REST, GraphQL or MCP (decisions.md § MCP proxy mode). */
+/** How an agent reached the gateway: REST, GraphQL or MCP (docs/decisions/0025-record-hashing-and-channels.md). */
 export const INTERACTION_CHANNELS = ['rest', 'graphql', 'mcp'] as const;
 export type InteractionChannel = (typeof INTERACTION_CHANNELS)[number];
 

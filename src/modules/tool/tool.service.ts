@@ -36,7 +36,7 @@ export interface ToolInput {
 }
 
 const actionTypePattern = /^[a-z0-9_.-]+$/;
-/** The tool names MCP servers use (the specification's recommendation; SDKs warn on others). */
+/** The tool names MCP servers use (the MCP specification's recommendation; SDKs warn on others). */
 const mcpToolNamePattern = /^[A-Za-z0-9_.-]{1,128}$/;
 const DEFAULT_TIMEOUT_MS = 10_000;
 const MAX_TIMEOUT_MS = 60_000;
