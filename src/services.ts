@@ -27,6 +27,15 @@ import { createWebhookService } from './modules/webhook/webhook.service.js';
  */
 const ORG_ACTIVE_WINDOW_MS = 1000;
 
+/**
+ * After answering an org that sends one request at a time, busy orgs wait this long for its next
+ * (src/lib/fair-scheduler.ts): about what an agent on the same host takes to send it, and the
+ * timer's resolution. A busy org starts in at least one of every this many windows in a row: it
+ * keeps a start for every few of the steady org's, about a quarter of the process.
+ */
+const ORG_ANTICIPATION_MS = 1;
+const ORG_ANTICIPATION_LIMIT = 3;
+
 export function createServices(deps: Deps) {
   const sessions = createSessionService(deps);
   const apiKeys = createApiKeyService(deps);
@@ -74,6 +83,8 @@ export function createServices(deps: Deps) {
         perTenant: deps.env.orgMaxConcurrency,
         maxQueuedPerTenant: deps.env.orgMaxQueued,
         activeWindowMs: ORG_ACTIVE_WINDOW_MS,
+        anticipationMs: ORG_ANTICIPATION_MS,
+        anticipationLimit: ORG_ANTICIPATION_LIMIT,
       },
     }),
   };

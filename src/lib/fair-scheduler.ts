@@ -18,6 +18,15 @@
  *   others are active, a busy org's requests in progress, which every other request interleaves
  *   with, stay few.
  *
+ * Turns alone leave a tenant that sends one request at a time (an agent waiting for each answer)
+ * about half the loop against a busy one, so its latency doubles: the busy tenant's request starts
+ * in the gap between the answer and the next request, and that next request then waits for it.
+ * So the scheduler anticipates (as disk schedulers do for a process reading one block at a time):
+ * when a request is answered whose tenant has nothing else running or waiting, while others wait,
+ * the busy tenants' requests are held for `anticipationMs`, in which the answered tenant's next
+ * request usually arrives and starts first. A busy tenant starts in at least one of every
+ * `anticipationLimit` windows in a row, so it keeps a share however steady the other is.
+ *
  * A tenant with `maxQueuedPerTenant` requests waiting is refused more: the edge answers 429.
  * Nothing here knows of HTTP: admission is a promise, and release a function to call once.
  */
@@ -37,8 +46,17 @@ export interface FairSchedulerOptions {
   maxQueuedPerTenant: number;
   /** How long after its last request a tenant still counts as active (its share stays reserved). */
   activeWindowMs: number;
+  /**
+   * How long, after the answer to a tenant with nothing else running or waiting, the requests of
+   * busy tenants (more than one running or waiting) are held for that tenant's next; 0: never.
+   */
+  anticipationMs?: number;
+  /** A busy tenant starts in at least one of every this many windows in a row (held in the others). */
+  anticipationLimit?: number;
   /** Runs `turn` on the next pass of the event loop (setImmediate); tests pass turns by hand. */
   defer?: (turn: () => void) => void;
+  /** Runs `turn` after `ms` milliseconds (an unref'd setTimeout); tests pass time by hand. */
+  later?: (turn: () => void, ms: number) => void;
   /** Milliseconds of a monotonic clock (performance.now); tests move it by hand. */
   now?: () => number;
 }
@@ -55,6 +73,8 @@ interface Tenant {
   lastSeen: number;
   /** The scheduler's count of starts when one of its requests last started (0: never). */
   lastStart: number;
+  /** Anticipation windows opened while it waited, since its last start. */
+  heldWindows: number;
 }
 
 export class FairScheduler {
@@ -64,11 +84,16 @@ export class FairScheduler {
   private readonly turns: string[] = [];
   private starts = 0;
   private turnPending = false;
+  /** Until when busy tenants are held (the clock's milliseconds). */
+  private anticipateUntil = -Infinity;
+  private wakePending = false;
   private readonly defer: (turn: () => void) => void;
+  private readonly later: (turn: () => void, ms: number) => void;
   private readonly now: () => number;
 
   constructor(private readonly options: FairSchedulerOptions) {
     this.defer = options.defer ?? ((turn) => setImmediate(turn));
+    this.later = options.later ?? ((turn, ms) => setTimeout(turn, ms).unref());
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -103,7 +128,7 @@ export class FairScheduler {
   private tenantOf(tenantId: string): Tenant {
     let tenant = this.tenants.get(tenantId);
     if (!tenant) {
-      tenant = { running: 0, waiting: [], lastSeen: this.now(), lastStart: 0 };
+      tenant = { running: 0, waiting: [], lastSeen: this.now(), lastStart: 0, heldWindows: 0 };
       this.tenants.set(tenantId, tenant);
     }
     return tenant;
@@ -135,20 +160,50 @@ export class FairScheduler {
     });
   }
 
+  /** Whether `tenant` waits out the anticipation window: it is busy, and this is not its limit-th in a row. */
+  private held(tenant: Tenant): boolean {
+    return (
+      this.now() < this.anticipateUntil &&
+      tenant.running + tenant.waiting.length > 1 &&
+      tenant.heldWindows < (this.options.anticipationLimit ?? Infinity)
+    );
+  }
+
+  /** A pass once the anticipation window has passed (one pending at a time). */
+  private wakeAfterWindow(): void {
+    if (this.wakePending) return;
+    this.wakePending = true;
+    this.later(
+      () => {
+        this.wakePending = false;
+        this.scheduleTurn();
+      },
+      Math.max(0, this.anticipateUntil - this.now()),
+    );
+  }
+
   /** One pass of the loop: starts one waiting request, the fairest, and asks for another pass if more wait. */
   private turn(): void {
     const active = this.activeTenants();
     let chosen = -1;
     let best: Tenant | undefined;
+    let anyHeld = false;
     for (let i = 0; i < this.turns.length; i++) {
       const tenant = this.tenants.get(this.turns[i])!;
       if (tenant.running >= this.limitOf(tenant, active)) continue;
+      if (this.held(tenant)) {
+        anyHeld = true;
+        continue;
+      }
       if (!best || tenant.running < best.running || (tenant.running === best.running && tenant.lastStart < best.lastStart)) {
         chosen = i;
         best = tenant;
       }
     }
-    if (!best) return;
+    if (!best) {
+      if (anyHeld) this.wakeAfterWindow();
+      return;
+    }
     // One start a pass keeps a run of one org's requests from going ahead of another's. Alone, an
     // org starts all its limit allows: a start a pass capped its throughput at the loop's pass rate.
     const starts = active <= 1 ? this.options.perTenant : 1;
@@ -159,7 +214,16 @@ export class FairScheduler {
     if (this.turns.length) this.scheduleTurn();
   }
 
+  /** The answered tenant has nothing else running or waiting, and others wait: hold the busy ones a moment. */
+  private anticipate(): void {
+    const window = this.options.anticipationMs ?? 0;
+    if (window <= 0) return;
+    this.anticipateUntil = this.now() + window;
+    for (const id of this.turns) this.tenants.get(id)!.heldWindows++;
+  }
+
   private started(tenant: Tenant): Admission {
+    tenant.heldWindows = 0;
     tenant.lastStart = ++this.starts;
     tenant.running++;
     this.running++;
@@ -172,7 +236,9 @@ export class FairScheduler {
         tenant.running--;
         this.running--;
         tenant.lastSeen = this.now();
-        if (this.turns.length) this.scheduleTurn();
+        if (!this.turns.length) return;
+        if (tenant.running === 0 && !tenant.waiting.length) this.anticipate();
+        this.scheduleTurn();
       },
     };
   }

@@ -4,10 +4,16 @@ import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../
  * The scheduler with the event loop's passes and the clock in the test's hands: `pass()` runs the
  * turns the scheduler asked for (one start each), `clock.ms` is the time.
  */
-function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now'>) {
+function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now' | 'later'>) {
   const turns: (() => void)[] = [];
+  const timers: { at: number; turn: () => void }[] = [];
   const clock = { ms: 0 };
-  const fair = new FairScheduler({ ...options, defer: (turn) => turns.push(turn), now: () => clock.ms });
+  const fair = new FairScheduler({
+    ...options,
+    defer: (turn) => turns.push(turn),
+    later: (turn, ms) => timers.push({ at: clock.ms + ms, turn }),
+    now: () => clock.ms,
+  });
   const requests: { tenant: string; admission?: Admission }[] = [];
   return {
     fair,
@@ -25,6 +31,17 @@ function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now'>) {
       for (const turn of due) turn();
       await new Promise((resolve) => setImmediate(resolve));
     },
+    /** `ms` pass on the clock: the timers due run, then a pass of the event loop. */
+    async advance(ms: number) {
+      clock.ms += ms;
+      for (const timer of timers.filter((t) => t.at <= clock.ms)) {
+        timers.splice(timers.indexOf(timer), 1);
+        timer.turn();
+      }
+      await this.pass();
+    },
+    /** Timers the scheduler has asked for and that have not run. */
+    pendingTimers: () => timers.length,
     async passes(n: number) {
       for (let i = 0; i < n; i++) await this.pass();
     },
@@ -198,4 +215,107 @@ test('releasing twice frees one slot', async () => {
   s.done(a[0]);
   await s.passes(3);
   expect(s.fair.load).toEqual({ running: 1, waiting: 1 });
+});
+
+describe('anticipation: an org that sends one request at a time', () => {
+  const anticipating = { ...options, perTenant: 10, anticipationMs: 1, anticipationLimit: 3 };
+
+  /** b alone with one request running, and a with three asking: a's first starts. */
+  async function steadyAndBusy() {
+    const s = scheduler(anticipating);
+    const b = s.ask('b');
+    await s.pass();
+    const a = Array.from({ length: 3 }, () => s.ask('a'));
+    await s.pass();
+    expect(s.started()).toBe('ba');
+    return { s, b, a };
+  }
+
+  test('after its answer, busy tenants wait the window for its next request, which starts first', async () => {
+    const { s, b } = await steadyAndBusy();
+    s.done(b);
+    await s.passes(3);
+    // a has more waiting, but is held for b's next request.
+    expect(s.started()).toBe('ba');
+    s.ask('b');
+    await s.pass();
+    expect(s.started()).toBe('bab');
+    // Once the window has passed, the timer the scheduler asked for lets a's next start.
+    expect(s.pendingTimers()).toBe(1);
+    await s.advance(1);
+    expect(s.started()).toBe('baab');
+  });
+
+  test('when the steady tenant does not come back, the busy one starts once the window has passed', async () => {
+    const { s, b } = await steadyAndBusy();
+    s.done(b);
+    await s.pass();
+    await s.advance(0.5);
+    expect(s.started()).toBe('ba');
+    await s.advance(0.5);
+    expect(s.started()).toBe('baa');
+  });
+
+  test('a busy tenant starts in at least one of every three windows in a row, however steady the other', async () => {
+    const { s, b } = await steadyAndBusy();
+    let current = b;
+    const windows: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      s.done(current);
+      current = s.ask('b');
+      await s.pass();
+      windows.push(s.started());
+    }
+    // Held in the first two windows: b's next starts each time, and nothing else.
+    expect(windows).toEqual(['bab', 'babb', 'babbb']);
+    // In the third, still within it (the clock has not moved), a's next starts on the next pass.
+    await s.pass();
+    expect(s.started()).toBe('baabbb');
+  });
+
+  test('a tenant with others running or waiting opens no window, nor does an answer when nobody waits', async () => {
+    const s = scheduler(anticipating);
+    const c = [s.ask('c'), s.ask('c')];
+    await s.pass();
+    const a = Array.from({ length: 3 }, () => s.ask('a'));
+    await s.pass();
+    expect(s.started()).toBe('cca');
+    // c still has one running: its answer is not a steady tenant's, and a is not held.
+    s.done(c[0]);
+    await s.pass();
+    expect(s.started()).toBe('ccaa');
+    // Nobody waiting when b is answered: nothing to hold, no timer.
+    const quiet = scheduler(anticipating);
+    const b = quiet.ask('b');
+    await quiet.pass();
+    quiet.done(b);
+    await quiet.pass();
+    expect(quiet.pendingTimers()).toBe(0);
+    void a;
+  });
+
+  test('two busy tenants never hold each other, and a tenant alone is never held', async () => {
+    const s = scheduler(anticipating);
+    const a = Array.from({ length: 3 }, () => s.ask('a'));
+    const d = Array.from({ length: 3 }, () => s.ask('d'));
+    await s.passes(4);
+    // a was alone at first: all three started; d keeps its share of two, its third waits.
+    expect(s.fair.load).toEqual({ running: 5, waiting: 1 });
+    s.done(a[0]);
+    s.done(d[0]);
+    await s.passes(2);
+    expect(s.fair.load).toEqual({ running: 4, waiting: 0 });
+    expect(s.pendingTimers()).toBe(0);
+  });
+
+  test('without anticipationMs nothing is held', async () => {
+    const s = scheduler({ ...options, perTenant: 10 });
+    const b = s.ask('b');
+    await s.pass();
+    Array.from({ length: 3 }, () => s.ask('a'));
+    await s.pass();
+    s.done(b);
+    await s.pass();
+    expect(s.started()).toBe('baa');
+  });
 });
