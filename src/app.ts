@@ -19,6 +19,7 @@ import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
 import { useMcpEndpoint } from './http/mcp-endpoint.js';
+import { useOAuthEndpoints } from './http/oauth-endpoints.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
@@ -176,6 +177,7 @@ export function createApp({
           }
         },
       },
+      useOAuthEndpoints({ oauth: services.oauth, logger }),
       useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp, admit: services.admit }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
@@ -196,6 +198,7 @@ export function createApp({
           pruneCounters(db.sql),
           db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
           services.sessions.prune(),
+          services.oauth.pruneClients(),
         ]),
       'maintenance failed',
     );

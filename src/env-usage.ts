@@ -24,6 +24,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   REFRESH_MAX_FAILURES_PER_ADDRESS: { default: '100', meaning: 'failed refresh-token rotations per client address in a window' },
   LOGIN_WINDOW_SECONDS: { default: '900', meaning: 'login and refresh throttling window' },
   SIGNUP_MAX_PER_ADDRESS: { default: '10', meaning: 'sign-ups per client address an hour' },
+  OAUTH_REGISTRATIONS_PER_ADDRESS: { default: '20', meaning: 'OAuth client registrations per client address an hour' },
   SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
   WEBHOOK_POLL_MS: { default: '500', meaning: 'how often due webhook deliveries are looked for' },

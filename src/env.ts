@@ -42,6 +42,8 @@ export interface Env {
   loginWindowSeconds: number;
   /** Sign-ups (`POST /api/v1/orgs`) one client address may make in an hour, refused ones (409) included. */
   signupMaxPerAddress: number;
+  /** OAuth client registrations (`POST /oauth/register`) one client address may make in an hour. */
+  oauthRegistrationsPerAddress: number;
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
@@ -235,6 +237,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     refreshMaxFailuresPerAddress: integer(source, 'REFRESH_MAX_FAILURES_PER_ADDRESS', 100, 1),
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     signupMaxPerAddress: integer(source, 'SIGNUP_MAX_PER_ADDRESS', 10, 1),
+    oauthRegistrationsPerAddress: integer(source, 'OAUTH_REGISTRATIONS_PER_ADDRESS', 20, 1),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
     webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),

@@ -19,6 +19,7 @@ import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
 import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
+import { createOAuthService } from './modules/oauth/oauth.service.js';
 
 /**
  * How long after its last request an org keeps its share of the process: an agent that calls every
@@ -69,6 +70,7 @@ export function createServices(deps: Deps) {
     purchases,
     journal,
     gateway,
+    oauth: createOAuthService(deps),
     mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }),
     sessions,
     apiKeys,

@@ -122,10 +122,13 @@ describe('OpenAPI document', () => {
     expect(versioned.sort()).toEqual([...expectedRoutes].sort());
     expect(operations().filter((o) => !o.key.includes(' /api/v1/')).map((o) => o.key)).toEqual([
       'GET /.well-known/jwks.json',
+      'GET /.well-known/oauth-authorization-server',
+      'GET /.well-known/oauth-protected-resource/mcp/{svc_id}',
       ...unprefixedRoutes.slice(0, 2),
       'GET /healthz',
       ...unprefixedRoutes.slice(2, -3),
       ...unprefixedRoutes.slice(-3),
+      'POST /oauth/register',
       'GET /readyz',
     ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))));
   });
@@ -173,11 +176,12 @@ describe('OpenAPI document', () => {
     );
   });
 
-  test('declares Retry-After and the X-RateLimit headers on every 429', () => {
+  test('declares Retry-After and the X-RateLimit headers on every 429 (OAuth endpoints: Retry-After, their own throttle)', () => {
     const limited = operations().filter((o) => o.operation.responses['429']);
     expect(limited.length).toBeGreaterThan(40);
     for (const { operation } of limited) {
-      expect(Object.keys(operation.responses['429'].headers).sort()).toEqual(['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+      const expected = operation.tags.includes('OAuth') ? ['Retry-After'] : ['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+      expect(Object.keys(operation.responses['429'].headers).sort()).toEqual(expected);
     }
   });
 
@@ -185,7 +189,7 @@ describe('OpenAPI document', () => {
     const ids = operations().map((o) => o.operation.operationId);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.sort()).toEqual(
-      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks'].sort(),
+      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks', 'oauth_authorization_server_metadata', 'oauth_protected_resource_metadata', 'oauth_register_client'].sort(),
     );
   });
 

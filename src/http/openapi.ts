@@ -207,6 +207,7 @@ const tagDescriptions: Record<string, string> = {
   Marketplace: 'Manifest templates published by orgs and acquired by others (unprefixed paths).',
   Health: 'Liveness and readiness for load balancers and orchestrators; no credentials.',
   Keys: 'The public keys that verify capability tokens and interaction records offline (JWKS).',
+  OAuth: "OAuth for MCP clients: the authorization server's metadata, each agent's protected-resource metadata, client registration. Errors in OAuth's own format.",
 };
 
 /** Operations the service answers outside the GraphQL schema (so SOFA knows nothing of them). */
@@ -234,7 +235,131 @@ function serviceOperations(): Json {
     },
     additionalProperties: true,
   };
+  const strings = { type: 'array', items: { type: 'string' } };
+  const retryAfter = { required: true, description: 'Seconds to wait before trying again', schema: { type: 'integer' } };
+  const oauthError = (codes: string[], description: string) =>
+    json(
+      {
+        type: 'object',
+        required: ['error', 'error_description'],
+        properties: { error: { type: 'string', enum: codes }, error_description: { type: 'string' } },
+      },
+      description,
+    );
+  const clientFields = {
+    redirect_uris: { ...strings, description: 'https URLs, or http on the loopback interface (127.0.0.1, [::1], localhost), at most 10' },
+    client_name: { type: 'string', maxLength: 200 },
+    client_uri: { type: 'string', description: 'An https URL' },
+    logo_uri: { type: 'string', description: 'An https URL' },
+    scope: { type: 'string' },
+    software_id: { type: 'string' },
+    software_version: { type: 'string' },
+  };
   return {
+    '/.well-known/oauth-authorization-server': {
+      get: {
+        operationId: 'oauth_authorization_server_metadata',
+        tags: ['OAuth'],
+        summary: 'Authorization-server metadata (RFC 8414)',
+        description: 'The issuer is PUBLIC_URL; MCP clients find the authorization, token, registration and revocation endpoints here.',
+        security: [],
+        responses: {
+          '200': json({
+            type: 'object',
+            required: ['issuer', 'authorization_endpoint', 'token_endpoint', 'registration_endpoint', 'response_types_supported'],
+            properties: {
+              issuer: { type: 'string' },
+              authorization_endpoint: { type: 'string' },
+              token_endpoint: { type: 'string' },
+              registration_endpoint: { type: 'string' },
+              revocation_endpoint: { type: 'string' },
+              response_types_supported: strings,
+              grant_types_supported: strings,
+              code_challenge_methods_supported: strings,
+              token_endpoint_auth_methods_supported: strings,
+              revocation_endpoint_auth_methods_supported: strings,
+              client_id_metadata_document_supported: { type: 'boolean' },
+              authorization_response_iss_parameter_supported: { type: 'boolean' },
+              scopes_supported: strings,
+            },
+          }),
+          '405': oauthError(['invalid_request'], 'Only GET'),
+        },
+      },
+    },
+    '/.well-known/oauth-protected-resource/mcp/{svc_id}': {
+      get: {
+        operationId: 'oauth_protected_resource_metadata',
+        tags: ['OAuth'],
+        summary: "An agent's MCP endpoint as an OAuth protected resource (RFC 9728)",
+        description: 'Served for any well-formed agent id, without saying whether the agent exists.',
+        security: [],
+        parameters: [{ name: 'svc_id', in: 'path', required: true, schema: { type: 'string' } }],
+        responses: {
+          '200': json({
+            type: 'object',
+            required: ['resource', 'authorization_servers', 'scopes_supported', 'bearer_methods_supported', 'resource_name'],
+            properties: {
+              resource: { type: 'string' },
+              authorization_servers: strings,
+              scopes_supported: strings,
+              bearer_methods_supported: strings,
+              resource_name: { type: 'string' },
+            },
+          }),
+          '404': oauthError(['not_found'], 'Not an agent id'),
+          '405': oauthError(['invalid_request'], 'Only GET'),
+        },
+      },
+    },
+    '/oauth/register': {
+      post: {
+        operationId: 'oauth_register_client',
+        tags: ['OAuth'],
+        summary: 'Register a public OAuth client (RFC 7591)',
+        description:
+          'Public clients only (`token_endpoint_auth_method: none`, PKCE). Throttled per client address (OAUTH_REGISTRATIONS_PER_ADDRESS an hour); a registration unused for 30 days expires.',
+        security: [],
+        requestBody: {
+          required: true,
+          content: {
+            'application/json': {
+              schema: {
+                type: 'object',
+                required: ['redirect_uris'],
+                properties: {
+                  ...clientFields,
+                  token_endpoint_auth_method: { type: 'string', enum: ['none'] },
+                  grant_types: { type: 'array', items: { type: 'string', enum: ['authorization_code', 'refresh_token'] } },
+                  response_types: { type: 'array', items: { type: 'string', enum: ['code'] } },
+                },
+              },
+            },
+          },
+        },
+        responses: {
+          '201': json(
+            {
+              type: 'object',
+              required: ['client_id', 'client_id_issued_at', 'redirect_uris', 'token_endpoint_auth_method', 'grant_types', 'response_types'],
+              properties: {
+                client_id: { type: 'string' },
+                client_id_issued_at: { type: 'integer' },
+                ...clientFields,
+                token_endpoint_auth_method: { type: 'string', enum: ['none'] },
+                grant_types: strings,
+                response_types: strings,
+              },
+            },
+            'Registered',
+          ),
+          '400': oauthError(['invalid_redirect_uri', 'invalid_client_metadata'], 'The metadata is refused'),
+          '405': oauthError(['invalid_request'], 'Only POST'),
+          '429': { ...oauthError(['temporarily_unavailable'], 'Too many registrations from this address'), headers: { 'Retry-After': retryAfter } },
+          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+        },
+      },
+    },
     '/healthz': {
       get: {
         operationId: 'healthz',
@@ -402,7 +527,7 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         '`Allow` header; an unknown path under /api/v1 answers 404 NOT_FOUND.',
     },
     servers: [{ url: serverUrl, description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root` }],
-    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag)), 'Health', 'Keys'].map((name) => ({
+    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag)), 'Health', 'Keys', 'OAuth'].map((name) => ({
       name,
       ...(tagDescriptions[name] ? { description: tagDescriptions[name] } : {}),
     })),

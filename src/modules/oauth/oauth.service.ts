@@ -1,0 +1,74 @@
+import { randomBytes } from 'node:crypto';
+import type { Deps } from '../../deps.js';
+import { countAttempt } from '../../lib/attempt-throttle.js';
+import { fixedWindow } from '../../lib/rate-counter.js';
+import { acceptRegistration, isRegistrationError, type ClientRegistration, type RegistrationError } from './oauth-client.js';
+import { authorizationServerMetadata, protectedResourceMetadata } from './oauth-metadata.js';
+import { deleteExpiredClients, findClient, insertClient, touchClient } from './oauth.store.js';
+
+/**
+ * The gateway as the OAuth 2.1 authorization server of its MCP endpoints
+ * (docs/decisions/0047-mcp-oauth.md). This part: the metadata documents and client registration.
+ */
+
+/** A registration unused this long expires. */
+export const CLIENT_UNUSED_DAYS = 30;
+
+/** What a successful registration answers (RFC 7591 §3.2.1). */
+export interface RegisteredClient extends ClientRegistration {
+  client_id: string;
+  client_id_issued_at: number;
+  token_endpoint_auth_method: 'none';
+  grant_types: ['authorization_code', 'refresh_token'];
+  response_types: ['code'];
+}
+
+const registered = (clientId: string, registration: ClientRegistration, issuedAt: Date): RegisteredClient => ({
+  client_id: clientId,
+  client_id_issued_at: Math.floor(issuedAt.getTime() / 1000),
+  ...registration,
+  token_endpoint_auth_method: 'none',
+  grant_types: ['authorization_code', 'refresh_token'],
+  response_types: ['code'],
+});
+
+export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' | 'logger'>) {
+  return {
+    authorizationServerMetadata: () => authorizationServerMetadata(env.publicUrl),
+    protectedResourceMetadata: (svcId: string) => protectedResourceMetadata(env.publicUrl, svcId),
+
+    /**
+     * Dynamic Client Registration: the metadata is checked first (a refused one costs no count),
+     * then the address's registrations are counted (OAUTH_REGISTRATIONS_PER_ADDRESS an hour; past
+     * it, 429 POLICY_VIOLATION), then the client is stored.
+     */
+    async registerClient(body: unknown, clientAddress: string): Promise<RegisteredClient | RegistrationError> {
+      const registration = acceptRegistration(body);
+      if (isRegistrationError(registration)) return registration;
+      await countAttempt(
+        db.sql,
+        [{ bucket: `oauth-registrations:address:${clientAddress}`, limit: env.oauthRegistrationsPerAddress }],
+        fixedWindow(3600),
+        { message: 'Too many client registrations from this address; try again later', period: '1h' },
+      );
+      const clientId = `agc_${randomBytes(16).toString('base64url')}`;
+      const row = await insertClient(db.sql, clientId, registration, clientAddress);
+      logger.info({ client_id: clientId, client_name: registration.client_name, client_address: clientAddress }, 'oauth client registered');
+      return registered(row.client_id, row.metadata, row.created_at);
+    },
+
+    /** A registered client that has not expired, as registration answered it; undefined when unknown. */
+    async client(clientId: string): Promise<RegisteredClient | undefined> {
+      const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
+      return row && registered(row.client_id, row.metadata, row.created_at);
+    },
+
+    /** The client was used (a grant, a token): its registration does not expire for another 30 days. */
+    touchClient: (clientId: string) => touchClient(db.sql, clientId),
+
+    /** Maintenance: deletes registrations unused for 30 days. */
+    pruneClients: () => deleteExpiredClients(db.sql, CLIENT_UNUSED_DAYS),
+  };
+}
+
+export type OAuthService = ReturnType<typeof createOAuthService>;
