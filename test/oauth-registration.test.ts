@@ -138,6 +138,8 @@ describe('Dynamic Client Registration', () => {
     [{ redirect_uris: ['javascript:alert(1)'] }, 'invalid_redirect_uri', /scheme javascript/],
     [{ redirect_uris: ['/relative'] }, 'invalid_redirect_uri', /not an absolute URL/],
     [{ redirect_uris: ['https://user:pw@client.example/cb'] }, 'invalid_redirect_uri', /user information/],
+    [{ redirect_uris: ['https://client.example/\u0000cb'] }, 'invalid_redirect_uri', /control characters/],
+    [{ redirect_uris: ['https://client.example/cb'], client_name: 'nul\u0000' }, 'invalid_client_metadata', /control characters/],
     [{ redirect_uris: Array.from({ length: 11 }, (_, i) => `https://client.example/${i}`) }, 'invalid_redirect_uri', /At most 10/],
     [{ redirect_uris: ['https://client.example/cb'], token_endpoint_auth_method: 'client_secret_basic' }, 'invalid_client_metadata', /public/],
     [{ redirect_uris: ['https://client.example/cb'], grant_types: ['client_credentials'] }, 'invalid_client_metadata', /grant_types/],

@@ -1099,6 +1099,18 @@ describe('open routes work without credentials', () => {
     for (const path of ['/healthz', '/readyz', '/.well-known/jwks.json']) expect((await w.t.request('GET', path)).status).toBe(200);
   });
 
+  test('the OAuth metadata documents → 200 without credentials, and POST /oauth/register → 201 as documented', async () => {
+    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/oauth-protected-resource/mcp/matrix-agent']) {
+      expect((await w.t.request('GET', path)).status).toBe(200);
+    }
+    const registered = await w.t.request('POST', '/oauth/register', { body: { redirect_uris: ['http://127.0.0.1:7777/cb'] } });
+    expect(registered.status).toBe(201);
+    // Credentials change nothing here: an operator's token does not make a registration anything more.
+    const withToken = await w.t.request('POST', '/oauth/register', { token: w.orgA.adminToken, body: { redirect_uris: ['http://127.0.0.1:7777/cb'] } });
+    expect(withToken.status).toBe(201);
+    expect(withToken.body.client_id).not.toBe(registered.body.client_id);
+  });
+
   test('POST /api/v1/auth/login with a wrong password → 401 INVALID_TOKEN', async () => {
     const response = await w.t.request('POST', '/api/v1/auth/login', {
       body: { email: w.orgA.adminEmail, password: 'not the right password' },

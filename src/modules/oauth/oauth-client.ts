@@ -28,6 +28,7 @@ export const MAX_NAME_LENGTH = 200;
 
 const OPTIONAL_STRINGS = ['client_name', 'client_uri', 'logo_uri', 'scope', 'software_id', 'software_version'] as const;
 const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
+const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 
 /**
  * Whether `uri` may be a redirect URI: an absolute https URL, or an http URL on the loopback
@@ -38,6 +39,8 @@ const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
 export function redirectUriProblem(uri: unknown): string | undefined {
   if (typeof uri !== 'string' || uri.length === 0) return 'a redirect URI must be a non-empty string';
   if (uri.length > MAX_URI_LENGTH) return `a redirect URI may have at most ${MAX_URI_LENGTH} characters`;
+  // The URL parser would take a NUL and keep it; the database cannot store one in text.
+  if (CONTROL_CHARACTERS.test(uri)) return 'a redirect URI may not contain control characters';
   let url: URL;
   try {
     url = new URL(uri);
@@ -116,7 +119,7 @@ export function acceptRegistration(body: unknown): ClientRegistration | Registra
     if (typeof value !== 'string') return invalid(`${field} must be a string`);
     const limit = field === 'client_name' ? MAX_NAME_LENGTH : MAX_URI_LENGTH;
     if (value.length > limit) return invalid(`${field} may have at most ${limit} characters`);
-    if (/[\u0000-\u001f\u007f]/.test(value)) return invalid(`${field} may not contain control characters`);
+    if (CONTROL_CHARACTERS.test(value)) return invalid(`${field} may not contain control characters`);
     accepted[field] = value;
   }
   for (const field of ['client_uri', 'logo_uri'] as const) {
