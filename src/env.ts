@@ -44,6 +44,8 @@ export interface Env {
   signupMaxPerAddress: number;
   /** OAuth client registrations (`POST /oauth/register`) one client address may make in an hour. */
   oauthRegistrationsPerAddress: number;
+  /** Tests and local development: client metadata documents at http URLs on the loopback interface (OAUTH_CLIENT_METADATA_LOOPBACK). */
+  oauthClientMetadataLoopback: boolean;
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
@@ -238,6 +240,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     signupMaxPerAddress: integer(source, 'SIGNUP_MAX_PER_ADDRESS', 10, 1),
     oauthRegistrationsPerAddress: integer(source, 'OAUTH_REGISTRATIONS_PER_ADDRESS', 20, 1),
+    oauthClientMetadataLoopback: source.OAUTH_CLIENT_METADATA_LOOPBACK === 'true',
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
     webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),

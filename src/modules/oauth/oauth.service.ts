@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
+import { createMetadataDocumentResolver, isMetadataDocumentUrl } from './client-metadata-document.js';
 import { acceptRegistration, isRegistrationError, type ClientRegistration, type RegistrationError } from './oauth-client.js';
 import { authorizationServerMetadata, protectedResourceMetadata } from './oauth-metadata.js';
 import { deleteExpiredClients, findClient, insertClient, touchClient } from './oauth.store.js';
@@ -23,6 +24,13 @@ export interface RegisteredClient extends ClientRegistration {
   response_types: ['code'];
 }
 
+/** A client the authorization server knows: registered here, or described by its metadata document. */
+export interface KnownClient {
+  client_id: string;
+  kind: 'registered' | 'metadata_document';
+  registration: ClientRegistration;
+}
+
 const registered = (clientId: string, registration: ClientRegistration, issuedAt: Date): RegisteredClient => ({
   client_id: clientId,
   client_id_issued_at: Math.floor(issuedAt.getTime() / 1000),
@@ -33,6 +41,7 @@ const registered = (clientId: string, registration: ClientRegistration, issuedAt
 });
 
 export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' | 'logger'>) {
+  const metadataDocuments = createMetadataDocumentResolver({ allowLoopbackHttp: env.oauthClientMetadataLoopback });
   return {
     authorizationServerMetadata: () => authorizationServerMetadata(env.publicUrl),
     protectedResourceMetadata: (svcId: string) => protectedResourceMetadata(env.publicUrl, svcId),
@@ -61,6 +70,21 @@ export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' 
     async client(clientId: string): Promise<RegisteredClient | undefined> {
       const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
       return row && registered(row.client_id, row.metadata, row.created_at);
+    },
+
+    /**
+     * The client a `client_id` names: a registration that has not expired, or, when the id is an
+     * https URL, the client its metadata document describes; otherwise why it is unknown.
+     */
+    async resolveClient(clientId: string): Promise<{ client: KnownClient } | { unknown: string }> {
+      if (isMetadataDocumentUrl(clientId, env.oauthClientMetadataLoopback)) {
+        const outcome = await metadataDocuments.resolve(clientId);
+        if ('refused' in outcome) return { unknown: outcome.refused };
+        return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
+      }
+      const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
+      if (!row) return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
+      return { client: { client_id: row.client_id, kind: 'registered', registration: row.metadata } };
     },
 
     /** The client was used (a grant, a token): its registration does not expire for another 30 days. */
