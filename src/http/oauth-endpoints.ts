@@ -45,10 +45,9 @@ interface OAuthEndpointDeps {
 }
 
 export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<{}, ServerContext> {
-  /** The answer of a path this edge serves; undefined for every other path. */
-  async function answer(request: Request, pathname: string, clientAddress: string): Promise<Response | undefined> {
-    const isMetadata = pathname === AUTHORIZATION_SERVER_METADATA_PATH || pathname.startsWith(PROTECTED_RESOURCE_METADATA_PREFIX);
-    if (!isMetadata && pathname !== OAUTH_PATHS.register) return undefined;
+  /** The answer of a path this edge serves (`ours`). */
+  async function answer(request: Request, pathname: string, clientAddress: string): Promise<Response> {
+    const isMetadata = pathname !== OAUTH_PATHS.register;
     if (request.method === 'OPTIONS') return new Response(null, { status: 204, headers: CORS_HEADERS });
     if (isMetadata) {
       if (request.method !== 'GET' && request.method !== 'HEAD') {
@@ -80,20 +79,25 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   }
 
   return {
-    async onRequest({ request, url, serverContext, endResponse }) {
+    // Synchronous for every other path: the gateway's requests pass here and pay no promise for it.
+    onRequest({ request, url, serverContext, endResponse }) {
+      if (!ours(url.pathname)) return;
       const state = serverContext.state;
-      let response: Response | undefined;
-      try {
-        response = await answer(request, url.pathname, state?.clientAddress ?? 'unknown');
-      } catch (error) {
-        response = failure(error, logger, state?.requestId);
+      return answer(request, url.pathname, state?.clientAddress ?? 'unknown').then(
+        (response) => respond(response),
+        (error: unknown) => respond(failure(error, logger, state?.requestId)),
+      );
+      function respond(response: Response) {
+        if (state) state.route = `${request.method} ${routeOf(url.pathname)}`;
+        endResponse(response);
       }
-      if (!response) return;
-      if (state) state.route = `${request.method} ${routeOf(url.pathname)}`;
-      endResponse(response);
     },
   };
 }
+
+/** Whether this edge serves `pathname`: the OAuth metadata documents and client registration. */
+const ours = (pathname: string) =>
+  pathname === OAUTH_PATHS.register || pathname === AUTHORIZATION_SERVER_METADATA_PATH || pathname.startsWith(PROTECTED_RESOURCE_METADATA_PREFIX);
 
 /** The route pattern for logs and metrics: the agent's id is not part of it. */
 const routeOf = (pathname: string) => (pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX) ? `${PROTECTED_RESOURCE_MCP_PREFIX}:svc_id` : pathname);
