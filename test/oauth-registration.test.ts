@@ -117,7 +117,14 @@ describe('Dynamic Client Registration', () => {
     });
     expect(Math.abs(response.body.client_id_issued_at - Date.now() / 1000)).toBeLessThan(60);
     expect(await clientCount()).toBe(before + 1);
-    expect(await t.app.services.oauth.client(response.body.client_id)).toEqual(response.body);
+    // What was stored is what was answered: the client resolves to the same registration.
+    expect(await t.app.services.oauth.resolveClient(response.body.client_id)).toEqual({
+      client: {
+        client_id: response.body.client_id,
+        kind: 'registered',
+        registration: { client_name: response.body.client_name, client_uri: response.body.client_uri, redirect_uris: response.body.redirect_uris },
+      },
+    });
   });
 
   test("the MCP SDK's registerClient registers against the discovered metadata", async () => {
@@ -196,10 +203,28 @@ describe('throttling and expiry', () => {
     const used = (await register({ redirect_uris: ['https://used.example/cb'] })).body.client_id;
     await t.database.db.sql.query(`UPDATE oauth_clients SET last_used_at = now() - interval '31 days' WHERE client_id = ANY($1::text[])`, [[stale, used]]);
     await oauth.touchClient(used);
-    expect(await oauth.client(stale)).toBeUndefined();
-    expect((await oauth.client(used))?.client_id).toBe(used);
+    expect(await oauth.resolveClient(stale)).toEqual({ unknown: expect.stringMatching(/expired/) });
+    expect(await oauth.resolveClient(used)).toMatchObject({ client: { client_id: used } });
     expect(await oauth.pruneClients()).toBeGreaterThanOrEqual(1);
     const left = await t.database.db.sql.query<{ client_id: string }>('SELECT client_id FROM oauth_clients WHERE client_id = ANY($1::text[])', [[stale, used]]);
     expect(left.map((r) => r.client_id)).toEqual([used]);
   });
+});
+
+test('with the database gone: registration is 503 temporarily_unavailable with Retry-After and nothing of the cause; the metadata, which needs no database, is still served', async () => {
+  const broken = await startTestApp({ PUBLIC_URL: base });
+  await broken.database.db.close();
+  try {
+    const response = await broken.request('POST', '/oauth/register', { body: { redirect_uris: ['https://client.example/cb'] } });
+    expect(response.status).toBe(503);
+    expect(response.headers.get('retry-after')).toBe('2');
+    expect(response.body).toEqual({ error: 'temporarily_unavailable', error_description: expect.stringMatching(/cannot reach its database/) });
+    expect(response.text).not.toMatch(/select|insert|pglite|pg\b|stack|at \w+ \(/i);
+    expect((await broken.request('GET', '/.well-known/oauth-authorization-server')).status).toBe(200);
+    // A refused registration is refused before the database is asked, outage or not.
+    expect((await broken.request('POST', '/oauth/register', { body: {} })).status).toBe(400);
+  } finally {
+    await broken.app.stop();
+    await broken.database.close().catch(() => undefined);
+  }
 });

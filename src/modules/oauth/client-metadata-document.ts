@@ -1,5 +1,5 @@
 import { sendOutbound } from '../../lib/outbound-http.js';
-import { acceptRegistration, isRegistrationError, type ClientRegistration } from './oauth-client.js';
+import { acceptRegistration, isLoopbackHost, isRegistrationError, type ClientRegistration } from './oauth-client.js';
 
 /**
  * Client ID Metadata Documents (docs/decisions/0047-mcp-oauth.md): a `client_id` that is an https
@@ -23,14 +23,12 @@ export interface MetadataDocumentOptions {
   now?: () => number;
 }
 
-const LOOPBACK = new Set(['127.0.0.1', '[::1]', 'localhost']);
-
 /** Whether `clientId` names a metadata document (rather than a registered client). */
 export function isMetadataDocumentUrl(clientId: string, allowLoopbackHttp: boolean): boolean {
   if (clientId.startsWith('https://')) return true;
   if (!allowLoopbackHttp || !clientId.startsWith('http://')) return false;
   try {
-    return LOOPBACK.has(new URL(clientId).hostname);
+    return isLoopbackHost(new URL(clientId).hostname);
   } catch {
     return false;
   }

@@ -28,6 +28,9 @@ export const MAX_NAME_LENGTH = 200;
 
 const OPTIONAL_STRINGS = ['client_name', 'client_uri', 'logo_uri', 'scope', 'software_id', 'software_version'] as const;
 const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
+
+/** The loopback interface as a URL's hostname names it (RFC 8252 §7.3, and `localhost`). */
+export const isLoopbackHost = (hostname: string) => LOOPBACK_HOSTS.has(hostname);
 const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 
 /**

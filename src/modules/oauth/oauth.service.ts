@@ -66,12 +66,6 @@ export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' 
       return registered(row.client_id, row.metadata, row.created_at);
     },
 
-    /** A registered client that has not expired, as registration answered it; undefined when unknown. */
-    async client(clientId: string): Promise<RegisteredClient | undefined> {
-      const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
-      return row && registered(row.client_id, row.metadata, row.created_at);
-    },
-
     /**
      * The client a `client_id` names: a registration that has not expired, or, when the id is an
      * https URL, the client its metadata document describes; otherwise why it is unknown.
