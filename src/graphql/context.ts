@@ -1,5 +1,5 @@
 import type { AuthState } from '../modules/auth/authenticate.js';
-import type { Principal } from '../modules/auth/authz.js';
+import type { Principal, UserPrincipal } from '../modules/auth/authz.js';
 import type { RequestState } from '../http/request-state.js';
 import type { Services } from '../services.js';
 import type { Loaders } from './loaders.js';
@@ -29,4 +29,11 @@ export interface Context {
 export function principalOf(ctx: Context): Principal {
   if (!ctx.principal) throw new Error('principalOf() on a field without auth scopes');
   return ctx.principal;
+}
+
+/** The signed-in user of a field whose auth scopes required a session (`session: true`). */
+export function userOf(ctx: Context): UserPrincipal {
+  const principal = principalOf(ctx);
+  if (principal.type !== 'user') throw new Error('userOf() on a field without the session scope');
+  return principal;
 }

@@ -6,7 +6,7 @@ import { AppError, FieldErrors, forbidden, notFound } from '../../errors.js';
 import type { Approval, ApprovalStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal } from '../auth/authz.js';
+import { agentScope, principalName, type Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { randomId } from '../../lib/ids.js';
@@ -108,7 +108,7 @@ export function createApprovalService({ db, telemetry }: Deps) {
 
   /** API keys limited to some agents see only those agents' approvals. */
   const visibleTo = (principal: Principal): Prisma.ApprovalWhereInput =>
-    principal.type === 'api_key' && principal.svcIds.length ? { svcId: { in: [...principal.svcIds] } } : {};
+    agentScope(principal) ? { svcId: { in: [...agentScope(principal)!] } } : {};
 
   async function list(orgId: string, filter: ApprovalFilter, principal: Principal, query: ApprovalQuery = {}) {
     const errors = new FieldErrors();
@@ -153,10 +153,10 @@ export function createApprovalService({ db, telemetry }: Deps) {
     errors.throwIfAny();
 
     const current = await get(orgId, approvalId, principal);
-    if (principal.type === 'api_key' && principal.svcIds.includes(current.svcId)) {
+    if (principal.type !== 'user' && agentScope(principal)?.includes(current.svcId)) {
       throw forbidden('An API key limited to the agent that asked cannot decide its approval');
     }
-    const decidedBy = principal.type === 'user' ? principal.email : principal.keyId;
+    const decidedBy = principalName(principal);
     const decided = await db.prisma.$transaction(async (tx) => {
       // Conditional on `pending`: of two concurrent decisions exactly one changes the row.
       const changed = await tx.approval.updateMany({

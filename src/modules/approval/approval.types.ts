@@ -79,7 +79,7 @@ export const ApprovalRef = builder.prismaObject('Approval', {
         status: manifest.status,
       }),
     }),
-    requested_by: t.exposeString('requestedBy', { description: 'The API key id (or operator email) of the asking call.' }),
+    requested_by: t.exposeString('requestedBy', { description: 'The API key id, OAuth grant id (an MCP client) or operator email of the asking call.' }),
     requested_at: t.expose('requestedAt', { type: 'Timestamp' }),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
     decided_by: t.exposeString('decidedBy', { nullable: true, description: 'Email of the deciding user, or the deciding API key id.' }),

@@ -8,12 +8,17 @@ import type { Principal } from '../auth/authz.js';
 export type Actor =
   | { type: 'user'; id: string; label: string }
   | { type: 'api_key'; id: string; label: string }
+  /** An MCP client acting through its OAuth grant (revoking it with RFC 7009): the grant's id, the client's name. */
+  | { type: 'oauth_grant'; id: string; label: string }
   | { type: 'system'; id: null; label: string };
 
+/** The kinds of actor, at run time: the API declares them as a closed set. */
+export const ACTOR_TYPES = ['user', 'api_key', 'oauth_grant', 'system'] as const satisfies readonly Actor['type'][];
+
 export function actorOf(principal: Principal): Actor {
-  return principal.type === 'user'
-    ? { type: 'user', id: principal.userId, label: principal.email }
-    : { type: 'api_key', id: principal.keyId, label: principal.keyPrefix };
+  if (principal.type === 'user') return { type: 'user', id: principal.userId, label: principal.email };
+  if (principal.type === 'oauth_grant') return { type: 'oauth_grant', id: principal.grantId, label: principal.clientLabel };
+  return { type: 'api_key', id: principal.keyId, label: principal.keyPrefix };
 }
 
 interface OrgSnapshot {
@@ -122,6 +127,24 @@ interface TransactionSnapshot {
   manifest_id: string | null;
 }
 
+/** An MCP client as an org first saw it, when one of its operators allowed it (docs/decisions/0047-mcp-oauth.md). */
+interface OAuthClientSnapshot {
+  client_name: string | null;
+  /** `registered` (Dynamic Client Registration) or `metadata_document` (its client_id is the document's URL). */
+  kind: string;
+  redirect_uris: string[];
+}
+
+/** An OAuth grant as audited: which client may call which agent's tools, and who allowed it. */
+export interface OAuthGrantSnapshot {
+  svc_id: string;
+  client_id: string;
+  client_name: string | null;
+  redirect_uri: string;
+  scope: string;
+  approved_by: string;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -150,12 +173,20 @@ export type AuditEvent =
   | Event<'policy.updated', 'policy', PolicySnapshot, PolicySnapshot>
   | Event<'policy.deleted', 'policy', PolicySnapshot, never>
   | Event<'agent.created', 'agent', never, AgentSnapshot & { from_manifest: string | null }>
-  | Event<'agent.deactivated', 'agent', AgentSnapshot, AgentSnapshot & { approvals_denied: number; capability_tokens_revoked: number }>
+  | Event<
+      'agent.deactivated',
+      'agent',
+      AgentSnapshot,
+      AgentSnapshot & { approvals_denied: number; capability_tokens_revoked: number; oauth_grants_revoked: number }
+    >
   | Event<'agent.reactivated', 'agent', AgentSnapshot, AgentSnapshot>
   | Event<'template.created', 'manifest_template', never, TemplateSnapshot>
   | Event<'template.published' | 'template.archived', 'manifest_template', TemplateSnapshot, TemplateSnapshot>
   | Event<'marketplace.purchased', 'marketplace_transaction', never, TransactionSnapshot>
   | Event<'marketplace.payment_confirmed', 'marketplace_transaction', TransactionSnapshot, TransactionSnapshot>
+  | Event<'oauth.client_registered', 'oauth_client', never, OAuthClientSnapshot>
+  | Event<'oauth.grant_created', 'oauth_grant', never, OAuthGrantSnapshot>
+  | Event<'oauth.grant_revoked', 'oauth_grant', OAuthGrantSnapshot, never>
   | Event<'manifest.registered', 'manifest', never, ManifestSnapshot>
   | Event<
       | 'manifest.approved'
@@ -204,6 +235,9 @@ const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'template.archived': 'manifest_template',
   'marketplace.purchased': 'marketplace_transaction',
   'marketplace.payment_confirmed': 'marketplace_transaction',
+  'oauth.client_registered': 'oauth_client',
+  'oauth.grant_created': 'oauth_grant',
+  'oauth.grant_revoked': 'oauth_grant',
   'manifest.registered': 'manifest',
   'manifest.approved': 'manifest',
   'manifest.rejected': 'manifest',

@@ -5,7 +5,7 @@ import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute, type StreamParam } from '../../http/stream-routes.js';
 import { UserRef } from '../user/user.types.js';
-import { AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
+import { ACTOR_TYPES, AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
 import { auditCsvHeader, auditCsvRow, auditEntryOf } from './audit-export.js';
 import type { AuditFilter } from './audit.service.js';
 
@@ -14,9 +14,12 @@ const AuditActor = builder
   .implement({
     description: 'Who made the change.',
     fields: (t) => ({
-      type: t.exposeString('type', { description: '`user`, `api_key` or `system`.', ...closedValues(['user', 'api_key', 'system']) }),
-      id: t.exposeString('id', { nullable: true, description: 'User id or API key id; null for the system.' }),
-      label: t.exposeString('label', { nullable: true, description: 'Email of a user, key prefix of an API key.' }),
+      type: t.exposeString('type', {
+        description: '`user`, `api_key`, `oauth_grant` (an MCP client revoking its own grant) or `system`.',
+        ...closedValues(ACTOR_TYPES),
+      }),
+      id: t.exposeString('id', { nullable: true, description: 'User id, API key id or grant id; null for the system.' }),
+      label: t.exposeString('label', { nullable: true, description: 'Email of a user, key prefix of an API key, name of an OAuth client.' }),
     }),
   });
 

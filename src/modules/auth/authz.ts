@@ -43,7 +43,36 @@ export interface ApiKeyPrincipal {
   svcIds: readonly string[];
 }
 
-export type Principal = UserPrincipal | ApiKeyPrincipal;
+/**
+ * An MCP client calling one agent's tools with an OAuth access token (docs/decisions/0047-mcp-oauth.md):
+ * the grant an operator made for that client and agent. Accepted only at `/mcp/{svc_id}` of the
+ * token's audience, never on REST or GraphQL.
+ */
+export interface OAuthGrantPrincipal {
+  type: 'oauth_grant';
+  grantId: string;
+  orgId: string;
+  /** The one agent the grant is for: the access token's audience. */
+  svcId: string;
+  clientId: string;
+  /** The client's name as the operator saw it at consent, else its client id. */
+  clientLabel: string;
+  scopes: readonly string[];
+}
+
+export type Principal = UserPrincipal | ApiKeyPrincipal | OAuthGrantPrincipal;
+
+/** The principals an agent calls the gateway with at its MCP endpoint. */
+export type AgentPrincipal = ApiKeyPrincipal | OAuthGrantPrincipal;
+
+/** How a principal is named where something records who did it: a user's email, an API key's or a grant's id. */
+export function principalName(principal: Principal): string {
+  if (principal.type === 'user') return principal.email;
+  return principal.type === 'api_key' ? principal.keyId : principal.grantId;
+}
+
+/** The user behind a principal, when it is one. */
+export const userIdOf = (principal: Principal): string | null => (principal.type === 'user' ? principal.userId : null);
 
 /** The outcome of reading a request's credentials: a principal, nothing, or a rejected credential. */
 export type AuthState = { principal: Principal } | { principal: null; error?: AppError };
@@ -91,6 +120,10 @@ export const permissions = {
   /** Policies are operator configuration: no API key scope reads or writes them (docs/decisions/0019-policy-management.md). */
   'policy:read': { roles: anyRole, keyScopes: [] },
   'policy:write': { roles: managers, keyScopes: [] },
+  /** OAuth grants of MCP clients (docs/decisions/0047-mcp-oauth.md): any role sees them; allowing and revoking is managing the agent. */
+  'oauth_grant:read': { roles: anyRole, keyScopes: [] },
+  'oauth_grant:create': { roles: managers, keyScopes: [] },
+  'oauth_grant:revoke': { roles: managers, keyScopes: [] },
 } as const satisfies Record<string, Permission>;
 
 export type Action = keyof typeof permissions;
@@ -99,8 +132,10 @@ export type Action = keyof typeof permissions;
  * The agent ids an API key is limited to (`svc_ids`); undefined when the caller may see every
  * agent of the org. A limited key neither sees nor registers other agents or their manifests.
  */
-export const agentScope = (principal: Principal | undefined) =>
-  principal?.type === 'api_key' && principal.svcIds.length ? principal.svcIds : undefined;
+export const agentScope = (principal: Principal | undefined): readonly string[] | undefined => {
+  if (principal?.type === 'oauth_grant') return [principal.svcId];
+  return principal?.type === 'api_key' && principal.svcIds.length ? principal.svcIds : undefined;
+};
 export const outOfScope = (principal: Principal | undefined, svcId: string) => {
   const scope = agentScope(principal);
   return scope !== undefined && !scope.includes(svcId);
@@ -117,9 +152,16 @@ export function authorize(principal: Principal, orgId: string, action: Action): 
   return may(principal, action) ? 'allow' : 'forbidden';
 }
 
+/**
+ * What an OAuth grant's one scope, `mcp:tools`, allows: calling its agent's tools. Nothing else,
+ * whatever the table says of API keys.
+ */
+const grantActions: ReadonlySet<Action> = new Set(['gateway:execute']);
+
 /** The role or scope check alone, for actions whose org comes from the caller itself. */
 export function may(principal: Principal, action: Action): boolean {
   const permission: Permission = permissions[action];
   if (principal.type === 'user') return permission.roles.includes(principal.role);
+  if (principal.type === 'oauth_grant') return grantActions.has(action);
   return permission.keyScopes.some((scope) => principal.scopes.includes(scope));
 }

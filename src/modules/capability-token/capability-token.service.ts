@@ -5,7 +5,7 @@ import type { SqlConnection } from '../../db/sql.js';
 import type { Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal } from '../auth/authz.js';
+import { principalName, type Principal } from '../auth/authz.js';
 import { randomId } from '../../lib/ids.js';
 import { useToken } from './capability-token.store.js';
 
@@ -81,7 +81,7 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
           capabilities,
           maxUses: input.max_uses ?? null,
           expiresAt,
-          createdBy: actor.type === 'user' ? actor.email : actor.keyId,
+          createdBy: principalName(actor),
         },
       });
       await recordAudit(tx, orgId, actorOf(actor), {

@@ -4,7 +4,7 @@ import { AppError, serviceUnavailable } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
 import type { AgentService } from '../agent/agent.service.js';
 import type { ApprovalService } from '../approval/approval.service.js';
-import { outOfScope, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
@@ -96,6 +96,16 @@ interface Collaborators {
   policies: { active(orgId: string): Promise<readonly ActivePolicy[]> };
 }
 
+/**
+ * The caller as policy conditions see it (`key`) and rate limits count it: an API key, the user of
+ * an evaluate, or an MCP client's OAuth grant (its id where a key's would be, its one scope).
+ */
+function callerFacts(principal: Principal): { id: string; prefix: string; scopes: readonly string[] } {
+  if (principal.type === 'api_key') return { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes };
+  if (principal.type === 'oauth_grant') return { id: principal.grantId, prefix: '', scopes: principal.scopes };
+  return { id: principal.userId, prefix: '', scopes: [] };
+}
+
 const LEASE_LOST = Symbol('lease lost');
 type LeaseLost = typeof LEASE_LOST;
 
@@ -139,10 +149,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       call.approvalId ? approvals.check(orgId, call.approvalId, actionHashOf(call)) : null,
       policies.active(orgId),
     ]);
-    const caller =
-      principal.type === 'api_key'
-        ? { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes }
-        : { id: principal.userId, prefix: '', scopes: [] };
+    const caller = callerFacts(principal);
     const matches = matchPolicies(
       active,
       call.svcId,
@@ -158,7 +165,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const context: DecisionContext = {
       call,
       mode,
-      keySvcIds: principal.type === 'api_key' ? principal.svcIds : [],
+      keySvcIds: agentScope(principal) ?? [],
       agent,
       manifest,
       token,
@@ -271,7 +278,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
           action: call.action,
           actionHash: actionHashOf(call),
           reasons: checked.reasons,
-          requestedBy: principal.type === 'api_key' ? principal.keyId : principal.email,
+          requestedBy: principalName(principal),
           ttlSeconds: settings.approvalTtlSeconds,
         });
         checked.reasons[0].details = { ...checked.reasons[0].details, approval_id: approvalId };

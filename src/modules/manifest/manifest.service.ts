@@ -7,7 +7,7 @@ import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/cl
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { ensureAgentForManifest } from '../agent/agent.service.js';
-import { agentScope, outOfScope, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
 
 type Tx = Prisma.TransactionClient;
@@ -49,7 +49,7 @@ export function pendingConflict(error: unknown, agentId: string): unknown {
 
 
 /** Who changed something, as history shows it: a user's email or an API key's id. */
-const changedBy = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
+const changedBy = principalName;
 
 // Events written in one transaction share `changed_at` (the transaction's time), so the id breaks
 // the tie: milliseconds, then a per-process sequence, then randomness for uniqueness across processes.

@@ -6,7 +6,7 @@ import { isUuid } from '../../lib/ids.js';
 import { likeLiteral } from '../../lib/like-literal.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal } from '../auth/authz.js';
+import { principalName, type Principal } from '../auth/authz.js';
 import { checkManifest } from '../manifest/manifest-document.js';
 
 /**
@@ -179,7 +179,7 @@ export function createTemplateService({ db }: Deps) {
           price: new Prisma.Decimal(content.price),
           currency: content.currency,
           contentHash,
-          createdBy: principal.type === 'user' ? principal.email : principal.keyId,
+          createdBy: principalName(principal),
         },
       });
       await recordAudit(tx, orgId, actor, { action: 'template.created', targetType: 'manifest_template', targetId: template.id, after: snapshotOf(template) });
