@@ -168,7 +168,7 @@ export function createApp({
           }
           if (url.pathname === '/.well-known/jwks.json') {
             fixedRoute();
-            return endResponse(Response.json(await keys.jwks(['capability', 'record'])));
+            return endResponse(Response.json(await keys.jwks(['capability', 'record', 'oauth'])));
           }
           const docs = await serveDocs(url.pathname, openapi);
           if (docs) {
@@ -178,7 +178,7 @@ export function createApp({
         },
       },
       useOAuthEndpoints({ oauth: services.oauth, logger }),
-      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, mcp: services.mcp, admit: services.admit }),
+      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, oauth: services.oauth, mcp: services.mcp, admit: services.admit }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
   });
@@ -198,7 +198,7 @@ export function createApp({
           pruneCounters(db.sql),
           db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
           services.sessions.prune(),
-          services.oauth.pruneClients(),
+          services.oauth.prune(),
         ]),
       'maintenance failed',
     );

@@ -47,7 +47,14 @@ export function createServices(deps: Deps) {
   const orgs = createOrgService(deps);
   const manifests = createManifestService(deps);
   const policies = createPolicyService(deps);
-  const agents = createAgentService(deps, { approvals, tokens });
+  // Agents and OAuth need each other: deactivating an agent revokes its grants, and the consent
+  // page shows the agent. Neither calls the other while being built.
+  const agents = createAgentService(deps, {
+    approvals,
+    tokens,
+    grants: { revokeAllOfAgent: (...args) => oauth.revokeAllGrantsOfAgent(...args) },
+  });
+  const oauth = createOAuthService(deps, { findAgent: (orgId, svcId) => agents.summary(orgId, svcId) });
   const templates = createTemplateService(deps);
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
@@ -70,7 +77,7 @@ export function createServices(deps: Deps) {
     purchases,
     journal,
     gateway,
-    oauth: createOAuthService(deps),
+    oauth,
     mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }),
     sessions,
     apiKeys,

@@ -16,6 +16,7 @@ import '../modules/agent/agent.types.js';
 import '../modules/marketplace/template.types.js';
 import '../modules/marketplace/purchase.types.js';
 import '../modules/audit/audit.types.js';
+import '../modules/oauth/oauth.types.js';
 import { restRoutes } from '../http/rest-routes.js';
 import { builder } from './builder.js';
 

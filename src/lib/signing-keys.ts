@@ -10,7 +10,7 @@ import { SecretUnavailableError, type SecretBox } from './secret-box.js';
  * stay for verification. With KEY_ENCRYPTION_KEY set, private keys are sealed at rest (secret-box.ts).
  */
 
-export type KeyPurpose = 'session' | 'capability' | 'record';
+export type KeyPurpose = 'session' | 'capability' | 'record' | 'oauth';
 
 export interface SigningKey {
   kid: string;

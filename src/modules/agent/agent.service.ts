@@ -5,7 +5,7 @@ import { likeLiteral } from '../../lib/like-literal.js';
 import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { agentScope, outOfScope, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { ensureAgentRow, touchLastSeen, type AgentState } from './agent.store.js';
 
@@ -14,7 +14,7 @@ import { ensureAgentRow, touchLastSeen, type AgentState } from './agent.store.js
  * owner and labels, and whether the gateway serves it. Registering a manifest for a new id creates
  * the agent in the manifest's transaction (`ensureAgentForManifest`). Deactivating denies the
  * agent everywhere within a poll of the config caches, denies its pending approvals and revokes
- * its capability tokens, in one transaction.
+ * its capability tokens and its MCP clients' OAuth grants, in one transaction.
  */
 
 export const agentStatuses = ['active', 'deactivated'] as const;
@@ -70,7 +70,7 @@ const snapshot = (agent: AgentState) => ({
 });
 
 /** Who did something, as agents show it: a user's email or an API key's id (as manifests do). */
-const nameOf = (principal: Principal) => (principal.type === 'user' ? principal.email : principal.keyId);
+const nameOf = principalName;
 /** The default owner: the user who registers, when a user does. */
 const ownerOf = (principal: Principal) => (principal.type === 'user' ? principal.email : null);
 const agentNotFound = () => notFound('Agent');
@@ -136,6 +136,8 @@ export function createAgentService(
   modules: {
     approvals: { denyPendingOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, reason: string, decidedBy: string): Promise<number> };
     tokens: { revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> };
+    /** OAuth grants of MCP clients (src/modules/oauth/). */
+    grants: { revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, actor: Principal, reason: string): Promise<number> };
   },
 ) {
   async function register(orgId: string, input: AgentInput, principal: Principal): Promise<Agent> {
@@ -175,6 +177,12 @@ export function createAgentService(
     return agent;
   }
 
+  /** The agent's id, name and status, or null when the org has none by that id (the OAuth consent page shows it). */
+  async function summary(orgId: string, agentId: string): Promise<{ agent_id: string; name: string; status: string } | null> {
+    const agent = await db.prisma.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } }, select: { id: true, name: true, status: true } });
+    return agent && { agent_id: agent.id, name: agent.name, status: agent.status };
+  }
+
   async function list(orgId: string, filter: AgentFilter, principal?: Principal): Promise<ListPage<Agent>> {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: DEFAULT_PAGE, max: MAX_PAGE }, errors);
@@ -207,7 +215,7 @@ export function createAgentService(
   /**
    * Deactivates: the gateway denies the agent (AGENT_DEACTIVATED) on every process within a poll of
    * the config caches (the audit entry bumps their version), its pending approvals become denied
-   * ("agent deactivated") and its capability tokens are revoked, all in one transaction. Records and
+   * ("agent deactivated"), its capability tokens and OAuth grants are revoked, all in one transaction. Records and
    * history stay. Deactivating a deactivated agent changes nothing.
    */
   async function deactivate(orgId: string, agentId: string, reason: string | null | undefined, principal: Principal): Promise<void> {
@@ -226,13 +234,19 @@ export function createAgentService(
       if (changed.count === 0) return;
       const approvalsDenied = await modules.approvals.denyPendingOfAgent(tx, orgId, agentId, 'agent deactivated', by);
       const tokensRevoked = await modules.tokens.revokeAllOfAgent(tx, orgId, agentId);
+      const grantsRevoked = await modules.grants.revokeAllOfAgent(tx, orgId, agentId, principal, 'agent deactivated');
       const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
       await recordAudit(tx, orgId, actor, {
         action: 'agent.deactivated',
         targetType: 'agent',
         targetId: agentId,
         before: snapshot(before),
-        after: { ...snapshot(after), approvals_denied: approvalsDenied, capability_tokens_revoked: tokensRevoked },
+        after: {
+          ...snapshot(after),
+          approvals_denied: approvalsDenied,
+          capability_tokens_revoked: tokensRevoked,
+          oauth_grants_revoked: grantsRevoked,
+        },
         reason: why ?? undefined,
       });
     });
@@ -294,7 +308,7 @@ export function createAgentService(
     });
   }
 
-  return { register, get, list, deactivate, reactivate, gate, seen };
+  return { register, get, summary, list, deactivate, reactivate, gate, seen };
 }
 
 export type AgentService = ReturnType<typeof createAgentService>;

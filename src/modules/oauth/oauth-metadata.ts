@@ -51,6 +51,8 @@ export function authorizationServerMetadata(publicUrl: string) {
     token_endpoint: `${publicUrl}${OAUTH_PATHS.token}`,
     registration_endpoint: `${publicUrl}${OAUTH_PATHS.register}`,
     revocation_endpoint: `${publicUrl}${OAUTH_PATHS.revoke}`,
+    // The public keys of the access tokens (RFC 9068 §4), beside the capability and record keys.
+    jwks_uri: `${publicUrl}/.well-known/jwks.json`,
     response_types_supported: ['code'],
     grant_types_supported: ['authorization_code', 'refresh_token'],
     code_challenge_methods_supported: ['S256'],

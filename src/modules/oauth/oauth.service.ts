@@ -4,12 +4,17 @@ import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import { createMetadataDocumentResolver, isMetadataDocumentUrl } from './client-metadata-document.js';
 import { acceptRegistration, isRegistrationError, type ClientRegistration, type RegistrationError } from './oauth-client.js';
+import { createConsent, type ConsentAgent } from './consent.js';
+import { createGrants } from './grants.js';
 import { authorizationServerMetadata, protectedResourceMetadata } from './oauth-metadata.js';
-import { deleteExpiredClients, findClient, insertClient, touchClient } from './oauth.store.js';
+import { deleteExpiredClients, deleteExpiredSecrets, findClient, insertClient, touchClient } from './oauth.store.js';
+import { createTokenEndpoint } from './token-endpoint.js';
 
 /**
  * The gateway as the OAuth 2.1 authorization server of its MCP endpoints
- * (docs/decisions/0047-mcp-oauth.md). This part: the metadata documents and client registration.
+ * (docs/decisions/0047-mcp-oauth.md): the metadata documents, client registration, the
+ * authorization endpoint and its consent (consent.ts), the token and revocation endpoints
+ * (token-endpoint.ts), and grants with the check of access tokens at `/mcp/{svc_id}` (grants.ts).
  */
 
 /** A registration unused this long expires. */
@@ -40,8 +45,34 @@ const registered = (clientId: string, registration: ClientRegistration, issuedAt
   response_types: ['code'],
 });
 
-export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' | 'logger'>) {
+interface Collaborators {
+  /** The agent of the org by that id (the consent page shows it), or null. */
+  findAgent(orgId: string, svcId: string): Promise<ConsentAgent | null>;
+}
+
+export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'keys' | 'cache'>, { findAgent }: Collaborators) {
+  const { env, db, logger } = deps;
   const metadataDocuments = createMetadataDocumentResolver({ allowLoopbackHttp: env.oauthClientMetadataLoopback });
+
+  /**
+   * The client a `client_id` names: a registration that has not expired, or, when the id is an
+   * https URL, the client its metadata document describes; otherwise why it is unknown.
+   */
+  async function resolveClient(clientId: string): Promise<{ client: KnownClient } | { unknown: string }> {
+    if (isMetadataDocumentUrl(clientId, env.oauthClientMetadataLoopback)) {
+      const outcome = await metadataDocuments.resolve(clientId);
+      if ('refused' in outcome) return { unknown: outcome.refused };
+      return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
+    }
+    const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
+    if (!row) return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
+    return { client: { client_id: row.client_id, kind: 'registered', registration: row.metadata } };
+  }
+  const markClientUsed = (clientId: string) => touchClient(db.sql, clientId);
+  const grants = createGrants(deps);
+  const consent = createConsent(deps, { resolveClient, touchClient: markClientUsed, findAgent });
+  const tokens = createTokenEndpoint(deps, { grants, touchClient: markClientUsed });
+
   return {
     authorizationServerMetadata: () => authorizationServerMetadata(env.publicUrl),
     protectedResourceMetadata: (svcId: string) => protectedResourceMetadata(env.publicUrl, svcId),
@@ -66,26 +97,30 @@ export function createOAuthService({ env, db, logger }: Pick<Deps, 'env' | 'db' 
       return registered(row.client_id, row.metadata, row.created_at);
     },
 
-    /**
-     * The client a `client_id` names: a registration that has not expired, or, when the id is an
-     * https URL, the client its metadata document describes; otherwise why it is unknown.
-     */
-    async resolveClient(clientId: string): Promise<{ client: KnownClient } | { unknown: string }> {
-      if (isMetadataDocumentUrl(clientId, env.oauthClientMetadataLoopback)) {
-        const outcome = await metadataDocuments.resolve(clientId);
-        if ('refused' in outcome) return { unknown: outcome.refused };
-        return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
-      }
-      const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
-      if (!row) return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
-      return { client: { client_id: row.client_id, kind: 'registered', registration: row.metadata } };
+    resolveClient,
+
+    /** `GET /oauth/authorize`: to the consent page (`consentPath`), back to the client with an error, or a page saying why. */
+    authorize: consent.authorize,
+    /** The consent page: what it shows the signed-in operator, and their answer. */
+    describeAuthorization: consent.describe,
+    decideAuthorization: consent.decide,
+
+    /** `POST /oauth/token` and `POST /oauth/revoke` (RFC 7009). */
+    token: tokens.token,
+    revokeToken: tokens.revoke,
+
+    /** The principal of an access token at `/mcp/{svc_id}`, or why it is refused. */
+    authenticateAccessToken: grants.authenticate,
+    /** An agent's standing grants; revoking one (404 when there is none); all of them (the agent's deactivation). */
+    listGrants: grants.list,
+    revokeGrant: grants.revoke,
+    revokeAllGrantsOfAgent: grants.revokeAllOfAgent,
+
+    /** Maintenance: deletes registrations unused for 30 days, and codes and refresh tokens long expired. */
+    async prune(): Promise<void> {
+      await deleteExpiredClients(db.sql, CLIENT_UNUSED_DAYS);
+      await deleteExpiredSecrets(db.sql);
     },
-
-    /** The client was used (a grant, a token): its registration does not expire for another 30 days. */
-    touchClient: (clientId: string) => touchClient(db.sql, clientId),
-
-    /** Maintenance: deletes registrations unused for 30 days. */
-    pruneClients: () => deleteExpiredClients(db.sql, CLIENT_UNUSED_DAYS),
   };
 }
 
