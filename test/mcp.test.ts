@@ -420,12 +420,16 @@ describe('the HTTP edge', () => {
     agent = await readyAgent(t, org);
   });
 
-  test('no key, a wrong key, an operator token: 401 with WWW-Authenticate; the SDK client fails to connect', async () => {
-    const attempts: Record<string, string>[] = [{}, { 'x-api-key': 'agk_wrong' }, { authorization: `Bearer ${org.adminToken}` }];
+  test('no key, a wrong key, an operator token: 401 with the challenge that leads OAuth clients to the metadata; the SDK client fails to connect', async () => {
+    const metadata = `resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}"`;
+    const none = await post(`/mcp/${agent.svcId}`, listRequest, {});
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toBe(`Bearer ${metadata}, scope="mcp:tools"`);
+    const attempts: Record<string, string>[] = [{ 'x-api-key': 'agk_wrong' }, { authorization: `Bearer ${org.adminToken}` }];
     for (const headers of attempts) {
       const response = await post(`/mcp/${agent.svcId}`, listRequest, headers);
       expect(response.status).toBe(401);
-      expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="agent-gateway"/);
+      expect(response.headers.get('www-authenticate')).toMatch(new RegExp(`^Bearer ${metadata}, scope="mcp:tools", error="invalid_token", error_description="[^"]+"$`));
       expect((await response.json()).error.code).toBe(-32001);
     }
     await expect(connect(agent.svcId, 'agk_wrong')).rejects.toThrow();

@@ -18,8 +18,10 @@ import type { Env } from '../env.js';
 import { isDatabaseUnavailable } from '../db/unavailable.js';
 import { AppError, DATABASE_RETRY_AFTER_SECONDS, serviceUnavailable } from '../errors.js';
 import { logUnexpected } from '../logger.js';
-import type { ApiKeyPrincipal } from '../modules/auth/authz.js';
+import type { AgentPrincipal, ApiKeyPrincipal } from '../modules/auth/authz.js';
 import { may } from '../modules/auth/authz.js';
+import { MCP_SCOPE, protectedResourceMetadataUrl } from '../modules/oauth/oauth-metadata.js';
+import type { OAuthService } from '../modules/oauth/oauth.service.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
 import type { McpService } from '../modules/mcp/mcp.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
@@ -37,8 +39,19 @@ import type { RequestState, Turn } from './request-state.js';
 
 export const MCP_PATH_PREFIX = '/mcp/';
 const ROUTE = 'POST /mcp/:svc_id';
-const REALM = 'Bearer realm="agent-gateway"';
 const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
+/** An OAuth access token is a JWT (three base64url parts); an API key never has a dot. */
+const jwtPattern = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
+
+/**
+ * The challenge of a 401 (RFC 6750 §3, RFC 9728 §5.1): where the agent's protected-resource
+ * metadata is, so an OAuth client can find the authorization server, and the scope to ask for;
+ * `error="invalid_token"` when a credential was sent and refused.
+ */
+function challenge(publicUrl: string, svcId: string, refusal?: string): string {
+  const base = `Bearer resource_metadata="${protectedResourceMetadataUrl(publicUrl, svcId)}", scope="${MCP_SCOPE}"`;
+  return refusal === undefined ? base : `${base}, error="invalid_token", error_description="${refusal.replace(/["\\]/g, '')}"`;
+}
 
 /** Gateway-defined JSON-RPC error codes (−32000…−32019 is the range left to servers). */
 const RPC_UNAUTHORIZED = -32001;
@@ -76,48 +89,56 @@ function toMcpError(error: unknown, logger: Logger): McpError {
 }
 
 interface McpEndpointDeps {
-  env: Pick<Env, 'maxBodyBytes' | 'mcpAllowedOrigins'>;
+  env: Pick<Env, 'maxBodyBytes' | 'mcpAllowedOrigins' | 'publicUrl'>;
   logger: Logger;
   telemetry: Telemetry;
   version: string;
   apiKeys: Pick<ApiKeyService, 'verify'>;
+  oauth: Pick<OAuthService, 'authenticateAccessToken'>;
   mcp: McpService;
   /** Waits for the org's turn to do work (the authenticator's); throws 429 when too many wait. */
   admit: (orgId: string, state: RequestState) => Promise<void>;
 }
 
-export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, admit }: McpEndpointDeps): Plugin<{}, ServerContext> {
+export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth, mcp, admit }: McpEndpointDeps): Plugin<{}, ServerContext> {
   const allowedOrigins = new Set(env.mcpAllowedOrigins);
   // Compiling schemas is the validator's cost; one instance serves every request's server.
   const jsonSchemaValidator = new AjvJsonSchemaValidator();
 
-  /** The API key of `X-API-Key` or `Authorization: Bearer`, or the 401/403 that answers instead. */
-  async function keyOf(request: Request): Promise<ApiKeyPrincipal | Response> {
+  /**
+   * The caller of `X-API-Key` or `Authorization: Bearer`: an API key, or an OAuth access token
+   * whose audience is this agent's endpoint (docs/decisions/0047-mcp-oauth.md); else the 401/403
+   * that answers instead.
+   */
+  async function credentialOf(request: Request, svcId: string): Promise<AgentPrincipal | Response> {
     const header = request.headers.get('x-api-key') ?? bearerPattern.exec(request.headers.get('authorization') ?? '')?.[1];
+    const unauthorized = (message: string, refusal?: string) =>
+      rpcError(401, RPC_UNAUTHORIZED, message, { 'WWW-Authenticate': challenge(env.publicUrl, svcId, refusal) });
     if (!header) {
-      return rpcError(401, RPC_UNAUTHORIZED, 'An API key is required: X-API-Key or Authorization: Bearer <api key>', {
-        'WWW-Authenticate': REALM,
-      });
+      return unauthorized('Credentials are required: an OAuth access token for this agent, or an API key (X-API-Key or Authorization: Bearer)');
+    }
+    const credential = header.trim();
+    if (jwtPattern.test(credential) && !request.headers.has('x-api-key')) {
+      const grant = await oauth.authenticateAccessToken(credential, svcId);
+      return 'refused' in grant ? unauthorized(grant.refused, grant.refused) : grant;
     }
     let principal: ApiKeyPrincipal;
     try {
-      principal = await apiKeys.verify(header.trim());
+      principal = await apiKeys.verify(credential);
     } catch (error) {
       if (!(error instanceof AppError) || error.code !== 'INVALID_TOKEN') throw error;
-      return rpcError(401, RPC_UNAUTHORIZED, error.message, {
-        'WWW-Authenticate': `${REALM}, error="invalid_token", error_description="${error.message.replace(/["\\]/g, '')}"`,
-      });
+      return unauthorized(error.message, error.message);
     }
     if (!may(principal, 'gateway:execute')) {
       return rpcError(403, RPC_FORBIDDEN, 'The API key needs the gateway:execute scope', {
-        'WWW-Authenticate': `${REALM}, error="insufficient_scope", scope="gateway:execute"`,
+        'WWW-Authenticate': 'Bearer error="insufficient_scope", scope="gateway:execute"',
       });
     }
     return principal;
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor(principal: ApiKeyPrincipal, svcId: string, protocolVersion: string | null, turn: Turn | undefined): Server {
+  function serverFor(principal: AgentPrincipal, svcId: string, protocolVersion: string | null, turn: Turn | undefined): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -176,7 +197,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
         Allow: 'POST',
       });
     }
-    const principal = await keyOf(request);
+    const principal = await credentialOf(request, svcId);
     if (principal instanceof Response) return principal;
     if (state) {
       state.orgId = principal.orgId;

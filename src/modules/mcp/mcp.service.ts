@@ -1,7 +1,7 @@
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
-import { outOfScope, type ApiKeyPrincipal } from '../auth/authz.js';
+import { outOfScope, type AgentPrincipal } from '../auth/authz.js';
 import type { DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';
@@ -47,7 +47,7 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
   }
 
   /** tools/list. A key limited to other agents sees none (its calls are denied and recorded). */
-  async function listTools(principal: ApiKeyPrincipal, svcId: string): Promise<Tool[]> {
+  async function listTools(principal: AgentPrincipal, svcId: string): Promise<Tool[]> {
     if (outOfScope(principal, svcId)) return [];
     const { orgId } = principal;
     const [agent, manifest, active, templateDescriptions] = await Promise.all([
@@ -62,7 +62,7 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
 
   /** tools/call: the execute decision of the capability the name stands for, as a tool result. */
   async function callTool(
-    principal: ApiKeyPrincipal,
+    principal: AgentPrincipal,
     svcId: string,
     call: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown> },
     awayWhile?: DecisionOptions['awayWhile'],
