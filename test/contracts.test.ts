@@ -95,6 +95,8 @@ const expectedRoutes = [
   'GET /agents/{agent_id}',
   'DELETE /agents/{agent_id}',
   'POST /agents/{agent_id}/reactivate',
+  'GET /agents/{agent_id}/grants',
+  'DELETE /agents/{agent_id}/grants/{grant_id}',
 ];
 
 describe('OpenAPI document', () => {
@@ -128,7 +130,10 @@ describe('OpenAPI document', () => {
       'GET /healthz',
       ...unprefixedRoutes.slice(2, -3),
       ...unprefixedRoutes.slice(-3),
+      'GET /oauth/authorize',
       'POST /oauth/register',
+      'POST /oauth/revoke',
+      'POST /oauth/token',
       'GET /readyz',
     ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))));
   });
@@ -189,7 +194,7 @@ describe('OpenAPI document', () => {
     const ids = operations().map((o) => o.operation.operationId);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.sort()).toEqual(
-      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks', 'oauth_authorization_server_metadata', 'oauth_protected_resource_metadata', 'oauth_register_client'].sort(),
+      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks', 'oauth_authorization_server_metadata', 'oauth_protected_resource_metadata', 'oauth_register_client', 'oauth_authorize', 'oauth_token', 'oauth_revoke'].sort(),
     );
   });
 

@@ -10,9 +10,11 @@ import { fileURLToPath } from 'node:url';
 import { createTestDatabase, backend, type TestDatabase } from './support/database.js';
 import { createKey, signUp } from './support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
+import { connectClient, mcpRequest } from './support/oauth.js';
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
 
 const describeOnPostgres = backend === 'postgresql' ? describe : describe.skip;
+const PUBLIC_URL = 'https://gateway.test';
 
 describeOnPostgres('two gateway processes on one PostgreSQL', () => {
   let database: TestDatabase;
@@ -21,9 +23,11 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
 
   beforeAll(async () => {
     database = await createTestDatabase();
+    // One public address for both, as behind a load balancer: OAuth access tokens name it.
+    const env = { LOG_LEVEL: 'warn', PUBLIC_URL };
     [first, second] = await Promise.all([
-      startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn' } }),
-      startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn' } }),
+      startReadyService({ databaseUrl: database.url, env }),
+      startReadyService({ databaseUrl: database.url, env }),
     ]);
   }, 120_000);
 
@@ -91,6 +95,20 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const deletedAt = Date.now();
     let status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
     while (status !== 401 && Date.now() - deletedAt < 1000) status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
+    expect(status).toBe(401);
+  }, 60_000);
+
+  test('an OAuth grant revoked through one process: its access token is refused by the other within a second', async () => {
+    const org = await signUp(first);
+    const agent = await readyAgent(first, org);
+    const client = await connectClient(first, PUBLIC_URL, org.adminToken, agent.svcId);
+    // The second process verifies the token and caches its grant.
+    expect((await mcpRequest(second, agent.svcId, client.accessToken)).status).toBe(200);
+    const revoked = await first.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${client.grantId}`, { token: org.adminToken });
+    expect(revoked.status).toBe(204);
+    const revokedAt = Date.now();
+    let status = (await mcpRequest(second, agent.svcId, client.accessToken)).status;
+    while (status !== 401 && Date.now() - revokedAt < 1000) status = (await mcpRequest(second, agent.svcId, client.accessToken)).status;
     expect(status).toBe(401);
   }, 60_000);
 

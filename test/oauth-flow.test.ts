@@ -18,6 +18,7 @@ import {
   decide,
   DESCRIBE,
   form,
+  mcpRequest,
   pkce,
   REDIRECT_URI,
   redirectAnswer,
@@ -42,11 +43,7 @@ afterAll(async () => {
 });
 
 const MCP_HEADERS = { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
-
-/** A JSON-RPC request to the agent's MCP endpoint with an access token (or any Authorization). */
-function mcp(svcId: string, token: string, body: Record<string, unknown> = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }) {
-  return t.request('POST', `/mcp/${svcId}`, { body, headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` } });
-}
+const mcp = (svcId: string, token: string, body?: Record<string, unknown>) => mcpRequest(t, svcId, token, body);
 
 const callTool = (svcId: string, token: string, name = 'billing__read', args: Record<string, unknown> = { invoice: 'inv-1' }) =>
   mcp(svcId, token, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name, arguments: args } });

@@ -23,6 +23,7 @@ import {
   signUp,
   type OrgFixture,
 } from './support/fixtures.js';
+import { authorizationParams, authorizeUrl, connectClient, form, pkce, registerClient, tokenRequest } from './support/oauth.js';
 
 /** Everything the rows need: two orgs, org A's users by role, org B's admin. */
 interface World {
@@ -601,6 +602,28 @@ const matrix: Row[] = [
     check: (r) => expect(r.body).toMatchObject({ status: 'active', deactivated_at: null, deactivation_reason: null }),
   },
   {
+    method: 'GET',
+    route: '/agents/:agent_id/grants',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: async (w) => ({ agent_id: w.agentA }),
+    check: (r) => expect(r.body).toEqual({ items: expect.any(Array), total: r.body.items.length }),
+  },
+  {
+    method: 'DELETE',
+    route: '/agents/:agent_id/grants/:grant_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    // A fresh grant for every request: an MCP client an admin allowed through the consent fields.
+    params: async (w) => ({
+      agent_id: w.agentA,
+      grant_id: (await connectClient(w.t, w.t.app.services.env.publicUrl, w.orgA.adminToken, w.agentA)).grantId,
+    }),
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
     method: 'POST',
     route: '/orgs/:org_id/capability-tokens',
     ok: 201,
@@ -1109,6 +1132,22 @@ describe('open routes work without credentials', () => {
     const withToken = await w.t.request('POST', '/oauth/register', { token: w.orgA.adminToken, body: { redirect_uris: ['http://127.0.0.1:7777/cb'] } });
     expect(withToken.status).toBe(201);
     expect(withToken.body.client_id).not.toBe(registered.body.client_id);
+  });
+
+  test('the OAuth flow’s endpoints → 302, 200 and 200 without credentials, as documented', async () => {
+    const publicUrl = w.t.app.services.env.publicUrl;
+    const clientId = await registerClient(w.t);
+    const { challenge } = pkce();
+    const authorized = await w.t.request('GET', authorizeUrl(authorizationParams(publicUrl, clientId, w.agentA, challenge)));
+    expect(authorized.status).toBe(302);
+    const client = await connectClient(w.t, publicUrl, w.orgA.adminToken, w.agentA);
+    const rotated = await tokenRequest(w.t, { grant_type: 'refresh_token', refresh_token: client.refreshToken, client_id: client.clientId });
+    expect(rotated.status).toBe(200);
+    const revoked = await w.t.request('POST', '/oauth/revoke', {
+      body: form({ token: rotated.body.refresh_token, client_id: client.clientId }),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(revoked.status).toBe(200);
   });
 
   test('POST /api/v1/auth/login with a wrong password → 401 INVALID_TOKEN', async () => {

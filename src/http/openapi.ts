@@ -207,7 +207,8 @@ const tagDescriptions: Record<string, string> = {
   Marketplace: 'Manifest templates published by orgs and acquired by others (unprefixed paths).',
   Health: 'Liveness and readiness for load balancers and orchestrators; no credentials.',
   Keys: 'The public keys that verify capability tokens and interaction records offline (JWKS).',
-  OAuth: "OAuth for MCP clients: the authorization server's metadata, each agent's protected-resource metadata, client registration. Errors in OAuth's own format.",
+  OAuth:
+    "OAuth for MCP clients: the authorization server's metadata, each agent's protected-resource metadata, client registration, the authorization, token and revocation endpoints. Errors in OAuth's own format.",
 };
 
 /** Operations the service answers outside the GraphQL schema (so SOFA knows nothing of them). */
@@ -273,6 +274,7 @@ function serviceOperations(): Json {
               token_endpoint: { type: 'string' },
               registration_endpoint: { type: 'string' },
               revocation_endpoint: { type: 'string' },
+              jwks_uri: { type: 'string' },
               response_types_supported: strings,
               grant_types_supported: strings,
               code_challenge_methods_supported: strings,
@@ -356,6 +358,124 @@ function serviceOperations(): Json {
           '400': oauthError(['invalid_redirect_uri', 'invalid_client_metadata'], 'The metadata is refused'),
           '405': oauthError(['invalid_request'], 'Only POST'),
           '429': { ...oauthError(['temporarily_unavailable'], 'Too many registrations from this address'), headers: { 'Retry-After': retryAfter } },
+          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+        },
+      },
+    },
+    '/oauth/authorize': {
+      get: {
+        operationId: 'oauth_authorize',
+        tags: ['OAuth'],
+        summary: 'Start the authorization code flow (visited by the browser)',
+        description:
+          'Checks the request and sends the browser to the console’s consent page (`/console/authorize` with the same parameters). ' +
+          'Once client and redirect URI are known to match, any other problem goes back to the redirect URI with `error`, `state` and `iss` (RFC 9207); ' +
+          'while they are not, a page (or, to a program, OAuth JSON) says why and nothing is redirected.',
+        security: [],
+        parameters: [
+          ...['response_type', 'client_id', 'redirect_uri', 'code_challenge', 'code_challenge_method', 'state', 'resource'].map((name) => ({
+            name,
+            in: 'query',
+            required: true,
+            schema: { type: 'string' },
+          })),
+          { name: 'scope', in: 'query', required: false, schema: { type: 'string', enum: ['mcp:tools'] } },
+        ],
+        responses: {
+          '302': {
+            description: 'To the consent page, or back to the client with an error',
+            headers: { Location: { required: true, schema: { type: 'string' } } },
+          },
+          '400': {
+            description: 'Neither client nor redirect URI can be trusted: nothing is redirected',
+            content: {
+              'text/html': { schema: { type: 'string' } },
+              'application/json': oauthError(['invalid_request'], '').content['application/json'],
+            },
+          },
+          '405': oauthError(['invalid_request'], 'Only GET'),
+          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+        },
+      },
+    },
+    '/oauth/token': {
+      post: {
+        operationId: 'oauth_token',
+        tags: ['OAuth'],
+        summary: 'Exchange an authorization code, or rotate a refresh token',
+        description:
+          'Public clients: `authorization_code` needs `code` (single use, 60 s), `code_verifier` (PKCE S256), the same `redirect_uri` and `client_id`; ' +
+          '`refresh_token` needs `refresh_token` (single use: rotation) and `client_id`. A code or refresh token presented a second time revokes its grant. ' +
+          'The access token is an RFC 9068 JWT for one agent’s MCP endpoint (`aud`), valid an hour.',
+        security: [],
+        requestBody: {
+          required: true,
+          content: {
+            'application/x-www-form-urlencoded': {
+              schema: {
+                type: 'object',
+                required: ['grant_type'],
+                properties: {
+                  grant_type: { type: 'string', enum: ['authorization_code', 'refresh_token'] },
+                  code: { type: 'string' },
+                  redirect_uri: { type: 'string' },
+                  client_id: { type: 'string' },
+                  code_verifier: { type: 'string' },
+                  resource: { type: 'string', description: 'When sent, the MCP endpoint of the grant (RFC 8707)' },
+                  refresh_token: { type: 'string' },
+                  scope: { type: 'string', enum: ['mcp:tools'] },
+                },
+              },
+            },
+          },
+        },
+        responses: {
+          '200': json(
+            {
+              type: 'object',
+              required: ['access_token', 'token_type', 'expires_in', 'refresh_token', 'scope'],
+              properties: {
+                access_token: { type: 'string' },
+                token_type: { type: 'string', enum: ['Bearer'] },
+                expires_in: { type: 'integer' },
+                refresh_token: { type: 'string' },
+                scope: { type: 'string' },
+              },
+            },
+            'Tokens (never cached)',
+          ),
+          '400': oauthError(['invalid_request', 'invalid_grant', 'unsupported_grant_type', 'invalid_scope', 'invalid_target'], 'The request is refused'),
+          '405': oauthError(['invalid_request'], 'Only POST'),
+          '429': { ...oauthError(['temporarily_unavailable'], 'Too many failed token requests from this address'), headers: { 'Retry-After': retryAfter } },
+          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+        },
+      },
+    },
+    '/oauth/revoke': {
+      post: {
+        operationId: 'oauth_revoke',
+        tags: ['OAuth'],
+        summary: 'Revoke a grant with one of its tokens (RFC 7009)',
+        description:
+          'An access or refresh token revokes its whole grant. A token that names nothing still standing is answered 200 too (RFC 7009 §2.2); ' +
+          'one issued to another client than the `client_id` sent is refused.',
+        security: [],
+        requestBody: {
+          required: true,
+          content: {
+            'application/x-www-form-urlencoded': {
+              schema: {
+                type: 'object',
+                required: ['token'],
+                properties: { token: { type: 'string' }, token_type_hint: { type: 'string' }, client_id: { type: 'string' } },
+              },
+            },
+          },
+        },
+        responses: {
+          '200': { description: 'Revoked, or nothing to revoke' },
+          '400': oauthError(['invalid_request'], 'The request is refused'),
+          '405': oauthError(['invalid_request'], 'Only POST'),
           '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
         },
       },

@@ -77,13 +77,8 @@ export const DESCRIBE = `query Describe($response_type: String, $client_id: Stri
 }`;
 
 /** The operator's answer on the consent page, as the console sends it. */
-export function decide(
-  t: TestClient & { graphql: (q: string, v?: Record<string, unknown>, o?: { token?: string }) => Promise<TestResponse> },
-  token: string,
-  params: Partial<AuthorizationRequestParams>,
-  allow: boolean,
-) {
-  return t.graphql(DECIDE, { ...params, allow }, { token });
+export function decide(t: TestClient, token: string, params: Partial<AuthorizationRequestParams>, allow: boolean): Promise<TestResponse> {
+  return t.request('POST', '/graphql', { token, body: { query: DECIDE, variables: { ...params, allow } } });
 }
 
 /** The code (and the rest of the answer) in a redirect to the client. */
@@ -104,7 +99,7 @@ export const tokenRequest = (t: TestClient, fields: Record<string, string | unde
 
 /** The whole flow for one agent: registration, consent by `operatorToken`, the code exchanged for tokens. */
 export async function connectClient(
-  t: Parameters<typeof decide>[0],
+  t: TestClient,
   publicUrl: string,
   operatorToken: string,
   svcId: string,
@@ -127,4 +122,12 @@ export async function connectClient(
   if (tokens.status !== 200) throw new Error(`token exchange failed: ${tokens.status} ${tokens.text}`);
   const claims = JSON.parse(Buffer.from(tokens.body.access_token.split('.')[1], 'base64url').toString());
   return { clientId, grantId: claims.grant_id, accessToken: tokens.body.access_token, refreshToken: tokens.body.refresh_token };
+}
+
+/** A JSON-RPC request to an agent's MCP endpoint with a bearer credential (an access token). */
+export function mcpRequest(t: TestClient, svcId: string, token: string, body: Record<string, unknown> = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }) {
+  return t.request('POST', `/mcp/${svcId}`, {
+    body,
+    headers: { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', authorization: `Bearer ${token}` },
+  });
 }
