@@ -1,5 +1,6 @@
 // Throughput of the service against a bare node:http server on the same machine, measured in one
 // run so that only ratios matter. `npm run bench` (PGlite), or with DATABASE_URL for PostgreSQL.
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { Session } from 'node:inspector';
@@ -233,7 +234,45 @@ const mcpRequest = {
 const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpRequest)).json()) as { result?: { isError: boolean } };
 if (mcpCheck.result?.isError !== false) throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
 
-async function measurePost(name: string, url: string, request = gatewayRequest) {
+// The same call with an OAuth access token (docs/decisions/0047-mcp-oauth.md): a client registered,
+// allowed by the admin through the consent page's mutation, its code exchanged with PKCE.
+async function oauthAccessToken(svcId: string): Promise<string> {
+  const redirectUri = 'http://127.0.0.1:1/callback';
+  const { client_id: clientId } = await post('/oauth/register', { redirect_uris: [redirectUri], client_name: 'bench' });
+  const verifier = randomBytes(32).toString('base64url');
+  const params = {
+    response_type: 'code',
+    client_id: clientId,
+    redirect_uri: redirectUri,
+    code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+    code_challenge_method: 'S256',
+    state: 'bench',
+    resource: `${env.publicUrl}/mcp/${svcId}`,
+  };
+  const decided = await post(
+    '/graphql',
+    {
+      query: `mutation ($p: String, $c: String, $r: String, $cc: String, $m: String, $s: String, $res: String) {
+        decide_oauth_authorization(response_type: $p, client_id: $c, redirect_uri: $r, code_challenge: $cc,
+          code_challenge_method: $m, state: $s, resource: $res, allow: true) { redirect_to } }`,
+      variables: { p: params.response_type, c: clientId, r: redirectUri, cc: params.code_challenge, m: 'S256', s: params.state, res: params.resource },
+    },
+    auth,
+  );
+  const code = new URL(decided.data.decide_oauth_authorization.redirect_to).searchParams.get('code')!;
+  const tokens = await fetch(`${base}/oauth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: redirectUri, client_id: clientId, code_verifier: verifier }),
+  });
+  return ((await tokens.json()) as { access_token: string }).access_token;
+}
+const { 'x-api-key': _apiKey, ...mcpHeadersWithoutKey } = mcpRequest.headers;
+const mcpOAuthRequest = { ...mcpRequest, headers: { ...mcpHeadersWithoutKey, authorization: `Bearer ${await oauthAccessToken('bench-gateway')}` } };
+const oauthCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpOAuthRequest)).json()) as { result?: { isError: boolean } };
+if (oauthCheck.result?.isError !== false) throw new Error(`the MCP bench call with an OAuth token must succeed: ${JSON.stringify(oauthCheck)}`);
+
+async function measurePost(name: string, url: string, request: { method: 'POST'; headers: Record<string, string>; body: string } = gatewayRequest) {
   const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
   return row(name, result, process.cpuUsage(cpu));
@@ -269,6 +308,16 @@ for (let round = 1; round <= TELEMETRY_ROUNDS; round++) {
     [`${TELEMETRY_OFF} #${round}`, () => measurePost(`${TELEMETRY_OFF} #${round}`, `${quietBase}/api/v1/gateway/evaluate`)],
     [`${TELEMETRY_ON} #${round}`, () => measurePost(`${TELEMETRY_ON} #${round}`, `${tracedBase}/api/v1/gateway/evaluate`)],
     [`${TELEMETRY_SAMPLED} #${round}`, () => measurePost(`${TELEMETRY_SAMPLED} #${round}`, `${sampledBase}/api/v1/gateway/evaluate`)],
+  );
+}
+// An MCP tools/call with an API key and with an OAuth access token, alternated likewise.
+const OAUTH_ROUNDS = Number(process.env.BENCH_OAUTH_ROUNDS ?? 3);
+const MCP_KEY = 'POST /mcp/{svc_id} tools/call, API key';
+const MCP_OAUTH = 'POST /mcp/{svc_id} tools/call, OAuth access token';
+for (let round = 1; round <= OAUTH_ROUNDS; round++) {
+  scenarios.push(
+    [`${MCP_KEY} #${round}`, () => measurePost(`${MCP_KEY} #${round}`, `${base}/mcp/bench-gateway`, mcpRequest)],
+    [`${MCP_OAUTH} #${round}`, () => measurePost(`${MCP_OAUTH} #${round}`, `${base}/mcp/bench-gateway`, mcpOAuthRequest)],
   );
 }
 const rows: Awaited<ReturnType<typeof measure>>[] = [];
@@ -313,6 +362,20 @@ function telemetryCost(variant: string) {
 telemetryCost(TELEMETRY_ON);
 telemetryCost(TELEMETRY_SAMPLED);
 if (rows.some((r) => r.name.startsWith(TELEMETRY_ON))) console.log(`${spansExported} spans exported`);
+
+// The issue's bar: a tools/call with an OAuth access token keeps ≥ 0.95 of the same call with an API key.
+const oauthRatios = Array.from({ length: OAUTH_ROUNDS }, (_, i) => {
+  const key = rows.find((r) => r.name === `${MCP_KEY} #${i + 1}`);
+  const oauth = rows.find((r) => r.name === `${MCP_OAUTH} #${i + 1}`);
+  return key && oauth ? oauth.rps / key.rps : undefined;
+}).filter((ratio): ratio is number => ratio !== undefined);
+if (oauthRatios.length) {
+  const sorted = [...oauthRatios].sort((a, b) => a - b);
+  console.log(
+    `mcp tools/call with an OAuth access token: keeps ${sorted[Math.floor(sorted.length / 2)].toFixed(3)} (rounds: ${oauthRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
+      `all rounds together ${(rpsOf(MCP_OAUTH) / rpsOf(MCP_KEY)).toFixed(3)}) of the same call with an API key`,
+  );
+}
 
 // The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
 const restExecute = rows.find((r) => r.name === 'POST /api/v1/gateway/execute (+ record)');
