@@ -25,6 +25,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   LOGIN_WINDOW_SECONDS: { default: '900', meaning: 'login and refresh throttling window' },
   SIGNUP_MAX_PER_ADDRESS: { default: '10', meaning: 'sign-ups per client address an hour' },
   OAUTH_REGISTRATIONS_PER_ADDRESS: { default: '20', meaning: 'OAuth client registrations per client address an hour' },
+  OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: { default: '60', meaning: 'OAuth client documents fetched per client address an hour' },
   OAUTH_CLIENT_METADATA_LOOPBACK: { default: 'false', meaning: 'true: OAuth client ids at http loopback URLs (tests only)' },
   SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },

@@ -44,6 +44,8 @@ export interface Env {
   signupMaxPerAddress: number;
   /** OAuth client registrations (`POST /oauth/register`) one client address may make in an hour. */
   oauthRegistrationsPerAddress: number;
+  /** Client metadata documents the authorization endpoint fetches for one client address an hour (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS). */
+  oauthClientDocumentsPerAddress: number;
   /** Tests and local development: client metadata documents at http URLs on the loopback interface (OAUTH_CLIENT_METADATA_LOOPBACK). */
   oauthClientMetadataLoopback: boolean;
   shutdownGraceMs: number;
@@ -240,6 +242,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
     signupMaxPerAddress: integer(source, 'SIGNUP_MAX_PER_ADDRESS', 10, 1),
     oauthRegistrationsPerAddress: integer(source, 'OAUTH_REGISTRATIONS_PER_ADDRESS', 20, 1),
+    oauthClientDocumentsPerAddress: integer(source, 'OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS', 60, 1),
     oauthClientMetadataLoopback: source.OAUTH_CLIENT_METADATA_LOOPBACK === 'true',
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),

@@ -111,3 +111,27 @@ test('a registered client resolves from the database; an unknown id does not', a
   });
   expect(await resolve(t, 'agc_nope')).toEqual({ unknown: expect.stringMatching(/not registered/) });
 });
+
+test('the authorization endpoint counts the documents it fetches per client address (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS); a kept one costs nothing', async () => {
+  const limited = await startTestApp({ OAUTH_CLIENT_METADATA_LOOPBACK: 'true', OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: '3' }, { db: t.database.db });
+  try {
+    const authorize = (path: string, clientAddress: string) =>
+      limited.request('GET', `/oauth/authorize?${new URLSearchParams({ client_id: `${docBase}${path}`, redirect_uri: 'http://127.0.0.1:5555/callback' })}`, { clientAddress });
+    for (const path of ['/counted-1.json', '/counted-2.json', '/counted-3.json']) {
+      serveJson(path, document(path));
+      // Known client and redirect URI, no PKCE: back to the client with invalid_request, after the fetch.
+      expect((await authorize(path, '198.51.100.20')).status).toBe(302);
+    }
+    expect((await authorize('/counted-1.json', '198.51.100.20')).status).toBe(302);
+    serveJson('/counted-4.json', document('/counted-4.json'));
+    const refused = await authorize('/counted-4.json', '198.51.100.20');
+    expect(refused.status).toBe(429);
+    expect(refused.body).toEqual({ error: 'temporarily_unavailable', error_description: expect.stringMatching(/metadata documents/) });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(hitsOf('/counted-4.json')).toBe(0);
+    expect((await authorize('/counted-4.json', '198.51.100.21')).status).toBe(302);
+    expect(hitsOf('/counted-4.json')).toBe(1);
+  } finally {
+    await limited.app.stop();
+  }
+});

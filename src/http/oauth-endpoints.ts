@@ -102,13 +102,13 @@ interface OAuthEndpointDeps {
 
 export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<{}, ServerContext> {
   /** `GET /oauth/authorize`: to the consent page, back to the client with an error, or a page saying why. */
-  async function authorize(request: Request, url: URL): Promise<Response> {
+  async function authorize(request: Request, url: URL, clientAddress: string): Promise<Response> {
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       return oauthError(405, 'invalid_request', `${request.method} is not supported here: the authorization endpoint is visited with GET`, { Allow: 'GET, HEAD' });
     }
     const params = singleParams(url.searchParams, AUTHORIZATION_PARAM_NAMES);
     if ('repeated' in params) return refusalPage(request, `The parameter ${params.repeated} is repeated.`);
-    const outcome = await oauth.authorize(params.values as AuthorizationParams, CONSENT_PATH);
+    const outcome = await oauth.authorize(params.values as AuthorizationParams, CONSENT_PATH, clientAddress);
     if ('shown' in outcome) return refusalPage(request, outcome.shown);
     return redirect('consent' in outcome ? outcome.consent : outcome.redirect);
   }
@@ -152,7 +152,7 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   /** The answer of a path this edge serves (`ours`). */
   async function answer(request: Request, url: URL, clientAddress: string): Promise<Response> {
     const { pathname } = url;
-    if (pathname === OAUTH_PATHS.authorize) return authorize(request, url);
+    if (pathname === OAUTH_PATHS.authorize) return authorize(request, url, clientAddress);
     if (pathname === OAUTH_PATHS.token) return postOnly(request, () => token(request, clientAddress));
     if (pathname === OAUTH_PATHS.revoke) return postOnly(request, () => revoke(request));
     if (pathname === OAUTH_PATHS.register) return postOnly(request, () => register(request, clientAddress));

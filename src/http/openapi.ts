@@ -394,6 +394,7 @@ function serviceOperations(): Json {
             },
           },
           '405': oauthError(['invalid_request'], 'Only GET'),
+          '429': { ...oauthError(['temporarily_unavailable'], 'Too many client metadata documents fetched for this address'), headers: { 'Retry-After': retryAfter } },
           '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
         },
       },

@@ -81,10 +81,15 @@ export function createMetadataDocumentResolver({ allowLoopbackHttp, now = Date.n
   }
 
   return {
-    /** The client a metadata document describes, or why it is refused; kept 5 minutes (a refusal 1 minute). */
-    async resolve(clientId: string): Promise<MetadataDocumentOutcome> {
+    /**
+     * The client a metadata document describes, or why it is refused; kept 5 minutes (a refusal 1
+     * minute). `beforeFetch` runs when the document must be fetched, and may refuse by throwing
+     * (the caller's throttle).
+     */
+    async resolve(clientId: string, beforeFetch?: () => Promise<void>): Promise<MetadataDocumentOutcome> {
       const hit = kept.get(clientId);
       if (hit && hit.until > now()) return hit.outcome;
+      await beforeFetch?.();
       const outcome = await fetchDocument(clientId);
       kept.delete(clientId);
       if (kept.size >= MAX_KEPT) kept.delete(kept.keys().next().value!);

@@ -60,7 +60,7 @@ export interface ConsentAnswer {
 }
 
 interface Collaborators {
-  resolveClient(clientId: string): Promise<{ client: KnownClient } | { unknown: string }>;
+  resolveClient(clientId: string, clientAddress: string): Promise<{ client: KnownClient } | { unknown: string }>;
   touchClient(clientId: string): Promise<void>;
   /** The agent of the org by that id, or null. */
   findAgent(orgId: string, svcId: string): Promise<ConsentAgent | null>;
@@ -73,16 +73,16 @@ const hostOf = (uri: string) => new URL(uri).host;
 
 export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveClient, touchClient, findAgent }: Collaborators) {
   /** The request checked against its client; the client too, when it is known. */
-  async function check(params: AuthorizationParams): Promise<{ check: AuthorizationCheck; client?: KnownClient }> {
+  async function check(params: AuthorizationParams, clientAddress: string): Promise<{ check: AuthorizationCheck; client?: KnownClient }> {
     if (!params.client_id) return { check: checkAuthorizationRequest(params, { unknown: 'no client_id' }, env.publicUrl) };
-    const resolved = await resolveClient(params.client_id);
+    const resolved = await resolveClient(params.client_id, clientAddress);
     if ('unknown' in resolved) return { check: checkAuthorizationRequest(params, resolved, env.publicUrl) };
     return { check: checkAuthorizationRequest(params, resolved.client.registration, env.publicUrl), client: resolved.client };
   }
 
   /** The consent page's request, accepted, or the error that refuses it (nothing is redirected from here). */
-  async function accepted(params: AuthorizationParams): Promise<{ request: AuthorizationRequest; client: KnownClient }> {
-    const { check: result, client } = await check(params);
+  async function accepted(params: AuthorizationParams, clientAddress: string): Promise<{ request: AuthorizationRequest; client: KnownClient }> {
+    const { check: result, client } = await check(params, clientAddress);
     if (result.ok) return { request: result.request, client: client! };
     const why = 'shown' in result ? result.shown : result.redirected.description;
     throw new AppError('BAD_REQUEST', `This authorization request cannot be answered: ${why}`);
@@ -98,8 +98,8 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
 
   return {
     /** `GET /oauth/authorize`: where the browser goes next. */
-    async authorize(params: AuthorizationParams, consentPath: string): Promise<AuthorizeOutcome> {
-      const { check: result } = await check(params);
+    async authorize(params: AuthorizationParams, consentPath: string, clientAddress: string): Promise<AuthorizeOutcome> {
+      const { check: result } = await check(params, clientAddress);
       if (result.ok) {
         const query = new URLSearchParams(Object.entries(params).filter((entry): entry is [string, string] => entry[1] !== undefined));
         return { consent: `${consentPath}?${query}` };
@@ -109,8 +109,8 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
     },
 
     /** What the consent page shows the signed-in operator. */
-    async describe(params: AuthorizationParams, user: UserPrincipal): Promise<ConsentView> {
-      const { request, client } = await accepted(params);
+    async describe(params: AuthorizationParams, user: UserPrincipal, clientAddress: string): Promise<ConsentView> {
+      const { request, client } = await accepted(params, clientAddress);
       const agent = await findAgent(user.orgId, request.svcId);
       const refusal = refusalOf(user, agent, request.svcId);
       return {
@@ -136,8 +136,8 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
      * single-use code (audited: `oauth.grant_created`, and `oauth.client_registered` when the org
      * allows this client for the first time) and sends the client the code.
      */
-    async decide(params: AuthorizationParams, user: UserPrincipal, allow: boolean): Promise<ConsentAnswer> {
-      const { request, client } = await accepted(params);
+    async decide(params: AuthorizationParams, user: UserPrincipal, allow: boolean, clientAddress: string): Promise<ConsentAnswer> {
+      const { request, client } = await accepted(params, clientAddress);
       if (!allow) {
         const denied = { redirectUri: request.redirectUri, state: request.state, error: 'access_denied' as const, description: 'The operator denied access' };
         return { redirect_to: errorRedirect(denied, env.publicUrl) };

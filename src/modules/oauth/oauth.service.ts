@@ -56,11 +56,23 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
 
   /**
    * The client a `client_id` names: a registration that has not expired, or, when the id is an
-   * https URL, the client its metadata document describes; otherwise why it is unknown.
+   * https URL, the client its metadata document describes; otherwise why it is unknown. With the
+   * address of the request that needs it, a document that must be fetched is counted against it.
    */
-  async function resolveClient(clientId: string): Promise<{ client: KnownClient } | { unknown: string }> {
+  async function resolveClient(clientId: string, clientAddress?: string): Promise<{ client: KnownClient } | { unknown: string }> {
     if (isMetadataDocumentUrl(clientId, env.oauthClientMetadataLoopback)) {
-      const outcome = await metadataDocuments.resolve(clientId);
+      // Every fetch is counted for the address that caused it: the documents are fetched on behalf
+      // of anonymous callers, each one a request to a host they name (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS).
+      const throttle = clientAddress
+        ? () =>
+            countAttempt(
+              db.sql,
+              [{ bucket: `oauth-client-documents:address:${clientAddress}`, limit: env.oauthClientDocumentsPerAddress }],
+              fixedWindow(3600),
+              { message: 'Too many client metadata documents fetched for this address; try again later', period: '1h' },
+            )
+        : undefined;
+      const outcome = await metadataDocuments.resolve(clientId, throttle);
       if ('refused' in outcome) return { unknown: outcome.refused };
       return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
     }

@@ -133,7 +133,7 @@ builder.queryField('oauth_authorization_request', (t) =>
     description: 'The consent page: the client, the agent and the scope of an authorization request, checked again.',
     args: authorizationArgs,
     authScopes: { session: true },
-    resolve: (_, args, ctx) => ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx)),
+    resolve: (_, args, ctx) => ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx), ctx.state.clientAddress),
   }),
 );
 
@@ -145,6 +145,7 @@ builder.mutationField('decide_oauth_authorization', (t) =>
       'makes a grant and a single-use code; deny sends the client `access_denied`.',
     args: { ...authorizationArgs, allow: t.arg.boolean({ required: true }) },
     authScopes: { session: true },
-    resolve: (_, { allow, ...args }, ctx) => ctx.services.oauth.decideAuthorization(paramsOf(args), userOf(ctx), allow),
+    resolve: (_, { allow, ...args }, ctx) =>
+      ctx.services.oauth.decideAuthorization(paramsOf(args), userOf(ctx), allow, ctx.state.clientAddress),
   }),
 );
