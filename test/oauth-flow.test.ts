@@ -9,6 +9,8 @@
  */
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { startTestApp, type TestApp } from './support/app.js';
+import { startRecordingServer, type Hit } from './support/recording-server.js';
+import { signAccessToken } from '../src/modules/oauth/oauth-tokens.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent, type AgentFixture } from './support/gateway.js';
 import {
@@ -370,6 +372,30 @@ describe('access tokens at the MCP endpoint', () => {
     expect(record.body).toMatchObject({ channel: 'mcp', decision: 'allow', executed: true });
   });
 
+  test('the access token never reaches the tool: an http tool gets its own headers and the signed body only', async () => {
+    const hits: Hit[] = [];
+    const receiver = await startRecordingServer(hits, (_hit, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
+    try {
+      const owner = await signUp(t, 'oauth-http');
+      const tool = await t.request('POST', `/api/v1/orgs/${owner.orgId}/tools`, {
+        token: owner.adminToken,
+        body: { action_type: 'crm', connector: 'http', config: { url: `${receiver.base}/tool`, allow_private_network: true, headers: { 'x-tool-key': 'own' } } },
+      });
+      expect(tool.status).toBe(201);
+      const crmAgent = await readyAgent(t, owner, { capabilities: ['crm:lookup'], tool: false });
+      const client = await connectClient(t, publicUrl, owner.adminToken, crmAgent.svcId);
+      const called = await callTool(crmAgent.svcId, client.accessToken, 'crm__lookup', { customer: 'c-1' });
+      expect(called.body.result.isError).toBe(false);
+      expect(hits).toHaveLength(1);
+      expect(hits[0].headers['x-tool-key']).toBe('own');
+      expect(hits[0].headers.authorization).toBeUndefined();
+      expect(JSON.stringify(hits[0])).not.toContain(client.accessToken);
+      expect(JSON.stringify(hits[0])).not.toContain(client.accessToken.split('.')[2]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
   test('an approval the grant asks for names the grant as who asked', async () => {
     const needsHuman = await readyAgent(t, org, { capabilities: ['billing:read'], constraints: { max_actions_per_hour: 100, max_actions_per_day: 100, require_human_approval: ['billing:read'] } });
     const client = await connectClient(t, publicUrl, org.adminToken, needsHuman.svcId);
@@ -404,6 +430,18 @@ describe('access tokens at the MCP endpoint', () => {
     expect((await mcp(agent.svcId, altered)).status).toBe(401);
     expect((await mcp(agent.svcId, org.adminToken)).status).toBe(401);
     expect((await mcp(agent.svcId, `${head}.${body}`)).status).toBe(401);
+    // Signed with the real key, every claim right, two hours old.
+    const claims = decodeJwt(connected.accessToken);
+    const expired = await signAccessToken(
+      await t.app.services.keys.activeKey('oauth'),
+      publicUrl,
+      { aud: claims.aud as string, sub: claims.sub!, org_id: org.orgId, client_id: connected.clientId, scope: 'mcp:tools', grant_id: connected.grantId },
+      'oat_expired',
+      Date.now() - 2 * 3600 * 1000,
+    );
+    const refused = await mcp(agent.svcId, expired.token);
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('www-authenticate')).toContain('error_description="The access token has expired"');
     const withKey = await t.request('POST', `/mcp/${agent.svcId}`, {
       body: { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
       headers: { ...MCP_HEADERS, 'x-api-key': agent.key },
