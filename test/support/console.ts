@@ -1,6 +1,9 @@
-/** What the console tests need besides the service: a current build and a browser. */
+/** What the console tests need besides the service: a current build, a browser, and pages watched for problems. */
 import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { BrowserContext, Page } from 'playwright-core';
+import { PASSWORD } from './fixtures.js';
 import { optionalProgram } from './optional-programs.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -30,3 +33,56 @@ export function findChromium(): string | undefined {
 }
 
 export const ARTIFACTS_DIR = fileURLToPath(new URL('../artifacts/', import.meta.url));
+
+export interface ConsolePage {
+  page: Page;
+  /** Uncaught errors, CSP violations and failed loads seen so far. */
+  problems: string[];
+}
+
+/** A new page of `context` that collects its problems. */
+export async function watchedPage(context: BrowserContext): Promise<ConsolePage> {
+  const page = await context.newPage();
+  const problems: string[] = [];
+  // Reported by the browser whatever the page does: an init script runs before the page's own.
+  await page.addInitScript(() => {
+    document.addEventListener('securitypolicyviolation', (event) => {
+      console.error(`CSP violation: ${event.violatedDirective} ${event.blockedURI}`);
+    });
+  });
+  page.on('console', (message) => {
+    if (message.type() === 'error' && /Content Security Policy|CSP violation/i.test(message.text())) problems.push(message.text());
+  });
+  page.on('pageerror', (error) => problems.push(`uncaught: ${error.message}`));
+  // Every file the page loads exists (the icon included: no /favicon.ico guess). GraphQL answers
+  // refusals with their own statuses, which the pages show.
+  page.on('response', (response) => {
+    if (response.status() >= 400 && new URL(response.url()).pathname !== '/graphql') problems.push(`${response.status()} ${response.url()}`);
+  });
+  return { page, problems };
+}
+
+/** Fills the console's sign-in form and sends it (the caller waits for the page it expects). */
+export async function submitSignIn(page: Page, email: string) {
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+export const screenshot = (page: Page, name: string) => page.screenshot({ path: path.join(ARTIFACTS_DIR, `console-${name}.png`), fullPage: true });
+
+/** Nothing wider than the window: no horizontal scrolling. */
+export const horizontalOverflow = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+
+/** Longer than the console's polling interval (3 s), shorter than the test timeout. */
+export const POLL_WAIT_MS = 10_000;
+
+/** `read()` once it satisfies `done`, else its last value after `timeoutMs` (so the assertion after it shows what it was). */
+export async function eventually<T>(read: () => Promise<T> | T, done: (value: T) => boolean, timeoutMs = POLL_WAIT_MS): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
