@@ -28,7 +28,7 @@ import {
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent, type AgentFixture } from './support/gateway.js';
 import { testWith } from './support/optional-programs.js';
-import { authorizationParams, authorizeUrl, form, pkce, registerClient, type AuthorizationRequestParams } from './support/oauth.js';
+import { authorizationParams, authorizeUrl, connectClient, form, pkce, registerClient, type AuthorizationRequestParams } from './support/oauth.js';
 
 const chromiumPath = findChromium();
 /** Skipped without Chromium (hooks of a file whose tests are all skipped do not run). */
@@ -462,4 +462,60 @@ test('another site cannot answer for a signed-in operator: its form posts and fe
   expect(genuine.body.data.decide_oauth_authorization.redirect_to).toMatch(new RegExp(`^${redirectUri}\\?code=oac_`));
   expect(await grantsOf(org, agent.svcId)).toBe(1);
   expect(signedIn.problems).toEqual([]);
+});
+
+test('the agents page lists connected clients; a viewer has no button; Revoke, confirmed, removes the grant and its token is refused at /mcp', async () => {
+  const org = await signUp(t, 'console-clients');
+  const agent = await readyAgent(t, org);
+  const operator = await addUser(t, org, 'operator');
+  const viewer = await addUser(t, org, 'viewer');
+  const connected = await connectClient(t, base, operator.token, agent.svcId);
+  expect(await mcpStatus(agent.svcId, connected.accessToken)).toBe(200);
+
+  const openClients = async (email: string): Promise<ConsolePage> => {
+    const view = await newContext().then(watchedPage);
+    await view.page.goto(`${base}/console/agents`);
+    await submitSignIn(view.page, email);
+    const card = view.page.getByRole('article', { name: `Agent ${agent.svcId}` });
+    await card.getByText('Connected clients').click();
+    await card.locator(`[data-grant-id="${connected.grantId}"]`).waitFor();
+    return view;
+  };
+
+  // A viewer sees the list, without a button.
+  const watcher = await openClients(viewer.email);
+  const viewerCard = watcher.page.getByRole('article', { name: `Agent ${agent.svcId}` });
+  expect(await viewerCard.locator('.connected').getByRole('button').count()).toBe(0);
+  expect(watcher.problems).toEqual([]);
+
+  const view = await openClients(operator.email);
+  const { page } = view;
+  const row = page.locator(`[data-grant-id="${connected.grantId}"]`);
+  const text = await row.innerText();
+  expect(text).toContain('Test MCP client');
+  expect(text).toMatch(new RegExp(`Client id\\s+${connected.clientId}`));
+  expect(text).toMatch(/Redirect host\s+127\.0\.0\.1:33418/);
+  expect(text).toMatch(new RegExp(`Approved by\\s+${operator.email.replace(/\./g, '\\.')}`));
+  expect(text).toMatch(/Created\s+\S/);
+  expect(text).toMatch(/Last used\s+\S/);
+  await screenshot(page, 'agents-connected-clients');
+
+  // Revoking asks first; the question takes the focus on Cancel, and Cancel changes nothing.
+  await row.getByRole('button', { name: 'Revoke' }).click();
+  const question = row.getByRole('group', { name: 'Revoke Test MCP client?' });
+  await question.waitFor();
+  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(true);
+  await screenshot(page, 'agents-revoke-confirm');
+  await question.getByRole('button', { name: 'Cancel' }).click();
+  expect(await grantsOf(org, agent.svcId)).toBe(1);
+  await row.getByRole('button', { name: 'Revoke' }).click();
+  await row.getByRole('button', { name: 'Yes, revoke' }).click();
+  await row.waitFor({ state: 'detached' });
+  await page.getByText('No MCP client is connected with OAuth.').waitFor();
+  expect(await grantsOf(org, agent.svcId)).toBe(0);
+
+  // Its access token stops working at the agent's endpoint (every process within a poll of the config cache).
+  const status = await eventually(() => mcpStatus(agent.svcId, connected.accessToken), (s) => s === 401);
+  expect(status).toBe(401);
+  expect(view.problems).toEqual([]);
 });
