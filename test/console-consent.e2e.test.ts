@@ -9,30 +9,15 @@
  * Conventions of console.e2e.test.ts: each test has its own organization and browser context,
  * screenshots go to test/artifacts/, skipped with a notice without Chromium (failing under CI).
  */
-import { mkdirSync } from 'node:fs';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { chromium, type Browser, type BrowserContext } from 'playwright-core';
 import { startTestApp, type TestApp } from './support/app.js';
-import {
-  ARTIFACTS_DIR,
-  ensureConsoleBuilt,
-  eventually,
-  findChromium,
-  horizontalOverflow,
-  screenshot,
-  submitSignIn,
-  watchedPage,
-  type ConsolePage,
-} from './support/console.js';
+import { chromiumTests, eventually, horizontalOverflow, NARROW, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent, type AgentFixture } from './support/gateway.js';
-import { testWith } from './support/optional-programs.js';
 import { authorizationParams, authorizeUrl, connectClient, form, pkce, registerClient, type AuthorizationRequestParams } from './support/oauth.js';
 
-const chromiumPath = findChromium();
-/** Skipped without Chromium (hooks of a file whose tests are all skipped do not run). */
-const test = testWith(chromiumPath);
+const { test, newContext } = chromiumTests();
 
 let t: TestApp;
 let service: Server;
@@ -45,8 +30,6 @@ const arrivals: URL[] = [];
 let elsewhere: Server;
 let elsewhereBase: string;
 const elsewherePages = new Map<string, string>();
-let browser: Browser;
-const contexts: BrowserContext[] = [];
 
 const listen = async (server: Server) => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -55,8 +38,6 @@ const listen = async (server: Server) => {
 const close = (server: Server | undefined) => (server ? new Promise((resolve) => server.close(resolve)) : undefined);
 
 beforeAll(async () => {
-  ensureConsoleBuilt();
-  mkdirSync(ARTIFACTS_DIR, { recursive: true });
   // The port first, so PUBLIC_URL (the issuer, and the agents' resource URLs) is the address the
   // browser uses, as in production.
   let app: RequestListener | undefined;
@@ -77,32 +58,16 @@ beforeAll(async () => {
   });
   // localhost, not 127.0.0.1: the same machine, another origin.
   elsewhereBase = `http://localhost:${await listen(elsewhere)}`;
-
-  // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
-});
-
-afterEach(async () => {
-  await Promise.all(contexts.splice(0).map((context) => context.close()));
 });
 
 afterAll(async () => {
-  await browser?.close();
   await close(elsewhere);
   await close(client);
   await close(service);
   await t?.close();
 });
 
-const WIDE = { width: 1280, height: 900 };
-const NARROW = { width: 400, height: 850 };
 const CONSENT_HEADING = 'Connect an MCP client to an agent?';
-
-async function newContext(viewport = WIDE) {
-  const context = await browser.newContext({ viewport });
-  contexts.push(context);
-  return context;
-}
 
 /** An organization with an active agent, an operator, and an MCP client registered with its redirect URI on the test's client server. */
 async function setUp(prefix: string): Promise<{ org: OrgFixture; agent: AgentFixture; operator: { email: string; token: string }; clientId: string; redirectUri: string }> {
@@ -115,7 +80,7 @@ async function setUp(prefix: string): Promise<{ org: OrgFixture; agent: AgentFix
 }
 
 /** Opens the authorization endpoint as an MCP client would, signs in on the consent page it leads to. */
-async function consentPage(params: AuthorizationRequestParams, email: string, viewport = WIDE): Promise<ConsolePage> {
+async function consentPage(params: AuthorizationRequestParams, email: string, viewport?: typeof NARROW): Promise<ConsolePage> {
   const view = await watchedPage(await newContext(viewport));
   const { page } = view;
   await page.goto(`${base}${authorizeUrl(params)}`);

@@ -7,65 +7,35 @@
  * page go to test/artifacts/ (git-ignored) for a reviewer to look at. Firefox runs the console in
  * console.firefox.test.ts.
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { chromium, type Browser, type BrowserContext } from 'playwright-core';
 import { startTestApp, type TestApp } from './support/app.js';
-import {
-  ARTIFACTS_DIR,
-  ensureConsoleBuilt,
-  eventually,
-  findChromium,
-  horizontalOverflow,
-  POLL_WAIT_MS,
-  screenshot,
-  submitSignIn,
-  watchedPage,
-  type ConsolePage,
-} from './support/console.js';
+import { chromiumTests, eventually, horizontalOverflow, NARROW, POLL_WAIT_MS, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
 import { addUser, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
-import { testWith } from './support/optional-programs.js';
 
-const chromiumPath = findChromium();
-/** Skipped without Chromium (hooks of a file whose tests are all skipped do not run). */
-const test = testWith(chromiumPath);
+const { test, newContext } = chromiumTests();
 
 let t: TestApp;
 let server: Server;
 let base: string;
-let browser: Browser;
-const contexts: BrowserContext[] = [];
 
 beforeAll(async () => {
-  ensureConsoleBuilt();
-  mkdirSync(ARTIFACTS_DIR, { recursive: true });
   t = await startTestApp();
   server = createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
-});
-
-afterEach(async () => {
-  await Promise.all(contexts.splice(0).map((context) => context.close()));
 });
 
 afterAll(async () => {
-  await browser?.close();
   if (server) await new Promise((resolve) => server.close(resolve));
   await t?.close();
 });
 
-const WIDE = { width: 1280, height: 900 };
-const NARROW = { width: 400, height: 850 };
 
-async function openConsole(viewport = WIDE): Promise<ConsolePage> {
-  const context = await browser.newContext({ viewport });
-  contexts.push(context);
-  const view = await watchedPage(context);
+async function openConsole(viewport?: typeof NARROW): Promise<ConsolePage> {
+  const view = await watchedPage(await newContext(viewport));
   await view.page.goto(`${base}/console`);
   return view;
 }

@@ -1,10 +1,11 @@
 /** What the console tests need besides the service: a current build, a browser, and pages watched for problems. */
 import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { BrowserContext, Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { PASSWORD } from './fixtures.js';
-import { optionalProgram } from './optional-programs.js';
+import { optionalProgram, testWith } from './optional-programs.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -33,6 +34,10 @@ export function findChromium(): string | undefined {
 }
 
 export const ARTIFACTS_DIR = fileURLToPath(new URL('../artifacts/', import.meta.url));
+
+export const WIDE = { width: 1280, height: 900 };
+/** A phone's width: where long unbroken values overflow. */
+export const NARROW = { width: 400, height: 850 };
 
 export interface ConsolePage {
   page: Page;
@@ -85,4 +90,36 @@ export async function eventually<T>(read: () => Promise<T> | T, done: (value: T)
     if (done(value) || Date.now() > deadline) return value;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/**
+ * A browser test file's Chromium: `test` (test.skip without Chromium, after a notice; a file whose
+ * tests are all skipped runs none of its hooks), a current console build and test/artifacts/
+ * before its tests, and `newContext`: a new browser context (no shared session) each call, closed
+ * after the test that made it. Call it at the top level of the file (it registers hooks).
+ */
+export function chromiumTests() {
+  const executablePath = findChromium();
+  let browser: Browser | undefined;
+  const contexts: BrowserContext[] = [];
+  beforeAll(async () => {
+    ensureConsoleBuilt();
+    mkdirSync(ARTIFACTS_DIR, { recursive: true });
+    // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+    browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+  });
+  afterEach(async () => {
+    await Promise.all(contexts.splice(0).map((context) => context.close()));
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+  return {
+    test: testWith(executablePath),
+    async newContext(viewport: { width: number; height: number } = WIDE): Promise<BrowserContext> {
+      const context = await browser!.newContext({ viewport });
+      contexts.push(context);
+      return context;
+    },
+  };
 }
