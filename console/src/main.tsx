@@ -4,7 +4,7 @@
  * reload and bookmark. /console/authorize, the consent page of OAuth clients, stands apart: no
  * navigation away from the request, and its address (the request) is kept through the sign-in.
  */
-import { render } from 'preact';
+import { render, type ComponentChildren } from 'preact';
 import { useEffect, useId, useState } from 'preact/hooks';
 import './console.css';
 import { currentSession, onSessionChange, signIn, signOut, type Session } from './api';
@@ -125,8 +125,8 @@ function Who({ session }: { session: Session }) {
   );
 }
 
-/** The consent page with the console's header but none of its navigation: the request is the whole page. */
-function Consent({ session }: { session: Session }) {
+/** The page around every signed-in page: skip link, header (brand, `nav` when given, who is signed in), main. */
+function Frame({ session, nav, children }: { session: Session; nav?: ComponentChildren; children: ComponentChildren }) {
   return (
     <>
       <a class="skip" href="#main">
@@ -134,11 +134,10 @@ function Consent({ session }: { session: Session }) {
       </a>
       <header class="top">
         <span class="brand">Agent Gateway</span>
+        {nav}
         <Who session={session} />
       </header>
-      <main id="main">
-        <ConsentPage />
-      </main>
+      <main id="main">{children}</main>
     </>
   );
 }
@@ -151,47 +150,40 @@ function Console({ session }: { session: Session }) {
     // Screen readers and keyboards start on the new page's heading, as after a page load.
     document.getElementById('page-title')?.focus();
   }, [page]);
+  const nav = (
+    <nav aria-label="Console">
+      <ul>
+        {PAGES.map((p) => (
+          <li>
+            <a
+              href={`${BASE}/${p.path}`}
+              aria-current={p.path === page ? 'page' : undefined}
+              onClick={(e) => {
+                if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+                e.preventDefault();
+                navigate(p.path);
+              }}
+            >
+              {p.title}
+            </a>
+          </li>
+        ))}
+      </ul>
+    </nav>
+  );
   return (
-    <>
-      <a class="skip" href="#main">
-        Skip to content
-      </a>
-      <header class="top">
-        <span class="brand">Agent Gateway</span>
-        <nav aria-label="Console">
-          <ul>
-            {PAGES.map((p) => (
-              <li>
-                <a
-                  href={`${BASE}/${p.path}`}
-                  aria-current={p.path === page ? 'page' : undefined}
-                  onClick={(e) => {
-                    if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-                    e.preventDefault();
-                    navigate(p.path);
-                  }}
-                >
-                  {p.title}
-                </a>
-              </li>
-            ))}
-          </ul>
-        </nav>
-        <Who session={session} />
-      </header>
-      <main id="main">
-        {current ? (
-          <current.Page key={current.path} user={session.user} />
-        ) : (
-          <section class="page">
-            <h1 id="page-title" tabIndex={-1}>
-              Not found
-            </h1>
-            <p>There is no console page at {location.pathname}.</p>
-          </section>
-        )}
-      </main>
-    </>
+    <Frame session={session} nav={nav}>
+      {current ? (
+        <current.Page key={current.path} user={session.user} />
+      ) : (
+        <section class="page">
+          <h1 id="page-title" tabIndex={-1}>
+            Not found
+          </h1>
+          <p>There is no console page at {location.pathname}.</p>
+        </section>
+      )}
+    </Frame>
   );
 }
 
@@ -200,7 +192,16 @@ const CONSENT_SIGN_IN = 'An MCP client asks to connect to an agent of your organ
 function App() {
   const session = useSession();
   // Signing in changes no address: the consent page's query, the request itself, is still there after it.
-  if (onConsentPage()) return session ? <Consent session={session} /> : <SignIn intro={CONSENT_SIGN_IN} />;
+  if (onConsentPage()) {
+    // The consent page has no navigation: the request is the whole page.
+    return session ? (
+      <Frame session={session}>
+        <ConsentPage />
+      </Frame>
+    ) : (
+      <SignIn intro={CONSENT_SIGN_IN} />
+    );
+  }
   return session ? <Console session={session} /> : <SignIn />;
 }
 
