@@ -85,14 +85,21 @@ export function ConsentPage() {
     if (!view || !('params' in parsed)) return;
     setBusy(true);
     setAnswerError(undefined);
+    let redirectTo: string;
     try {
-      const result = await request(DecideOAuthAuthorizationDocument, { ...parsed.params, allow });
-      goToClient(result.decide_oauth_authorization.redirect_to, view.client.redirect_host);
-      // The buttons stay disabled while the browser leaves: a second Allow would make a second grant.
-      setLeaving(allow ? 'allow' : 'deny');
+      redirectTo = (await request(DecideOAuthAuthorizationDocument, { ...parsed.params, allow })).decide_oauth_authorization.redirect_to;
     } catch (failure) {
       setAnswerError(messageOf(failure));
       setBusy(false);
+      return;
+    }
+    // Answered: from here the buttons stay disabled, whether the browser leaves or not, since a
+    // second Allow would make a second grant.
+    try {
+      goToClient(redirectTo, view.client.redirect_host);
+      setLeaving(allow ? 'allow' : 'deny');
+    } catch (failure) {
+      setAnswerError(messageOf(failure));
     }
   };
 
