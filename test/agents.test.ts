@@ -493,6 +493,7 @@ describe('DELETE /agents/:agent_id (deactivate)', () => {
           status: 'deactivated',
           approvals_denied: 1,
           capability_tokens_revoked: 1,
+          oauth_grants_revoked: 0,
         },
       }),
     ]);

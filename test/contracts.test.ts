@@ -95,6 +95,8 @@ const expectedRoutes = [
   'GET /agents/{agent_id}',
   'DELETE /agents/{agent_id}',
   'POST /agents/{agent_id}/reactivate',
+  'GET /agents/{agent_id}/grants',
+  'DELETE /agents/{agent_id}/grants/{grant_id}',
 ];
 
 describe('OpenAPI document', () => {

@@ -13,6 +13,7 @@ import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
 import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
+import { authorizationParams, decide, pkce, registerClient } from './support/oauth.js';
 import { OpenApiResponseChecker } from './support/openapi-validator.js';
 import {
   addUser,
@@ -123,6 +124,17 @@ const newDeactivatedAgent = async (w: World) => {
   const deactivated = await w.t.request('DELETE', `/api/v1/agents/${params.agent_id}`, { token: w.orgA.adminToken });
   expect(deactivated.status).toBe(204);
   return params;
+};
+let matrixClient: string | undefined;
+/** A fresh OAuth grant on org A's agent: one registered client (registrations are throttled), allowed again by org A's admin. */
+const newGrant = async (w: World) => {
+  matrixClient ??= await registerClient(w.t);
+  const params = authorizationParams(w.t.app.services.env.publicUrl, matrixClient, w.agentA, pkce().challenge);
+  const decided = await decide(w.t, w.orgA.adminToken, params, true);
+  expect(decided.body.errors).toBeUndefined();
+  // Newest first.
+  const grants = await w.t.request('GET', `/api/v1/agents/${w.agentA}/grants`, { token: w.orgA.adminToken });
+  return { agent_id: w.agentA, grant_id: grants.body.items[0].grant_id as string };
 };
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
@@ -599,6 +611,24 @@ const matrix: Row[] = [
     keyScopes: [],
     params: newDeactivatedAgent,
     check: (r) => expect(r.body).toMatchObject({ status: 'active', deactivated_at: null, deactivation_reason: null }),
+  },
+  {
+    method: 'GET',
+    route: '/agents/:agent_id/grants',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: async (w) => ({ agent_id: w.agentA }),
+    check: (r) => expect(r.body).toEqual({ items: expect.any(Array), total: expect.any(Number) }),
+  },
+  {
+    method: 'DELETE',
+    route: '/agents/:agent_id/grants/:grant_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: newGrant,
+    check: (r) => expect(r.text).toBe(''),
   },
   {
     method: 'POST',
