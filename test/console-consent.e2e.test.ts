@@ -472,6 +472,7 @@ test('the agents page lists connected clients; a viewer has no button; Revoke, c
   expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(true);
   await screenshot(page, 'agents-revoke-confirm');
   await question.getByRole('button', { name: 'Cancel' }).click();
+  expect(await row.getByRole('button', { name: 'Revoke' }).evaluate((el) => el === document.activeElement)).toBe(true);
   expect(await grantsOf(org, agent.svcId)).toBe(1);
   await row.getByRole('button', { name: 'Revoke' }).click();
   await row.getByRole('button', { name: 'Yes, revoke' }).click();

@@ -201,9 +201,14 @@ function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentI
   const [confirming, setConfirming] = useState(false);
   const action = useAction(onRevoked);
   const cancel = useRef<HTMLButtonElement>(null);
-  // The question takes the focus, on its safe answer: a second Enter must not revoke.
+  const revoke = useRef<HTMLButtonElement>(null);
+  const asked = useRef(false);
+  // The question takes the focus, on its safe answer (a second Enter must not revoke); Cancel
+  // gives it back to Revoke rather than to the top of the page.
   useEffect(() => {
     if (confirming) cancel.current?.focus();
+    else if (asked.current) revoke.current?.focus();
+    asked.current ||= confirming;
   }, [confirming]);
   const name = grant.client_name ?? 'unnamed client';
   return (
@@ -245,7 +250,7 @@ function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentI
           </div>
         ) : (
           <div class="buttons">
-            <button type="button" class="danger" onClick={() => setConfirming(true)}>
+            <button type="button" class="danger" ref={revoke} onClick={() => setConfirming(true)}>
               Revoke
             </button>
           </div>
