@@ -7,87 +7,41 @@
  * page go to test/artifacts/ (git-ignored) for a reviewer to look at. Firefox runs the console in
  * console.firefox.test.ts.
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { startTestApp, type TestApp } from './support/app.js';
-import { ARTIFACTS_DIR, ensureConsoleBuilt, findChromium } from './support/console.js';
-import { addUser, createManifest, manifestPayload, PASSWORD, signUp, type OrgFixture } from './support/fixtures.js';
+import { chromiumTests, eventually, horizontalOverflow, NARROW, POLL_WAIT_MS, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
+import { addUser, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
-import { testWith } from './support/optional-programs.js';
 
-const chromiumPath = findChromium();
-/** Skipped without Chromium (hooks of a file whose tests are all skipped do not run). */
-const test = testWith(chromiumPath);
+const { test, newContext } = chromiumTests();
 
 let t: TestApp;
 let server: Server;
 let base: string;
-let browser: Browser;
-const contexts: BrowserContext[] = [];
 
 beforeAll(async () => {
-  ensureConsoleBuilt();
-  mkdirSync(ARTIFACTS_DIR, { recursive: true });
   t = await startTestApp();
   server = createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
-});
-
-afterEach(async () => {
-  await Promise.all(contexts.splice(0).map((context) => context.close()));
 });
 
 afterAll(async () => {
-  await browser?.close();
   if (server) await new Promise((resolve) => server.close(resolve));
   await t?.close();
 });
 
-const WIDE = { width: 1280, height: 900 };
-const NARROW = { width: 400, height: 850 };
-/** Longer than the console's polling interval (3 s), shorter than the test timeout. */
-const POLL_WAIT_MS = 10_000;
 
-interface ConsolePage {
-  page: Page;
-  /** Uncaught errors, CSP violations and failed loads seen so far. */
-  problems: string[];
-}
-
-async function openConsole(viewport = WIDE): Promise<ConsolePage> {
-  const context = await browser.newContext({ viewport });
-  contexts.push(context);
-  const page = await context.newPage();
-  const problems: string[] = [];
-  // Reported by the browser whatever the page does: an init script runs before the page's own.
-  await page.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (event) => {
-      console.error(`CSP violation: ${event.violatedDirective} ${event.blockedURI}`);
-    });
-  });
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy|CSP violation/i.test(message.text())) problems.push(message.text());
-  });
-  page.on('pageerror', (error) => problems.push(`uncaught: ${error.message}`));
-  // Every file the page loads exists (the icon included: no /favicon.ico guess). GraphQL answers
-  // refusals with their own statuses, which the pages show.
-  page.on('response', (response) => {
-    if (response.status() >= 400 && new URL(response.url()).pathname !== '/graphql') problems.push(`${response.status()} ${response.url()}`);
-  });
-  await page.goto(`${base}/console`);
-  return { page, problems };
+async function openConsole(viewport?: typeof NARROW): Promise<ConsolePage> {
+  const view = await watchedPage(await newContext(viewport));
+  await view.page.goto(`${base}/console`);
+  return view;
 }
 
 async function signIn({ page }: ConsolePage, email: string) {
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await submitSignIn(page, email);
   await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
 }
 
@@ -95,21 +49,6 @@ async function goTo({ page }: ConsolePage, title: 'Approvals' | 'Manifests' | 'A
   await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: title }).click();
   await page.getByRole('heading', { level: 1, name: title }).waitFor();
   expect(new URL(page.url()).pathname).toBe(`/console/${title === 'Audit log' ? 'audit' : title.toLowerCase()}`);
-}
-
-const screenshot = (page: Page, name: string) => page.screenshot({ path: path.join(ARTIFACTS_DIR, `console-${name}.png`), fullPage: true });
-
-/** Nothing wider than the window: no horizontal scrolling. */
-const horizontalOverflow = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-
-/** `read()` once it satisfies `done`, else its last value after `timeoutMs` (so the assertion after it shows what it was). */
-async function eventually<T>(read: () => Promise<T> | T, done: (value: T) => boolean, timeoutMs = POLL_WAIT_MS): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 const HUMAN_IN_THE_LOOP = { max_actions_per_hour: 1000, max_actions_per_day: 10000, require_human_approval: ['billing:refund'] };

@@ -1,8 +1,9 @@
 /**
  * The console in Firefox (Debian's ESR, over WebDriver BiDi: test/support/firefox-bidi.ts) against
  * the real service: its JavaScript modules load and run under the CSP, an operator signs in and
- * the approvals inbox shows what an agent asked for. The flows themselves are tested in Chromium
- * (console.e2e.test.ts); this shows the same bundle works in the other engine.
+ * the approvals inbox shows what an agent asked for, and the consent page of an OAuth client
+ * renders. The flows themselves are tested in Chromium (console.e2e.test.ts,
+ * console-consent.e2e.test.ts); this shows the same bundle works in the other engine.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -11,6 +12,7 @@ import { ensureConsoleBuilt } from './support/console.js';
 import { findFirefox, FirefoxPage } from './support/firefox-bidi.js';
 import { addUser, PASSWORD, signUp } from './support/fixtures.js';
 import { actionBody, execute, readyAgent } from './support/gateway.js';
+import { authorizationParams, authorizeUrl, pkce, REDIRECT_URI, registerClient } from './support/oauth.js';
 import { testWith } from './support/optional-programs.js';
 
 const firefoxPath = findFirefox();
@@ -99,4 +101,35 @@ test('Firefox runs the console: sign in, the inbox shows the agent’s request, 
   })()`);
   await new Promise((resolve) => setTimeout(resolve, 200));
   expect(await firefox!.evaluate<boolean>('window.inlineRan === true')).toBe(false);
+}, 90_000);
+
+test('Firefox shows the consent page: /oauth/authorize leads to it, its sign-in keeps the request, the client and agent are shown', async () => {
+  const org = await signUp(t, 'consent-firefox');
+  const agent = await readyAgent(t, org);
+  const clientId = await registerClient(t, [REDIRECT_URI], 'Claude (test)');
+  const params = authorizationParams(t.app.services.env.publicUrl, clientId, agent.svcId, pkce().challenge);
+  // Not the previous test's session: this tab's sessionStorage is the one the console reads.
+  await firefox!.evaluate('(sessionStorage.clear(), true)');
+  await firefox!.goto(`${base}${authorizeUrl(params)}`);
+  expect(await eventually<boolean>(`!!document.querySelector('input[type=password]')`, Boolean)).toBe(true);
+  await firefox!.evaluate(typeInto('input[type=email]', org.adminEmail));
+  await firefox!.evaluate(typeInto('input[type=password]', PASSWORD));
+  await firefox!.evaluate(`(document.querySelector('button[type=submit]').click(), true)`);
+
+  const consent = await eventually<{ heading: string; text: string; buttons: string[]; address: string }>(
+    `({
+      heading: document.querySelector('h1')?.textContent ?? '',
+      text: document.querySelector('main')?.innerText ?? '',
+      buttons: [...document.querySelectorAll('main button')].map((b) => b.textContent + (b.disabled ? ' (disabled)' : '')),
+      address: location.pathname + location.search,
+    })`,
+    (page) => page.heading === 'Connect an MCP client to an agent?' && page.buttons.length === 2,
+  );
+  expect(consent.heading).toBe('Connect an MCP client to an agent?');
+  expect(consent.text).toContain('After your answer, the browser goes to 127.0.0.1:33418.');
+  expect(consent.text).toContain(clientId);
+  expect(consent.text).toContain(agent.svcId);
+  expect(consent.text).toContain('every call is still decided by policy and recorded');
+  expect(consent.buttons).toEqual(['Allow', 'Deny']);
+  expect(consent.address).toBe(authorizeUrl(params).replace('/oauth/authorize', '/console/authorize'));
 }, 90_000);

@@ -23,7 +23,7 @@ import {
   signUp,
   type OrgFixture,
 } from './support/fixtures.js';
-import { authorizationParams, authorizeUrl, connectClient, form, pkce, registerClient, tokenRequest } from './support/oauth.js';
+import { authorizationParams, authorizeUrl, connectClient, decide, form, pkce, registerClient, tokenRequest } from './support/oauth.js';
 
 /** Everything the rows need: two orgs, org A's users by role, org B's admin. */
 interface World {
@@ -124,6 +124,17 @@ const newDeactivatedAgent = async (w: World) => {
   const deactivated = await w.t.request('DELETE', `/api/v1/agents/${params.agent_id}`, { token: w.orgA.adminToken });
   expect(deactivated.status).toBe(204);
   return params;
+};
+let matrixClient: string | undefined;
+/** A fresh OAuth grant on org A's agent: one registered client (registrations are throttled), allowed again by org A's admin. */
+const newGrant = async (w: World) => {
+  matrixClient ??= await registerClient(w.t);
+  const params = authorizationParams(w.t.app.services.env.publicUrl, matrixClient, w.agentA, pkce().challenge);
+  const decided = await decide(w.t, w.orgA.adminToken, params, true);
+  expect(decided.body.errors).toBeUndefined();
+  // Newest first.
+  const grants = await w.t.request('GET', `/api/v1/agents/${w.agentA}/grants`, { token: w.orgA.adminToken });
+  return { agent_id: w.agentA, grant_id: grants.body.items[0].grant_id as string };
 };
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
@@ -616,11 +627,7 @@ const matrix: Row[] = [
     ok: 204,
     roles: managers,
     keyScopes: [],
-    // A fresh grant for every request: an MCP client an admin allowed through the consent fields.
-    params: async (w) => ({
-      agent_id: w.agentA,
-      grant_id: (await connectClient(w.t, w.t.app.services.env.publicUrl, w.orgA.adminToken, w.agentA)).grantId,
-    }),
+    params: newGrant,
     check: (r) => expect(r.text).toBe(''),
   },
   {

@@ -1,9 +1,15 @@
-/** Agents: status, current manifest, usage against the manifest's budgets; deactivate and reactivate. */
-import { useId, useState } from 'preact/hooks';
+/**
+ * Agents: status, current manifest, usage against the manifest's budgets; deactivate and
+ * reactivate; the MCP clients connected with OAuth, and revoking them.
+ */
+import { useEffect, useId, useRef, useState } from 'preact/hooks';
 import {
+  AgentGrantsDocument,
   AgentsDocument,
   DeactivateAgentDocument,
   ReactivateAgentDocument,
+  RevokeAgentGrantDocument,
+  type AgentGrantsQuery,
   type AgentStatus,
   type AgentsQuery,
 } from '../generated/graphql';
@@ -12,6 +18,7 @@ import { counted, ErrorLine, FilterField, Partial, Section, Status, Time, useAct
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
+type Grant = AgentGrantsQuery['agent_grants']['items'][number];
 
 export function AgentsPage({ user }: { user: SignedInUser }) {
   const [status, setStatus] = useState<AgentStatus | ''>('');
@@ -142,6 +149,113 @@ function AgentCard({ agent, user, onChanged }: { agent: Agent; user: SignedInUse
         </div>
       )}
       <ErrorLine message={action.error} />
+      <ConnectedClients agentId={agent.agent_id} user={user} />
     </article>
+  );
+}
+
+/**
+ * The agent's standing OAuth grants, loaded while open (and then polled like the list): one query
+ * per card every 3 s for every agent on the page would cost more than the rest of the page.
+ */
+function ConnectedClients({ agentId, user }: { agentId: string; user: SignedInUser }) {
+  const [open, setOpen] = useState(false);
+  return (
+    <details class="connected" onToggle={(e) => setOpen(e.currentTarget.open)}>
+      <summary>Connected clients</summary>
+      {open && <ClientList agentId={agentId} user={user} />}
+    </details>
+  );
+}
+
+function ClientList({ agentId, user }: { agentId: string; user: SignedInUser }) {
+  const grants = usePolled(() => request(AgentGrantsDocument, { agent_id: agentId }), agentId);
+  const list = grants.data?.agent_grants;
+  return (
+    <>
+      <ErrorLine message={grants.error} />
+      {!list && !grants.error && <p class="muted">Loading…</p>}
+      {list && list.items.length === 0 && <p class="empty">No MCP client is connected with OAuth.</p>}
+      {list && list.items.length > 0 && (
+        <ul class="clients">
+          {list.items.map((grant) => (
+            <li key={grant.grant_id} data-grant-id={grant.grant_id}>
+              <ClientGrant grant={grant} agentId={agentId} user={user} onRevoked={grants.reload} />
+            </li>
+          ))}
+        </ul>
+      )}
+    </>
+  );
+}
+
+const hostOf = (uri: string) => {
+  try {
+    return new URL(uri).host;
+  } catch {
+    return uri;
+  }
+};
+
+function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentId: string; user: SignedInUser; onRevoked: () => Promise<void> }) {
+  const [confirming, setConfirming] = useState(false);
+  const action = useAction(onRevoked);
+  const cancel = useRef<HTMLButtonElement>(null);
+  const revoke = useRef<HTMLButtonElement>(null);
+  const asked = useRef(false);
+  // The question takes the focus, on its safe answer (a second Enter must not revoke); Cancel
+  // gives it back to Revoke rather than to the top of the page.
+  useEffect(() => {
+    if (confirming) cancel.current?.focus();
+    else if (asked.current) revoke.current?.focus();
+    asked.current ||= confirming;
+  }, [confirming]);
+  const name = grant.client_name ?? 'unnamed client';
+  return (
+    <>
+      <h3>{grant.client_name ?? <span class="muted">unnamed client</span>}</h3>
+      <dl class="facts">
+        <dt>Client id</dt>
+        <dd>
+          <code>{grant.client_id}</code>
+        </dd>
+        <dt>Redirect host</dt>
+        <dd>{hostOf(grant.redirect_uri)}</dd>
+        <dt>Approved by</dt>
+        <dd>{grant.approved_by}</dd>
+        <dt>Created</dt>
+        <dd>
+          <Time value={grant.created_at} />
+        </dd>
+        <dt>Last used</dt>
+        <dd>{grant.last_used_at ? <Time value={grant.last_used_at} /> : 'not yet'}</dd>
+      </dl>
+      {canDecide(user) &&
+        (confirming ? (
+          <div class="confirm" role="group" aria-label={`Revoke ${name}?`}>
+            <p>Revoke {name}? Its tokens stop working at once; it must be allowed again to reconnect.</p>
+            <div class="buttons">
+              <button
+                type="button"
+                class="danger"
+                disabled={action.busy}
+                onClick={() => action.run(() => request(RevokeAgentGrantDocument, { agent_id: agentId, grant_id: grant.grant_id }))}
+              >
+                Yes, revoke
+              </button>
+              <button type="button" ref={cancel} disabled={action.busy} onClick={() => setConfirming(false)}>
+                Cancel
+              </button>
+            </div>
+          </div>
+        ) : (
+          <div class="buttons">
+            <button type="button" class="danger" ref={revoke} onClick={() => setConfirming(true)}>
+              Revoke
+            </button>
+          </div>
+        ))}
+      <ErrorLine message={action.error} />
+    </>
   );
 }

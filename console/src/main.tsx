@@ -1,9 +1,10 @@
 /**
  * The operator console: sign-in, then the pages under /console/<page>. Routing is the browser's
  * history (every /console/… path is served the same index page), so pages have addresses that
- * reload and bookmark.
+ * reload and bookmark. /console/authorize, the consent page of OAuth clients, stands apart: no
+ * navigation away from the request, and its address (the request) is kept through the sign-in.
  */
-import { render } from 'preact';
+import { render, type ComponentChildren } from 'preact';
 import { useEffect, useId, useState } from 'preact/hooks';
 import './console.css';
 import { currentSession, onSessionChange, signIn, signOut, type Session } from './api';
@@ -11,6 +12,7 @@ import { AgentsPage } from './agents';
 import { ApprovalsPage } from './approvals';
 import { ManifestsPage } from './manifests';
 import { PoliciesPage } from './policies';
+import { ConsentPage } from './consent';
 import { AuditPage, RecordsPage } from './records';
 import { messageOf } from './ui';
 
@@ -24,6 +26,10 @@ const PAGES = [
   { path: 'audit', title: 'Audit log', Page: AuditPage },
 ] as const;
 type PagePath = (typeof PAGES)[number]['path'];
+/** Where /oauth/authorize sends the browser (src/http/oauth-endpoints.ts, CONSENT_PATH). */
+const CONSENT_PATH = `${BASE}/authorize`;
+
+const onConsentPage = () => location.pathname.replace(/\/+$/, '') === CONSENT_PATH;
 
 function pageFromLocation(): PagePath | undefined {
   const rest = location.pathname.slice(BASE.length).replace(/^\/+|\/+$/g, '');
@@ -51,7 +57,8 @@ function useSession(): Session | null {
   return session;
 }
 
-function SignIn() {
+/** `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page). */
+function SignIn({ intro }: { intro?: string }) {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const [error, setError] = useState<string | undefined>(undefined);
@@ -73,6 +80,7 @@ function SignIn() {
   return (
     <main id="main" class="sign-in">
       <h1>Agent Gateway console</h1>
+      {intro && <p>{intro}</p>}
       <form onSubmit={submit}>
         <label for={emailId}>Email</label>
         <input id={emailId} type="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
@@ -102,6 +110,38 @@ function SignIn() {
   );
 }
 
+/** Who is signed in, and the way out (another account is signed in from the form that follows). */
+function Who({ session }: { session: Session }) {
+  const { user } = session;
+  return (
+    <div class="who">
+      <span>
+        {user.email} <span class="role">{user.role}</span>
+      </span>
+      <button type="button" onClick={() => void signOut()}>
+        Sign out
+      </button>
+    </div>
+  );
+}
+
+/** The page around every signed-in page: skip link, header (brand, `nav` when given, who is signed in), main. */
+function Frame({ session, nav, children }: { session: Session; nav?: ComponentChildren; children: ComponentChildren }) {
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">Agent Gateway</span>
+        {nav}
+        <Who session={session} />
+      </header>
+      <main id="main">{children}</main>
+    </>
+  );
+}
+
 function Console({ session }: { session: Session }) {
   const [page, navigate] = useRoute();
   const current = PAGES.find((p) => p.path === page);
@@ -110,60 +150,58 @@ function Console({ session }: { session: Session }) {
     // Screen readers and keyboards start on the new page's heading, as after a page load.
     document.getElementById('page-title')?.focus();
   }, [page]);
-  const { user } = session;
+  const nav = (
+    <nav aria-label="Console">
+      <ul>
+        {PAGES.map((p) => (
+          <li>
+            <a
+              href={`${BASE}/${p.path}`}
+              aria-current={p.path === page ? 'page' : undefined}
+              onClick={(e) => {
+                if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+                e.preventDefault();
+                navigate(p.path);
+              }}
+            >
+              {p.title}
+            </a>
+          </li>
+        ))}
+      </ul>
+    </nav>
+  );
   return (
-    <>
-      <a class="skip" href="#main">
-        Skip to content
-      </a>
-      <header class="top">
-        <span class="brand">Agent Gateway</span>
-        <nav aria-label="Console">
-          <ul>
-            {PAGES.map((p) => (
-              <li>
-                <a
-                  href={`${BASE}/${p.path}`}
-                  aria-current={p.path === page ? 'page' : undefined}
-                  onClick={(e) => {
-                    if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-                    e.preventDefault();
-                    navigate(p.path);
-                  }}
-                >
-                  {p.title}
-                </a>
-              </li>
-            ))}
-          </ul>
-        </nav>
-        <div class="who">
-          <span>
-            {user.email} <span class="role">{user.role}</span>
-          </span>
-          <button type="button" onClick={() => void signOut()}>
-            Sign out
-          </button>
-        </div>
-      </header>
-      <main id="main">
-        {current ? (
-          <current.Page key={current.path} user={user} />
-        ) : (
-          <section class="page">
-            <h1 id="page-title" tabIndex={-1}>
-              Not found
-            </h1>
-            <p>There is no console page at {location.pathname}.</p>
-          </section>
-        )}
-      </main>
-    </>
+    <Frame session={session} nav={nav}>
+      {current ? (
+        <current.Page key={current.path} user={session.user} />
+      ) : (
+        <section class="page">
+          <h1 id="page-title" tabIndex={-1}>
+            Not found
+          </h1>
+          <p>There is no console page at {location.pathname}.</p>
+        </section>
+      )}
+    </Frame>
   );
 }
 
+const CONSENT_SIGN_IN = 'An MCP client asks to connect to an agent of your organization. Sign in to see the request and answer it.';
+
 function App() {
   const session = useSession();
+  // Signing in changes no address: the consent page's query, the request itself, is still there after it.
+  if (onConsentPage()) {
+    // The consent page has no navigation: the request is the whole page.
+    return session ? (
+      <Frame session={session}>
+        <ConsentPage />
+      </Frame>
+    ) : (
+      <SignIn intro={CONSENT_SIGN_IN} />
+    );
+  }
   return session ? <Console session={session} /> : <SignIn />;
 }
 
