@@ -46,6 +46,14 @@ const statefulSessions = new Map<string, StreamableHTTPServerTransport>();
 let upstream: RecordingServer;
 let port: number;
 
+/** A tool's answer after 5 s, or when the test releases it: long past any deadline of the tests. */
+const lateAnswer = () =>
+  new Promise<{ content: { type: 'text'; text: string }[] }>((resolve) => {
+    const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
+    releaseHung.add(release);
+    setTimeout(release, 5000).unref();
+  });
+
 /** The tools every upstream server offers. */
 function upstreamServer(): McpServer {
   const server = new McpServer({ name: 'upstream', version: '1.0.0' });
@@ -64,16 +72,7 @@ function upstreamServer(): McpServer {
   server.registerTool('throws', {}, async () => {
     throw new Error('the ledger is locked');
   });
-  server.registerTool(
-    'hang',
-    {},
-    () =>
-      new Promise((resolve) => {
-        const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
-        releaseHung.add(release);
-        setTimeout(release, 5000).unref();
-      }),
-  );
+  server.registerTool('hang', {}, lateAnswer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('deep', {}, async () => {
     let nested: Record<string, unknown> = { leaf: true };
@@ -105,16 +104,7 @@ function upstreamServerV2(): McpServerV2 {
     structuredContent: { refund_id: 'rf_2', invoice, amount },
   }));
   server.registerTool('fail', {}, async () => ({ content: [{ type: 'text', text: 'declined in 2026' }], isError: true }));
-  server.registerTool(
-    'hang',
-    {},
-    () =>
-      new Promise((resolve) => {
-        const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
-        releaseHung.add(release);
-        setTimeout(release, 5000).unref();
-      }),
-  );
+  server.registerTool('hang', {}, lateAnswer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('echo_headers', {}, async (ctx) => ({
     content: [{ type: 'text', text: 'headers' }],
@@ -709,18 +699,14 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
   });
 
   describe('failures are results, as with the 2025 family', () => {
-    test('the tool reports isError: TOOL_ERROR with its text', async () => {
-      const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026-only') }));
-      const response = await execute('fail');
-      await expectToolFailure(response, 'TOOL_ERROR');
-      expect(response.body.result.error.message).toBe('declined in 2026');
-    });
-
-    test('an unknown tool answered with a JSON-RPC error: TOOL_MCP_ERROR with its message', async () => {
-      const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026-strict') }));
-      const response = await execute('missing');
-      await expectToolFailure(response, 'TOOL_MCP_ERROR');
-      expect(response.body.result.error.message).toBe('The MCP server answered error -32602: Unknown tool: missing');
+    test.each([
+      ['the tool reports isError: TOOL_ERROR with its text', '/mcp-2026-only', 'fail', 'TOOL_ERROR', 'declined in 2026'],
+      ['an unknown tool answered with a JSON-RPC error: TOOL_MCP_ERROR', '/mcp-2026-strict', 'missing', 'TOOL_MCP_ERROR', 'The MCP server answered error -32602: Unknown tool: missing'],
+    ] as const)('%s', async (_label, path, tool, code, message) => {
+      const { execute } = await gatewayOrg(mcpTool({ url: local(path) }));
+      const response = await execute(tool);
+      await expectToolFailure(response, code);
+      expect(response.body.result.error.message).toBe(message);
     });
 
     test('the tool never answers: TOOL_TIMEOUT after timeout_ms, the deadline covering the probe and the call', async () => {
