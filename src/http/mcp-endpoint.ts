@@ -218,8 +218,8 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
         },
         async (span) => {
           try {
-            // The SDK lifts its reserved `_meta` keys (the 2026-07-28 envelope) out of `ctx.mcpReq._meta`;
-            // the params' `_meta` still carries them, and the gateway reads only its own keys.
+            // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
+            // the only ones the call reads.
             const result = await mcp.callTool(principal, svcId, request.params, turn?.away);
             if (result.isError) span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
             // The result as the request's revision shapes it (the SDK's one place for that).

@@ -78,10 +78,11 @@ export function failureOfExchange(error: unknown, remembered: ToolResult | undef
 
 /**
  * Calls the tool on an upstream MCP server over Streamable HTTP with the http connector's rules for
- * every request. The SDK's client negotiates the revision: it asks `server/discover` first and
- * speaks 2026-07-28 (then tools/call, nothing else) to a server that offers it, and falls back to
- * `initialize` (then tools/call) for the 2025 family, which answers the probe with an error. The rules: the address policy, no redirect followed, at most
- * 1 MiB per answer, and one deadline, `timeout_ms`, for the whole exchange. Only the configured
+ * every request: the address policy, no redirect followed, at most 1 MiB per answer, and one
+ * deadline, `timeout_ms`, for the whole exchange. The SDK's client negotiates the revision
+ * (docs/decisions/0048-mcp-protocol-revisions.md): it asks `server/discover` first and speaks
+ * 2026-07-28 (tools/call, nothing else) to a server that offers it, and falls back to `initialize`
+ * (then tools/call) for the 2025 family, which answers the probe with an error. Only the configured
  * headers and the protocol's own are sent, never anything of the agent's. Never throws: failures
  * are results.
  */
