@@ -484,6 +484,14 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     expect((await older.json()).error.code).toBe(-32601);
     const ancient = await post(`/mcp/${agent.svcId}`, listRequest, { 'x-api-key': agent.key, 'mcp-protocol-version': '1999-01-01' });
     expect(ancient.status).toBe(400);
+    // Batches are the SDK's to route: of the 2025 family, served there; with a 2026-07-28 element, refused.
+    const batch = (params: Record<string, unknown>) => JSON.stringify([{ jsonrpc: '2.0', id: 10, method: 'tools/list', params }]);
+    const olderBatch = await post(`/mcp/${agent.svcId}`, batch({}), { 'x-api-key': agent.key });
+    expect(olderBatch.status).toBe(200);
+    expect(JSON.stringify(await olderBatch.json())).toContain('billing__read');
+    const modernBatch = await post(`/mcp/${agent.svcId}`, batch({ _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN } }), { 'x-api-key': agent.key });
+    expect(modernBatch.status).toBe(400);
+    expect((await modernBatch.json()).error.code).toBe(-32600);
     expect(await recordCount(agent.svcId)).toBe(before);
   });
 

@@ -122,20 +122,25 @@ const STATELESS_REVISION = '2026-07-28';
 const olderRevisions = new Set(SUPPORTED_PROTOCOL_VERSIONS.filter((version) => version < STATELESS_REVISION));
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
+type Leg = 'older' | 'stateless';
+
 /**
- * Whether a request can only be of the 2025 family: one JSON-RPC object whose params claim no
- * envelope (no `_meta` key `io.modelcontextprotocol/protocolVersion`), with no
- * `MCP-Protocol-Version` or one of the older revisions the SDK supports. The SDK's classifier
- * routes such a request to the 2025 family too; asking it parses the whole body against three
- * schemas (≈25 µs), which every 2025-era call would pay for nothing. Whatever else arrives is the
- * SDK's to route.
+ * The leg a request goes to where that is plain without the SDK's classifier, which parses the
+ * whole body against three schemas (≈25 µs a call) and, on 2026-07-28, runs again in the SDK's
+ * entry anyway. Plain are one JSON-RPC object whose params claim the envelope (`_meta` key
+ * `io.modelcontextprotocol/protocolVersion`) and whose method is not `initialize`, which the SDK
+ * never routes to the 2025 family; and one that claims no envelope, with no
+ * `MCP-Protocol-Version` or one of the older revisions the SDK supports, which it always does.
+ * Anything else (batches, an `initialize` with an envelope, other headers) is the SDK's to route.
  */
-function plainlyOlderRevision(request: Request, parsed: unknown): boolean {
-  const version = request.headers.get('mcp-protocol-version');
-  if (version !== null && !olderRevisions.has(version)) return false;
-  if (!isObject(parsed)) return false;
+function plainLeg(request: Request, parsed: unknown): Leg | undefined {
+  if (!isObject(parsed)) return undefined;
   const meta = isObject(parsed.params) ? parsed.params._meta : undefined;
-  return !(isObject(meta) && PROTOCOL_VERSION_META_KEY in meta);
+  if (isObject(meta) && PROTOCOL_VERSION_META_KEY in meta) {
+    return typeof parsed.method === 'string' && parsed.method !== 'initialize' ? 'stateless' : undefined;
+  }
+  const version = request.headers.get('mcp-protocol-version');
+  return version === null || olderRevisions.has(version) ? 'older' : undefined;
 }
 
 interface McpEndpointDeps {
@@ -304,8 +309,9 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, mcp, 
     const body = await bodyOf(request);
     // The SDK's own routing rule (a body that claims the 2026-07-28 envelope is modern, and so is
     // a header naming it), so the two legs can never disagree with what the SDK would do itself.
-    const older = body.parsed === undefined || plainlyOlderRevision(request, body.parsed) || (await isLegacyRequest(request, body.parsed));
-    const answer = older ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
+    const leg: Leg =
+      body.parsed === undefined ? 'older' : (plainLeg(request, body.parsed) ?? ((await isLegacyRequest(request, body.parsed)) ? 'older' : 'stateless'));
+    const answer = leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
     // is left, and closing would abort the finished handler and build an error for nothing.
