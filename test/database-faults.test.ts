@@ -349,6 +349,28 @@ describe('an unreachable database', () => {
         body: { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
       });
       expect({ status: mcp.status, retryAfter: mcp.headers.get('retry-after'), code: mcp.body.error.code }).toEqual({ status: 503, retryAfter: '2', code: -32010 });
+      // The same on 2026-07-28 (docs/decisions/0048-mcp-protocol-revisions.md).
+      const modernMcp = await t.request('POST', '/mcp/agent-a', {
+        apiKey: generateApiKey().key,
+        headers: { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/list' },
+        body: {
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'tools/list',
+          params: {
+            _meta: {
+              'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+              'io.modelcontextprotocol/clientInfo': { name: 'down', version: '1' },
+              'io.modelcontextprotocol/clientCapabilities': {},
+            },
+          },
+        },
+      });
+      expect({ status: modernMcp.status, retryAfter: modernMcp.headers.get('retry-after'), code: modernMcp.body.error.code }).toEqual({
+        status: 503,
+        retryAfter: '2',
+        code: -32010,
+      });
       expect((await t.request('GET', '/readyz')).status).toBe(503);
     } finally {
       await t.close();

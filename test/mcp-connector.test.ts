@@ -5,19 +5,28 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError } from '@modelcontextprotocol/client';
+import {
+  createMcpHandler,
+  McpServer as McpServerV2,
+  ProtocolError as ServerProtocolError,
+  ProtocolErrorCode,
+  Server as ServerV2,
+} from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { MAX_JSON_DEPTH } from '../src/lib/storable-input.js';
 import { failureOfExchange, resultOfToolCall } from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
+import { serveWithWebHandler } from './support/web-handler.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
 /**
  * The `mcp` tool connector (docs/guides/mcp.md#the-mcp-connector): CRUD with write-only header values,
  * and execution through the gateway as a `tools/call` to an upstream MCP server (the SDK's own
- * server, on 127.0.0.1) over Streamable HTTP, under the http connector's rules: address policy,
- * no redirects, one deadline, 1 MiB per answer, failures as results, the agent's credentials never
- * forwarded.
+ * servers, on 127.0.0.1: v1 for the 2025-11-25 family, v2 for 2026-07-28) over Streamable HTTP,
+ * under the http connector's rules: address policy, no redirects, one deadline, 1 MiB per answer,
+ * failures as results, the agent's credentials never forwarded.
  */
 
 let t: TestApp;
@@ -37,6 +46,14 @@ const statefulSessions = new Map<string, StreamableHTTPServerTransport>();
 let upstream: RecordingServer;
 let port: number;
 
+/** A tool's answer after 5 s, or when the test releases it: long past any deadline of the tests. */
+const lateAnswer = () =>
+  new Promise<{ content: { type: 'text'; text: string }[] }>((resolve) => {
+    const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
+    releaseHung.add(release);
+    setTimeout(release, 5000).unref();
+  });
+
 /** The tools every upstream server offers. */
 function upstreamServer(): McpServer {
   const server = new McpServer({ name: 'upstream', version: '1.0.0' });
@@ -55,16 +72,7 @@ function upstreamServer(): McpServer {
   server.registerTool('throws', {}, async () => {
     throw new Error('the ledger is locked');
   });
-  server.registerTool(
-    'hang',
-    {},
-    () =>
-      new Promise((resolve) => {
-        const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
-        releaseHung.add(release);
-        setTimeout(release, 5000).unref();
-      }),
-  );
+  server.registerTool('hang', {}, lateAnswer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('deep', {}, async () => {
     let nested: Record<string, unknown> = { leaf: true };
@@ -87,6 +95,39 @@ function strictServer(): Server {
   });
   return server;
 }
+
+/** The same tools on the SDK v2's McpServer, for the 2026-07-28 upstreams. */
+function upstreamServerV2(): McpServerV2 {
+  const server = new McpServerV2({ name: 'upstream-2026', version: '1.0.0' });
+  server.registerTool('refund', { inputSchema: z.object({ invoice: z.string(), amount: z.number() }) }, async ({ invoice, amount }) => ({
+    content: [{ type: 'text', text: `refunded ${amount} on ${invoice}` }],
+    structuredContent: { refund_id: 'rf_2', invoice, amount },
+  }));
+  server.registerTool('fail', {}, async () => ({ content: [{ type: 'text', text: 'declined in 2026' }], isError: true }));
+  server.registerTool('hang', {}, lateAnswer);
+  server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
+  server.registerTool('echo_headers', {}, async (ctx) => ({
+    content: [{ type: 'text', text: 'headers' }],
+    structuredContent: { headers: Object.fromEntries(ctx.http?.req?.headers ?? []) },
+  }));
+  return server;
+}
+
+/** A 2026-07-28 server answering an unknown tool with a JSON-RPC error, as the specification asks. */
+function strictServerV2(): ServerV2 {
+  const server = new ServerV2({ name: 'strict-2026', version: '1.0.0' }, { capabilities: { tools: {} } });
+  server.setRequestHandler('tools/list', async () => ({ tools: [] }));
+  server.setRequestHandler('tools/call', async (request) => {
+    throw new ServerProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
+  });
+  return server;
+}
+
+/** The SDK v2's entry: 2026-07-28 and, by default, the 2025 family (stateless) beside it. */
+const bothRevisions = createMcpHandler(() => upstreamServerV2());
+/** Strict: 2026-07-28 only; an `initialize` is refused. */
+const onlyNewRevision = createMcpHandler(() => upstreamServerV2(), { legacy: 'reject' });
+const strictNewRevision = createMcpHandler(() => strictServerV2(), { legacy: 'reject' });
 
 /** Stateful (session ids, SSE answers), as most deployed servers are. */
 async function serveStateful(req: http.IncomingMessage, res: http.ServerResponse, body: unknown) {
@@ -128,6 +169,12 @@ async function route(req: http.IncomingMessage, res: http.ServerResponse, hit: H
       return serveStateless(req, res, body, upstreamServer());
     case '/mcp-strict':
       return serveStateless(req, res, body, strictServer());
+    case '/mcp-2026':
+      return serveWithWebHandler(bothRevisions.fetch, hit, req, res);
+    case '/mcp-2026-only':
+      return serveWithWebHandler(onlyNewRevision.fetch, hit, req, res);
+    case '/mcp-2026-strict':
+      return serveWithWebHandler(strictNewRevision.fetch, hit, req, res);
     case '/redirect':
       res.writeHead(302, { location: `http://127.0.0.1:${port}/mcp-target` });
       return res.end();
@@ -157,6 +204,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const release of releaseHung) release();
   for (const transport of statefulSessions.values()) await transport.close();
+  await Promise.all([bothRevisions.close(), onlyNewRevision.close(), strictNewRevision.close()]);
   await upstream.close();
   await t.close();
 });
@@ -405,8 +453,13 @@ describe('execution through the gateway', () => {
       error: null,
     });
     await new Promise((resolve) => setTimeout(resolve, 100));
-    // initialize, notifications/initialized, tools/call: nothing else.
-    expect(hitsTo('/mcp-stateless').slice(before).map((h) => h.method)).toEqual(['POST', 'POST', 'POST']);
+    // The server/discover probe (refused: a 2025-era server), initialize, notifications/initialized,
+    // tools/call: nothing else.
+    const received = hitsTo('/mcp-stateless').slice(before);
+    expect(received.map((h) => h.method)).toEqual(['POST', 'POST', 'POST', 'POST']);
+    expect(received.map((h) => JSON.parse(h.body).method)).toEqual(['server/discover', 'initialize', 'notifications/initialized', 'tools/call']);
+    expect(received[3].headers['mcp-protocol-version']).toBe('2025-11-25');
+    expect(received[3].headers['mcp-method']).toBeUndefined();
   });
 
   test('config.tool names the upstream tool instead of the action’s <action> part', async () => {
@@ -439,6 +492,8 @@ describe('execution through the gateway', () => {
       'accept',
       'mcp-protocol-version',
       'mcp-session-id',
+      'mcp-method',
+      'mcp-name',
       'user-agent',
       'x-interaction-id',
       'authorization',
@@ -589,6 +644,88 @@ describe('execution through the gateway', () => {
   });
 });
 
+describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/call, under the same rules', () => {
+  const methodsOf = (received: Hit[]) => received.map((h) => JSON.parse(h.body).method);
+
+  test('a server of both revisions is spoken to in 2026-07-28: no initialize, no session, Mcp-Method and Mcp-Name on the call', async () => {
+    const { key, execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026'), headers: HEADERS }));
+    const before = hitsTo('/mcp-2026').length;
+    const response = await execute('refund', { invoice: 'inv_26', amount: 7 });
+    expect(response.status).toBe(200);
+    expect(response.body.result).toEqual({
+      success: true,
+      data: { content: [{ type: 'text', text: 'refunded 7 on inv_26' }], structuredContent: { refund_id: 'rf_2', invoice: 'inv_26', amount: 7 } },
+      error: null,
+    });
+    await expectRecorded(response.body.interaction_id);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const received = hitsTo('/mcp-2026').slice(before);
+    expect(received.map((h) => h.method)).toEqual(['POST', 'POST']);
+    expect(methodsOf(received)).toEqual(['server/discover', 'tools/call']);
+    const [probe, call] = received;
+    expect(probe.headers).toMatchObject({ 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'server/discover' });
+    expect(call.headers).toMatchObject({ 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'refund' });
+    expect(JSON.parse(call.body).params).toMatchObject({
+      name: 'refund',
+      arguments: { invoice: 'inv_26', amount: 7 },
+      _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28' },
+    });
+    expect(call.headers['x-interaction-id']).toBe(response.body.interaction_id);
+    // Only the configured headers and the protocol's own, never the agent's.
+    const allowed = new Set(['host', 'connection', 'content-length', 'content-type', 'accept', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'user-agent', 'x-interaction-id', 'authorization', 'x-tenant']);
+    for (const hit of received) {
+      expect(Object.keys(hit.headers).filter((name) => !allowed.has(name))).toEqual([]);
+      expect(hit.headers.authorization).toBe(HEADERS.Authorization);
+      expect(hit.headers['mcp-session-id']).toBeUndefined();
+    }
+    expect(JSON.stringify(received)).not.toContain(key);
+    expect(JSON.stringify(received)).not.toContain(AGENT_HEADER_VALUE);
+  });
+
+  test('a server of 2026-07-28 only: the same call; the tool sees the configured headers and the agent’s never', async () => {
+    const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026-only'), headers: HEADERS }));
+    const before = hitsTo('/mcp-2026-only').length;
+    expect((await execute('refund', { invoice: 'inv_27', amount: 8 })).body.result).toMatchObject({
+      success: true,
+      data: { structuredContent: { refund_id: 'rf_2', invoice: 'inv_27', amount: 8 } },
+    });
+    const echoed = await execute('echo_headers');
+    expect(echoed.body.result.success).toBe(true);
+    const seen = echoed.body.result.data.structuredContent.headers;
+    expect(seen).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'], 'mcp-name': 'echo_headers' });
+    expect(seen['x-api-key']).toBeUndefined();
+    expect(seen['x-agent-secret']).toBeUndefined();
+    expect(methodsOf(hitsTo('/mcp-2026-only').slice(before))).toEqual(['server/discover', 'tools/call', 'server/discover', 'tools/call']);
+  });
+
+  describe('failures are results, as with the 2025 family', () => {
+    test.each([
+      ['the tool reports isError: TOOL_ERROR with its text', '/mcp-2026-only', 'fail', 'TOOL_ERROR', 'declined in 2026'],
+      ['an unknown tool answered with a JSON-RPC error: TOOL_MCP_ERROR', '/mcp-2026-strict', 'missing', 'TOOL_MCP_ERROR', 'The MCP server answered error -32602: Unknown tool: missing'],
+    ] as const)('%s', async (_label, path, tool, code, message) => {
+      const { execute } = await gatewayOrg(mcpTool({ url: local(path) }));
+      const response = await execute(tool);
+      await expectToolFailure(response, code);
+      expect(response.body.result.error.message).toBe(message);
+    });
+
+    test('the tool never answers: TOOL_TIMEOUT after timeout_ms, the deadline covering the probe and the call', async () => {
+      const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026-only'), timeout_ms: 300 }));
+      const started = Date.now();
+      const response = await execute('hang');
+      await expectToolFailure(response, 'TOOL_TIMEOUT');
+      expect(Date.now() - started).toBeLessThan(2000);
+    });
+
+    test('an answer over 1 MiB: TOOL_RESPONSE_TOO_LARGE', async () => {
+      const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp-2026-only') }));
+      const response = await execute('huge');
+      await expectToolFailure(response, 'TOOL_RESPONSE_TOO_LARGE');
+      expect(response.body.result.data).toEqual({});
+    });
+  });
+});
+
 describe('result mapping (pure)', () => {
   test('structuredContent only when the upstream gave it', () => {
     expect(resultOfToolCall({ content: [{ type: 'text', text: 'ok' }] })).toEqual({ success: true, data: { content: [{ type: 'text', text: 'ok' }] } });
@@ -616,10 +753,10 @@ describe('result mapping (pure)', () => {
     expect(result).toMatchObject({ success: false, error: { code: 'TOOL_ERROR', message: 'first' } });
   });
 
-  test('a remembered outbound failure decides over the SDK’s error; an McpError is TOOL_MCP_ERROR; anything else TOOL_RESPONSE_INVALID', () => {
+  test('a remembered outbound failure decides over the SDK’s error; a ProtocolError is TOOL_MCP_ERROR; anything else TOOL_RESPONSE_INVALID', () => {
     const remembered = { success: false as const, data: {}, error: { code: 'TOOL_TIMEOUT' as const, message: 'late' } };
-    expect(failureOfExchange(new McpError(-32000, 'Connection closed'), remembered)).toBe(remembered);
-    expect(failureOfExchange(new McpError(-32602, 'Unknown tool: x'), undefined)).toMatchObject({
+    expect(failureOfExchange(new ProtocolError(-32000, 'Connection closed'), remembered)).toBe(remembered);
+    expect(failureOfExchange(new ProtocolError(-32602, 'Unknown tool: x'), undefined)).toMatchObject({
       success: false,
       error: { code: 'TOOL_MCP_ERROR', message: expect.stringContaining('-32602') },
     });

@@ -8,6 +8,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { z } from 'zod';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2 } from '@modelcontextprotocol/client';
 import { verifyExport } from '../src/modules/record/record-export.js';
 import { TOOL_NAME_PATTERN } from '../src/modules/mcp/tool-names.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -18,7 +19,9 @@ import { execute, readyAgent, type AgentFixture } from './support/gateway.js';
  * MCP proxy mode (docs/decisions/0038-mcp-proxy-mode.md), driven by the official SDK's own Client over
  * Streamable HTTP against the service listening on a real port: the agent's tools, every call
  * decided like execute (budgets, policies, approvals, tokens, deactivation) and recorded with the
- * channel, and the HTTP edge (keys, Origin, methods, body limit).
+ * channel, and the HTTP edge (keys, Origin, methods, body limit). Both protocol revisions
+ * (docs/decisions/0048-mcp-protocol-revisions.md): the v1 SDK client for the 2025-11-25 family, the v2
+ * client for 2026-07-28 (and, unpinned, for 2025-11-25 again).
  */
 
 const ALLOWED_ORIGIN = 'https://console.example.com';
@@ -41,7 +44,7 @@ afterAll(async () => {
   await t?.close();
 });
 
-const open: Client[] = [];
+const open: (Client | ClientV2)[] = [];
 afterEach(async () => {
   await Promise.all(open.splice(0).map((client) => client.close()));
 });
@@ -57,7 +60,18 @@ async function connect(svcId: string, key: string | null, headers: Record<string
   return client;
 }
 
-const call = (client: Client, name: string, args: Record<string, unknown> = {}, meta?: Record<string, unknown>) =>
+/** The SDK v2 client, pinned to 2026-07-28 (`server/discover`, no initialize) or, by default, the 2025 family. */
+async function connectV2(svcId: string, key: string, revision: '2026-07-28' | 'legacy' = '2026-07-28'): Promise<ClientV2> {
+  const client = new ClientV2(
+    { name: 'test-agent-v2', version: '1.0.0' },
+    revision === 'legacy' ? {} : { versionNegotiation: { mode: { pin: revision } } },
+  );
+  await client.connect(new TransportV2(new URL(`${base}/mcp/${svcId}`), { requestInit: { headers: { 'X-API-Key': key } } }));
+  open.push(client);
+  return client;
+}
+
+const call = (client: Client | ClientV2, name: string, args: Record<string, unknown> = {}, meta?: Record<string, unknown>) =>
   client.callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }) as Promise<CallToolResult>;
 
 const reasonCodes = (result: CallToolResult) =>
@@ -335,6 +349,164 @@ describe('tools/call: the execute decision', () => {
     line.body.channel = 'rest';
     tampered[1] = JSON.stringify(line);
     expect(await verify(tampered)).toMatchObject({ ok: false, reason: expect.stringMatching(/hash mismatch/) });
+  });
+});
+
+describe('two protocol revisions side by side: 2026-07-28 (stateless, server/discover) and the 2025 family (initialize)', () => {
+  const MODERN = '2026-07-28';
+  let agent: AgentFixture;
+  beforeAll(async () => {
+    agent = await readyAgent(t, org, { capabilities: ['billing:read', 'billing:refund'] });
+  });
+
+  const recordCount = async (svcId: string) =>
+    Number((await t.database.db.sql.query<{ n: string }>('SELECT count(*) AS n FROM interaction_records WHERE svc_id = $1', [svcId]))[0].n);
+
+  /** A 2026-07-28 request as the v2 client sends it: the `_meta` envelope and the three headers. */
+  function modernRequest(method: string, params: Record<string, unknown> = {}, headers: Record<string, string | null> = {}, revision = MODERN) {
+    const envelope = {
+      'io.modelcontextprotocol/protocolVersion': revision,
+      'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' },
+      'io.modelcontextprotocol/clientCapabilities': {},
+    };
+    const name = typeof params.name === 'string' ? { 'mcp-name': params.name } : {};
+    const sent: Record<string, string> = {};
+    for (const [header, value] of Object.entries({ 'x-api-key': agent.key, 'mcp-protocol-version': revision, 'mcp-method': method, ...name, ...headers })) {
+      if (value !== null) sent[header] = value;
+    }
+    return post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 7, method, params: { ...params, _meta: envelope } }), sent);
+  }
+
+  test('discover and initialize: the v2 client on 2026-07-28, the v1 client and the unpinned v2 client on 2025-11-25', async () => {
+    const modern = await connectV2(agent.svcId, agent.key);
+    expect(modern.getNegotiatedProtocolVersion()).toBe(MODERN);
+    expect(modern.getServerVersion()).toMatchObject({ name: 'agent-gateway' });
+    expect(modern.getServerCapabilities()).toMatchObject({ tools: { listChanged: false } });
+    expect(modern.getInstructions()).toContain(agent.svcId);
+    const discovered = await modernRequest('server/discover');
+    expect(discovered.status).toBe(200);
+    expect(discovered.headers.get('mcp-session-id')).toBeNull();
+    expect((await discovered.json()).result).toMatchObject({ supportedVersions: [MODERN], capabilities: { tools: {} }, resultType: 'complete' });
+
+    const v1 = await connect(agent.svcId, agent.key);
+    expect(v1.getServerVersion()).toMatchObject({ name: 'agent-gateway' });
+    const unpinned = await connectV2(agent.svcId, agent.key, 'legacy');
+    expect(unpinned.getNegotiatedProtocolVersion()).toBe(LATEST_PROTOCOL_VERSION);
+    expect(LATEST_PROTOCOL_VERSION).toBe('2025-11-25');
+  });
+
+  test('tools/list: the same tools in both revisions; on 2026-07-28 marked cacheScope "private" (they depend on the key)', async () => {
+    const modern = await (await connectV2(agent.svcId, agent.key)).listTools();
+    const older = await (await connect(agent.svcId, agent.key)).listTools();
+    const unpinned = await (await connectV2(agent.svcId, agent.key, 'legacy')).listTools();
+    expect(modern.tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect(older.tools).toEqual(modern.tools);
+    expect(unpinned.tools).toEqual(modern.tools);
+    expect(modern).toMatchObject({ cacheScope: 'private', ttlMs: 0 });
+    // The 2025 wire has no such fields.
+    expect(older).not.toHaveProperty('cacheScope');
+    expect(unpinned).not.toHaveProperty('cacheScope');
+    const raw = await (await modernRequest('tools/list')).json();
+    expect(raw.result).toMatchObject({ cacheScope: 'private', ttlMs: 0, tools: [{ name: 'billing__read' }, { name: 'billing__refund' }] });
+    // A key limited to other agents: its own (empty) list, private as well.
+    const { key } = await createKey(t, org, ['gateway:execute'], { svc_ids: ['someone-else'] });
+    expect(await (await connectV2(agent.svcId, key)).listTools()).toMatchObject({ tools: [], cacheScope: 'private' });
+  });
+
+  test('tools/call allowed and denied from each client: decided like execute, every record with channel mcp', async () => {
+    const clients = {
+      'v2, 2026-07-28': await connectV2(agent.svcId, agent.key),
+      'v1, 2025-11-25': await connect(agent.svcId, agent.key),
+      'v2, 2025-11-25': await connectV2(agent.svcId, agent.key, 'legacy'),
+    };
+    for (const [label, client] of Object.entries(clients)) {
+      const allowed = await call(client, 'billing__read', { invoice: label });
+      expect({ label, isError: allowed.isError, data: allowed.structuredContent }).toEqual({ label, isError: false, data: { ok: true } });
+      expect(await recordOf(interactionOf(allowed))).toMatchObject({ status: 'approved', executed: true, channel: 'mcp', capability: 'billing:read' });
+      const denied = await call(client, 'billing__delete', { invoice: label });
+      expect({ label, isError: denied.isError, reasons: reasonCodes(denied) }).toEqual({ label, isError: true, reasons: ['CAPABILITY_NOT_APPROVED'] });
+      expect(await recordOf(interactionOf(denied))).toMatchObject({ status: 'denied', executed: false, channel: 'mcp', capability: 'billing:delete' });
+      // A name that spells no capability: the JSON-RPC error of 0038, in both revisions.
+      await expect(call(client, 'Not:A:Tool')).rejects.toMatchObject({ code: -32602, message: expect.stringContaining('Unknown tool') });
+    }
+  });
+
+  test('2026-07-28: a header that is missing or disagrees with the body is a 400 naming it (-32020), and the call never runs', async () => {
+    const before = await recordCount(agent.svcId);
+    const callParams = { name: 'billing__read', arguments: { invoice: 'never' } };
+    const refusals = [
+      ['no Mcp-Method', await modernRequest('tools/call', callParams, { 'mcp-method': null }), /Mcp-Method header is absent/],
+      ['Mcp-Method tools/list on a tools/call', await modernRequest('tools/call', callParams, { 'mcp-method': 'tools/list' }), /body names method tools\/call but the Mcp-Method header names tools\/list/],
+      ['no Mcp-Name', await modernRequest('tools/call', callParams, { 'mcp-name': null }), /Mcp-Name header is absent/],
+      ['Mcp-Name of another tool', await modernRequest('tools/call', callParams, { 'mcp-name': 'billing__refund' }), /params.name="billing__read" but the Mcp-Name header names "billing__refund"/],
+      ['no MCP-Protocol-Version', await modernRequest('tools/call', callParams, { 'mcp-protocol-version': null }), /MCP-Protocol-Version header is absent/],
+      ['MCP-Protocol-Version of the 2025 family', await modernRequest('tools/call', callParams, { 'mcp-protocol-version': '2025-11-25' }), /MCP-Protocol-Version header names 2025-11-25/],
+    ] as const;
+    for (const [label, response, message] of refusals) {
+      const body = await response.json();
+      expect({ label, status: response.status, code: body.error?.code }).toEqual({ label, status: 400, code: -32020 });
+      expect(body.error.message).toMatch(message);
+      expect(body.id).toBe(7);
+    }
+    expect(await recordCount(agent.svcId)).toBe(before);
+    // The same call with the headers right runs, once.
+    const ran = await (await modernRequest('tools/call', callParams)).json();
+    expect(ran.result).toMatchObject({ isError: false, structuredContent: { ok: true }, resultType: 'complete' });
+    expect(await recordCount(agent.svcId)).toBe(before + 1);
+  });
+
+  test('2026-07-28: an unsupported revision, a broken envelope, an unknown method, initialize: 4xx JSON-RPC errors, never 500', async () => {
+    const before = await recordCount(agent.svcId);
+    const callParams = { name: 'billing__read', arguments: {} };
+    const unsupported = await modernRequest('tools/call', callParams, {}, '2027-01-01');
+    expect(unsupported.status).toBe(400);
+    expect((await unsupported.json()).error).toMatchObject({ code: -32022, data: { supported: [MODERN], requested: '2027-01-01' } });
+    // The 2026-07-28 header without the envelope it requires.
+    const noEnvelope = await post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: callParams }), {
+      'x-api-key': agent.key,
+      'mcp-protocol-version': MODERN,
+      'mcp-method': 'tools/call',
+      'mcp-name': 'billing__read',
+    });
+    expect(noEnvelope.status).toBe(400);
+    expect((await noEnvelope.json()).error).toMatchObject({ code: -32602, message: expect.stringContaining('envelope') });
+    for (const method of ['prompts/list', 'no/such-method', 'initialize']) {
+      const unknown = await modernRequest(method);
+      expect({ method, status: unknown.status }).toEqual({ method, status: 404 });
+      expect((await unknown.json()).error.code).toBe(-32601);
+    }
+    // The 2025 family answers an unknown method in-band, as before; an unsupported revision with 400.
+    const older = await post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'no/such-method', params: {} }), {
+      'x-api-key': agent.key,
+      'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+    });
+    expect(older.status).toBe(200);
+    expect((await older.json()).error.code).toBe(-32601);
+    const ancient = await post(`/mcp/${agent.svcId}`, listRequest, { 'x-api-key': agent.key, 'mcp-protocol-version': '1999-01-01' });
+    expect(ancient.status).toBe(400);
+    // Batches are the SDK's to route: of the 2025 family, served there; with a 2026-07-28 element, refused.
+    const batch = (params: Record<string, unknown>) => JSON.stringify([{ jsonrpc: '2.0', id: 10, method: 'tools/list', params }]);
+    const olderBatch = await post(`/mcp/${agent.svcId}`, batch({}), { 'x-api-key': agent.key });
+    expect(olderBatch.status).toBe(200);
+    expect(JSON.stringify(await olderBatch.json())).toContain('billing__read');
+    const modernBatch = await post(`/mcp/${agent.svcId}`, batch({ _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN } }), { 'x-api-key': agent.key });
+    expect(modernBatch.status).toBe(400);
+    expect((await modernBatch.json()).error.code).toBe(-32600);
+    expect(await recordCount(agent.svcId)).toBe(before);
+  });
+
+  test('2026-07-28 at the HTTP edge: the same key, Origin and method rules', async () => {
+    const noKey = await modernRequest('tools/list', {}, { 'x-api-key': null });
+    expect(noKey.status).toBe(401);
+    expect(noKey.headers.get('www-authenticate')).toMatch(/^Bearer realm="agent-gateway"/);
+    expect((await noKey.json()).error.code).toBe(-32001);
+    const bearer = await modernRequest('tools/list', {}, { 'x-api-key': null, authorization: `Bearer ${agent.key}` });
+    expect(bearer.status).toBe(200);
+    const evil = await modernRequest('tools/list', {}, { origin: 'http://evil.example' });
+    expect(evil.status).toBe(403);
+    expect((await evil.json()).error.code).toBe(-32003);
+    const wrongType = await modernRequest('tools/list', {}, { 'content-type': 'text/plain' });
+    expect(wrongType.status).toBe(415);
   });
 });
 

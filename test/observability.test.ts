@@ -8,10 +8,12 @@ import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trac
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { createMcpHandler, McpServer as McpServerV2 } from '@modelcontextprotocol/server';
 import { parseEnv } from '../src/env.js';
 import { createMetricsServer } from '../src/observability/metrics-server.js';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
+import { serveWithWebHandler } from './support/web-handler.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { delta, parseExposition, valueOf } from './support/metrics.js';
@@ -42,6 +44,16 @@ async function serveMcp(req: http.IncomingMessage, res: http.ServerResponse, bod
   await transport.handleRequest(req, res, body ? JSON.parse(body) : undefined);
 }
 
+/** The same upstream on the SDK v2's entry, 2026-07-28 only. */
+const upstream2026 = createMcpHandler(
+  () => {
+    const server = new McpServerV2({ name: 'upstream-2026', version: '1.0.0' });
+    server.registerTool('lookup', {}, async () => ({ content: [{ type: 'text', text: 'found' }] }));
+    return server;
+  },
+  { legacy: 'reject' },
+);
+
 const exporter = new InMemorySpanExporter();
 let telemetry: Telemetry;
 let t: TestApp;
@@ -49,6 +61,7 @@ let t: TestApp;
 beforeAll(async () => {
   receiver = await startRecordingServer(hits, (hit, res, req) => {
     if (hit.path === '/mcp-upstream') return void serveMcp(req, res, hit.body);
+    if (hit.path === '/mcp-upstream-2026') return void serveWithWebHandler(upstream2026.fetch, hit, req, res);
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ shipped: true }));
   });
   receiverBase = receiver.base;
@@ -60,6 +73,7 @@ afterAll(async () => {
   await t?.close();
   await telemetry?.shutdown();
   await receiver.close();
+  await upstream2026.close();
   await killAllServices();
 });
 
@@ -78,12 +92,25 @@ async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 
-const mcpCall = (agent: AgentFixture, name: string, args: Record<string, unknown>, headers: Record<string, string> = {}) =>
-  t.request('POST', `/mcp/${agent.svcId}`, {
+/** A tools/call of the 2025 family or, with `revision` 2026-07-28, with its `_meta` envelope and headers. */
+const mcpCall = (agent: AgentFixture, name: string, args: Record<string, unknown>, headers: Record<string, string> = {}, revision = LATEST_PROTOCOL_VERSION) => {
+  const modern = revision === '2026-07-28';
+  const envelope = {
+    'io.modelcontextprotocol/protocolVersion': revision,
+    'io.modelcontextprotocol/clientInfo': { name: 'obs', version: '1' },
+    'io.modelcontextprotocol/clientCapabilities': {},
+  };
+  return t.request('POST', `/mcp/${agent.svcId}`, {
     apiKey: agent.key,
-    headers: { accept: 'application/json, text/event-stream', 'mcp-protocol-version': LATEST_PROTOCOL_VERSION, ...headers },
-    body: { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name, arguments: args } },
+    headers: {
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': revision,
+      ...(modern ? { 'mcp-method': 'tools/call', 'mcp-name': name } : {}),
+      ...headers,
+    },
+    body: { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name, arguments: args, ...(modern ? { _meta: envelope } : {}) } },
   });
+};
 
 async function createPolicy(org: OrgFixture, body: Record<string, unknown>) {
   const created = await t.request('POST', '/api/v1/policies', { token: org.adminToken, body });
@@ -299,11 +326,11 @@ describe('traces', () => {
     for (const span of [decision, tool, record]) expect(span.spanContext().traceId).toBe(request.spanContext().traceId);
   });
 
-  test('an MCP tools/call: the server span `tools/call billing__read` with MCP attributes, the decision its child', async () => {
+  test.each([LATEST_PROTOCOL_VERSION, '2026-07-28'])('an MCP tools/call (%s): the server span `tools/call billing__read` with MCP attributes, the decision its child', async (revision) => {
     const org = await signUp(t, 'obs-mcp');
     const agent = await readyAgent(t, org);
     exporter.reset();
-    const response = await mcpCall(agent, 'billing__read', { invoice: 'inv-3' });
+    const response = await mcpCall(agent, 'billing__read', { invoice: 'inv-3' }, {}, revision);
     expect(response.body.result.isError).toBe(false);
     const request = requestSpan(response.headers.get('x-request-id')!);
     expect(request.name).toBe('POST /mcp/:svc_id');
@@ -313,7 +340,7 @@ describe('traces', () => {
       'mcp.method.name': 'tools/call',
       'gen_ai.tool.name': 'billing__read',
       'gen_ai.operation.name': 'execute_tool',
-      'mcp.protocol.version': LATEST_PROTOCOL_VERSION,
+      'mcp.protocol.version': revision,
       'jsonrpc.request.id': '7',
     });
     const decision = only(childrenOf(call).filter((s) => s.name === 'gateway execute'), 'decision span');
@@ -338,12 +365,16 @@ describe('traces', () => {
     expect(parentId).toBe(tool.spanContext().spanId);
   });
 
-  test('an mcp tool: the client span `tools/call {upstream tool}` with MCP attributes, its traceparent on every upstream request', async () => {
+  test.each([
+    // The server/discover probe (refused), initialize, notifications/initialized, tools/call.
+    ['/mcp-upstream', LATEST_PROTOCOL_VERSION, ['server/discover', 'initialize', 'notifications/initialized', 'tools/call']],
+    ['/mcp-upstream-2026', '2026-07-28', ['server/discover', 'tools/call']],
+  ])('an mcp tool (%s, %s): the client span `tools/call {upstream tool}` with MCP attributes, its traceparent on every upstream request', async (path, revision, methods) => {
     const org = await signUp(t, 'obs-upstream');
     const agent = await readyAgent(t, org, { capabilities: ['billing:read', 'crm:find'] });
     const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
       token: org.adminToken,
-      body: { action_type: 'crm', connector: 'mcp', config: { url: `${receiverBase}/mcp-upstream`, tool: 'lookup', allow_private_network: true } },
+      body: { action_type: 'crm', connector: 'mcp', config: { url: `${receiverBase}${path}`, tool: 'lookup', allow_private_network: true } },
     });
     expect(created.status).toBe(201);
     exporter.reset();
@@ -359,12 +390,12 @@ describe('traces', () => {
       'mcp.method.name': 'tools/call',
       'gen_ai.tool.name': 'lookup',
       'gen_ai.operation.name': 'execute_tool',
-      'mcp.protocol.version': LATEST_PROTOCOL_VERSION,
+      'mcp.protocol.version': revision,
       'agw.connector': 'mcp',
     });
-    const upstream = hits.slice(before).filter((h) => h.path === '/mcp-upstream');
-    // initialize, notifications/initialized, tools/call: each carries the tool call span's context.
-    expect(upstream.length).toBeGreaterThanOrEqual(3);
+    // Each request of the exchange carries the tool call span's context.
+    const upstream = hits.slice(before).filter((h) => h.path === path && h.method === 'POST');
+    expect(upstream.map((h) => JSON.parse(h.body).method)).toEqual(methods);
     for (const hit of upstream) {
       const [, traceId, parentId] = traceparentPattern.exec(String(hit.headers.traceparent)) ?? [];
       expect(traceId).toBe(request.spanContext().traceId);

@@ -1,7 +1,14 @@
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import {
+  createMcpHandler,
+  isLegacyRequest,
+  PROTOCOL_VERSION_META_KEY,
+  ProtocolError,
+  ProtocolErrorCode,
+  Server,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  WebStandardStreamableHTTPServerTransport,
+} from '@modelcontextprotocol/server';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
 import type { Plugin } from 'graphql-yoga';
 import {
   ATTR_GEN_AI_OPERATION_NAME,
@@ -30,11 +37,15 @@ import type { ServerContext } from './lifecycle.js';
 import type { RequestState, Turn } from './request-state.js';
 
 /**
- * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md): the agent's tools over MCP's Streamable
- * HTTP transport, stateless with JSON responses, served by the official SDK (a low-level `Server`
- * and a web-standard transport, both made per request as the SDK's stateless mode requires). This
- * edge checks what HTTP carries (path, method, Origin, the API key) and turns errors into
- * JSON-RPC; what a tool is and what a call decides is the MCP module's and the gateway's.
+ * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md, 0048-mcp-protocol-revisions.md): the
+ * agent's tools over MCP's Streamable HTTP transport, stateless with JSON responses, served by the
+ * official SDK's v2 server in both protocol eras. 2026-07-28 requests (a `_meta` envelope naming
+ * the revision) go to the SDK's own entry, `createMcpHandler`, which checks the envelope, the
+ * `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers against the body and answers
+ * `server/discover`; 2025-era requests (with `initialize`) go to a web-standard transport, as
+ * before. Either way a low-level `Server` made per request serves this agent's tools/list and
+ * tools/call. This edge checks what HTTP carries (path, method, Origin, the API key) and turns
+ * errors into JSON-RPC; what a tool is and what a call decides is the MCP module's and the gateway's.
  */
 
 export const MCP_PATH_PREFIX = '/mcp/';
@@ -68,8 +79,8 @@ function rpcError(status: number, code: number, message: string, headers: Record
 }
 
 /** A handler's failure as the JSON-RPC error the SDK sends: never a stack, never a 500. */
-function toMcpError(error: unknown, logger: Logger): McpError {
-  if (error instanceof McpError) return error;
+function toMcpError(error: unknown, logger: Logger): ProtocolError {
+  if (error instanceof ProtocolError) return error;
   if (!(error instanceof AppError) && isDatabaseUnavailable(error)) {
     logUnexpected(logger, error, {}, 'MCP request failed');
     return toMcpError(serviceUnavailable(), logger);
@@ -77,15 +88,72 @@ function toMcpError(error: unknown, logger: Logger): McpError {
   if (error instanceof AppError) {
     const data = { code: error.code, ...(Object.keys(error.details).length ? { details: error.details } : {}) };
     if (error.code === 'VALIDATION_ERROR' || error.code === 'NOT_FOUND' || error.code === 'BAD_REQUEST') {
-      return new McpError(ErrorCode.InvalidParams, error.message, data);
+      return new ProtocolError(ProtocolErrorCode.InvalidParams, error.message, data);
     }
     if (error.code === 'SERVICE_UNAVAILABLE') {
-      return new McpError(RPC_UNAVAILABLE, error.message, { ...data, retry_after_seconds: DATABASE_RETRY_AFTER_SECONDS });
+      return new ProtocolError(RPC_UNAVAILABLE, error.message, { ...data, retry_after_seconds: DATABASE_RETRY_AFTER_SECONDS });
     }
-    if (error.code !== 'INTERNAL_ERROR') return new McpError(RPC_FORBIDDEN, error.message, data);
+    if (error.code !== 'INTERNAL_ERROR') return new ProtocolError(RPC_FORBIDDEN, error.message, data);
   }
   logger.error({ err: error }, 'MCP request failed');
-  return new McpError(ErrorCode.InternalError, 'An internal error occurred');
+  return new ProtocolError(ProtocolErrorCode.InternalError, 'An internal error occurred');
+}
+
+/** Who a request's server serves: the key's principal, the agent, and the request's turn. */
+interface McpCaller {
+  principal: AgentPrincipal;
+  svcId: string;
+  /** The `MCP-Protocol-Version` header (on 2026-07-28 the SDK has checked it against the body). */
+  protocolVersion: string | null;
+  turn: Turn | undefined;
+}
+
+/** A tool list is the caller's own (see `serverFor`); `ttlMs` 0: no change is announced, ask again. */
+const TOOL_LIST_CACHE = { cacheScope: 'private', ttlMs: 0 } as const;
+
+interface RequestBody {
+  text: string;
+  /** The JSON value, or undefined when the text is not JSON. */
+  parsed: unknown;
+}
+
+/**
+ * The body is read here (within REST's limit, already enforced by the request lifecycle) and
+ * handed over parsed: the SDK's own reader goes through a web stream and a decoder per request.
+ */
+async function bodyOf(request: Request): Promise<RequestBody> {
+  const text = await request.text();
+  try {
+    return { text, parsed: JSON.parse(text) };
+  } catch {
+    return { text, parsed: undefined };
+  }
+}
+
+/** The first revision without `initialize`, whose requests each carry a `_meta` envelope naming it. */
+const STATELESS_REVISION = '2026-07-28';
+const olderRevisions = new Set(SUPPORTED_PROTOCOL_VERSIONS.filter((version) => version < STATELESS_REVISION));
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+type Leg = 'older' | 'stateless';
+
+/**
+ * The leg a request goes to where that is plain without the SDK's classifier, which parses the
+ * whole body against three schemas (≈25 µs a call) and, on 2026-07-28, runs again in the SDK's
+ * entry anyway. Plain are one JSON-RPC object whose params claim the envelope (`_meta` key
+ * `io.modelcontextprotocol/protocolVersion`) and whose method is not `initialize`, which the SDK
+ * never routes to the 2025 family; and one that claims no envelope, with no
+ * `MCP-Protocol-Version` or one of the older revisions the SDK supports, which it always does.
+ * Anything else (batches, an `initialize` with an envelope, other headers) is the SDK's to route.
+ */
+function plainLeg(request: Request, parsed: unknown): Leg | undefined {
+  if (!isObject(parsed)) return undefined;
+  const meta = isObject(parsed.params) ? parsed.params._meta : undefined;
+  if (isObject(meta) && PROTOCOL_VERSION_META_KEY in meta) {
+    return typeof parsed.method === 'string' && parsed.method !== 'initialize' ? 'stateless' : undefined;
+  }
+  const version = request.headers.get('mcp-protocol-version');
+  return version === null || olderRevisions.has(version) ? 'older' : undefined;
 }
 
 interface McpEndpointDeps {
@@ -138,7 +206,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor(principal: AgentPrincipal, svcId: string, protocolVersion: string | null, turn: Turn | undefined): Server {
+  function serverFor({ principal, svcId, protocolVersion, turn }: McpCaller): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -147,9 +215,13 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
           `The tools of agent "${svcId}": its approved capabilities. Agent Gateway decides every call by policy, counts it ` +
           'against the agent’s budget, may ask a human first, and signs a record of it.',
         jsonSchemaValidator,
+        // 2026-07-28 results say who may cache them: a tool list depends on the key (its agents),
+        // the manifest and the policies, so no shared cache may keep it. 2025-era answers carry no
+        // such field (the SDK adds it only on the 2026-07-28 wire).
+        cacheHints: { 'tools/list': TOOL_LIST_CACHE },
       },
     );
-    server.setRequestHandler(ListToolsRequestSchema, async () => {
+    server.setRequestHandler('tools/list', async () => {
       try {
         return { tools: await mcp.listTools(principal, svcId) };
       } catch (error) {
@@ -157,7 +229,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
       }
     });
     // MCP's semantic conventions: the server span `tools/call {tool}`, its decision a child.
-    server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+    server.setRequestHandler('tools/call', (request, ctx) =>
       telemetry.withSpan(
         `tools/call ${request.params.name}`,
         {
@@ -166,15 +238,18 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
             [ATTR_MCP_METHOD_NAME]: 'tools/call',
             [ATTR_GEN_AI_TOOL_NAME]: request.params.name,
             [ATTR_GEN_AI_OPERATION_NAME]: GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
-            [ATTR_JSONRPC_REQUEST_ID]: String(extra.requestId),
+            [ATTR_JSONRPC_REQUEST_ID]: String(ctx.mcpReq.id),
             ...(protocolVersion ? { [ATTR_MCP_PROTOCOL_VERSION]: protocolVersion } : {}),
           },
         },
         async (span) => {
           try {
+            // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
+            // the only ones the call reads.
             const result = await mcp.callTool(principal, svcId, request.params, turn?.away);
             if (result.isError) span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
-            return result;
+            // The result as the request's revision shapes it (the SDK's one place for that).
+            return server.projectCallToolResult(result, undefined);
           } catch (error) {
             const mcpError = toMcpError(error, logger);
             span.setAttribute(ATTR_ERROR_TYPE, String(mcpError.code));
@@ -184,6 +259,49 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
       ),
     );
     return server;
+  }
+
+  // 2026-07-28: the SDK's entry, strict (`legacy: 'reject'`): 2025-era requests never reach it,
+  // they are routed to `serveLegacy` below with the SDK's own predicate. Its factory builds the
+  // server of the request it is given, whose caller `serveModern` left in `callers`.
+  const callers = new WeakMap<object, McpCaller>();
+  const modern = createMcpHandler(
+    ({ requestInfo }) => {
+      const caller = requestInfo && callers.get(requestInfo);
+      if (!caller) throw new Error('An MCP request reached the server factory without its caller');
+      return serverFor(caller);
+    },
+    {
+      legacy: 'reject',
+      maxRequestBodySize: env.maxBodyBytes,
+      // The entry reports every request it refuses (a header that disagrees with the body, an
+      // unsupported revision): the client's mistake, answered with a 4xx; its own failures answer 500.
+      onerror: (error) => logger.debug({ err: error }, 'MCP request refused or failed in the SDK'),
+    },
+  );
+
+  async function serveModern(request: Request, parsedBody: unknown, caller: McpCaller): Promise<globalThis.Response> {
+    callers.set(request, caller);
+    try {
+      const answer = await modern.fetch(request, { parsedBody });
+      if (answer.status >= 500) logger.error({ status: answer.status }, 'MCP request failed in the SDK');
+      return answer;
+    } finally {
+      callers.delete(request);
+    }
+  }
+
+  /** The 2025 family: `initialize`, then stateless requests, over the SDK's web-standard transport. */
+  async function serveLegacy(request: Request, body: RequestBody, caller: McpCaller): Promise<globalThis.Response> {
+    const transport = new WebStandardStreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+      maxRequestBodySize: env.maxBodyBytes,
+    });
+    // What does not parse goes to the SDK as text, so it answers its own JSON-RPC parse error.
+    const forSdk = body.parsed === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: body.text }) : request;
+    await serverFor(caller).connect(transport);
+    return transport.handleRequest(forSdk, body.parsed === undefined ? undefined : { parsedBody: body.parsed });
   }
 
   async function handle(request: Request, svcId: string, state: ServerContext['state'] | undefined): Promise<Response> {
@@ -208,24 +326,13 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
         return rpcError(429, RPC_FORBIDDEN, error.message, error.extensions.http?.headers ?? {});
       }
     }
-    const transport = new WebStandardStreamableHTTPServerTransport({
-      sessionIdGenerator: undefined,
-      enableJsonResponse: true,
-      maxRequestBodySize: env.maxBodyBytes,
-    });
-    // The body is read here (within REST's limit, already enforced by the request lifecycle) and
-    // handed over parsed: the SDK's own reader goes through a web stream and a decoder per request.
-    // What does not parse goes to the SDK as text, so it answers its own JSON-RPC parse error.
-    const text = await request.text();
-    let parsedBody: unknown;
-    try {
-      parsedBody = JSON.parse(text);
-    } catch {
-      parsedBody = undefined;
-    }
-    const forSdk = parsedBody === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: text }) : request;
-    await serverFor(principal, svcId, request.headers.get('mcp-protocol-version'), state?.turn).connect(transport);
-    const answer = await transport.handleRequest(forSdk, parsedBody === undefined ? undefined : { parsedBody });
+    const caller: McpCaller = { principal, svcId, protocolVersion: request.headers.get('mcp-protocol-version'), turn: state?.turn };
+    const body = await bodyOf(request);
+    // The SDK's own routing rule (a body that claims the 2026-07-28 envelope is modern, and so is
+    // a header naming it), so the two legs can never disagree with what the SDK would do itself.
+    const leg: Leg =
+      body.parsed === undefined ? 'older' : (plainLeg(request, body.parsed) ?? ((await isLegacyRequest(request, body.parsed)) ? 'older' : 'stateless'));
+    const answer = leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
     // is left, and closing would abort the finished handler and build an error for nothing.
@@ -254,7 +361,7 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
         endResponse(
           isDatabaseUnavailable(error)
             ? rpcError(503, RPC_UNAVAILABLE, serviceUnavailable().message, { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) })
-            : rpcError(500, ErrorCode.InternalError, 'An internal error occurred'),
+            : rpcError(500, ProtocolErrorCode.InternalError, 'An internal error occurred'),
         );
       }
     },

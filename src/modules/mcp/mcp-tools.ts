@@ -1,4 +1,4 @@
-import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { AgentGate } from '../agent/agent.service.js';
 import type { DecisionOutcome } from '../gateway/gateway.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';

@@ -1,4 +1,4 @@
-import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
 import { outOfScope, type AgentPrincipal } from '../auth/authz.js';

@@ -1,7 +1,4 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
-import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { Client, ProtocolError, SdkHttpError, StreamableHTTPClientTransport, type CallToolResult, type FetchLike } from '@modelcontextprotocol/client';
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 import {
@@ -28,8 +25,11 @@ export interface McpToolConfig extends HttpToolConfig {
   tool: string | null;
 }
 
-/** The headers the SDK's client sets that an MCP server needs; anything else it might add is not sent. */
-const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id'] as const;
+/**
+ * The headers the SDK's client sets that an MCP server needs (2026-07-28 adds `mcp-method` and
+ * `mcp-name`, which servers check against the body); anything else it might add is not sent.
+ */
+const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'mcp-method', 'mcp-name'] as const;
 /** Ending the upstream's session is a courtesy: it gets this long, after the result is known. */
 const SESSION_END_TIMEOUT_MS = 1000;
 const MAX_ERROR_MESSAGE_LENGTH = 500;
@@ -62,22 +62,27 @@ export function resultOfToolCall(result: Pick<CallToolResult, 'content' | 'struc
 
 /**
  * What a failed exchange means. The SDK wraps whatever our fetch threw in its own errors, so an
- * outbound failure (`remembered`, the first one the fetch saw) decides; then a JSON-RPC error the
- * upstream answered; anything else is an answer the SDK could not read as MCP.
+ * outbound failure (`remembered`, the first one the fetch saw, or the upstream's last HTTP error)
+ * decides; then a JSON-RPC error the upstream answered; anything else is an answer the SDK could
+ * not read as MCP.
  */
 export function failureOfExchange(error: unknown, remembered: ToolResult | undefined): ToolResult {
   if (remembered) return remembered;
-  // The SDK's own McpErrors (a closed connection, its request timeout) cannot come first: only the
-  // deadline closes the transport, and it is remembered; the SDK's timeout is not shorter.
-  if (error instanceof McpError) return failure('TOOL_MCP_ERROR', `The MCP server answered an error: ${error.message}`);
+  // The SDK's own errors (a closed connection, its request timeout) are not ProtocolErrors and
+  // cannot come first anyway: only the deadline closes the transport, and it is remembered; the
+  // SDK's timeout is not shorter.
+  if (error instanceof ProtocolError) return failure('TOOL_MCP_ERROR', `The MCP server answered error ${error.code}: ${error.message}`);
   const reason = error instanceof Error ? error.message : String(error);
   return failure('TOOL_RESPONSE_INVALID', `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`);
 }
 
 /**
- * Calls the tool on an upstream MCP server over Streamable HTTP (initialize, then tools/call) with
- * the http connector's rules for every request: the address policy, no redirect followed, at most
- * 1 MiB per answer, and one deadline, `timeout_ms`, for the whole exchange. Only the configured
+ * Calls the tool on an upstream MCP server over Streamable HTTP with the http connector's rules for
+ * every request: the address policy, no redirect followed, at most 1 MiB per answer, and one
+ * deadline, `timeout_ms`, for the whole exchange. The SDK's client negotiates the revision
+ * (docs/decisions/0048-mcp-protocol-revisions.md): it asks `server/discover` first and speaks
+ * 2026-07-28 (tools/call, nothing else) to a server that offers it, and falls back to `initialize`
+ * (then tools/call) for the 2025 family, which answers the probe with an error. Only the configured
  * headers and the protocol's own are sent, never anything of the agent's. Never throws: failures
  * are results.
  */
@@ -104,6 +109,8 @@ export async function runMcp(
   /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
   const exchange = new AbortController();
   let remembered: ToolResult | undefined;
+  /** The upstream's HTTP error status, while no later answer was fine (the probe's is then forgotten). */
+  let httpError: ToolResult | undefined;
   let sessionId: string | undefined;
   /** Keeps the first failure, and gives the SDK an error to carry (its text is not what is reported). */
   const remember = (result: ToolResult) => {
@@ -142,14 +149,15 @@ export async function runMcp(
     if (outcome.status < 200 || outcome.status > 599) {
       throw remember(failure('TOOL_RESPONSE_INVALID', `The MCP server answered HTTP ${outcome.status}`));
     }
-    // The SDK turns this into its own error; the status is what the result reports.
-    if (outcome.status >= 400) remember(failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`));
+    // The SDK turns this into its own error; the status is what the result reports, unless the
+    // exchange went on: a 2025-era server answers the `server/discover` probe with a 4xx.
+    httpError = outcome.status >= 400 ? failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`) : undefined;
     const session = outcome.headers['mcp-session-id'];
     if (typeof session === 'string') sessionId = session;
     return responseOf(outcome.status, outcome.headers, outcome.body);
   };
 
-  const client = new Client(CLIENT_INFO, { capabilities: {} });
+  const client = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' } });
   const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules });
   let failNow: (error: Error) => void = () => undefined;
   const ended = new Promise<never>((_, reject) => {
@@ -157,25 +165,32 @@ export async function runMcp(
   });
   const timer = setTimeout(() => failNow(remember(toolFailure('TIMEOUT', 'deadline', config))), config.timeout_ms);
   // A message the SDK cannot read (a broken event in a stream, a response to no request) would
-  // otherwise leave the call waiting for the deadline.
-  client.onerror = (error) => failNow(remember(failureOfExchange(error, undefined)));
+  // otherwise leave the call waiting for the deadline. An HTTP error is reported here too, but the
+  // request it answered fails by itself, and it may be a 2025-era server's answer to the
+  // `server/discover` probe, after which the client goes on with `initialize`.
+  client.onerror = (error) => {
+    if (!(error instanceof SdkHttpError)) failNow(remember(failureOfExchange(error, undefined)));
+  };
   // The SDK's own request timeout is not the deadline: ours ends the exchange first.
   const requestOptions = { timeout: config.timeout_ms + SESSION_END_TIMEOUT_MS };
   try {
     const called = (async () => {
       await client.connect(transport, requestOptions);
-      if (transport.protocolVersion) tracing.negotiated?.(transport.protocolVersion);
-      return client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, undefined, requestOptions);
+      const protocolVersion = client.getNegotiatedProtocolVersion();
+      if (protocolVersion) tracing.negotiated?.(protocolVersion);
+      return client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, requestOptions);
     })();
     const result = await Promise.race([called, ended]);
     return resultOfToolCall(result as CallToolResult);
   } catch (error) {
-    return failureOfExchange(error, remembered);
+    return failureOfExchange(error, remembered ?? httpError);
   } finally {
     clearTimeout(timer);
     exchange.abort();
+    // Before closing: closing forgets what was negotiated.
+    const protocolVersion = client.getNegotiatedProtocolVersion();
     await client.close().catch(() => undefined);
-    if (sessionId) void endSession(url, { ...configured, ...ownHeaders }, sessionId, transport.protocolVersion, config.allow_private_network);
+    if (sessionId) void endSession(url, { ...configured, ...ownHeaders }, sessionId, protocolVersion, config.allow_private_network);
   }
 }
 
