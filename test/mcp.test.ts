@@ -498,7 +498,7 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
   test('2026-07-28 at the HTTP edge: the same key, Origin and method rules', async () => {
     const noKey = await modernRequest('tools/list', {}, { 'x-api-key': null });
     expect(noKey.status).toBe(401);
-    expect(noKey.headers.get('www-authenticate')).toMatch(/^Bearer realm="agent-gateway"/);
+    expect(noKey.headers.get('www-authenticate')).toBe(`Bearer resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}", scope="mcp:tools"`);
     expect((await noKey.json()).error.code).toBe(-32001);
     const bearer = await modernRequest('tools/list', {}, { 'x-api-key': null, authorization: `Bearer ${agent.key}` });
     expect(bearer.status).toBe(200);
