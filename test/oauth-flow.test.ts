@@ -5,7 +5,7 @@
  * token endpoint (PKCE, single-use codes, rotating refresh tokens, reuse revoking the grant),
  * access tokens accepted only at their agent's MCP endpoint, grants listed and revoked (API,
  * RFC 7009, the agent's deactivation) with their audit events. Real clients (the SDK's OAuth
- * client, mcp-remote, a browser on the consent page) are in test/oauth-clients.test.ts.
+ * client, mcp-remote, a browser on the consent page) are in test/oauth-clients.e2e.test.ts.
  */
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { startTestApp, type TestApp } from './support/app.js';
