@@ -247,6 +247,9 @@ function serviceOperations(): Json {
       },
       description,
     );
+  /** 429 and 503 of the OAuth endpoints: OAuth's `temporarily_unavailable`, with `Retry-After`. */
+  const oauthRetry = (description: string) => ({ ...oauthError(['temporarily_unavailable'], description), headers: { 'Retry-After': retryAfter } });
+  const oauthUnavailable = oauthRetry('The database cannot be reached');
   const clientFields = {
     redirect_uris: { ...strings, description: 'https URLs, or http on the loopback interface (127.0.0.1, [::1], localhost), at most 10' },
     client_name: { type: 'string', maxLength: 200 },
@@ -357,8 +360,8 @@ function serviceOperations(): Json {
           ),
           '400': oauthError(['invalid_redirect_uri', 'invalid_client_metadata'], 'The metadata is refused'),
           '405': oauthError(['invalid_request'], 'Only POST'),
-          '429': { ...oauthError(['temporarily_unavailable'], 'Too many registrations from this address'), headers: { 'Retry-After': retryAfter } },
-          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+          '429': oauthRetry('Too many registrations from this address'),
+          '503': oauthUnavailable,
         },
       },
     },
@@ -394,8 +397,8 @@ function serviceOperations(): Json {
             },
           },
           '405': oauthError(['invalid_request'], 'Only GET'),
-          '429': { ...oauthError(['temporarily_unavailable'], 'Too many client metadata documents fetched for this address'), headers: { 'Retry-After': retryAfter } },
-          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+          '429': oauthRetry('Too many client metadata documents fetched for this address'),
+          '503': oauthUnavailable,
         },
       },
     },
@@ -447,8 +450,8 @@ function serviceOperations(): Json {
           ),
           '400': oauthError(['invalid_request', 'invalid_grant', 'unsupported_grant_type', 'invalid_scope', 'invalid_target'], 'The request is refused'),
           '405': oauthError(['invalid_request'], 'Only POST'),
-          '429': { ...oauthError(['temporarily_unavailable'], 'Too many failed token requests from this address'), headers: { 'Retry-After': retryAfter } },
-          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+          '429': oauthRetry('Too many failed token requests from this address'),
+          '503': oauthUnavailable,
         },
       },
     },
@@ -477,7 +480,7 @@ function serviceOperations(): Json {
           '200': { description: 'Revoked, or nothing to revoke' },
           '400': oauthError(['invalid_request'], 'The request is refused'),
           '405': oauthError(['invalid_request'], 'Only POST'),
-          '503': { ...oauthError(['temporarily_unavailable'], 'The database cannot be reached'), headers: { 'Retry-After': retryAfter } },
+          '503': oauthUnavailable,
         },
       },
     },

@@ -1,5 +1,6 @@
 import type { SqlConnection } from '../../db/sql.js';
 import type { OAuthGrant, Prisma, PrismaClient } from '../../generated/prisma/client.js';
+import type { OAuthGrantSnapshot } from '../audit/audit-events.js';
 import type { ClientRegistration } from './oauth-client.js';
 
 /** The OAuth module's raw SQL. */
@@ -179,16 +180,8 @@ export async function orgKnowsClient(tx: Tx, orgId: string, clientId: string): P
   return (await tx.oAuthGrant.count({ where: { orgId, clientId }, take: 1 })) > 0;
 }
 
-/** A grant as it was when revoked: what its audit event records. */
-export interface RevokedGrant {
-  id: string;
-  svc_id: string;
-  client_id: string;
-  client_name: string | null;
-  redirect_uri: string;
-  scope: string;
-  approved_by: string;
-}
+/** A grant as it was when revoked: its id, and what its audit event records. */
+export type RevokedGrant = OAuthGrantSnapshot & { id: string };
 
 /**
  * Revokes the standing grants that `where` selects (one grant, or every grant of an agent) and
