@@ -9,7 +9,9 @@
  */
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { startTestApp, type TestApp } from './support/app.js';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { startRecordingServer, type Hit } from './support/recording-server.js';
+import { serveWithWebHandler } from './support/web-handler.js';
 import { signAccessToken } from '../src/modules/oauth/oauth-tokens.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent, type AgentFixture } from './support/gateway.js';
@@ -391,6 +393,36 @@ describe('access tokens at the MCP endpoint', () => {
       expect(hits[0].headers.authorization).toBeUndefined();
       expect(JSON.stringify(hits[0])).not.toContain(client.accessToken);
       expect(JSON.stringify(hits[0])).not.toContain(client.accessToken.split('.')[2]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  test('nor an upstream MCP server: the mcp tool sends its own headers on every request of the exchange', async () => {
+    const hits: Hit[] = [];
+    const upstream = createMcpHandler(() => {
+      const server = new McpServer({ name: 'crm-2026', version: '1.0.0' });
+      server.registerTool('lookup', {}, async () => ({ content: [{ type: 'text', text: 'gold' }] }));
+      return server;
+    });
+    const receiver = await startRecordingServer(hits, (hit, res, req) => serveWithWebHandler(upstream.fetch, hit, req, res));
+    try {
+      const owner = await signUp(t, 'oauth-upstream');
+      const tool = await t.request('POST', `/api/v1/orgs/${owner.orgId}/tools`, {
+        token: owner.adminToken,
+        body: { action_type: 'crm', connector: 'mcp', config: { url: `${receiver.base}/mcp`, allow_private_network: true, headers: { 'x-upstream-key': 'own' } } },
+      });
+      expect(tool.status).toBe(201);
+      const crmAgent = await readyAgent(t, owner, { capabilities: ['crm:lookup'], tool: false });
+      const client = await connectClient(t, publicUrl, owner.adminToken, crmAgent.svcId);
+      const called = await callTool(crmAgent.svcId, client.accessToken, 'crm__lookup', {});
+      expect(called.body.result.isError).toBe(false);
+      expect(hits.length).toBeGreaterThan(0);
+      for (const hit of hits) {
+        expect(hit.headers['x-upstream-key']).toBe('own');
+        expect(hit.headers.authorization).toBeUndefined();
+        expect(JSON.stringify(hit)).not.toContain(client.accessToken.split('.')[2]);
+      }
     } finally {
       await receiver.close();
     }
