@@ -69,7 +69,8 @@ export function startService(port: number, options: ServiceOptions): Service {
   };
   delete env.DATABASE_URL;
   delete env.DATA_DIR;
-  delete env.PUBLIC_URL;
+  // The test's own PUBLIC_URL, if it sets one (several processes behind one address), else none.
+  if (options.env?.PUBLIC_URL === undefined) delete env.PUBLIC_URL;
   // Jest's --experimental-vm-modules is not for the child.
   delete env.NODE_OPTIONS;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
