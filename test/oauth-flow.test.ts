@@ -82,6 +82,9 @@ describe('the authorization endpoint', () => {
     const valid = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge);
     const cases: Array<[string, Partial<typeof valid> | string, RegExp]> = [
       ['unknown client', { ...valid, client_id: 'agc_unknown' }, /not known/],
+      ['a NUL in the client id', { ...valid, client_id: 'agc_\u0000' }, /not known/],
+      ['a client id of 100,000 characters', { ...valid, client_id: `agc_${'a'.repeat(100_000)}` }, /not known/],
+      ['a metadata document URL with a control character', { ...valid, client_id: 'https://client.example/doc\u0001.json' }, /control characters/],
       ['no client', { ...valid, client_id: undefined }, /client_id is missing/],
       ['no redirect_uri', { ...valid, redirect_uri: undefined }, /no redirect_uri/],
       ['open redirect', { ...valid, redirect_uri: 'https://evil.example/steal' }, /not one the client registered/],

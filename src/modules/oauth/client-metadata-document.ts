@@ -42,6 +42,7 @@ function urlProblem(clientId: string): string | undefined {
   } catch {
     return 'the client_id is not a URL';
   }
+  if (/[\u0000-\u001f\u007f]/.test(clientId)) return 'the client_id URL may not contain control characters';
   if (url.hash || url.username || url.password) return 'the client_id URL may not have a fragment or user information';
   if (url.pathname === '/' || url.pathname === '') return 'the client_id URL must have a path (the document, not the site)';
   if (clientId.length > 2048) return 'the client_id URL is longer than 2048 characters';

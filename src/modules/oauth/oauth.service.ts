@@ -17,6 +17,9 @@ import { createTokenEndpoint } from './token-endpoint.js';
  * (token-endpoint.ts), and grants with the check of access tokens at `/mcp/{svc_id}` (grants.ts).
  */
 
+/** A registered client's id: `agc_` and 22 base64url characters (16 random bytes). */
+const registeredClientIdPattern = /^agc_[A-Za-z0-9_-]{22}$/;
+
 /** A registration unused this long expires. */
 export const CLIENT_UNUSED_DAYS = 30;
 
@@ -76,7 +79,8 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
       if ('refused' in outcome) return { unknown: outcome.refused };
       return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
     }
-    const row = await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS);
+    // Anything else was never issued here: refused without a query (a NUL would fail one).
+    const row = registeredClientIdPattern.test(clientId) ? await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS) : undefined;
     if (!row) return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
     return { client: { client_id: row.client_id, kind: 'registered', registration: row.metadata } };
   }
