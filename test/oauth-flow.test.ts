@@ -311,6 +311,27 @@ describe('tokens', () => {
     expect(revoked).toMatchObject({ actor: { type: 'system' }, reason: 'authorization code used twice' });
   });
 
+  test('five exchanges of one code at once: exactly one gets tokens, and the others, being second uses, revoke its grant', async () => {
+    const { code, verifier } = await codeFor();
+    const answers = await Promise.all(Array.from({ length: 5 }, () => exchange(code, verifier)));
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 400, 400, 400, 400]);
+    const winner = answers.find((a) => a.status === 200)!;
+    expect(answers.filter((a) => a.status === 400).every((a) => a.body.error === 'invalid_grant')).toBe(true);
+    expect((await callTool(agent.svcId, winner.body.access_token)).status).toBe(401);
+  });
+
+  test('five rotations of one refresh token at once: exactly one succeeds, and the reuse revokes the grant', async () => {
+    const { code, verifier } = await codeFor();
+    const first = (await exchange(code, verifier)).body;
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId })),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 400, 400, 400, 400]);
+    const winner = answers.find((a) => a.status === 200)!;
+    const next = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: winner.body.refresh_token, client_id: clientId });
+    expect(next.body).toEqual({ error: 'invalid_grant', error_description: expect.stringMatching(/revoked/) });
+  });
+
   test('an expired code is refused', async () => {
     const { code, verifier } = await codeFor();
     await t.database.db.sql.query(`UPDATE oauth_codes SET expires_at = now() - interval '1 second'`);
@@ -567,4 +588,27 @@ describe('grants', () => {
     expect((await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: other.adminToken })).status).toBe(404);
     expect((await mcp(agent.svcId, connected.accessToken)).status).toBe(200);
   });
+});
+
+test('with the database gone: the authorization, token and revocation endpoints answer 503 temporarily_unavailable, and an access token at /mcp 503 -32010; never a 500', async () => {
+  // A token issued while the database was there, and a second app on the same database that has seen nothing yet.
+  const connected = await connectClient(t, publicUrl, org.adminToken, agent.svcId);
+  const broken = await startTestApp({});
+  try {
+    const clientId = await registerClient(broken);
+    await broken.database.db.close();
+    const unavailable = { error: 'temporarily_unavailable', error_description: expect.stringMatching(/cannot reach its database/) };
+    const authorize = await broken.request('GET', authorizeUrl(authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge)));
+    expect({ status: authorize.status, body: authorize.body }).toEqual({ status: 503, body: unavailable });
+    const refreshed = await tokenRequest(broken, { grant_type: 'refresh_token', refresh_token: connected.refreshToken, client_id: connected.clientId });
+    expect({ status: refreshed.status, body: refreshed.body, retry: refreshed.headers.get('retry-after') }).toEqual({ status: 503, body: unavailable, retry: '2' });
+    const revoked = await broken.request('POST', '/oauth/revoke', { body: form({ token: connected.refreshToken }), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect({ status: revoked.status, body: revoked.body }).toEqual({ status: 503, body: unavailable });
+    const called = await mcpRequest(broken, agent.svcId, connected.accessToken);
+    expect(called.status).toBe(503);
+    expect(called.body.error.code).toBe(-32010);
+  } finally {
+    await broken.app.stop();
+    await broken.database.close().catch(() => undefined);
+  }
 });
