@@ -130,6 +130,14 @@ class MemoryProvider {
     this.opened.push(url);
     await this.open(url);
   }
+  /** What the SDK v2 learned discovering the authorization server, kept with the verifier so the callback is bound to that server (SEP-2352). */
+  discovery: unknown;
+  saveDiscoveryState(state: unknown) {
+    this.discovery = state;
+  }
+  discoveryState() {
+    return this.discovery as never;
+  }
   saveCodeVerifier(verifier: string) {
     this.verifier = verifier;
   }
