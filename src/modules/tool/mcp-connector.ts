@@ -9,6 +9,7 @@ import {
   type HttpToolConfig,
   type ToolCall,
   type ToolCredentials,
+  type ToolErrorCode,
   type ToolResult,
 } from './connectors.js';
 
@@ -76,6 +77,29 @@ export function failureOfExchange(error: unknown, remembered: ToolResult | undef
   return failure('TOOL_RESPONSE_INVALID', `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`);
 }
 
+/** A tool as the upstream's `tools/list` describes it: what the gateway keeps and pins. */
+export interface UpstreamToolDefinition {
+  name: string;
+  title?: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema?: Record<string, unknown>;
+  annotations?: Record<string, unknown>;
+}
+
+export type UpstreamToolsResult =
+  | { ok: true; tools: UpstreamToolDefinition[] }
+  | { ok: false; error: { code: ToolErrorCode; message: string } };
+
+/** A `tools/list` is paginated; an upstream offering more than this many pages is cut off (and said to be). */
+export const MAX_TOOL_LIST_PAGES = 20;
+
+/** What one exchange needs besides the upstream: its id (sent as `x-interaction-id`) and its span. */
+interface ExchangeContext {
+  interactionId: string;
+  tracing: McpCallTracing;
+}
+
 /**
  * Calls the tool on an upstream MCP server over Streamable HTTP with the http connector's rules for
  * every request: the address policy, no redirect followed, at most 1 MiB per answer, and one
@@ -92,11 +116,53 @@ export async function runMcp(
   call: ToolCall,
   tracing: McpCallTracing = { traceHeaders: {} },
 ): Promise<ToolResult> {
+  const outcome = await exchange(config, credentials, { interactionId: call.interaction_id, tracing }, (client, options) =>
+    client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, options),
+  );
+  return outcome.ok ? resultOfToolCall(outcome.value as CallToolResult) : outcome.failure;
+}
+
+/**
+ * The upstream's tool definitions (`tools/list`, every page up to MAX_TOOL_LIST_PAGES) under the
+ * same rules as a call: what the gateway pins and shows to models. Never throws.
+ */
+export async function listUpstreamTools(
+  config: McpToolConfig,
+  credentials: ToolCredentials,
+  context: { interactionId: string; tracing?: McpCallTracing },
+): Promise<UpstreamToolsResult> {
+  const outcome = await exchange(config, credentials, { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} } }, async (client, options) => {
+    const tools: UpstreamToolDefinition[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < MAX_TOOL_LIST_PAGES; page++) {
+      const listed = await client.listTools(cursor === undefined ? {} : { cursor }, options);
+      tools.push(...(listed.tools as UpstreamToolDefinition[]));
+      cursor = listed.nextCursor;
+      if (!cursor) return tools;
+    }
+    throw new TooManyPages();
+  });
+  if (outcome.ok) return { ok: true, tools: outcome.value };
+  if (!outcome.failure.success) return { ok: false, error: outcome.failure.error };
+  return { ok: false, error: { code: 'TOOL_RESPONSE_INVALID', message: 'The MCP server did not list its tools' } };
+}
+
+class TooManyPages extends Error {}
+
+type ExchangeOutcome<T> = { ok: true; value: T } | { ok: false; failure: ToolResult };
+
+/** One MCP exchange with the upstream: connect (negotiating the revision), `work`, close. Never throws. */
+async function exchange<T>(
+  config: McpToolConfig,
+  credentials: ToolCredentials,
+  { interactionId, tracing }: ExchangeContext,
+  work: (client: Client, options: { timeout: number }) => Promise<T>,
+): Promise<ExchangeOutcome<T>> {
   let url: URL;
   try {
     url = new URL(config.url);
   } catch {
-    return failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid');
+    return { ok: false, failure: failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid') };
   }
   // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
   const configured = Object.fromEntries(
@@ -104,10 +170,10 @@ export async function runMcp(
       .map(([name, value]) => [name.toLowerCase(), value])
       .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
   );
-  const ownHeaders = { ...tracing.traceHeaders, 'user-agent': 'agent-gateway', 'x-interaction-id': call.interaction_id };
+  const ownHeaders = { ...tracing.traceHeaders, 'user-agent': 'agent-gateway', 'x-interaction-id': interactionId };
   const deadline = Date.now() + config.timeout_ms;
   /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
-  const exchange = new AbortController();
+  const inFlight = new AbortController();
   let remembered: ToolResult | undefined;
   /** The upstream's HTTP error status, while no later answer was fine (the probe's is then forgotten). */
   let httpError: ToolResult | undefined;
@@ -123,7 +189,7 @@ export async function runMcp(
     // After initializing, the client opens a standalone GET stream for server-initiated messages; a
     // single tool call needs none, and the stream would outlive it. The SDK takes 405 as "none".
     if (method === 'GET') return new Response(null, { status: 405 });
-    if (exchange.signal.aborted) throw new Error('The MCP exchange is over');
+    if (inFlight.signal.aborted) throw new Error('The MCP exchange is over');
     const sent = new Headers(init?.headers);
     const headers: Record<string, string> = { ...configured };
     for (const name of protocolHeaders) {
@@ -140,7 +206,7 @@ export async function runMcp(
       maxResponseBytes: MAX_RESPONSE_BYTES,
       oversize: 'fail',
       allowPrivateNetwork: config.allow_private_network,
-      signal: exchange.signal,
+      signal: inFlight.signal,
     });
     if (outcome.kind === 'failure') throw remember(toolFailure(outcome.code, outcome.message, config));
     if (outcome.kind === 'redirect') {
@@ -174,19 +240,21 @@ export async function runMcp(
   // The SDK's own request timeout is not the deadline: ours ends the exchange first.
   const requestOptions = { timeout: config.timeout_ms + SESSION_END_TIMEOUT_MS };
   try {
-    const called = (async () => {
+    const worked = (async () => {
       await client.connect(transport, requestOptions);
       const protocolVersion = client.getNegotiatedProtocolVersion();
       if (protocolVersion) tracing.negotiated?.(protocolVersion);
-      return client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, requestOptions);
+      return work(client, requestOptions);
     })();
-    const result = await Promise.race([called, ended]);
-    return resultOfToolCall(result as CallToolResult);
+    return { ok: true, value: await Promise.race([worked, ended]) };
   } catch (error) {
-    return failureOfExchange(error, remembered ?? httpError);
+    if (error instanceof TooManyPages) {
+      return { ok: false, failure: failure('TOOL_RESPONSE_INVALID', `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools`) };
+    }
+    return { ok: false, failure: failureOfExchange(error, remembered ?? httpError) };
   } finally {
     clearTimeout(timer);
-    exchange.abort();
+    inFlight.abort();
     // Before closing: closing forgets what was negotiated.
     const protocolVersion = client.getNegotiatedProtocolVersion();
     await client.close().catch(() => undefined);
