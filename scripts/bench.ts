@@ -5,8 +5,10 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
-import { LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/server';
+import { createMcpHandler, LATEST_PROTOCOL_VERSION, McpServer as McpServerV2, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/server';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import autocannon from 'autocannon';
+import { z } from 'zod';
 import { ExportResultCode } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace';
 import { createApp, packageVersion } from '../src/app.js';
@@ -18,6 +20,7 @@ import type { InteractionRecord } from '../src/generated/prisma/client.js';
 import { GENESIS_HASH, recordHashOf, verifyRecordSignature } from '../src/modules/record/record-chain.js';
 import { bodyOf } from '../src/modules/record/record.service.js';
 import { runLoad, type LoadResult } from './load.js';
+import { nodeHandlerOf, statefulEndpoint } from '../test/support/mcp-upstream.js';
 
 async function verifyChain(chain: InteractionRecord[], app: ReturnType<typeof createApp>) {
   let broken = 0;
@@ -294,12 +297,65 @@ const mcpOAuthRequest = { ...mcpRequest, headers: { ...mcpHeadersWithoutKey, aut
 const oauthCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpOAuthRequest)).json()) as { result?: { isError: boolean } };
 if (oauthCheck.result?.isError !== false) throw new Error(`the MCP bench call with an OAuth token must succeed: ${JSON.stringify(oauthCheck)}`);
 
+// An mcp tool (docs/guides/mcp.md#the-mcp-connector) whose upstream is the SDK's own server on
+// loopback, in this process: a stateful 2025-11-25 one (v1) and a 2026-07-28 one (v2). Its tool
+// answers the params back, as the mock tool does.
+const readTool = (params: Record<string, unknown>) => ({ content: [{ type: 'text' as const, text: 'read' }], structuredContent: params });
+const upstream2025 = statefulEndpoint(() => {
+  const server = new McpServer({ name: 'bench-upstream', version: '1.0.0' });
+  server.registerTool('read', { inputSchema: z.object({}).passthrough() }, async (params) => readTool(params));
+  return server;
+});
+const upstream2026 = createMcpHandler(() => {
+  const server = new McpServerV2({ name: 'bench-upstream-2026', version: '1.0.0' });
+  server.registerTool('read', { inputSchema: z.object({}).passthrough() }, async (params) => readTool(params));
+  return server;
+});
+const serve2026 = nodeHandlerOf(upstream2026.fetch);
+const mcpUpstream = createServer((req, res) => {
+  if (req.url === '/mcp-2026') return serve2026(req, res);
+  const chunks: Buffer[] = [];
+  req.on('data', (chunk: Buffer) => chunks.push(chunk));
+  req.on('end', () => {
+    const text = Buffer.concat(chunks).toString('utf8');
+    void upstream2025.serve(req, res, text ? JSON.parse(text) : undefined);
+  });
+});
+const mcpUpstreamBase = `http://127.0.0.1:${await listen(mcpUpstream)}`;
+const mcpAgent = await post(
+  `/api/v1/orgs/${org.org_id}/manifests`,
+  {
+    version: '1.0',
+    agent: { id: 'bench-mcp-tool', name: 'Bench', version: '1.0.0', team: 'bench' },
+    capabilities: { requested: ['upstream2025:read', 'upstream2026:read'] },
+    constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
+  },
+  auth,
+);
+await post(`/api/v1/orgs/${org.org_id}/manifests/${mcpAgent.manifest_id}/approve`, {}, auth);
+/** An execute of `<actionType>:read` through an mcp tool at `path` of the loopback upstream. */
+async function mcpToolRequest(actionType: string, path: string) {
+  const config = { url: `${mcpUpstreamBase}${path}`, allow_private_network: true, headers: { authorization: 'Bearer bench-upstream' } };
+  await post(`/api/v1/orgs/${org.org_id}/tools`, { action_type: actionType, connector: 'mcp', config }, auth);
+  const request = {
+    ...gatewayRequest,
+    body: JSON.stringify({ svc_id: 'bench-mcp-tool', agent_id: 'bench-mcp-tool', action: { type: actionType, tool: 'read', params: gatewayParams } }),
+  };
+  const check = (await (await fetch(`${base}/api/v1/gateway/execute`, request)).json()) as { result?: { success: boolean } };
+  if (check.result?.success !== true) throw new Error(`the mcp tool bench call (${path}) must succeed: ${JSON.stringify(check)}`);
+  return request;
+}
+const mcpTool2025Request = await mcpToolRequest('upstream2025', '/mcp');
+const mcpTool2026Request = await mcpToolRequest('upstream2026', '/mcp-2026');
+
 async function measurePost(name: string, url: string, request: { method: 'POST'; headers: Record<string, string>; body: string } = gatewayRequest) {
   const cpu = process.cpuUsage();
   const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
   return row(name, result, process.cpuUsage(cpu));
 }
 
+const MCP_TOOL_2025 = 'POST /api/v1/gateway/execute (+ record), mcp tool, 2025-11-25 stateful upstream';
+const MCP_TOOL_2026 = 'POST /api/v1/gateway/execute (+ record), mcp tool, 2026-07-28 upstream';
 const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ['bare node:http', () => measure('bare node:http', `http://127.0.0.1:${barePort}/`)],
   ['GET /healthz', () => measure('GET /healthz', `${base}/healthz`)],
@@ -322,6 +378,14 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   [
     'POST /api/v1/gateway/execute (+ record), 50 policies',
     () => measurePost('POST /api/v1/gateway/execute (+ record), 50 policies', `${base}/api/v1/gateway/execute`, policyRequest),
+  ],
+  [
+    MCP_TOOL_2025,
+    () => measurePost(MCP_TOOL_2025, `${base}/api/v1/gateway/execute`, mcpTool2025Request),
+  ],
+  [
+    MCP_TOOL_2026,
+    () => measurePost(MCP_TOOL_2026, `${base}/api/v1/gateway/execute`, mcpTool2026Request),
   ],
 ];
 // Telemetry off and on, alternated so that drift (a warming database, a busy neighbour) hits both.
@@ -409,6 +473,11 @@ for (const mcpCall of rows.filter((r) => r.name.startsWith('POST /mcp/'))) {
   if (restExecute) console.log(`${mcpCall.name}: ${(mcpCall.rps / restExecute.rps).toFixed(3)} of REST execute's throughput`);
 }
 
+// What an mcp tool's upstream exchange costs: the call against the same execute with the mock tool.
+for (const mcpTool of rows.filter((r) => r.name === MCP_TOOL_2025 || r.name === MCP_TOOL_2026)) {
+  if (restExecute) console.log(`${mcpTool.name}: ${(mcpTool.rps / restExecute.rps).toFixed(3)} of REST execute's throughput with the mock tool`);
+}
+
 // Two orgs on one process: org B sends one execute at a time, alone and while org A keeps 16 in
 // flight. The clients are processes of their own (scripts/load-client.mjs), so that the latencies
 // are the service's, not those of a load generator sharing its event loop; windows alternate so
@@ -464,6 +533,8 @@ quietServer.close();
 tracedServer.close();
 sampledServer.close();
 bare.close();
+mcpUpstream.close();
+mcpUpstream.closeAllConnections();
 await Promise.all([app.stop(), quietApp.stop(), tracedApp.stop(), sampledApp.stop()]);
-await Promise.all([tracedTelemetry.shutdown(), sampledTelemetry.shutdown()]);
+await Promise.all([tracedTelemetry.shutdown(), sampledTelemetry.shutdown(), upstream2025.forgetAll(), upstream2026.close()]);
 await db.close();
