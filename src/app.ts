@@ -228,7 +228,7 @@ export function createApp({
       clearInterval(approvalSweep);
       cache.stop();
       await ready.catch(() => undefined);
-      await Promise.all([webhookDispatcher.stop(), services.journal.stop(), ...periodicWork]);
+      await Promise.all([webhookDispatcher.stop(), services.journal.stop(), services.tools.close(), ...periodicWork]);
       // Spans still buffered go out (bounded); an injected telemetry is its owner's to shut down.
       if (!given) await telemetry.shutdown();
     },

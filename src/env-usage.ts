@@ -33,6 +33,8 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   WEBHOOK_RETRY_BASE_MS: { default: '2000', meaning: 'first retry delay of a delivery; doubles per attempt' },
   WEBHOOK_MAX_ATTEMPTS: { default: '8', meaning: 'attempts per delivery, the first included' },
   WEBHOOK_TIMEOUT_MS: { default: '10000', meaning: 'time one delivery attempt may take' },
+  MCP_UPSTREAM_POOL_SIZE: { default: '64', meaning: 'connected mcp tool upstreams kept for reuse; 0: none' },
+  MCP_UPSTREAM_IDLE_SECONDS: { default: '300', meaning: 'how long an unused mcp tool upstream stays connected' },
   EXECUTION_RECOVERY_SECONDS: { default: '30', meaning: 'how often executions of stopped processes are recorded' },
   EXECUTION_LEASE_SECONDS: { default: '15', meaning: 'how long a process’s journal lease lasts unrenewed' },
   ORG_MAX_CONCURRENCY: { default: '32', meaning: 'requests of one org running at once, when it is alone' },

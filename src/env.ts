@@ -71,6 +71,13 @@ export interface Env {
   maxConcurrentRequests: number;
   /** Requests of one org that may wait for their turn (`ORG_MAX_QUEUED`); more are answered 429. */
   orgMaxQueued: number;
+  /**
+   * Connected upstream clients of mcp tools kept for reuse (`MCP_UPSTREAM_POOL_SIZE`), the least
+   * recently used closed first; 0 keeps none (docs/decisions/0049-mcp-upstream-pool.md).
+   */
+  mcpUpstreamPoolSize: number;
+  /** How long an upstream client of an mcp tool is kept unused before it is closed (`MCP_UPSTREAM_IDLE_SECONDS`). */
+  mcpUpstreamIdleSeconds: number;
   /** How often executions left by stopped gateway processes are recorded as interrupted (also at start). */
   executionRecoverySeconds: number;
   /**
@@ -253,6 +260,8 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     orgMaxConcurrency: integer(source, 'ORG_MAX_CONCURRENCY', 32, 1),
     maxConcurrentRequests: integer(source, 'MAX_CONCURRENT_REQUESTS', 4, 1),
     orgMaxQueued: integer(source, 'ORG_MAX_QUEUED', 1000, 1),
+    mcpUpstreamPoolSize: integer(source, 'MCP_UPSTREAM_POOL_SIZE', 64),
+    mcpUpstreamIdleSeconds: integer(source, 'MCP_UPSTREAM_IDLE_SECONDS', 300, 1),
     executionRecoverySeconds: integer(source, 'EXECUTION_RECOVERY_SECONDS', 30, 1),
     executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
     policyEvalBudget: integer(source, 'POLICY_EVAL_BUDGET', DEFAULT_EVAL_BUDGET, 1),

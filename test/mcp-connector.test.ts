@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -18,6 +17,7 @@ import { MAX_JSON_DEPTH } from '../src/lib/storable-input.js';
 import { failureOfExchange, resultOfToolCall } from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
+import { statefulEndpoint } from './support/mcp-upstream.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -42,7 +42,6 @@ const AGENT_HEADER_VALUE = 'agent-private-e3b0c44298fc';
 const hits: Hit[] = [];
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
 const releaseHung = new Set<() => void>();
-const statefulSessions = new Map<string, StreamableHTTPServerTransport>();
 let upstream: RecordingServer;
 let port: number;
 
@@ -130,22 +129,8 @@ const onlyNewRevision = createMcpHandler(() => upstreamServerV2(), { legacy: 're
 const strictNewRevision = createMcpHandler(() => strictServerV2(), { legacy: 'reject' });
 
 /** Stateful (session ids, SSE answers), as most deployed servers are. */
-async function serveStateful(req: http.IncomingMessage, res: http.ServerResponse, body: unknown) {
-  const sessionId = req.headers['mcp-session-id'];
-  const existing = typeof sessionId === 'string' ? statefulSessions.get(sessionId) : undefined;
-  if (existing) return existing.handleRequest(req, res, body);
-  if (sessionId !== undefined) {
-    res.writeHead(404).end();
-    return;
-  }
-  const transport = new StreamableHTTPServerTransport({
-    sessionIdGenerator: () => randomUUID(),
-    onsessioninitialized: (id) => void statefulSessions.set(id, transport),
-    onsessionclosed: (id) => void statefulSessions.delete(id),
-  });
-  await upstreamServer().connect(transport);
-  await transport.handleRequest(req, res, body);
-}
+const stateful = statefulEndpoint(upstreamServer);
+const statefulSessions = stateful.sessions;
 
 /** Stateless with JSON answers: a new server and transport per request. */
 async function serveStateless(req: http.IncomingMessage, res: http.ServerResponse, body: unknown, server: McpServer | Server) {
@@ -164,7 +149,7 @@ async function route(req: http.IncomingMessage, res: http.ServerResponse, hit: H
   }
   switch (hit.path) {
     case '/mcp':
-      return serveStateful(req, res, body);
+      return stateful.serve(req, res, body);
     case '/mcp-stateless':
       return serveStateless(req, res, body, upstreamServer());
     case '/mcp-strict':
@@ -203,7 +188,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const release of releaseHung) release();
-  for (const transport of statefulSessions.values()) await transport.close();
+  await stateful.forgetAll();
   await Promise.all([bothRevisions.close(), onlyNewRevision.close(), strictNewRevision.close()]);
   await upstream.close();
   await t.close();
@@ -263,12 +248,6 @@ async function expectToolFailure(response: { status: number; body: any }, code: 
 }
 
 const toolCallsTo = (path: string) => hitsTo(path).filter((h) => h.method === 'POST' && h.body.includes('"tools/call"'));
-
-async function eventually(check: () => boolean, ms = 3000) {
-  const until = Date.now() + ms;
-  while (!check() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
-  return check();
-}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -435,11 +414,11 @@ describe('execution through the gateway', () => {
     });
     expect(calls[0].headers['x-interaction-id']).toBe(response.body.interaction_id);
     expect(calls[0].headers['user-agent']).toBe('agent-gateway');
-    // The session is ended (best effort, after the answer), and no standalone GET stream was opened.
+    // The session stays for the tool's next call (it is ended when its client leaves the pool:
+    // test/mcp-connector-pool.test.ts), and no standalone GET stream was opened.
     const sessionId = calls[0].headers['mcp-session-id'];
     expect(typeof sessionId).toBe('string');
-    expect(await eventually(() => hitsTo('/mcp').some((h) => h.method === 'DELETE' && h.headers['mcp-session-id'] === sessionId))).toBe(true);
-    expect(await eventually(() => !statefulSessions.has(sessionId as string))).toBe(true);
+    expect(statefulSessions.has(sessionId as string)).toBe(true);
     expect(hitsTo('/mcp').filter((h) => h.method === 'GET')).toHaveLength(0);
   });
 
@@ -481,7 +460,6 @@ describe('execution through the gateway', () => {
     expect(seen['x-api-key']).toBeUndefined();
     expect(seen['x-agent-secret']).toBeUndefined();
 
-    await eventually(() => hitsTo('/mcp').slice(before).some((h) => h.method === 'DELETE'));
     const received = hitsTo('/mcp').slice(before);
     expect(received.length).toBeGreaterThanOrEqual(3);
     const allowed = new Set([
@@ -695,7 +673,8 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
     expect(seen).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'], 'mcp-name': 'echo_headers' });
     expect(seen['x-api-key']).toBeUndefined();
     expect(seen['x-agent-secret']).toBeUndefined();
-    expect(methodsOf(hitsTo('/mcp-2026-only').slice(before))).toEqual(['server/discover', 'tools/call', 'server/discover', 'tools/call']);
+    // The second call reuses the tool's client: what the probe found is still known.
+    expect(methodsOf(hitsTo('/mcp-2026-only').slice(before))).toEqual(['server/discover', 'tools/call', 'tools/call']);
   });
 
   describe('failures are results, as with the 2025 family', () => {

@@ -65,7 +65,8 @@ export type OutboundOutcome =
   | { kind: 'response'; status: number; headers: http.IncomingHttpHeaders; body: Buffer }
   /** A 3xx: never followed. */
   | { kind: 'redirect'; status: number }
-  | { kind: 'failure'; code: OutboundFailureCode; message: string };
+  /** `refused`: the receiver refused the connection, so nothing of the request reached it. */
+  | { kind: 'failure'; code: OutboundFailureCode; message: string; refused?: boolean };
 
 export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
   return sendOutbound({ ...request, method: 'POST', headers: { ...request.headers, 'content-type': 'application/json' } });
@@ -135,7 +136,10 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     request.signal?.addEventListener('abort', onAbort, { once: true });
     outgoing.on('error', (error) => {
       if (error instanceof AddressRefusedError) finish({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
-      else finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The receiver could not be reached' });
+      else {
+        const refused = (error as NodeJS.ErrnoException).code === 'ECONNREFUSED';
+        finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The receiver could not be reached', refused });
+      }
     });
     outgoing.end(request.body);
   });

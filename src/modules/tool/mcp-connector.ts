@@ -1,17 +1,12 @@
-import { Client, ProtocolError, SdkHttpError, StreamableHTTPClientTransport, type CallToolResult, type FetchLike } from '@modelcontextprotocol/client';
-import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
+import { SdkError, SdkErrorCode, type CallToolResult, type Client } from '@modelcontextprotocol/client';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
-import {
-  failure,
-  MAX_RESPONSE_BYTES,
-  toolFailure,
-  withoutTraceContext,
-  type HttpToolConfig,
-  type ToolCall,
-  type ToolCredentials,
-  type ToolErrorCode,
-  type ToolResult,
-} from './connectors.js';
+import { failure, type HttpToolConfig, type ToolCall, type ToolErrorCode, type ToolResult } from './connectors.js';
+import { createClientPool, type ClientPool, type PoolOptions } from './mcp-client-pool.js';
+import { MAX_ERROR_MESSAGE_LENGTH, UpstreamCall } from './mcp-upstream-call.js';
+import { MAX_TOOL_LIST_PAGES, openUpstreamClient, requestOptions, upstreamKey, type McpUpstream, type UpstreamClient } from './mcp-upstream-client.js';
+
+export { failureOfExchange } from './mcp-upstream-call.js';
+export { MAX_TOOL_LIST_PAGES, type McpUpstream } from './mcp-upstream-client.js';
 
 /** What the tool call's span gives the exchange and learns from it. */
 export interface McpCallTracing {
@@ -24,26 +19,6 @@ export interface McpCallTracing {
 /** What an mcp tool stores in `config`: an http tool's endpoint and the upstream tool's name, when not the action's. */
 export interface McpToolConfig extends HttpToolConfig {
   tool: string | null;
-}
-
-/**
- * The headers the SDK's client sets that an MCP server needs (2026-07-28 adds `mcp-method` and
- * `mcp-name`, which servers check against the body); anything else it might add is not sent.
- */
-const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'mcp-method', 'mcp-name'] as const;
-/** Ending the upstream's session is a courtesy: it gets this long, after the result is known. */
-const SESSION_END_TIMEOUT_MS = 1000;
-const MAX_ERROR_MESSAGE_LENGTH = 500;
-const CLIENT_INFO = { name: 'agent-gateway', version: '1' };
-
-/** The outbound rules' answer as the web-standard Response the SDK reads. */
-function responseOf(status: number, headers: Record<string, string | string[] | undefined>, body: Buffer): Response {
-  const webHeaders = new Headers();
-  for (const [name, value] of Object.entries(headers)) {
-    for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) webHeaders.append(name, item);
-  }
-  const bodyless = status === 204 || status === 205 || status === 304 || body.length === 0;
-  return new Response(bodyless ? null : new Uint8Array(body), { status, headers: webHeaders });
 }
 
 /**
@@ -61,22 +36,6 @@ export function resultOfToolCall(result: Pick<CallToolResult, 'content' | 'struc
   return { success: false, data, error: { code: 'TOOL_ERROR', message } };
 }
 
-/**
- * What a failed exchange means. The SDK wraps whatever our fetch threw in its own errors, so an
- * outbound failure (`remembered`, the first one the fetch saw, or the upstream's last HTTP error)
- * decides; then a JSON-RPC error the upstream answered; anything else is an answer the SDK could
- * not read as MCP.
- */
-export function failureOfExchange(error: unknown, remembered: ToolResult | undefined): ToolResult {
-  if (remembered) return remembered;
-  // The SDK's own errors (a closed connection, its request timeout) are not ProtocolErrors and
-  // cannot come first anyway: only the deadline closes the transport, and it is remembered; the
-  // SDK's timeout is not shorter.
-  if (error instanceof ProtocolError) return failure('TOOL_MCP_ERROR', `The MCP server answered error ${error.code}: ${error.message}`);
-  const reason = error instanceof Error ? error.message : String(error);
-  return failure('TOOL_RESPONSE_INVALID', `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`);
-}
-
 /** A tool as the upstream's `tools/list` describes it: what the gateway keeps and pins. */
 export interface UpstreamToolDefinition {
   name: string;
@@ -91,8 +50,11 @@ export type UpstreamToolsResult =
   | { ok: true; tools: UpstreamToolDefinition[] }
   | { ok: false; error: { code: ToolErrorCode; message: string } };
 
-/** A `tools/list` is paginated; an upstream offering more than this many pages is cut off (and said to be). */
-export const MAX_TOOL_LIST_PAGES = 20;
+
+/** The connected upstream clients of one app, reused across calls (docs/decisions/0049-mcp-upstream-pool.md). */
+export type McpUpstreamPool = ClientPool<UpstreamClient>;
+
+export const createMcpUpstreamPool = (options: PoolOptions): McpUpstreamPool => createClientPool<UpstreamClient>(options);
 
 /** What one exchange needs besides the upstream: its id (sent as `x-interaction-id`) and its span. */
 interface ExchangeContext {
@@ -103,44 +65,47 @@ interface ExchangeContext {
 /**
  * Calls the tool on an upstream MCP server over Streamable HTTP with the http connector's rules for
  * every request: the address policy, no redirect followed, at most 1 MiB per answer, and one
- * deadline, `timeout_ms`, for the whole exchange. The SDK's client negotiates the revision
- * (docs/decisions/0048-mcp-protocol-revisions.md): it asks `server/discover` first and speaks
- * 2026-07-28 (tools/call, nothing else) to a server that offers it, and falls back to `initialize`
- * (then tools/call) for the 2025 family, which answers the probe with an error. Only the configured
- * headers and the protocol's own are sent, never anything of the agent's. Never throws: failures
- * are results.
+ * deadline, `timeout_ms`, for the whole call. The client comes from the pool, connected earlier by
+ * another call of the tool or now; connecting negotiates the revision
+ * (docs/decisions/0048-mcp-protocol-revisions.md): `server/discover` first, and 2026-07-28 with a
+ * server that offers it, else `initialize` for the 2025 family, which answers the probe with an
+ * error. Only the configured headers and the protocol's own are sent, never anything of the
+ * agent's. Never throws: failures are results.
  */
 export async function runMcp(
-  config: McpToolConfig,
-  credentials: ToolCredentials,
+  pool: McpUpstreamPool,
+  upstream: McpUpstream,
   call: ToolCall,
   tracing: McpCallTracing = { traceHeaders: {} },
 ): Promise<ToolResult> {
-  const outcome = await exchange(config, credentials, { interactionId: call.interaction_id, tracing }, (client, options) =>
-    client.callTool({ name: config.tool ?? call.action.tool, arguments: call.action.params }, options),
+  const outcome = await exchange(pool, upstream, { interactionId: call.interaction_id, tracing }, (client, options) =>
+    client.callTool({ name: upstream.config.tool ?? call.action.tool, arguments: call.action.params }, options),
   );
   return outcome.ok ? resultOfToolCall(outcome.value as CallToolResult) : outcome.failure;
 }
 
 /**
  * The upstream's tool definitions (`tools/list`, every page up to MAX_TOOL_LIST_PAGES) under the
- * same rules as a call: what the gateway pins and shows to models. Never throws.
+ * same rules as a call, through the same pool: what the gateway pins and shows to models. Never
+ * throws.
  */
 export async function listUpstreamTools(
-  config: McpToolConfig,
-  credentials: ToolCredentials,
+  pool: McpUpstreamPool,
+  upstream: McpUpstream,
   context: { interactionId: string; tracing?: McpCallTracing },
 ): Promise<UpstreamToolsResult> {
-  const outcome = await exchange(config, credentials, { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} } }, async (client, options) => {
-    const tools: UpstreamToolDefinition[] = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < MAX_TOOL_LIST_PAGES; page++) {
-      const listed = await client.listTools(cursor === undefined ? {} : { cursor }, options);
-      tools.push(...(listed.tools as UpstreamToolDefinition[]));
-      cursor = listed.nextCursor;
-      if (!cursor) return tools;
+  const outcome = await exchange(pool, upstream, { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} } }, async (client, options) => {
+    try {
+      // Read anew every time: the SDK's cache would answer from an earlier list for as long as the
+      // upstream's `ttlMs` says, and a cached list makes the shared client check later calls'
+      // results against its output schemas, which a call on a fresh client does not.
+      const listed = await client.listTools(undefined, { ...options, cacheMode: 'bypass' });
+      return listed.tools as UpstreamToolDefinition[];
+    } catch (error) {
+      // The SDK walks the pages, at most MAX_TOOL_LIST_PAGES (the client's `listMaxPages`).
+      if (error instanceof SdkError && error.code === SdkErrorCode.ListPaginationExceeded) throw new TooManyPages();
+      throw error;
     }
-    throw new TooManyPages();
   });
   if (outcome.ok) return { ok: true, tools: outcome.value };
   if (!outcome.failure.success) return { ok: false, error: outcome.failure.error };
@@ -150,127 +115,80 @@ export async function listUpstreamTools(
 class TooManyPages extends Error {}
 
 type ExchangeOutcome<T> = { ok: true; value: T } | { ok: false; failure: ToolResult };
+type Work<T> = (client: Client, options: ReturnType<typeof requestOptions>) => Promise<T>;
 
-/** One MCP exchange with the upstream: connect (negotiating the revision), `work`, close. Never throws. */
-async function exchange<T>(
-  config: McpToolConfig,
-  credentials: ToolCredentials,
-  { interactionId, tracing }: ExchangeContext,
-  work: (client: Client, options: { timeout: number }) => Promise<T>,
-): Promise<ExchangeOutcome<T>> {
+/**
+ * One call's exchange with the upstream on a pooled client, tried again once on a fresh client
+ * when the first attempt certainly was not processed. Never throws.
+ */
+async function exchange<T>(pool: McpUpstreamPool, upstream: McpUpstream, context: ExchangeContext, work: Work<T>): Promise<ExchangeOutcome<T>> {
   let url: URL;
   try {
-    url = new URL(config.url);
+    url = new URL(upstream.config.url);
   } catch {
     return { ok: false, failure: failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid') };
   }
-  // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
-  const configured = Object.fromEntries(
-    Object.entries(withoutTraceContext(credentials.headers, tracing.traceHeaders))
-      .map(([name, value]) => [name.toLowerCase(), value])
-      .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
-  );
-  const ownHeaders = { ...tracing.traceHeaders, 'user-agent': 'agent-gateway', 'x-interaction-id': interactionId };
-  const deadline = Date.now() + config.timeout_ms;
-  /** Ends what is in flight once the exchange is decided (the deadline, or a failure). */
-  const inFlight = new AbortController();
-  let remembered: ToolResult | undefined;
-  /** The upstream's HTTP error status, while no later answer was fine (the probe's is then forgotten). */
-  let httpError: ToolResult | undefined;
-  let sessionId: string | undefined;
-  /** Keeps the first failure, and gives the SDK an error to carry (its text is not what is reported). */
-  const remember = (result: ToolResult) => {
-    remembered ??= result;
-    return new Error('the MCP exchange failed');
-  };
-
-  const fetchThroughOutboundRules: FetchLike = async (target, init) => {
-    const method = (init?.method ?? 'GET').toUpperCase();
-    // After initializing, the client opens a standalone GET stream for server-initiated messages; a
-    // single tool call needs none, and the stream would outlive it. The SDK takes 405 as "none".
-    if (method === 'GET') return new Response(null, { status: 405 });
-    if (inFlight.signal.aborted) throw new Error('The MCP exchange is over');
-    const sent = new Headers(init?.headers);
-    const headers: Record<string, string> = { ...configured };
-    for (const name of protocolHeaders) {
-      const value = sent.get(name);
-      if (value !== null) headers[name] = value;
-    }
-    Object.assign(headers, ownHeaders);
-    const outcome: OutboundOutcome = await sendOutbound({
-      method,
-      url: String(target),
-      headers,
-      body: typeof init?.body === 'string' ? init.body : undefined,
-      timeoutMs: Math.max(1, deadline - Date.now()),
-      maxResponseBytes: MAX_RESPONSE_BYTES,
-      oversize: 'fail',
-      allowPrivateNetwork: config.allow_private_network,
-      signal: inFlight.signal,
-    });
-    if (outcome.kind === 'failure') throw remember(toolFailure(outcome.code, outcome.message, config));
-    if (outcome.kind === 'redirect') {
-      throw remember(failure('TOOL_REDIRECT_REFUSED', `The MCP server answered ${outcome.status}; redirects are not followed`));
-    }
-    if (outcome.status < 200 || outcome.status > 599) {
-      throw remember(failure('TOOL_RESPONSE_INVALID', `The MCP server answered HTTP ${outcome.status}`));
-    }
-    // The SDK turns this into its own error; the status is what the result reports, unless the
-    // exchange went on: a 2025-era server answers the `server/discover` probe with a 4xx.
-    httpError = outcome.status >= 400 ? failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`) : undefined;
-    const session = outcome.headers['mcp-session-id'];
-    if (typeof session === 'string') sessionId = session;
-    return responseOf(outcome.status, outcome.headers, outcome.body);
-  };
-
-  const client = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' } });
-  const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules });
-  let failNow: (error: Error) => void = () => undefined;
-  const ended = new Promise<never>((_, reject) => {
-    failNow = reject;
+  const call = new UpstreamCall(upstream.config, context.interactionId, context.tracing);
+  const key = upstreamKey(upstream);
+  return call.run(async () => {
+    const first = await attempt(pool, key, upstream, url, call, work);
+    if (!first.retry) return first.outcome;
+    call.retry();
+    return (await attempt(pool, key, upstream, url, call, work)).outcome;
   });
-  const timer = setTimeout(() => failNow(remember(toolFailure('TIMEOUT', 'deadline', config))), config.timeout_ms);
-  // A message the SDK cannot read (a broken event in a stream, a response to no request) would
-  // otherwise leave the call waiting for the deadline. An HTTP error is reported here too, but the
-  // request it answered fails by itself, and it may be a 2025-era server's answer to the
-  // `server/discover` probe, after which the client goes on with `initialize`.
-  client.onerror = (error) => {
-    if (!(error instanceof SdkHttpError)) failNow(remember(failureOfExchange(error, undefined)));
-  };
-  // The SDK's own request timeout is not the deadline: ours ends the exchange first.
-  const requestOptions = { timeout: config.timeout_ms + SESSION_END_TIMEOUT_MS };
+}
+
+/**
+ * One attempt: the work on the tool's pooled client (waiting for it to connect), or on a new one.
+ * A call that was decided (its deadline) is never tried again.
+ */
+async function attempt<T>(
+  pool: McpUpstreamPool,
+  key: string,
+  upstream: McpUpstream,
+  url: URL,
+  call: UpstreamCall,
+  work: Work<T>,
+): Promise<{ outcome: ExchangeOutcome<T>; retry: boolean }> {
+  const lease = pool.lease(key, upstream.toolId, () => openUpstreamClient(upstream, url, call));
+  const { client } = lease;
   try {
-    const worked = (async () => {
-      await client.connect(transport, requestOptions);
-      const protocolVersion = client.getNegotiatedProtocolVersion();
-      if (protocolVersion) tracing.negotiated?.(protocolVersion);
-      return work(client, requestOptions);
-    })();
-    return { ok: true, value: await Promise.race([worked, ended]) };
+    await Promise.race([client.ready, call.ended]);
+    const protocolVersion = client.sdk.getNegotiatedProtocolVersion();
+    if (protocolVersion) call.tracing.negotiated?.(protocolVersion);
+    const value = await Promise.race([work(client.sdk, requestOptions(call)), call.ended]);
+    lease.release(true);
+    return { outcome: { ok: true, value }, retry: false };
   } catch (error) {
-    if (error instanceof TooManyPages) {
-      return { ok: false, failure: failure('TOOL_RESPONSE_INVALID', `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools`) };
-    }
-    return { ok: false, failure: failureOfExchange(error, remembered ?? httpError) };
-  } finally {
-    clearTimeout(timer);
-    inFlight.abort();
-    // Before closing: closing forgets what was negotiated.
-    const protocolVersion = client.getNegotiatedProtocolVersion();
-    await client.close().catch(() => undefined);
-    if (sessionId) void endSession(url, { ...configured, ...ownHeaders }, sessionId, protocolVersion, config.allow_private_network);
+    const result =
+      error instanceof TooManyPages
+        ? failure('TOOL_RESPONSE_INVALID', `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools`)
+        : call.failureOf(error);
+    lease.release(keepsClient(client, error instanceof TooManyPages ? null : result));
+    return { outcome: { ok: false, failure: result }, retry: !lease.opened && !call.signal.aborted && unprocessed(client, call) };
   }
 }
 
-/** Best effort (MCP asks clients to end sessions they are done with): its outcome changes nothing. */
-function endSession(url: URL, headers: Record<string, string>, sessionId: string, protocolVersion: string | undefined, allowPrivateNetwork: boolean) {
-  return sendOutbound({
-    method: 'DELETE',
-    url: url.href,
-    headers: { ...headers, 'mcp-session-id': sessionId, ...(protocolVersion ? { 'mcp-protocol-version': protocolVersion } : {}) },
-    timeoutMs: SESSION_END_TIMEOUT_MS,
-    maxResponseBytes: 1024,
-    oversize: 'truncate',
-    allowPrivateNetwork,
-  });
+/**
+ * The failures that are the call's own, after which its client serves the next call: its deadline
+ * (the request is cancelled, the session stays), an error the upstream answered, an answer too
+ * large. Any other failure (the connection, an HTTP error, an answer that is not MCP) drops the
+ * client, so that the next call connects anew.
+ */
+const callsOwnFailures = new Set<ToolErrorCode>(['TOOL_TIMEOUT', 'TOOL_MCP_ERROR', 'TOOL_RESPONSE_TOO_LARGE']);
+
+/** Whether the client stays after a failed attempt (`result` null: a failure of the work's own, not of the exchange). */
+function keepsClient(client: UpstreamClient, result: ToolResult | null): boolean {
+  // A call that stopped waiting for another's connecting leaves the client to that call.
+  if (client.state === 'connecting') return true;
+  if (client.state === 'failed') return false;
+  return result === null || (!result.success && callsOwnFailures.has(result.error.code));
 }
+
+/**
+ * The upstream certainly did not process the attempt's request: the client's connecting failed
+ * while the call waited (the request was never sent), its session was unknown (the upstream
+ * restarted or ended it: 404), or its connection was refused. Such an attempt on a client that was
+ * not opened for it is tried again once on a fresh client.
+ */
+const unprocessed = (client: UpstreamClient, call: UpstreamCall) => client.state === 'failed' || call.report.unprocessed;

@@ -14,7 +14,7 @@ import {
   type ToolCredentials,
   type ToolResult,
 } from './connectors.js';
-import { runMcp, type McpToolConfig } from './mcp-connector.js';
+import { createMcpUpstreamPool, runMcp, type McpToolConfig } from './mcp-connector.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
@@ -255,7 +255,10 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
   return stale.length;
 }
 
-export function createToolService({ db, cache, logger, secrets, telemetry }: Deps) {
+export function createToolService({ env, db, cache, logger, secrets, telemetry }: Deps) {
+  /** The mcp tools' upstream clients, reused across calls; closed by `close()` (the app's stop). */
+  const mcpUpstreams = createMcpUpstreamPool({ maxClients: env.mcpUpstreamPoolSize, idleMs: env.mcpUpstreamIdleSeconds * 1000 });
+
   function openCredentials(tool: Tool): ToolCredentials {
     return {
       secret: tool.secret === null ? null : secrets.open(tool.secret),
@@ -441,7 +444,8 @@ export function createToolService({ db, cache, logger, secrets, telemetry }: Dep
       }
       const traceHeaders = telemetry.traceHeaders();
       if (tool.connector === 'mcp') {
-        return await runMcp(tool.config as unknown as McpToolConfig, tool.credentials, call, { traceHeaders, negotiated });
+        const upstream = { toolId: tool.id, config: tool.config as unknown as McpToolConfig, credentials: tool.credentials };
+        return await runMcp(mcpUpstreams, upstream, call, { traceHeaders, negotiated });
       }
       return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call, traceHeaders);
     } catch (error) {
@@ -450,7 +454,7 @@ export function createToolService({ db, cache, logger, secrets, telemetry }: Dep
     }
   }
 
-  return { create, get, list, update, remove, forAction, execute };
+  return { create, get, list, update, remove, forAction, execute, close: () => mcpUpstreams.close() };
 }
 
 export type ToolService = ReturnType<typeof createToolService>;
