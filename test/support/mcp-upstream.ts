@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type http from 'node:http';
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Hit } from './recording-server.js';
 import { serveWithWebHandler } from './web-handler.js';
@@ -15,12 +14,19 @@ export interface StatefulEndpoint {
   /** The live sessions by id: a test may close one (the server "forgets" it) or read their count. */
   sessions: Map<string, StreamableHTTPServerTransport>;
   serve(req: http.IncomingMessage, res: http.ServerResponse, body: unknown): Promise<void>;
+  /** Ends one session without the client's asking, as a server does when a session expires. */
+  forget(sessionId: string): Promise<void>;
   /** Ends every session, as a restarted server would have lost them. */
   forgetAll(): Promise<void>;
 }
 
+/** What serves a session: the SDK v1's McpServer or its low-level Server. */
+interface SessionServer {
+  connect(transport: StreamableHTTPServerTransport): Promise<void>;
+}
+
 /** A request with an unknown session id is answered 404, as the MCP specification asks of an ended session. */
-export function statefulEndpoint(newServer: () => McpServer): StatefulEndpoint {
+export function statefulEndpoint(newServer: () => SessionServer): StatefulEndpoint {
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   async function serve(req: http.IncomingMessage, res: http.ServerResponse, body: unknown) {
     const sessionId = req.headers['mcp-session-id'];
@@ -38,12 +44,17 @@ export function statefulEndpoint(newServer: () => McpServer): StatefulEndpoint {
     await newServer().connect(transport);
     await transport.handleRequest(req, res, body);
   }
+  async function forget(sessionId: string) {
+    const transport = sessions.get(sessionId);
+    sessions.delete(sessionId);
+    await transport?.close();
+  }
   async function forgetAll() {
     const open = [...sessions.values()];
     sessions.clear();
     await Promise.all(open.map((transport) => transport.close()));
   }
-  return { sessions, serve, forgetAll };
+  return { sessions, serve, forget, forgetAll };
 }
 
 /** Reads a request's body, then answers it with a web-standard handler (`createMcpHandler(...).fetch`). */

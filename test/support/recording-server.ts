@@ -21,9 +21,11 @@ export interface RecordingServer {
   close(): Promise<void>;
 }
 
+/** `port`: a given one, so that a test can stop the server and start it again where clients know it (an upstream restarting). */
 export async function startRecordingServer(
   hits: Hit[],
   respond: (hit: Hit, res: http.ServerResponse, req: http.IncomingMessage) => unknown,
+  port = 0,
 ): Promise<RecordingServer> {
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -35,11 +37,11 @@ export async function startRecordingServer(
       respond(hit, res, req);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const bound = (server.address() as AddressInfo).port;
   return {
-    port,
-    base: `http://127.0.0.1:${port}`,
+    port: bound,
+    base: `http://127.0.0.1:${bound}`,
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
