@@ -243,10 +243,12 @@ function expectRefunded(response: { status: number; body: any }, invoice: string
 // ---------------------------------------------------------------------------------------------
 
 describe('calls reuse the tool’s client and its session', () => {
-  test('a stateful 2025-11-25 upstream: five calls, then twenty at once, make one initialize and use one session; each result is its own', async () => {
+  test('a stateful 2025-11-25 upstream: five calls (over one connection), then twenty at once, make one initialize and use one session; each result is its own', async () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp' } });
     const before = hits.length;
+    const connections = upstream.connections;
     for (let i = 0; i < 5; i++) expectRefunded(await execute('billing', 'refund', { invoice: `seq_${i}`, amount: i }), `seq_${i}`);
+    expect(upstream.connections - connections).toBe(1);
     const together = await Promise.all(Array.from({ length: 20 }, (_, i) => execute('billing', 'refund', { invoice: `par_${i}`, amount: i })));
     together.forEach((response, i) => expectRefunded(response, `par_${i}`));
 

@@ -53,6 +53,12 @@ export interface OutboundRequest {
   allowPrivateNetwork: boolean;
   /** Aborting ends the request at once (shutdown, a deadline over several requests). */
   signal?: AbortSignal;
+  /**
+   * Keeps connections for later requests to the same receiver (an mcp tool's upstream client);
+   * without it each request has a connection of its own. Its connections were checked against the
+   * address policy when they were opened.
+   */
+  agent?: http.Agent;
 }
 
 /** A JSON POST: the body is JSON and sent with its content type. */
@@ -98,7 +104,7 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     };
     const outgoing = client.request(
       url,
-      { method: request.method, headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: false },
+      { method: request.method, headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: request.agent ?? false },
       (response) => {
         const status = response.statusCode ?? 0;
         if (status >= 300 && status < 400) {

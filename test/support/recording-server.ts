@@ -17,6 +17,8 @@ export interface RecordingServer {
   port: number;
   /** `http://127.0.0.1:<port>` */
   base: string;
+  /** TCP connections accepted so far (clients that keep theirs open between requests open few). */
+  readonly connections: number;
   /** Ends open connections (a hung answer included) and stops listening. */
   close(): Promise<void>;
 }
@@ -37,11 +39,16 @@ export async function startRecordingServer(
       respond(hit, res, req);
     });
   });
+  let connections = 0;
+  server.on('connection', () => connections++);
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
   const bound = (server.address() as AddressInfo).port;
   return {
     port: bound,
     base: `http://127.0.0.1:${bound}`,
+    get connections() {
+      return connections;
+    },
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -1,4 +1,6 @@
 import { createHash } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
 import { Client, SdkHttpError, StreamableHTTPClientTransport, type FetchLike } from '@modelcontextprotocol/client';
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { failure, MAX_RESPONSE_BYTES, toolFailure, withoutTraceContext, type ToolCredentials } from './connectors.js';
@@ -31,6 +33,12 @@ export const SESSION_END_TIMEOUT_MS = 1000;
  */
 const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'mcp-method', 'mcp-name'] as const;
 const CLIENT_INFO = { name: 'agent-gateway', version: '1' };
+/**
+ * A connection to the upstream left unused this long is closed: before the 5 s after which servers
+ * commonly close idle ones (Node's default), so that a request is rarely sent on a connection the
+ * server is closing (the agent also honours a shorter `Keep-Alive: timeout` the server announces).
+ */
+const IDLE_CONNECTION_MS = 4000;
 
 /**
  * The pool's key: the tool, and a hash of everything that shapes its exchange (the endpoint, the
@@ -57,8 +65,10 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
       .map(([name, value]) => [name.toLowerCase(), value])
       .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
   );
+  // The client's connections, reused by its requests (a TLS handshake or a TCP one per request otherwise).
+  const agent = new (url.protocol === 'https:' ? https.Agent : http.Agent)({ keepAlive: true, timeout: IDLE_CONNECTION_MS });
   const sdk = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' }, listMaxPages: MAX_TOOL_LIST_PAGES });
-  const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules(upstream.config, configured) });
+  const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules(upstream.config, configured, agent) });
   // A message the SDK cannot read (a broken event in a stream, a response to no request) would
   // otherwise leave the call waiting for its deadline. An HTTP error is reported here too, but the
   // request it answered fails by itself, and it may be a 2025-era server's answer to the
@@ -89,7 +99,8 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
       const protocolVersion = sdk.getNegotiatedProtocolVersion();
       const sessionId = transport.sessionId;
       await sdk.close().catch(() => undefined);
-      if (sessionId) await endSession(url, upstream.config, { ...configured, 'user-agent': 'agent-gateway' }, sessionId, protocolVersion);
+      if (sessionId) await endSession(url, upstream.config, agent, { ...configured, 'user-agent': 'agent-gateway' }, sessionId, protocolVersion);
+      agent.destroy();
     },
   };
 }
@@ -102,7 +113,7 @@ export const requestOptions = (call: UpstreamCall) => ({ timeout: call.config.ti
  * the protocol's own and the call's. Only the current call's requests end when it does, except the
  * SDK's notice that the call was given up (`notifications/cancelled`), which goes out after it.
  */
-function fetchThroughOutboundRules(config: McpToolConfig, configured: Record<string, string>): FetchLike {
+function fetchThroughOutboundRules(config: McpToolConfig, configured: Record<string, string>, agent: http.Agent): FetchLike {
   return async (target, init) => {
     const method = (init?.method ?? 'GET').toUpperCase();
     // After initializing, the client opens a standalone GET stream for server-initiated messages;
@@ -131,6 +142,7 @@ function fetchThroughOutboundRules(config: McpToolConfig, configured: Record<str
       oversize: 'fail',
       allowPrivateNetwork: config.allow_private_network,
       signal: cancelling ? undefined : call.signal,
+      agent,
     });
     return answerOf(call, outcome, headers['mcp-session-id'] !== undefined);
   };
@@ -177,7 +189,14 @@ function responseOf(status: number, headers: Record<string, string | string[] | 
 }
 
 /** Best effort (MCP asks clients to end sessions they are done with): its outcome changes nothing. */
-async function endSession(url: URL, config: McpToolConfig, headers: Record<string, string>, sessionId: string, protocolVersion: string | undefined) {
+async function endSession(
+  url: URL,
+  config: McpToolConfig,
+  agent: http.Agent,
+  headers: Record<string, string>,
+  sessionId: string,
+  protocolVersion: string | undefined,
+) {
   await sendOutbound({
     method: 'DELETE',
     url: url.href,
@@ -186,5 +205,6 @@ async function endSession(url: URL, config: McpToolConfig, headers: Record<strin
     maxResponseBytes: 1024,
     oversize: 'truncate',
     allowPrivateNetwork: config.allow_private_network,
+    agent,
   });
 }
