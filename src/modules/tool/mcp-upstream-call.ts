@@ -31,6 +31,9 @@ export interface AttemptReport {
   unprocessed: boolean;
 }
 
+/** What a call's request throws for the SDK to carry: the failure itself is remembered by the call. */
+export class RequestFailed extends Error {}
+
 const callStorage = new AsyncLocalStorage<UpstreamCall>();
 /** Why a call's requests end when it is over; one object, as an abort without a reason makes (and traces) a new one each time. */
 const CALL_OVER = new Error('The MCP call is over');
@@ -95,7 +98,7 @@ export class UpstreamCall {
   /** Keeps the first failure, and gives the SDK an error to carry (its text is not what is reported). */
   remember(result: ToolResult): Error {
     this.report.remembered ??= result;
-    return new Error('the MCP exchange failed');
+    return new RequestFailed('the MCP exchange failed');
   }
 
   /** Decides the call as failed now: its requests end and its work is no longer waited for. */

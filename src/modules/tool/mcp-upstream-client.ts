@@ -6,7 +6,7 @@ import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { failure, MAX_RESPONSE_BYTES, toolFailure, withoutTraceContext, type ToolCredentials } from './connectors.js';
 import type { Closable } from './mcp-client-pool.js';
 import type { McpToolConfig } from './mcp-connector.js';
-import { currentCall, failureOfExchange, type UpstreamCall } from './mcp-upstream-call.js';
+import { currentCall, failureOfExchange, RequestFailed, type UpstreamCall } from './mcp-upstream-call.js';
 
 /** The upstream of one mcp tool: what a client is made for, and what keys it in the pool. */
 export interface McpUpstream {
@@ -70,11 +70,12 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
   const sdk = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' }, listMaxPages: MAX_TOOL_LIST_PAGES });
   const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules(upstream.config, configured, agent) });
   // A message the SDK cannot read (a broken event in a stream, a response to no request) would
-  // otherwise leave the call waiting for its deadline. An HTTP error is reported here too, but the
-  // request it answered fails by itself, and it may be a 2025-era server's answer to the
-  // `server/discover` probe, after which the client goes on with `initialize`.
+  // otherwise leave the call waiting for its deadline. A failed request is reported here too (an
+  // HTTP error, or what the fetch threw), but it fails by itself, and the call may go on: to
+  // `initialize` after a 2025-era server refused the `server/discover` probe, or to another
+  // client when the upstream did not process it.
   sdk.onerror = (error) => {
-    if (!(error instanceof SdkHttpError)) currentCall()?.fail(failureOfExchange(error, undefined));
+    if (!(error instanceof SdkHttpError || error instanceof RequestFailed)) currentCall()?.fail(failureOfExchange(error, undefined));
   };
   let state: UpstreamClient['state'] = 'connecting';
   // The first handlers of the promise: the state is known before any call waiting for it resumes.
@@ -137,7 +138,9 @@ function fetchThroughOutboundRules(config: McpToolConfig, configured: Record<str
       url: String(target),
       headers,
       body,
-      timeoutMs: cancelling ? SESSION_END_TIMEOUT_MS : Math.max(1, call.deadline - Date.now()),
+      // The call's deadline ends its requests (through its signal), so that the SDK cancels the
+      // call upstream; a request's own timeout is only a backstop after it.
+      timeoutMs: cancelling ? SESSION_END_TIMEOUT_MS : Math.max(1, call.deadline - Date.now()) + SESSION_END_TIMEOUT_MS,
       maxResponseBytes: MAX_RESPONSE_BYTES,
       oversize: 'fail',
       allowPrivateNetwork: config.allow_private_network,
