@@ -9,7 +9,7 @@ import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { z } from 'zod';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { createClientPool } from '../src/modules/tool/mcp-client-pool.js';
-import { createMcpUpstreamPool, listUpstreamTools, MAX_TOOL_LIST_PAGES, runMcp, type McpUpstream } from '../src/modules/tool/mcp-connector.js';
+import { createMcpUpstreamPool, listUpstreamTools, MAX_TOOL_LIST_PAGES, runMcp, type McpUpstream, type McpUpstreamPool } from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
 import { statefulEndpoint, type StatefulEndpoint } from './support/mcp-upstream.js';
@@ -492,52 +492,70 @@ describe('the bound, idle clients and shutdown end sessions', () => {
 });
 
 describe('listUpstreamTools through the pool', () => {
-  const pool = createMcpUpstreamPool({ maxClients: 8, idleMs: 60_000 });
-  afterAll(() => pool.close());
+  /** Runs `use` with a pool of its own, closed after. */
+  async function withPool(use: (pool: McpUpstreamPool) => Promise<void>) {
+    const pool = createMcpUpstreamPool({ maxClients: 8, idleMs: 60_000 });
+    try {
+      await use(pool);
+    } finally {
+      await pool.close();
+    }
+  }
   const upstreamAt = (path: string): McpUpstream => ({
     toolId: `tool_${path}`,
     config: { url: local(path), timeout_ms: 5000, allow_private_network: true, tool: null },
     credentials: { secret: null, headers: {} },
   });
   const context = { interactionId: 'definitions' };
+  const callOf = (name: string) => ({ svc_id: 's', agent_id: 'a', interaction_id: `call-${unique()}`, action: { type: 'x', tool: name, params: {} } });
+  const names = ['checked', 'tool_0_1', 'tool_0_2', 'tool_1_0', 'tool_1_1', 'tool_1_2', 'tool_2_0', 'tool_2_1', 'tool_2_2'];
+  const lists = Array(3).fill('tools/list');
 
   test.each([
-    ['/paged-2025/3', ['server/discover', 'initialize', 'notifications/initialized']],
-    ['/paged-2026/3', ['server/discover']],
-  ])('%s: every page of the list (by cursor), read anew each time on one connection', async (path, connecting) => {
-    const before = hits.length;
-    const listed = await listUpstreamTools(pool, upstreamAt(path), context);
-    expect(listed).toEqual({ ok: true, tools: expect.any(Array) });
-    const names = listed.ok ? listed.tools.map((tool) => tool.name) : [];
-    expect(names).toEqual(['checked', 'tool_0_1', 'tool_0_2', 'tool_1_0', 'tool_1_1', 'tool_1_2', 'tool_2_0', 'tool_2_1', 'tool_2_2']);
-    // The 2026-07-28 server said its list may be kept a minute: the second read asks all the same.
-    expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(listed);
-    const lists = Array(3).fill('tools/list');
-    expect(methodsOf(posts(before, path))).toEqual([...connecting, ...lists, ...lists]);
-    expect(posts(before, path).filter((h) => JSON.parse(h.body).method === 'tools/list').map((h) => JSON.parse(h.body).params?.cursor)).toEqual([
-      undefined,
-      '1',
-      '2',
-      undefined,
-      '1',
-      '2',
-    ]);
-  });
+    ['/paged-2025/3', ['server/discover', 'initialize', 'notifications/initialized'], 1],
+    ['/paged-2026/3', ['server/discover'], 0],
+  ])('%s: every page of the list (by cursor), read anew each time; on the tool’s client once a call made one, else on one of its own', (path, connecting, deletes) =>
+    withPool(async (pool) => {
+      const before = hits.length;
+      const alone = await listUpstreamTools(pool, upstreamAt(path), context);
+      expect(alone.ok && alone.tools.map((tool) => tool.name)).toEqual(names);
+      // A read of definitions takes no place in the pool: its client is closed (its session ended).
+      expect(pool.size).toBe(0);
+      expect(await eventually(() => deletesOf(hits.slice(before).filter((h) => h.path === path)).length === deletes)).toBe(true);
+      expect(methodsOf(posts(before, path))).toEqual([...connecting, ...lists]);
 
-  test.each(['/paged-2025/3', '/paged-2026/3'])('%s: a listed output schema is not held against later calls on the same client', async (path) => {
-    await listUpstreamTools(pool, upstreamAt(path), context);
-    const call = { svc_id: 's', agent_id: 'a', interaction_id: 'after-list', action: { type: 'x', tool: 'checked', params: {} } };
-    expect(await runMcp(pool, upstreamAt(path), call)).toEqual({ success: true, data: uncheckedResult });
-  });
+      expect(await runMcp(pool, upstreamAt(path), callOf('tool_1_0'))).toMatchObject({ success: true });
+      const reused = hits.length;
+      // The 2026-07-28 server said its list may be kept a minute: the second read asks all the same.
+      expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
+      expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
+      const read = posts(reused, path);
+      expect(methodsOf(read)).toEqual([...lists, ...lists]);
+      expect(read.map((h) => JSON.parse(h.body).params?.cursor)).toEqual([undefined, '1', '2', undefined, '1', '2']);
+    }),
+  );
 
-  test(`more than ${MAX_TOOL_LIST_PAGES} pages: TOOL_RESPONSE_INVALID, and the client serves the next list`, async () => {
-    const path = `/paged-2025/${MAX_TOOL_LIST_PAGES + 1}`;
-    const tooMany = await listUpstreamTools(pool, upstreamAt(path), context);
-    expect(tooMany).toEqual({ ok: false, error: { code: 'TOOL_RESPONSE_INVALID', message: `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools` } });
-    const before = hits.length;
-    expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(tooMany);
-    expect(methodsOf(posts(before, path))).toEqual(Array(MAX_TOOL_LIST_PAGES).fill('tools/list'));
-  });
+  test.each(['/paged-2025/3', '/paged-2026/3'])('%s: a listed output schema is not held against later calls on the same client', (path) =>
+    withPool(async (pool) => {
+      expect(await runMcp(pool, upstreamAt(path), callOf('tool_2_0'))).toMatchObject({ success: true });
+      await listUpstreamTools(pool, upstreamAt(path), context);
+      const before = hits.length;
+      expect(await runMcp(pool, upstreamAt(path), callOf('checked'))).toEqual({ success: true, data: uncheckedResult });
+      expect(methodsOf(posts(before, path))).toEqual(['tools/call']);
+    }),
+  );
+
+  test(`more than ${MAX_TOOL_LIST_PAGES} pages: TOOL_RESPONSE_INVALID, and the tool’s client serves the next list`, () =>
+    withPool(async (pool) => {
+      const path = `/paged-2025/${MAX_TOOL_LIST_PAGES + 1}`;
+      expect(await runMcp(pool, upstreamAt(path), callOf('tool_0_1'))).toMatchObject({ success: true });
+      const tooMany = await listUpstreamTools(pool, upstreamAt(path), context);
+      expect(tooMany).toEqual({ ok: false, error: { code: 'TOOL_RESPONSE_INVALID', message: `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools` } });
+      const before = hits.length;
+      expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(tooMany);
+      expect(methodsOf(posts(before, path))).toEqual(Array(MAX_TOOL_LIST_PAGES).fill('tools/list'));
+    }),
+  );
 });
 
 describe('the pool’s bookkeeping (createClientPool)', () => {
@@ -549,47 +567,47 @@ describe('the pool’s bookkeeping (createClientPool)', () => {
 
   test('the least recently used client leaves first; a client in use closes when its last call ends', () => {
     const pool = createClientPool<Counted>({ maxClients: 2, idleMs: 60_000 });
-    const a = pool.lease('a', 'tool-a', client);
+    const a = pool.lease('a', 'tool-a', client, true);
     a.release(true);
-    const b = pool.lease('b', 'tool-b', client);
-    pool.lease('a', 'tool-a', client).release(true);
+    const b = pool.lease('b', 'tool-b', client, true);
+    pool.lease('a', 'tool-a', client, true).release(true);
     // a was used last: b leaves for c, though b's call is still running.
-    const c = pool.lease('c', 'tool-c', client);
+    const c = pool.lease('c', 'tool-c', client, true);
     expect(pool.size).toBe(2);
     expect(b.client.closes).toBe(0);
     b.release(true);
     expect(b.client.closes).toBe(1);
-    expect(pool.lease('a', 'tool-a', client).client).toBe(a.client);
-    expect(pool.lease('b', 'tool-b', client).opened).toBe(true);
+    expect(pool.lease('a', 'tool-a', client, true).client).toBe(a.client);
+    expect(pool.lease('b', 'tool-b', client, true).opened).toBe(true);
     c.release(true);
   });
 
   test('a tool’s new settings retire its old client; a dropped client is not handed out again', () => {
     const pool = createClientPool<Counted>({ maxClients: 8, idleMs: 60_000 });
-    const old = pool.lease('tool-1:v1', 'tool-1', client);
+    const old = pool.lease('tool-1:v1', 'tool-1', client, true);
     old.release(true);
-    const updated = pool.lease('tool-1:v2', 'tool-1', client);
+    const updated = pool.lease('tool-1:v2', 'tool-1', client, true);
     expect(old.client.closes).toBe(1);
     expect(pool.size).toBe(1);
     updated.release(false);
     expect(updated.client.closes).toBe(1);
-    expect(pool.lease('tool-1:v2', 'tool-1', client).opened).toBe(true);
+    expect(pool.lease('tool-1:v2', 'tool-1', client, true).opened).toBe(true);
   });
 
   test('an idle client closes after idleMs; closing the pool closes the rest, and later clients are not kept', async () => {
     const pool = createClientPool<Counted>({ maxClients: 8, idleMs: 20 });
-    const idle = pool.lease('idle', 'tool-1', client);
+    const idle = pool.lease('idle', 'tool-1', client, true);
     idle.release(true);
     expect(await eventually(() => idle.client.closes === 1)).toBe(true);
-    const busy = pool.lease('busy', 'tool-2', client);
-    const kept = pool.lease('kept', 'tool-3', client);
+    const busy = pool.lease('busy', 'tool-2', client, true);
+    const kept = pool.lease('kept', 'tool-3', client, true);
     kept.release(true);
     await pool.close();
     expect(kept.client.closes).toBe(1);
     expect(busy.client.closes).toBe(0);
     busy.release(true);
     expect(busy.client.closes).toBe(1);
-    const late = pool.lease('late', 'tool-4', client);
+    const late = pool.lease('late', 'tool-4', client, true);
     expect(pool.size).toBe(0);
     late.release(true);
     expect(late.client.closes).toBe(1);

@@ -51,8 +51,8 @@ export function createClientPool<C extends Closable>({ maxClients, idleMs }: Poo
     return entry.calls === 0 ? entry.client.close().catch(() => undefined) : undefined;
   }
 
-  function admit(key: string, owner: string, client: C): Entry<C> {
-    const entry: Entry<C> = { key, owner, client, calls: 0, pooled: !closed && maxClients > 0 };
+  function enter(key: string, owner: string, client: C, pooled: boolean): Entry<C> {
+    const entry: Entry<C> = { key, owner, client, calls: 0, pooled: pooled && !closed && maxClients > 0 };
     if (!entry.pooled) return entry;
     const previous = keyOfOwner.get(owner);
     if (previous !== undefined) retire(entries.get(previous)!);
@@ -74,8 +74,11 @@ export function createClientPool<C extends Closable>({ maxClients, idleMs }: Poo
   }
 
   return {
-    /** The pooled client of `key`, or a new one from `open` (which it keeps, unless the pool is off or closed). */
-    lease(key: string, owner: string, open: () => C): Lease<C> {
+    /**
+     * The pooled client of `key`, or a new one from `open`, which the pool keeps when `admit` says
+     * so (and it is neither off nor closed); one it does not keep closes after the call.
+     */
+    lease(key: string, owner: string, open: () => C, admit: boolean): Lease<C> {
       let entry = entries.get(key);
       const opened = entry === undefined;
       if (entry) {
@@ -84,7 +87,7 @@ export function createClientPool<C extends Closable>({ maxClients, idleMs }: Poo
         entries.set(key, entry);
         clearTimeout(entry.idleTimer);
       } else {
-        entry = admit(key, owner, open());
+        entry = enter(key, owner, open(), admit);
       }
       entry.calls++;
       const leased = entry;

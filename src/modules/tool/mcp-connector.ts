@@ -1,7 +1,7 @@
 import { SdkError, SdkErrorCode, type CallToolResult, type Client } from '@modelcontextprotocol/client';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 import { failure, type HttpToolConfig, type ToolCall, type ToolErrorCode, type ToolResult } from './connectors.js';
-import { createClientPool, type ClientPool, type PoolOptions } from './mcp-client-pool.js';
+import { createClientPool, type ClientPool, type Lease, type PoolOptions } from './mcp-client-pool.js';
 import { MAX_ERROR_MESSAGE_LENGTH, UpstreamCall } from './mcp-upstream-call.js';
 import { MAX_TOOL_LIST_PAGES, openUpstreamClient, requestOptions, upstreamKey, type McpUpstream, type UpstreamClient } from './mcp-upstream-client.js';
 
@@ -60,6 +60,12 @@ export const createMcpUpstreamPool = (options: PoolOptions): McpUpstreamPool => 
 interface ExchangeContext {
   interactionId: string;
   tracing: McpCallTracing;
+  /**
+   * Whether a client opened for the exchange stays in the pool. Calls keep theirs; a read of the
+   * tool's definitions uses a pooled client but keeps none, so that the periodic reads of every
+   * tool do not push out the clients of the tools being called.
+   */
+  admit: boolean;
 }
 
 /**
@@ -78,7 +84,7 @@ export async function runMcp(
   call: ToolCall,
   tracing: McpCallTracing = { traceHeaders: {} },
 ): Promise<ToolResult> {
-  const outcome = await exchange(pool, upstream, { interactionId: call.interaction_id, tracing }, (client, options) =>
+  const outcome = await exchange(pool, upstream, { interactionId: call.interaction_id, tracing, admit: true }, (client, options) =>
     client.callTool({ name: upstream.config.tool ?? call.action.tool, arguments: call.action.params }, options),
   );
   return outcome.ok ? resultOfToolCall(outcome.value as CallToolResult) : outcome.failure;
@@ -86,15 +92,16 @@ export async function runMcp(
 
 /**
  * The upstream's tool definitions (`tools/list`, every page up to MAX_TOOL_LIST_PAGES) under the
- * same rules as a call, through the same pool: what the gateway pins and shows to models. Never
- * throws.
+ * same rules as a call, on the tool's pooled client when it has one (else on one of its own, closed
+ * after): what the gateway pins and shows to models. Never throws.
  */
 export async function listUpstreamTools(
   pool: McpUpstreamPool,
   upstream: McpUpstream,
   context: { interactionId: string; tracing?: McpCallTracing },
 ): Promise<UpstreamToolsResult> {
-  const outcome = await exchange(pool, upstream, { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} } }, async (client, options) => {
+  const exchangeContext = { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} }, admit: false };
+  const outcome = await exchange(pool, upstream, exchangeContext, async (client, options) => {
     try {
       // Read anew every time: the SDK's cache would answer from an earlier list for as long as the
       // upstream's `ttlMs` says, and a cached list makes the shared client check later calls'
@@ -129,28 +136,20 @@ async function exchange<T>(pool: McpUpstreamPool, upstream: McpUpstream, context
     return { ok: false, failure: failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid') };
   }
   const call = new UpstreamCall(upstream.config, context.interactionId, context.tracing);
-  const key = upstreamKey(upstream);
+  const lease = () => pool.lease(upstreamKey(upstream), upstream.toolId, () => openUpstreamClient(upstream, url, call), context.admit);
   return call.run(async () => {
-    const first = await attempt(pool, key, upstream, url, call, work);
+    const first = await attempt(lease(), call, work);
     if (!first.retry) return first.outcome;
     call.retry();
-    return (await attempt(pool, key, upstream, url, call, work)).outcome;
+    return (await attempt(lease(), call, work)).outcome;
   });
 }
 
 /**
- * One attempt: the work on the tool's pooled client (waiting for it to connect), or on a new one.
- * A call that was decided (its deadline) is never tried again.
+ * One attempt: the work on the leased client (the tool's pooled one, waiting for it to connect, or
+ * a new one). A call that was decided (its deadline) is never tried again.
  */
-async function attempt<T>(
-  pool: McpUpstreamPool,
-  key: string,
-  upstream: McpUpstream,
-  url: URL,
-  call: UpstreamCall,
-  work: Work<T>,
-): Promise<{ outcome: ExchangeOutcome<T>; retry: boolean }> {
-  const lease = pool.lease(key, upstream.toolId, () => openUpstreamClient(upstream, url, call));
+async function attempt<T>(lease: Lease<UpstreamClient>, call: UpstreamCall, work: Work<T>): Promise<{ outcome: ExchangeOutcome<T>; retry: boolean }> {
   const { client } = lease;
   try {
     await Promise.race([client.ready, call.ended]);
