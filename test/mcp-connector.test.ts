@@ -89,7 +89,8 @@ function upstreamServer(): McpServer {
 /** What the MCP specification asks for: an unknown tool is a JSON-RPC error (-32602), not a tool error. */
 function strictServer(): Server {
   const server = new Server({ name: 'strict', version: '1.0.0' }, { capabilities: { tools: {} } });
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [] }));
+  // It lists a tool it no longer has (removed after the gateway read the list): the call reaches it.
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -116,7 +117,7 @@ function upstreamServerV2(): McpServerV2 {
 /** A 2026-07-28 server answering an unknown tool with a JSON-RPC error, as the specification asks. */
 function strictServerV2(): ServerV2 {
   const server = new ServerV2({ name: 'strict-2026', version: '1.0.0' }, { capabilities: { tools: {} } });
-  server.setRequestHandler('tools/list', async () => ({ tools: [] }));
+  server.setRequestHandler('tools/list', async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
   server.setRequestHandler('tools/call', async (request) => {
     throw new ServerProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -295,6 +296,10 @@ describe('mcp tool CRUD', () => {
         allow_private_network: false,
         tool: 'crm.update_v2',
       },
+      // The save read the upstream's definitions, which this address cannot give: nothing is pinned.
+      definitions: [],
+      definitions_checked_at: expect.stringMatching(iso),
+      definitions_error: expect.stringMatching(/^TOOL_UNREACHABLE: /),
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });
@@ -391,7 +396,7 @@ describe('mcp tool CRUD', () => {
     expect(replaced.body.result.data.structuredContent.headers['x-tenant']).toBeUndefined();
 
     const audits = await t.database.db.sql.query<{ after: any }>(
-      'SELECT after FROM audit_logs WHERE target_id = $1 ORDER BY created_at, id',
+      "SELECT after FROM audit_logs WHERE target_id = $1 AND action IN ('tool.created', 'tool.updated') ORDER BY created_at, id",
       [toolId],
     );
     expect(audits.map((a) => a.after.secrets_set)).toEqual([undefined, [], ['headers.Authorization']]);
@@ -545,11 +550,21 @@ describe('execution through the gateway', () => {
       expect(response.body.result.data).toEqual({});
     });
 
-    test('an unknown tool on the SDK’s McpServer (which answers isError): TOOL_ERROR naming it', async () => {
+    test('a tool the upstream does not list is not called: denied with TOOL_NOT_FOUND_UPSTREAM, recorded', async () => {
       const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp') }));
+      const callsBefore = toolCallsTo('/mcp').length;
       const response = await execute('missing');
-      await expectToolFailure(response, 'TOOL_ERROR');
-      expect(response.body.result.error.message).toContain('missing');
+      expect(response.status).toBe(200);
+      expect(response.body).toMatchObject({ decision: 'deny', executed: false, result: null });
+      expect(response.body.reasons).toEqual([
+        { code: 'TOOL_NOT_FOUND_UPSTREAM', message: expect.stringContaining('"missing"'), details: { tool: 'missing' } },
+      ]);
+      expect(toolCallsTo('/mcp').length).toBe(callsBefore);
+      const [record] = await t.database.db.sql.query<{ status: string; executed: boolean }>(
+        'SELECT status, executed FROM interaction_records WHERE id = $1',
+        [response.body.interaction_id],
+      );
+      expect(record).toEqual({ status: 'denied', executed: false });
     });
 
     test('the tool never answers: TOOL_TIMEOUT after timeout_ms 300, the gateway answers promptly', async () => {
