@@ -383,6 +383,18 @@ describe('drift', () => {
     expect((await tool.execute('refund')).body).toMatchObject({ decision: 'allow', executed: true });
   });
 
+  test('a huge change: the tool shows the whole diff, the audit entry and the webhook payload a cut one', async () => {
+    const path = upstreamAt([REFUND]);
+    const tool = await orgWithTool(path);
+    const huge = { ...REFUND, description: 'x'.repeat(40_000) };
+    listed.set(path, [huge]);
+    const refreshed = await tool.refresh();
+    expect(definition(refreshed.body, 'refund').diff).toContain('x'.repeat(40_000));
+    const [entry] = await tool.audit('tool.definition_changed');
+    expect(entry.after.diff.length).toBeLessThan(17_000);
+    expect(entry.after.diff).toContain('the tool shows the whole diff');
+  });
+
   test('concurrent refreshes that find one change report it once', async () => {
     const path = upstreamAt([REFUND]);
     const tool = await orgWithTool(path);

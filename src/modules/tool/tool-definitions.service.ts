@@ -40,6 +40,14 @@ export interface DefinitionView extends KeptDefinition {
   diff: string | null;
 }
 
+/**
+ * An audit entry and a webhook payload carry at most this much of a diff: a definition may take
+ * up to a MiB, and the tool itself shows the whole diff.
+ */
+const MAX_REPORTED_DIFF = 16 * 1024;
+const boundedDiff = (diff: string | null) =>
+  diff !== null && diff.length > MAX_REPORTED_DIFF ? `${diff.slice(0, MAX_REPORTED_DIFF)}\n… (cut at ${MAX_REPORTED_DIFF} characters: the tool shows the whole diff)\n` : diff;
+
 /** How many due tools one sweep claims, and how many it reads at once. */
 const SWEEP_BATCH = 20;
 const SWEEP_CONCURRENCY = 4;
@@ -114,7 +122,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
 
   async function reportChange(tx: Prisma.TransactionClient, tool: Tool, actor: Actor, change: DefinitionChange, kept: readonly KeptDefinition[]) {
     const definition = kept.find((d) => d.name === change.name);
-    const diff = definition ? definitionDiff(definition) : null;
+    const diff = definition ? boundedDiff(definitionDiff(definition)) : null;
     const data = { tool_id: tool.id, action_type: tool.actionType, ...change, diff };
     await recordAudit(tx, tool.orgId, actor, { action: 'tool.definition_changed', targetType: 'tool', targetId: tool.id, after: data });
     await enqueueWebhookEvent(sqlConnectionOf(tx), tool.orgId, 'tool.definition_changed', data);
