@@ -118,6 +118,9 @@ describe('planAccept', () => {
     ]);
     expect(planAccept(drifted, [{ name: 'refund', current_hash: hash(refund) }], later)).toEqual({ ok: false, problem: 'moved', name: 'refund' });
     expect(planAccept(drifted, [{ name: 'nope' }], later)).toEqual({ ok: false, problem: 'unknown', name: 'nope' });
+    // null stands for "reviewed as removed": the tool came back (as `changed`) since, so nothing is accepted.
+    expect(planAccept(drifted, [{ name: 'refund', current_hash: null }], later)).toEqual({ ok: false, problem: 'moved', name: 'refund' });
+    expect(planAccept(drifted, [{ name: 'lookup', current_hash: null }], later).ok).toBe(true);
     expect(planAccept(pinned, [{ name: 'refund' }], later)).toEqual({ ok: false, problem: 'not_changed', name: 'refund' });
   });
 });

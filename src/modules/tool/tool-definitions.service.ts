@@ -34,10 +34,9 @@ export interface DefinitionState {
   definitions: ReadonlyMap<string, KeptDefinition>;
 }
 
-/** A kept definition as the API shows it. */
+/** A kept definition as the API shows it (its diff is worked out only when asked for). */
 export interface DefinitionView extends KeptDefinition {
   status: ReturnType<typeof statusOf>;
-  diff: string | null;
 }
 
 /**
@@ -66,7 +65,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
 
   async function views(toolId: string): Promise<DefinitionView[]> {
     const kept = await selectDefinitions(db.sql, toolId);
-    return kept.map((definition) => ({ ...definition, status: statusOf(definition), diff: definitionDiff(definition) }));
+    return kept.map((definition) => ({ ...definition, status: statusOf(definition) }));
   }
 
   /** What the upstream lists now, or why it could not be read. */

@@ -193,8 +193,9 @@ export function planAccept(previous: readonly KeptDefinition[], acceptances: rea
     const kept = byName.get(acceptance.name);
     if (!kept) return { ok: false, problem: 'unknown', name: acceptance.name };
     if (statusOf(kept) === 'pinned') return { ok: false, problem: 'not_changed', name: acceptance.name };
+    // null is a hash too: "reviewed as removed", refused if the tool came back meanwhile.
     const reviewed = 'current_hash' in acceptance ? acceptance.current_hash : undefined;
-    if (reviewed != null && reviewed !== kept.currentHash) return { ok: false, problem: 'moved', name: acceptance.name };
+    if (reviewed !== undefined && reviewed !== kept.currentHash) return { ok: false, problem: 'moved', name: acceptance.name };
     chosen.add(acceptance.name);
   }
   const kept: KeptDefinition[] = [];

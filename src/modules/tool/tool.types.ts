@@ -7,7 +7,7 @@ import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { publicConfig } from './tool.service.js';
-import { definitionStatuses } from './tool-definitions.js';
+import { definitionDiff, definitionStatuses } from './tool-definitions.js';
 import type { DefinitionView } from './tool-definitions.service.js';
 
 const ToolDefinitionRef = builder.objectRef<DefinitionView>('ToolDefinition').implement({
@@ -29,14 +29,20 @@ const ToolDefinitionRef = builder.objectRef<DefinitionView>('ToolDefinition').im
     changed_at: t.expose('changedAt', { type: 'Timestamp', nullable: true, description: 'When the upstream first showed something else than the pin; null while it shows the pin.' }),
     pinned: t.expose('pinned', { type: 'JSON', nullable: true, description: 'What the agents’ tools/list shows (unless the tool’s config sets its own).' }),
     current: t.expose('current', { type: 'JSON', nullable: true }),
-    diff: t.exposeString('diff', { nullable: true, description: 'A unified diff from the pinned definition to the current one; null while they are the same.' }),
+    diff: t.string({
+      nullable: true,
+      description: 'A unified diff from the pinned definition to the current one; null while they are the same.',
+      resolve: (definition) => definitionDiff(definition),
+    }),
   }),
 });
 
 const ToolDefinitionAcceptance = builder.inputType('ToolDefinitionAcceptance', {
   fields: (t) => ({
     name: t.string({ required: true, description: 'The upstream tool.' }),
-    current_hash: t.string({ description: 'The current hash that was reviewed: when the upstream moved on since, nothing is accepted (409).' }),
+    current_hash: t.string({
+      description: 'The current hash that was reviewed (null: reviewed as removed): when the upstream moved on since, nothing is accepted (409).',
+    }),
   }),
 });
 
