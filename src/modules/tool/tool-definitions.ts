@@ -89,6 +89,8 @@ export function listProblem(listed: readonly UpstreamToolDefinition[]): string |
   return undefined;
 }
 
+const byName = (a: { name: string }, b: { name: string }) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
 /** A definition whose status a refresh changed: what audit and webhooks report. */
 export interface DefinitionChange {
   name: string;
@@ -120,8 +122,9 @@ export function planRefresh(
 ): RefreshPlan {
   const { alreadyPinned, only, now } = options;
   const read = new Map(
-    listed
+    [...listed]
       .filter((tool) => only === null || tool.name === only)
+      .sort(byName)
       .map((tool) => {
         const definition = definitionOf(tool);
         return [tool.name, { definition, hash: definitionHash(definition) }] as const;
@@ -153,7 +156,7 @@ export function planRefresh(
     if (read.has(old.name) || old.pinnedHash === null) continue;
     kept.push(settle(old, { ...old, current: null, currentHash: null }, now, changes));
   }
-  return { kept, changes, pinnedNow: false };
+  return { kept: kept.sort(byName), changes: changes.sort(byName), pinnedNow: false };
 }
 
 /** `changedAt` for the definition's new state, and its change when the upstream shows something else than at the last read. */
