@@ -57,6 +57,8 @@ export interface App {
 }
 
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
+/** Tools fall due every MCP_UPSTREAM_REFRESH_SECONDS; the sweep looks for them at least this often. */
+const DEFINITIONS_SWEEP_MAX_SECONDS = 60;
 
 /** The app's telemetry from its environment: OTLP tracing when an endpoint is set, metrics unless METRICS_PORT=0. */
 export function telemetryFromEnv(env: Env, logger: Logger): Telemetry {
@@ -208,6 +210,11 @@ export function createApp({
     runPeriodic(() => services.approvals.expireDue(), 'approval expiry sweep failed');
   }, env.approvalSweepSeconds * 1000);
   approvalSweep.unref();
+  // Reads the due mcp tools' upstream definitions; every process may run it (SKIP LOCKED claims).
+  const definitionsSweep = setInterval(() => {
+    runPeriodic(() => services.tools.sweepDefinitions(), 'tool definitions refresh failed');
+  }, Math.min(env.mcpUpstreamRefreshSeconds, DEFINITIONS_SWEEP_MAX_SECONDS) * 1000);
+  definitionsSweep.unref();
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
   const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets, telemetry }).start();
@@ -226,6 +233,7 @@ export function createApp({
     stop: async () => {
       clearInterval(maintenance);
       clearInterval(approvalSweep);
+      clearInterval(definitionsSweep);
       cache.stop();
       await ready.catch(() => undefined);
       await Promise.all([webhookDispatcher.stop(), services.journal.stop(), services.tools.close(), ...periodicWork]);

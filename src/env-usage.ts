@@ -29,6 +29,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   OAUTH_CLIENT_METADATA_LOOPBACK: { default: 'false', meaning: 'true: OAuth client ids at http loopback URLs (tests only)' },
   SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
+  MCP_UPSTREAM_REFRESH_SECONDS: { default: '300', meaning: 'how often mcp tools read their upstream tool definitions again' },
   WEBHOOK_POLL_MS: { default: '500', meaning: 'how often due webhook deliveries are looked for' },
   WEBHOOK_RETRY_BASE_MS: { default: '2000', meaning: 'first retry delay of a delivery; doubles per attempt' },
   WEBHOOK_MAX_ATTEMPTS: { default: '8', meaning: 'attempts per delivery, the first included' },

@@ -63,6 +63,8 @@ const expectedRoutes = [
   'GET /orgs/{org_id}/tools/{tool_id}',
   'PATCH /orgs/{org_id}/tools/{tool_id}',
   'DELETE /orgs/{org_id}/tools/{tool_id}',
+  'POST /orgs/{org_id}/tools/{tool_id}/refresh',
+  'POST /orgs/{org_id}/tools/{tool_id}/accept-definitions',
   'GET /orgs/{org_id}/webhooks',
   'POST /orgs/{org_id}/webhooks',
   'GET /orgs/{org_id}/webhooks/{webhook_id}',

@@ -12,7 +12,7 @@ import { createClientPool } from '../src/modules/tool/mcp-client-pool.js';
 import { createMcpUpstreamPool, listUpstreamTools, MAX_TOOL_LIST_PAGES, runMcp, type McpUpstream, type McpUpstreamPool } from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
-import { statefulEndpoint, type StatefulEndpoint } from './support/mcp-upstream.js';
+import { lateAnswers, statefulEndpoint, type StatefulEndpoint } from './support/mcp-upstream.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -32,17 +32,11 @@ const spans = new InMemorySpanExporter();
 // The upstream: MCP servers on one loopback HTTP server that a test can restart on its port.
 
 const hits: Hit[] = [];
-const releaseHung = new Set<() => void>();
 let upstream: RecordingServer;
 let port: number;
 
-/** A tool's answer after 5 s, or when the test releases it: long past any deadline of the tests. */
-const lateAnswer = () =>
-  new Promise<{ content: { type: 'text'; text: string }[] }>((resolve) => {
-    const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
-    releaseHung.add(release);
-    setTimeout(release, 5000).unref();
-  });
+/** The `hang` tool's answers: past any deadline of these tests, and let go when the file ends. */
+const late = lateAnswers();
 
 const refunded = (invoice: string, amount: number) => ({
   content: [{ type: 'text' as const, text: `refunded ${amount} on ${invoice}` }],
@@ -56,7 +50,7 @@ function upstreamServer(): McpServer {
     content: [{ type: 'text', text: 'headers' }],
     structuredContent: { headers: extra.requestInfo?.headers ?? {} },
   }));
-  server.registerTool('hang', {}, lateAnswer);
+  server.registerTool('hang', {}, late.answer);
   return server;
 }
 
@@ -67,7 +61,7 @@ function upstreamServerV2(): McpServerV2 {
     content: [{ type: 'text', text: 'headers' }],
     structuredContent: { headers: Object.fromEntries(ctx.http?.req?.headers ?? []) },
   }));
-  server.registerTool('hang', {}, lateAnswer);
+  server.registerTool('hang', {}, late.answer);
   return server;
 }
 
@@ -162,7 +156,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const release of releaseHung) release();
+  late.releaseAll();
   await t?.close();
   await telemetry?.shutdown();
   await stateful.forgetAll();
@@ -182,6 +176,8 @@ const sessionOf = (hit: Hit) => hit.headers['mcp-session-id'] as string | undefi
 /** The upstream's requests from a tool: each tool of these tests sends a header `x-tool` of its own. */
 const fromTool = (from: number, tag: string) => hits.slice(from).filter((h) => h.headers['x-tool'] === tag);
 const deletesOf = (received: Hit[]) => received.filter((h) => h.method === 'DELETE');
+/** The tool's `tools/call` requests. */
+const callsFrom = (from: number, tag: string) => fromTool(from, tag).filter((h) => h.method === 'POST' && JSON.parse(h.body).method === 'tools/call');
 
 async function eventually(check: () => boolean, ms = 5000) {
   const until = Date.now() + ms;
@@ -213,6 +209,7 @@ async function toolsOrg(app: TestApp, tools: Record<string, ToolSetup>) {
   );
   const tags: Record<string, string> = {};
   const ids: Record<string, string> = {};
+  const start = hits.length;
   for (const [type, setup] of Object.entries(tools)) {
     tags[type] = unique();
     const config = {
@@ -224,6 +221,11 @@ async function toolsOrg(app: TestApp, tools: Record<string, ToolSetup>) {
     const created = await app.request('POST', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken, body: { action_type: type, connector: 'mcp', config } });
     if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
     ids[type] = created.body.tool_id;
+  }
+  // Saving read each tool's definitions on a client of its own, which then ended its session
+  // (docs/decisions/0050-upstream-tool-definitions.md): what a test counts after this is its calls'.
+  for (const [type, setup] of Object.entries(tools)) {
+    if (setup.path === '/mcp' && !(await eventually(() => deletesOf(fromTool(start, tags[type])).length === 1))) throw new Error('no end of the read’s session');
   }
   const { key } = await createKey(app, org, ['gateway:execute']);
   const execute = (type: string, tool = 'refund', params: Record<string, unknown> = { invoice: `inv_${unique()}`, amount: 5 }) =>
@@ -287,7 +289,7 @@ describe('calls reuse the tool’s client and its session', () => {
       spans.reset();
       const before = hits.length;
       const responses = await Promise.all(Array.from({ length: 6 }, (_, i) => execute('billing', 'refund', { invoice: `tr_${i}`, amount: i })));
-      const calls = fromTool(before, tags.billing).filter((h) => JSON.parse(h.body).method === 'tools/call');
+      const calls = callsFrom(before, tags.billing);
       expect(calls).toHaveLength(6);
       for (const response of responses) {
         const interactionId = response.body.interaction_id;
@@ -307,7 +309,7 @@ describe('reconnecting', () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp' } });
     expectRefunded(await execute('billing', 'refund', { invoice: 'before', amount: 1 }), 'before');
     const before = hits.length;
-    const [first] = fromTool(0, tags.billing).filter((h) => JSON.parse(h.body).method === 'tools/call');
+    const [first] = callsFrom(0, tags.billing);
     const oldSession = sessionOf(first)!;
 
     await stopUpstream();
@@ -348,7 +350,7 @@ describe('reconnecting', () => {
   test('a session the upstream ended by itself (expired): the call meets 404 and succeeds on a new session', async () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp' } });
     expectRefunded(await execute('billing', 'refund', { invoice: 'e1', amount: 1 }), 'e1');
-    const session = sessionOf(fromTool(0, tags.billing).find((h) => h.method === 'POST' && JSON.parse(h.body).method === 'tools/call')!)!;
+    const session = sessionOf(callsFrom(0, tags.billing)[0])!;
     await stateful.forget(session);
     const before = hits.length;
     expectRefunded(await execute('billing', 'refund', { invoice: 'e2', amount: 2 }), 'e2');
@@ -387,7 +389,7 @@ describe('credentials are never shared', () => {
   test('a tool updated with a new header value: the next call uses it on a new session, and the old session is ended', async () => {
     const { org, tags, ids, execute } = await toolsOrg(t, { billing: { path: '/mcp', headers: { authorization: 'Bearer old-value' } } });
     expect((await execute('billing', 'echo_headers')).body.result.data.structuredContent.headers.authorization).toBe('Bearer old-value');
-    const oldSession = sessionOf(fromTool(0, tags.billing).find((h) => h.method === 'POST' && JSON.parse(h.body).method === 'tools/call')!)!;
+    const oldSession = sessionOf(callsFrom(0, tags.billing)[0])!;
     const path = `/api/v1/orgs/${org.orgId}/tools/${ids.billing}`;
     const shown = (await t.request('GET', path, { token: org.adminToken })).body.config;
     const patched = await t.request('PATCH', path, {

@@ -17,7 +17,7 @@ import { MAX_JSON_DEPTH } from '../src/lib/storable-input.js';
 import { failureOfExchange, resultOfToolCall } from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
-import { statefulEndpoint } from './support/mcp-upstream.js';
+import { lateAnswers, statefulEndpoint } from './support/mcp-upstream.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
@@ -41,17 +41,11 @@ const AGENT_HEADER_VALUE = 'agent-private-e3b0c44298fc';
 
 const hits: Hit[] = [];
 const hitsTo = (path: string) => hits.filter((h) => h.path === path);
-const releaseHung = new Set<() => void>();
 let upstream: RecordingServer;
 let port: number;
 
-/** A tool's answer after 5 s, or when the test releases it: long past any deadline of the tests. */
-const lateAnswer = () =>
-  new Promise<{ content: { type: 'text'; text: string }[] }>((resolve) => {
-    const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
-    releaseHung.add(release);
-    setTimeout(release, 5000).unref();
-  });
+/** The `hang` tool's answers: past any deadline of these tests, and let go when the file ends. */
+const late = lateAnswers();
 
 /** The tools every upstream server offers. */
 function upstreamServer(): McpServer {
@@ -71,7 +65,7 @@ function upstreamServer(): McpServer {
   server.registerTool('throws', {}, async () => {
     throw new Error('the ledger is locked');
   });
-  server.registerTool('hang', {}, lateAnswer);
+  server.registerTool('hang', {}, late.answer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('deep', {}, async () => {
     let nested: Record<string, unknown> = { leaf: true };
@@ -88,7 +82,8 @@ function upstreamServer(): McpServer {
 /** What the MCP specification asks for: an unknown tool is a JSON-RPC error (-32602), not a tool error. */
 function strictServer(): Server {
   const server = new Server({ name: 'strict', version: '1.0.0' }, { capabilities: { tools: {} } });
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [] }));
+  // It lists a tool it no longer has (removed after the gateway read the list): the call reaches it.
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -103,7 +98,7 @@ function upstreamServerV2(): McpServerV2 {
     structuredContent: { refund_id: 'rf_2', invoice, amount },
   }));
   server.registerTool('fail', {}, async () => ({ content: [{ type: 'text', text: 'declined in 2026' }], isError: true }));
-  server.registerTool('hang', {}, lateAnswer);
+  server.registerTool('hang', {}, late.answer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('echo_headers', {}, async (ctx) => ({
     content: [{ type: 'text', text: 'headers' }],
@@ -115,7 +110,7 @@ function upstreamServerV2(): McpServerV2 {
 /** A 2026-07-28 server answering an unknown tool with a JSON-RPC error, as the specification asks. */
 function strictServerV2(): ServerV2 {
   const server = new ServerV2({ name: 'strict-2026', version: '1.0.0' }, { capabilities: { tools: {} } });
-  server.setRequestHandler('tools/list', async () => ({ tools: [] }));
+  server.setRequestHandler('tools/list', async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
   server.setRequestHandler('tools/call', async (request) => {
     throw new ServerProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -187,7 +182,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const release of releaseHung) release();
+  late.releaseAll();
   await stateful.forgetAll();
   await Promise.all([bothRevisions.close(), onlyNewRevision.close(), strictNewRevision.close()]);
   await upstream.close();
@@ -274,6 +269,10 @@ describe('mcp tool CRUD', () => {
         allow_private_network: false,
         tool: 'crm.update_v2',
       },
+      // The save read the upstream's definitions, which this address cannot give: nothing is pinned.
+      definitions: [],
+      definitions_checked_at: expect.stringMatching(iso),
+      definitions_error: expect.stringMatching(/^TOOL_UNREACHABLE: /),
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });
@@ -370,7 +369,7 @@ describe('mcp tool CRUD', () => {
     expect(replaced.body.result.data.structuredContent.headers['x-tenant']).toBeUndefined();
 
     const audits = await t.database.db.sql.query<{ after: any }>(
-      'SELECT after FROM audit_logs WHERE target_id = $1 ORDER BY created_at, id',
+      "SELECT after FROM audit_logs WHERE target_id = $1 AND action IN ('tool.created', 'tool.updated') ORDER BY created_at, id",
       [toolId],
     );
     expect(audits.map((a) => a.after.secrets_set)).toEqual([undefined, [], ['headers.Authorization']]);
@@ -523,11 +522,21 @@ describe('execution through the gateway', () => {
       expect(response.body.result.data).toEqual({});
     });
 
-    test('an unknown tool on the SDK’s McpServer (which answers isError): TOOL_ERROR naming it', async () => {
+    test('a tool the upstream does not list is not called: denied with TOOL_NOT_FOUND_UPSTREAM, recorded', async () => {
       const { execute } = await gatewayOrg(mcpTool({ url: local('/mcp') }));
+      const callsBefore = toolCallsTo('/mcp').length;
       const response = await execute('missing');
-      await expectToolFailure(response, 'TOOL_ERROR');
-      expect(response.body.result.error.message).toContain('missing');
+      expect(response.status).toBe(200);
+      expect(response.body).toMatchObject({ decision: 'deny', executed: false, result: null });
+      expect(response.body.reasons).toEqual([
+        { code: 'TOOL_NOT_FOUND_UPSTREAM', message: expect.stringContaining('"missing"'), details: { tool: 'missing' } },
+      ]);
+      expect(toolCallsTo('/mcp').length).toBe(callsBefore);
+      const [record] = await t.database.db.sql.query<{ status: string; executed: boolean }>(
+        'SELECT status, executed FROM interaction_records WHERE id = $1',
+        [response.body.interaction_id],
+      );
+      expect(record).toEqual({ status: 'denied', executed: false });
     });
 
     test('the tool never answers: TOOL_TIMEOUT after timeout_ms 300, the gateway answers promptly', async () => {

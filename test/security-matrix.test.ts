@@ -78,6 +78,14 @@ const newTool = async (w: World) => {
   });
   return { tool_id: created.body.tool_id as string };
 };
+/** A fresh mcp tool of org A whose upstream refuses connections: its reads fail and are shown, nothing is pinned. */
+const newMcpTool = async (w: World) => {
+  const created = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools`, {
+    token: w.orgA.adminToken,
+    body: { action_type: `t-${unique()}`, connector: 'mcp', config: { url: 'http://127.0.0.1:9/mcp', allow_private_network: true, timeout_ms: 1000 } },
+  });
+  return { tool_id: created.body.tool_id as string };
+};
 /** A fresh pending approval of org A, asked through the gateway. */
 const newApproval = async (w: World) => {
   const asked = await w.t.request('POST', '/api/v1/gateway/execute', {
@@ -342,6 +350,25 @@ const matrix: Row[] = [
     params: newTool,
     body: () => ({ config: { response: { changed: true } } }),
     check: (r) => expect(r.body.config).toEqual({ response: { changed: true } }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/tools/:tool_id/refresh',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newMcpTool,
+    check: (r) => expect(r.body).toMatchObject({ connector: 'mcp', definitions: [], definitions_error: expect.stringMatching(/^TOOL_UNREACHABLE/) }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/tools/:tool_id/accept-definitions',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: newMcpTool,
+    body: () => ({}),
+    check: (r) => expect(r.body).toMatchObject({ connector: 'mcp', definitions: [] }),
   },
   {
     method: 'DELETE',

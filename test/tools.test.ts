@@ -138,6 +138,9 @@ describe('tool CRUD', () => {
       action_type: 'billing',
       connector: 'mock',
       config: { response: { ok: true } },
+      definitions: [],
+      definitions_checked_at: null,
+      definitions_error: null,
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });
@@ -170,6 +173,9 @@ describe('tool CRUD', () => {
         allow_private_network: false,
         secret: '[redacted]',
       },
+      definitions: [],
+      definitions_checked_at: null,
+      definitions_error: null,
       created_at: expect.stringMatching(iso),
       updated_at: expect.stringMatching(iso),
     });

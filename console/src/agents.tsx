@@ -2,7 +2,7 @@
  * Agents: status, current manifest, usage against the manifest's budgets; deactivate and
  * reactivate; the MCP clients connected with OAuth, and revoking them.
  */
-import { useEffect, useId, useRef, useState } from 'preact/hooks';
+import { useId, useState } from 'preact/hooks';
 import {
   AgentGrantsDocument,
   AgentsDocument,
@@ -14,7 +14,7 @@ import {
   type AgentsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { counted, ErrorLine, FilterField, Partial, Section, Status, Time, useAction, usePolled } from './ui';
+import { ConfirmButton, counted, ErrorLine, FilterField, Partial, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
@@ -198,18 +198,7 @@ const hostOf = (uri: string) => {
 };
 
 function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentId: string; user: SignedInUser; onRevoked: () => Promise<void> }) {
-  const [confirming, setConfirming] = useState(false);
   const action = useAction(onRevoked);
-  const cancel = useRef<HTMLButtonElement>(null);
-  const revoke = useRef<HTMLButtonElement>(null);
-  const asked = useRef(false);
-  // The question takes the focus, on its safe answer (a second Enter must not revoke); Cancel
-  // gives it back to Revoke rather than to the top of the page.
-  useEffect(() => {
-    if (confirming) cancel.current?.focus();
-    else if (asked.current) revoke.current?.focus();
-    asked.current ||= confirming;
-  }, [confirming]);
   const name = grant.client_name ?? 'unnamed client';
   return (
     <>
@@ -230,31 +219,20 @@ function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentI
         <dt>Last used</dt>
         <dd>{grant.last_used_at ? <Time value={grant.last_used_at} /> : 'not yet'}</dd>
       </dl>
-      {canDecide(user) &&
-        (confirming ? (
-          <div class="confirm" role="group" aria-label={`Revoke ${name}?`}>
-            <p>Revoke {name}? Its tokens stop working at once; it must be allowed again to reconnect.</p>
-            <div class="buttons">
-              <button
-                type="button"
-                class="danger"
-                disabled={action.busy}
-                onClick={() => action.run(() => request(RevokeAgentGrantDocument, { agent_id: agentId, grant_id: grant.grant_id }))}
-              >
-                Yes, revoke
-              </button>
-              <button type="button" ref={cancel} disabled={action.busy} onClick={() => setConfirming(false)}>
-                Cancel
-              </button>
-            </div>
-          </div>
-        ) : (
-          <div class="buttons">
-            <button type="button" class="danger" ref={revoke} onClick={() => setConfirming(true)}>
-              Revoke
-            </button>
-          </div>
-        ))}
+      {canDecide(user) && (
+        <div class="buttons">
+          <ConfirmButton
+            label="Revoke"
+            confirmLabel="Yes, revoke"
+            question={`Revoke ${name}?`}
+            tone="danger"
+            busy={action.busy}
+            onConfirm={() => action.run(() => request(RevokeAgentGrantDocument, { agent_id: agentId, grant_id: grant.grant_id }))}
+          >
+            Revoke {name}? Its tokens stop working at once; it must be allowed again to reconnect.
+          </ConfirmButton>
+        </div>
+      )}
       <ErrorLine message={action.error} />
     </>
   );

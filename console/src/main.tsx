@@ -7,13 +7,14 @@
 import { render, type ComponentChildren } from 'preact';
 import { useEffect, useId, useState } from 'preact/hooks';
 import './console.css';
-import { currentSession, onSessionChange, signIn, signOut, type Session } from './api';
+import { canDecide, currentSession, onSessionChange, signIn, signOut, type Session, type SignedInUser } from './api';
 import { AgentsPage } from './agents';
 import { ApprovalsPage } from './approvals';
 import { ManifestsPage } from './manifests';
 import { PoliciesPage } from './policies';
 import { ConsentPage } from './consent';
 import { AuditPage, RecordsPage } from './records';
+import { ToolsPage, useToolDrift } from './tools';
 import { messageOf } from './ui';
 
 const BASE = '/console';
@@ -22,10 +23,16 @@ const PAGES = [
   { path: 'manifests', title: 'Manifests', Page: ManifestsPage },
   { path: 'agents', title: 'Agents', Page: AgentsPage },
   { path: 'policies', title: 'Policies', Page: PoliciesPage },
+  { path: 'tools', title: 'Tools', Page: ToolsPage },
   { path: 'records', title: 'Records', Page: RecordsPage },
   { path: 'audit', title: 'Audit log', Page: AuditPage },
 ] as const;
 type PagePath = (typeof PAGES)[number]['path'];
+/**
+ * Whether the navigation offers a page to this user: not one the API refuses them whole (viewers
+ * cannot read tools). Its address still answers, saying why.
+ */
+const offered = (path: PagePath, user: SignedInUser) => path !== 'tools' || canDecide(user);
 /** Where /oauth/authorize sends the browser (src/http/oauth-endpoints.ts, CONSENT_PATH). */
 const CONSENT_PATH = `${BASE}/authorize`;
 
@@ -142,9 +149,21 @@ function Frame({ session, nav, children }: { session: Session; nav?: ComponentCh
   );
 }
 
+/** Tool definitions waiting for review, beside Tools in the navigation: calls of them are denied meanwhile. */
+function NavCount({ count }: { count: number }) {
+  return (
+    <span class="nav-count">
+      {' '}
+      {count}
+      <span class="visually-hidden"> to review</span>
+    </span>
+  );
+}
+
 function Console({ session }: { session: Session }) {
   const [page, navigate] = useRoute();
   const current = PAGES.find((p) => p.path === page);
+  const drift = useToolDrift(session.user, page === 'tools');
   useEffect(() => {
     document.title = `${current?.title ?? 'Not found'} · Agent Gateway console`;
     // Screen readers and keyboards start on the new page's heading, as after a page load.
@@ -153,7 +172,7 @@ function Console({ session }: { session: Session }) {
   const nav = (
     <nav aria-label="Console">
       <ul>
-        {PAGES.map((p) => (
+        {PAGES.filter((p) => offered(p.path, session.user)).map((p) => (
           <li>
             <a
               href={`${BASE}/${p.path}`}
@@ -165,6 +184,7 @@ function Console({ session }: { session: Session }) {
               }}
             >
               {p.title}
+              {p.path === 'tools' && drift ? <NavCount count={drift} /> : null}
             </a>
           </li>
         ))}

@@ -1,4 +1,4 @@
-/** Small pieces the pages share: polling loads, a time display, an error line. */
+/** Small pieces the pages share: polling loads, a time display, an error line, a button that asks first. */
 import type { ComponentChildren, InputHTMLAttributes } from 'preact';
 import { useCallback, useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api';
@@ -162,5 +162,63 @@ export function FilterField(props: { label: string; type?: 'text' | 'search' | '
         onInput={(e) => props.onChange(e.currentTarget.value)}
       />
     </span>
+  );
+}
+
+/**
+ * A button that asks before it acts. The question takes the focus, on its safe answer (a second
+ * Enter pressed by habit must not act); Cancel, and the end of the action, give the focus back to
+ * the button. `onAsk` runs as the question opens: what the answer is about is held from then on.
+ * Render it inside `.buttons`; `question` names the group for screen readers, `children` says it.
+ */
+export function ConfirmButton(props: {
+  label: string;
+  confirmLabel: string;
+  question: string;
+  tone: 'danger' | 'primary';
+  busy: boolean;
+  onAsk?: () => void;
+  onConfirm: () => Promise<unknown>;
+  children: ComponentChildren;
+}) {
+  const [confirming, setConfirming] = useState(false);
+  const cancel = useRef<HTMLButtonElement>(null);
+  const button = useRef<HTMLButtonElement>(null);
+  const asked = useRef(false);
+  useEffect(() => {
+    if (confirming) cancel.current?.focus();
+    else if (asked.current) button.current?.focus();
+    asked.current ||= confirming;
+  }, [confirming]);
+  const answer = async () => {
+    try {
+      await props.onConfirm();
+    } finally {
+      setConfirming(false);
+    }
+  };
+  if (!confirming) {
+    const ask = () => {
+      props.onAsk?.();
+      setConfirming(true);
+    };
+    return (
+      <button type="button" class={props.tone} ref={button} disabled={props.busy} onClick={ask}>
+        {props.label}
+      </button>
+    );
+  }
+  return (
+    <div class="confirm" role="group" aria-label={props.question}>
+      <p>{props.children}</p>
+      <div class="buttons">
+        <button type="button" class={props.tone} disabled={props.busy} onClick={() => void answer()}>
+          {props.confirmLabel}
+        </button>
+        <button type="button" ref={cancel} disabled={props.busy} onClick={() => setConfirming(false)}>
+          Cancel
+        </button>
+      </div>
+    </div>
   );
 }

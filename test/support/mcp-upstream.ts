@@ -71,3 +71,18 @@ export function nodeHandlerOf(handler: (request: Request) => Promise<Response>) 
     });
   };
 }
+
+/**
+ * A tool's answer that comes after 5 s, long past any deadline of the tests, or when `releaseAll`
+ * lets every one still waiting go (so that a test file ends without open answers).
+ */
+export function lateAnswers() {
+  const waiting = new Set<() => void>();
+  const answer = () =>
+    new Promise<{ content: { type: 'text'; text: string }[] }>((resolve) => {
+      const release = () => resolve({ content: [{ type: 'text', text: 'late' }] });
+      waiting.add(release);
+      setTimeout(release, 5000).unref();
+    });
+  return { answer, releaseAll: () => waiting.forEach((release) => release()) };
+}

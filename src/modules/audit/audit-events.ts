@@ -55,6 +55,17 @@ interface ToolSnapshot {
   config: Record<string, unknown>;
 }
 
+/** An upstream MCP tool's definition that moved away from its pin, came back to it, appeared or vanished. */
+interface ToolDefinitionChange {
+  tool_id: string;
+  action_type: string;
+  name: string;
+  status: 'pinned' | 'changed' | 'new' | 'removed';
+  pinned_hash: string | null;
+  current_hash: string | null;
+  diff: string | null;
+}
+
 interface ApprovalSnapshot {
   status: string;
   svc_id: string;
@@ -165,6 +176,9 @@ export type AuditEvent =
   | Event<'tool.created', 'tool', never, ToolSnapshot>
   | Event<'tool.updated', 'tool', ToolSnapshot, ToolSnapshot & { secrets_set: string[] }>
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
+  | Event<'tool.definitions_pinned', 'tool', never, { definitions: { name: string; pinned_hash: string }[] }>
+  | Event<'tool.definition_changed', 'tool', never, ToolDefinitionChange>
+  | Event<'tool.definitions_accepted', 'tool', never, { accepted: Omit<ToolDefinitionChange, 'tool_id' | 'action_type' | 'diff'>[] }>
   | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
   | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
   | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
@@ -219,6 +233,9 @@ const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'tool.created': 'tool',
   'tool.updated': 'tool',
   'tool.deleted': 'tool',
+  'tool.definitions_pinned': 'tool',
+  'tool.definition_changed': 'tool',
+  'tool.definitions_accepted': 'tool',
   'approval.approved': 'approval',
   'approval.denied': 'approval',
   'webhook.created': 'webhook',

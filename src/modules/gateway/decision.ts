@@ -50,6 +50,8 @@ export const REASON_CODES = [
   'BUDGET_EXCEEDED',
   'APPROVAL_REQUIRED',
   'TOOL_NOT_CONFIGURED',
+  'TOOL_DEFINITION_CHANGED',
+  'TOOL_NOT_FOUND_UPSTREAM',
   'POLICY_VIOLATION',
   'EXECUTION_INTERRUPTED',
 ] as const;
@@ -97,6 +99,11 @@ export interface DecisionContext {
   /** The approval's check; null when the request names none. */
   approval: ApprovalCheck | null;
   toolConfigured: boolean;
+  /**
+   * Why the upstream MCP tool's definition holds the call (it changed, or the upstream no longer
+   * lists the tool); undefined when it does not.
+   */
+  toolHold?: { code: 'TOOL_DEFINITION_CHANGED' | 'TOOL_NOT_FOUND_UPSTREAM'; message: string; details: Record<string, unknown> };
   /** The agent's counts before this decision, when they were read (evaluate; an execute already denied). */
   budget: BudgetState | null;
   /** The org's enabled policies that apply to this request, in priority order. */
@@ -276,6 +283,7 @@ export function checkDecision(context: DecisionContext): Checked {
     );
   }
   if (!context.toolConfigured) deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${call.action.type}"`);
+  if (context.toolHold) deny(context.toolHold.code, context.toolHold.message, context.toolHold.details);
   return { reasons, needsHuman };
 }
 

@@ -171,6 +171,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       token,
       approval,
       toolConfigured: tool !== null,
+      toolHold: tool ? tools.definitionHoldOf(tool, call.action.tool) : undefined,
       budget: manifest && counts ? budgetState(windows, manifest.limits, counts.budget) : null,
       policies: matches,
       limits,

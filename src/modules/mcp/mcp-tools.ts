@@ -22,6 +22,15 @@ export interface ConnectorDescription {
   connector: string;
   description?: string;
   input_schema?: Record<string, unknown>;
+  /** An mcp connector's upstream: the tool it calls (null: the action) and the definitions operators pinned, by name. */
+  upstream?: { tool: string | null; pinned: ReadonlyMap<string, PinnedDefinition> };
+}
+
+/** What tools/list takes from a pinned upstream definition. */
+export interface PinnedDefinition {
+  description?: string;
+  inputSchema: Record<string, unknown>;
+  annotations?: Record<string, unknown>;
 }
 
 export interface AgentTools {
@@ -51,15 +60,20 @@ export function listedTools(source: AgentTools): Tool[] {
     const connector = source.connectors.get(domainOf(capability));
     if (!connector || deniedUnconditionally(source.policies, source.svcId, capability)) continue;
     const needsHuman = manifest.requireHumanApproval.includes(capability);
+    const pinned = connector.upstream?.pinned.get(connector.upstream.tool ?? capability.slice(capability.indexOf(':') + 1));
     const description =
-      source.templateDescriptions.get(capability) ?? connector.description ?? `The \`${capability}\` capability of ${manifest.agent.name}.`;
+      source.templateDescriptions.get(capability) ??
+      connector.description ??
+      pinned?.description ??
+      `The \`${capability}\` capability of ${manifest.agent.name}.`;
     tools.push({
       name: toolNameOf(capability),
       title: capability,
       description: needsHuman
         ? `${description} A human must approve each call: the first call answers with an approval_id.`
         : description,
-      inputSchema: (connector.input_schema as Tool['inputSchema'] | undefined) ?? ANY_OBJECT,
+      inputSchema: ((connector.input_schema ?? pinned?.inputSchema) as Tool['inputSchema'] | undefined) ?? ANY_OBJECT,
+      ...(pinned?.annotations ? { annotations: pinned.annotations } : {}),
       _meta: { 'agent-gateway/capability': capability, 'agent-gateway/connector': connector.connector },
     });
   }

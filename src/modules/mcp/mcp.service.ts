@@ -14,7 +14,9 @@ import {
   META_APPROVAL_ID,
   META_CAPABILITY_TOKEN,
   type ConnectorDescription,
+  type PinnedDefinition,
 } from './mcp-tools.js';
+import type { DefinitionState } from '../tool/tool-definitions.service.js';
 
 /**
  * MCP proxy mode (docs/decisions/0038-mcp-proxy-mode.md): an agent's tools are its approved capabilities,
@@ -31,6 +33,13 @@ interface Collaborators {
   gateway: Pick<GatewayService, 'decide'>;
 }
 
+/** The definitions operators pinned (never what the upstream shows unaccepted), as tools/list takes them. */
+function upstreamOf(tool: string | null, state: DefinitionState): ConnectorDescription['upstream'] {
+  const pinned = new Map<string, PinnedDefinition>();
+  for (const [name, kept] of state.definitions) if (kept.pinned) pinned.set(name, kept.pinned);
+  return { tool, pinned };
+}
+
 export function createMcpService({ agents, manifests, tools, policies, purchases, gateway }: Collaborators) {
   /** The connector of each action type the manifest's capabilities use, as its tools are described. */
   async function connectorsOf(orgId: string, capabilities: readonly string[]) {
@@ -39,8 +48,8 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
       domains.map(async (domain): Promise<[string, ConnectorDescription | null]> => {
         const tool = await tools.forAction(orgId, domain);
         if (!tool) return [domain, null];
-        const { description, input_schema } = tool.config as Omit<ConnectorDescription, 'connector'>;
-        return [domain, { connector: tool.connector, description, input_schema }];
+        const { description, input_schema, tool: upstreamTool } = tool.config as Omit<ConnectorDescription, 'connector'> & { tool?: string | null };
+        return [domain, { connector: tool.connector, description, input_schema, upstream: tool.definitions ? upstreamOf(upstreamTool ?? null, tool.definitions) : undefined }];
       }),
     );
     return new Map(entries);

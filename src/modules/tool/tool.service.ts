@@ -15,6 +15,10 @@ import {
   type ToolResult,
 } from './connectors.js';
 import { createMcpUpstreamPool, runMcp, type McpToolConfig } from './mcp-connector.js';
+import { definitionHold, type Acceptance, type DefinitionHold } from './tool-definitions.js';
+import { createToolDefinitions, notMcp, type DefinitionState } from './tool-definitions.service.js';
+import { forgetDefinitions } from './tool-definitions.store.js';
+import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
@@ -53,6 +57,8 @@ const headerValuePattern = /^[\t\x20-\x7e\x80-\xff]*$/;
 export type ConfiguredTool = Tool & {
   /** Null when they do not open with the configured keys: the tool's calls then fail. */
   credentials: ToolCredentials | null;
+  /** An mcp tool's upstream definitions, which hold its calls (null for other connectors). */
+  definitions: DefinitionState | null;
 };
 
 const noCredentials = (): ToolCredentials => ({ secret: null, headers: {} });
@@ -232,6 +238,12 @@ export function publicConfig(tool: Tool): Record<string, unknown> {
   return tool.connector === 'http' ? { ...shown, secret: tool.secret ? REDACTED : null } : shown;
 }
 
+/** What a tool's pins were read from: its connector, endpoint and upstream tool. */
+const upstreamOf = (tool: { connector: string; config: unknown }) => {
+  const config = tool.config as { url?: string; tool?: string | null };
+  return JSON.stringify([tool.connector, config.url ?? null, config.tool ?? null]);
+};
+
 const snapshot = (tool: Tool) => ({ action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) });
 
 /**
@@ -255,7 +267,8 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
   return stale.length;
 }
 
-export function createToolService({ env, db, cache, logger, secrets, telemetry }: Deps) {
+export function createToolService(deps: Deps) {
+  const { env, db, cache, logger, secrets, telemetry } = deps;
   /** The mcp tools' upstream clients, reused across calls; closed by `close()` (the app's stop). */
   const mcpUpstreams = createMcpUpstreamPool({ maxClients: env.mcpUpstreamPoolSize, idleMs: env.mcpUpstreamIdleSeconds * 1000 });
 
@@ -264,6 +277,28 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
       secret: tool.secret === null ? null : secrets.open(tool.secret),
       headers: mapValues((tool.secretHeaders ?? {}) as Record<string, string>, (value) => secrets.open(value)),
     };
+  }
+
+  /** The tool's credentials for reading its upstream; null (and logged) when they do not open. */
+  function credentialsOf(tool: Tool): ToolCredentials | null {
+    try {
+      return openCredentials(tool);
+    } catch (error) {
+      if (!(error instanceof SecretUnavailableError)) throw error;
+      logger.error({ tool_id: tool.id, org_id: tool.orgId, reason: error.message }, 'a tool’s secrets do not open; its calls fail');
+      return null;
+    }
+  }
+  const definitions = createToolDefinitions(deps, { credentialsOf, upstreams: mcpUpstreams });
+
+  /**
+   * Reads a saved mcp tool's upstream definitions (the first read pins them). A save stands
+   * whatever the read meets: an unreachable upstream is the tool's `definitions_error`, and a
+   * failure here (the database) is logged, the periodic refresh reads it again.
+   */
+  async function readAfterSave(tool: Tool, actor: Principal): Promise<void> {
+    if (tool.connector !== 'mcp') return;
+    await definitions.read(tool, actorOf(actor)).catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading upstream tool definitions failed'));
   }
 
   /** A stored tool's credentials, when a write keeps them ("[redacted]"). */
@@ -322,11 +357,13 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
     const { data } = columns(input);
     const { actionType } = data;
     try {
-      return await db.prisma.$transaction(async (tx) => {
+      const created = await db.prisma.$transaction(async (tx) => {
         const tool = await tx.tool.create({ data: { id: newToolId(), orgId, ...data } });
         await recordAudit(tx, orgId, actorOf(actor), { action: 'tool.created', targetType: 'tool', targetId: tool.id, after: snapshot(tool) });
         return tool;
       });
+      await readAfterSave(created, actor);
+      return await get(orgId, created.id);
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
@@ -349,9 +386,11 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
     const { data, secretsSet } = columns(input, existing);
     const { actionType } = data;
     try {
-      return await notFoundIfGone(
+      const updated = await notFoundIfGone(
         'Tool',
         db.prisma.$transaction(async (tx) => {
+          // Another upstream (or another of its tools) has nothing of the old one's pins.
+          if (upstreamOf(data) !== upstreamOf(existing)) await forgetDefinitions(sqlConnectionOf(tx), existing.id);
           const tool = await tx.tool.update({ where: { id: existing.id, orgId }, data });
           await recordAudit(tx, orgId, actorOf(actor), {
             action: 'tool.updated',
@@ -363,6 +402,8 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
           return tool;
         }),
       );
+      await readAfterSave(updated, actor);
+      return await get(orgId, updated.id);
     } catch (error) {
       if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
@@ -394,14 +435,32 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
     return cache.get(`tool:${orgId}:${actionType}`, async () => {
       const tool = await db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } });
       if (!tool) return null;
-      try {
-        return { ...tool, credentials: hasCredentials(tool.connector) ? openCredentials(tool) : null };
-      } catch (error) {
-        if (!(error instanceof SecretUnavailableError)) throw error;
-        logger.error({ tool_id: tool.id, org_id: orgId, reason: error.message }, 'a tool’s secrets do not open; its calls fail');
-        return { ...tool, credentials: null };
-      }
+      const held = tool.connector === 'mcp' ? await definitions.state(tool.id, tool.definitionsPinned) : null;
+      return { ...tool, credentials: hasCredentials(tool.connector) ? credentialsOf(tool) : null, definitions: held };
     });
+  }
+
+  /**
+   * Why a call of `action` (the capability's `<action>`) may not go to the upstream tool it
+   * names (an mcp tool's `tool`, else the action) as its definitions stand; undefined when it may.
+   */
+  function definitionHoldOf(tool: ConfiguredTool, action: string): DefinitionHold | undefined {
+    if (!tool.definitions) return undefined;
+    return definitionHold(tool.definitions, (tool.config as unknown as McpToolConfig).tool ?? action);
+  }
+
+  /** Reads the tool's upstream definitions now (`…/refresh`); the tool as it then is. */
+  async function refreshDefinitions(orgId: string, toolId: string, actor: Principal) {
+    const tool = await get(orgId, toolId);
+    if (tool.connector !== 'mcp') throw notMcp();
+    await definitions.read(tool, actorOf(actor));
+    return get(orgId, toolId);
+  }
+
+  /** Pins what the upstream shows now (`…/accept-definitions`); the tool as it then is. */
+  async function acceptDefinitions(orgId: string, toolId: string, acceptances: readonly Acceptance[] | null, actor: Principal) {
+    await definitions.accept(await get(orgId, toolId), acceptances, actorOf(actor));
+    return get(orgId, toolId);
   }
 
   /**
@@ -454,7 +513,21 @@ export function createToolService({ env, db, cache, logger, secrets, telemetry }
     }
   }
 
-  return { create, get, list, update, remove, forAction, execute, close: () => mcpUpstreams.close() };
+  return {
+    create,
+    get,
+    list,
+    update,
+    remove,
+    forAction,
+    definitionHoldOf,
+    execute,
+    refreshDefinitions,
+    acceptDefinitions,
+    definitionViews: definitions.views,
+    sweepDefinitions: definitions.sweep,
+    close: () => mcpUpstreams.close(),
+  };
 }
 
 export type ToolService = ReturnType<typeof createToolService>;

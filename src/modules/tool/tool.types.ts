@@ -7,6 +7,44 @@ import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { publicConfig } from './tool.service.js';
+import { definitionDiff, definitionStatuses } from './tool-definitions.js';
+import type { DefinitionView } from './tool-definitions.service.js';
+
+const ToolDefinitionRef = builder.objectRef<DefinitionView>('ToolDefinition').implement({
+  description:
+    "An upstream MCP tool's definition (name, title, description, inputSchema, outputSchema, annotations) as pinned by an " +
+    'operator and as the upstream shows it now, each with the SHA-256 (hex) of its RFC 8785 canonical JSON.',
+  fields: (t) => ({
+    name: t.exposeString('name', { description: 'The upstream tool.' }),
+    status: t.string({
+      description:
+        '`pinned`: the upstream shows the pinned definition. `changed`: it shows another; calls are denied (`TOOL_DEFINITION_CHANGED`) until ' +
+        'accepted. `new`: listed after the first read, never accepted (denied likewise). `removed`: no longer listed (`TOOL_NOT_FOUND_UPSTREAM`).',
+      ...closedValues(definitionStatuses),
+      resolve: (definition) => definition.status,
+    }),
+    pinned_hash: t.exposeString('pinnedHash', { nullable: true }),
+    current_hash: t.exposeString('currentHash', { nullable: true, description: 'Null when the upstream no longer lists the tool.' }),
+    pinned_at: t.expose('pinnedAt', { type: 'Timestamp', nullable: true }),
+    changed_at: t.expose('changedAt', { type: 'Timestamp', nullable: true, description: 'When the upstream first showed something else than the pin; null while it shows the pin.' }),
+    pinned: t.expose('pinned', { type: 'JSON', nullable: true, description: 'What the agents’ tools/list shows (unless the tool’s config sets its own).' }),
+    current: t.expose('current', { type: 'JSON', nullable: true }),
+    diff: t.string({
+      nullable: true,
+      description: 'A unified diff from the pinned definition to the current one; null while they are the same.',
+      resolve: (definition) => definitionDiff(definition),
+    }),
+  }),
+});
+
+const ToolDefinitionAcceptance = builder.inputType('ToolDefinitionAcceptance', {
+  fields: (t) => ({
+    name: t.string({ required: true, description: 'The upstream tool.' }),
+    current_hash: t.string({
+      description: 'The current hash that was reviewed (null: reviewed as removed): when the upstream moved on since, nothing is accepted (409).',
+    }),
+  }),
+});
 
 const ToolConfig = shapedJsonScalar(
   'ToolConfig',
@@ -28,6 +66,20 @@ export const ToolRef = builder.prismaObject('Tool', {
       type: ToolConfig,
       description: 'Header values and the secret are write-only: shown as "[redacted]" when set.',
       resolve: (tool) => publicConfig(tool),
+    }),
+    definitions: t.field({
+      type: [ToolDefinitionRef],
+      description: 'An mcp tool’s upstream tool definitions, by name (empty for other connectors, and until the upstream was first read).',
+      resolve: (tool, _, ctx) => (tool.connector === 'mcp' ? ctx.services.tools.definitionViews(tool.id) : []),
+    }),
+    definitions_checked_at: t.expose('definitionsCheckedAt', {
+      type: 'Timestamp',
+      nullable: true,
+      description: 'When an mcp tool last read its upstream’s definitions (or tried to).',
+    }),
+    definitions_error: t.exposeString('definitionsError', {
+      nullable: true,
+      description: 'Why the last read of the upstream’s definitions failed; null when it did not. Pins stay as they were.',
     }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
@@ -126,3 +178,48 @@ builder.mutationField('delete_tool', (t) =>
   }),
 );
 restRoute('Mutation.delete_tool', { method: 'DELETE', path: `${toolsPath}/:tool_id`, status: 204, tag, summary: 'Remove a tool connector', auth: ['bearer'] });
+
+builder.mutationField('refresh_tool_definitions', (t) =>
+  t.field({
+    type: ToolRef,
+    description:
+      'Reads the mcp tool’s upstream definitions (`tools/list`) now, as every MCP_UPSTREAM_REFRESH_SECONDS does. The first read pins them; ' +
+      'later differences are shown as `changed`, `new` or `removed` (audit and webhook `tool.definition_changed`). ' +
+      'An upstream that cannot be read leaves the pins as they are and shows why in `definitions_error`.',
+    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) => ctx.services.tools.refreshDefinitions(String(args.org_id), String(args.tool_id), principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.refresh_tool_definitions', {
+  method: 'POST',
+  path: `${toolsPath}/:tool_id/refresh`,
+  tag,
+  summary: 'Read an mcp tool’s upstream definitions now',
+  auth: ['bearer'],
+});
+
+builder.mutationField('accept_tool_definitions', (t) =>
+  t.field({
+    type: ToolRef,
+    description:
+      'Pins what the upstream shows now: every definition that is `changed`, `new` or `removed` (forgotten), or the ones listed. ' +
+      'A listed `current_hash` must still be the current one (409 otherwise); a listed name that is `pinned` or unknown is a 422.',
+    args: {
+      org_id: t.arg.id({ required: true }),
+      tool_id: t.arg.id({ required: true }),
+      definitions: t.arg({ type: [ToolDefinitionAcceptance], description: 'Default: every definition that differs from its pin.' }),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+    resolve: (_, args, ctx) =>
+      ctx.services.tools.acceptDefinitions(String(args.org_id), String(args.tool_id), args.definitions ?? null, principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.accept_tool_definitions', {
+  method: 'POST',
+  path: `${toolsPath}/:tool_id/accept-definitions`,
+  tag,
+  summary: 'Accept an mcp tool’s changed upstream definitions',
+  auth: ['bearer'],
+  extraErrors: ['409'],
+});

@@ -17,7 +17,7 @@ import { randomId, timeOrderedId } from '../../lib/ids.js';
  * exactly when the change committed; webhook.dispatcher.ts sends them.
  */
 
-export const webhookEvents = ['approval.requested', 'approval.decided'] as const;
+export const webhookEvents = ['approval.requested', 'approval.decided', 'tool.definition_changed'] as const;
 export type WebhookEvent = (typeof webhookEvents)[number];
 export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const;
 export type DeliveryStatus = (typeof deliveryStatuses)[number];
@@ -57,7 +57,7 @@ const generateSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
 export async function enqueueWebhookEvent(
   conn: SqlConnection,
   orgId: string,
-  event: 'approval.requested' | 'approval.decided',
+  event: WebhookEvent,
   data: Record<string, unknown>,
 ): Promise<void> {
   if (!webhookEvents.includes(event)) throw new Error(`Unknown webhook event "${String(event)}"`);
