@@ -51,6 +51,7 @@ export function createClientPool<C extends Closable>({ maxClients, idleMs }: Poo
     return entry.calls === 0 ? entry.client.close().catch(() => undefined) : undefined;
   }
 
+  /** A new client's entry: into the pool when it is to be kept, retiring its owner's previous client and the least recently used. */
   function enter(key: string, owner: string, client: C, pooled: boolean): Entry<C> {
     const entry: Entry<C> = { key, owner, client, calls: 0, pooled: pooled && !closed && maxClients > 0 };
     if (!entry.pooled) return entry;
@@ -106,7 +107,7 @@ export function createClientPool<C extends Closable>({ maxClients, idleMs }: Poo
     get size() {
       return entries.size;
     },
-    /** Closes the idle clients (their calls' clients close as the calls end); later calls get unpooled clients. */
+    /** Closes the idle clients now and the others as their calls end; later calls get clients of their own, closed after them. */
     async close(): Promise<void> {
       closed = true;
       await Promise.all([...entries.values()].map(retire));

@@ -59,12 +59,7 @@ export function upstreamKey({ toolId, config, credentials }: McpUpstream): strin
  * the address policy, no redirect followed, at most 1 MiB per answer, the current call's deadline.
  */
 export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: UpstreamCall): UpstreamClient {
-  // The protocol's headers are the SDK's to set: a configured one must not stand in for them.
-  const configured = Object.fromEntries(
-    Object.entries(upstream.credentials.headers)
-      .map(([name, value]) => [name.toLowerCase(), value])
-      .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
-  );
+  const configured = configuredHeaders(upstream.credentials);
   // The client's connections, reused by its requests (a TLS handshake or a TCP one per request otherwise).
   const agent = new (url.protocol === 'https:' ? https.Agent : http.Agent)({ keepAlive: true, timeout: IDLE_CONNECTION_MS });
   const sdk = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' }, listMaxPages: MAX_TOOL_LIST_PAGES });
@@ -105,6 +100,14 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
     },
   };
 }
+
+/** The configured headers as sent: the protocol's are the SDK's to set, and a configured one must not stand in for them. */
+const configuredHeaders = (credentials: ToolCredentials): Record<string, string> =>
+  Object.fromEntries(
+    Object.entries(credentials.headers)
+      .map(([name, value]) => [name.toLowerCase(), value])
+      .filter(([name]) => !(protocolHeaders as readonly string[]).includes(name)),
+  );
 
 /** The SDK's options for a request of the call: its own timeout is not the deadline (the call's ends it first). */
 export const requestOptions = (call: UpstreamCall) => ({ timeout: call.config.timeout_ms + SESSION_END_TIMEOUT_MS, signal: call.signal });
