@@ -20,12 +20,19 @@ export interface Database {
   sql: SqlDriver;
   ping(): Promise<boolean>;
   close(): Promise<void>;
+  /** PGlite only: the data directory as a tarball (what `loadDataDir` takes back). */
+  dumpDataDir?(): Promise<Blob>;
 }
 
 export interface DatabaseOptions {
   databaseUrl?: string;
   /** PGlite data directory; `memory://` keeps it in memory (tests). */
   dataDir?: string;
+  /**
+   * PGlite: starts from this dump of a data directory (`dumpDataDir`) instead of an empty one;
+   * tests load a migrated template rather than creating and migrating a database per file.
+   */
+  loadDataDir?: Blob;
   /** Apply pending migrations before returning (default true). */
   migrate?: boolean;
   poolSize?: number;
@@ -249,7 +256,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   const lock = inMemory ? undefined : await lockDataDir(dataDir);
   let pglite: PGlite;
   try {
-    pglite = await PGlite.create(dataDir);
+    pglite = await PGlite.create(dataDir, options.loadDataDir ? { loadDataDir: options.loadDataDir } : {});
   } catch (error) {
     await lock?.release();
     throw error;
@@ -270,6 +277,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     prisma,
     sql,
     ping: () => ping(sql),
+    dumpDataDir: () => pglite.dumpDataDir('none'),
     async close() {
       await prisma.$disconnect();
       // $disconnect does not close PGlite; without this the process never exits.

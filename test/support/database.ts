@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import type { QueryObserver } from '../../src/db/query-observer.js';
+import { migratedTemplate } from './pglite-template.js';
 
 /**
  * Tests run on embedded PGlite, or on PostgreSQL when DATABASE_URL is set: then each test file
@@ -36,7 +37,9 @@ async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
 /** An empty database on the configured backend; migrated unless told otherwise. */
 export async function createTestDatabase(options: { migrate?: boolean; onQuery?: QueryObserver } = {}): Promise<TestDatabase> {
   if (backend === 'pglite') {
-    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate, onQuery: options.onQuery });
+    // A migrated database starts from the migrated template; an empty one (migration tests) from initdb.
+    const loadDataDir = options.migrate === false ? undefined : await migratedTemplate();
+    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate, onQuery: options.onQuery, loadDataDir });
     return { db, url: undefined, close: () => db.close() };
   }
   const name = `agw_test_${randomBytes(6).toString('hex')}`;
