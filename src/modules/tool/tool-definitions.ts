@@ -11,15 +11,8 @@ import type { UpstreamToolDefinition } from './mcp-connector.js';
  * and writes; nothing here does.
  */
 
-/** The parts of an upstream tool that reach a model or shape a call: what is hashed and pinned. */
-export interface ToolDefinition {
-  name: string;
-  title?: string;
-  description?: string;
-  inputSchema: Record<string, unknown>;
-  outputSchema?: Record<string, unknown>;
-  annotations?: Record<string, unknown>;
-}
+/** The parts of an upstream tool that reach a model or shape a call: what is hashed and pinned (exactly what the connector reads). */
+export type ToolDefinition = UpstreamToolDefinition;
 
 export const definitionStatuses = ['pinned', 'changed', 'new', 'removed'] as const;
 /**
