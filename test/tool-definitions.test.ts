@@ -440,6 +440,34 @@ describe('who may refresh and accept', () => {
   });
 });
 
+describe('hostile input to accept', () => {
+  test('a NUL byte, thousands of names, a wrong type and concurrent duplicates: 4xx or one winner, never a 500, nothing accepted by mistake', async () => {
+    const path = upstreamAt([REFUND]);
+    const tool = await orgWithTool(path);
+    listed.set(path, [{ ...REFUND, description: 'Changed once.' }]);
+    await tool.refresh();
+
+    const nul = await tool.accept([{ name: 're\u0000fund' }]);
+    expect(nul.status).toBeGreaterThanOrEqual(400);
+    expect(nul.status).toBeLessThan(500);
+    const many = await tool.accept(Array.from({ length: 5000 }, (_, i) => ({ name: `tool_${i}` })));
+    expect(many.status).toBeGreaterThanOrEqual(400);
+    expect(many.status).toBeLessThan(500);
+    const wrongType = await t.request('POST', `${toolsPath(tool.org)}/${tool.toolId}/accept-definitions`, {
+      token: tool.org.adminToken,
+      body: { definitions: [{ name: { nested: [[[]]] } }] },
+    });
+    expect(wrongType.status).toBeGreaterThanOrEqual(400);
+    expect(wrongType.status).toBeLessThan(500);
+    expect(definition(await tool.read(), 'refund').status).toBe('changed');
+
+    const answers = await Promise.all(Array.from({ length: 5 }, () => tool.accept([{ name: 'refund' }])));
+    expect(answers.filter((answer) => answer.status === 200)).toHaveLength(1);
+    expect(answers.filter((answer) => answer.status === 422)).toHaveLength(4);
+    expect(await tool.audit('tool.definitions_accepted')).toHaveLength(1);
+  });
+});
+
 describe('both kinds of upstream', () => {
   test('a stateful 2025-11-25 upstream (sessions) and a 2026-07-28 upstream: pinned, drift found, accepted', async () => {
     for (const path of [upstreamAt([REFUND], '/stateful'), '/v2026']) {
