@@ -71,7 +71,7 @@ export type OutboundOutcome =
   | { kind: 'response'; status: number; headers: http.IncomingHttpHeaders; body: Buffer }
   /** A 3xx: never followed. */
   | { kind: 'redirect'; status: number }
-  /** `refused`: the receiver refused the connection, so nothing of the request reached it. */
+  /** `refused`: nothing of the request reached the receiver (a refused connection, or a kept-alive one it had closed). */
   | { kind: 'failure'; code: OutboundFailureCode; message: string; refused?: boolean };
 
 export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
@@ -95,6 +95,7 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
 
   return new Promise<OutboundOutcome>((resolve) => {
     let settled = false;
+    let answered = false;
     const finish = (outcome: OutboundOutcome) => {
       if (settled) return;
       settled = true;
@@ -106,6 +107,7 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
       url,
       { method: request.method, headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: request.agent ?? false },
       (response) => {
+        answered = true;
         const status = response.statusCode ?? 0;
         if (status >= 300 && status < 400) {
           response.destroy();
@@ -143,7 +145,11 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     outgoing.on('error', (error) => {
       if (error instanceof AddressRefusedError) finish({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
       else {
-        const refused = (error as NodeJS.ErrnoException).code === 'ECONNREFUSED';
+        // A kept-alive connection the receiver closed while it sat idle is reset when the next request
+        // is written to it, before any answer: the receiver never read that request (Node's documented
+        // keep-alive race, `request.reusedSocket`), like a refused connection.
+        const code = (error as NodeJS.ErrnoException).code;
+        const refused = code === 'ECONNREFUSED' || (outgoing.reusedSocket && code === 'ECONNRESET' && !answered);
         finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The receiver could not be reached', refused });
       }
     });
