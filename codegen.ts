@@ -2,7 +2,12 @@ import type { CodegenConfig } from '@graphql-codegen/cli';
 
 // A shaped JSON scalar (src/graphql/scalars.ts) is typed as the document it carries; the
 // console's bundle takes no types from the server's sources, so there it is a plain object.
-const scalars = { Timestamp: 'string', JSON: 'unknown', ToolConfig: 'Record<string, unknown>', ToolConfigInput: 'Record<string, unknown>' };
+const scalars = {
+  Timestamp: 'string',
+  JSON: 'unknown',
+  ToolConfig: 'Record<string, unknown>',
+  ToolConfigInput: 'Record<string, unknown>',
+};
 
 // Typed documents, generated from the committed SDL: for the GraphQL tests (test/graphql/*.graphql)
 // and for the operator console (console/graphql/*.graphql).

@@ -30,12 +30,16 @@ if (existsSync(at('src')) && existsSync(at('scripts/build.mjs'))) {
       process.exit(2);
     }
   } else if (why && existsSync(cli)) {
-    say(`dist/ is stale (${why}) and cannot be built here (TypeScript, a dev dependency, is not installed); running it as it is`);
+    say(
+      `dist/ is stale (${why}) and cannot be built here (TypeScript, a dev dependency, is not installed); running it as it is`,
+    );
   }
 }
 
 if (!existsSync(cli)) {
-  say(`dist/ is not built in ${at('')}: run \`npm run build\` there (after \`npm ci\`, which installs the compiler), then try again`);
+  say(
+    `dist/ is not built in ${at('')}: run \`npm run build\` there (after \`npm ci\`, which installs the compiler), then try again`,
+  );
   process.exit(2);
 }
 await import(new URL('../dist/cli/agent-gateway.js', import.meta.url).href);

@@ -5,7 +5,12 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
-import { createMcpHandler, LATEST_PROTOCOL_VERSION, McpServer as McpServerV2, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/server';
+import {
+  createMcpHandler,
+  LATEST_PROTOCOL_VERSION,
+  McpServer as McpServerV2,
+  PROTOCOL_VERSION_META_KEY,
+} from '@modelcontextprotocol/server';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import autocannon from 'autocannon';
 import { z } from 'zod';
@@ -46,7 +51,9 @@ const WORKERS = Number(process.env.BENCH_WORKERS ?? 0);
 const ONLY = process.env.BENCH_ONLY;
 
 const listen = (server: Server) =>
-  new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
+  new Promise<number>((resolve) =>
+    server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)),
+  );
 
 /**
  * One row. `cpu µs/req` is this process's CPU time (service and, unless BENCH_WORKERS, the load
@@ -54,14 +61,27 @@ const listen = (server: Server) =>
  */
 async function measure(name: string, url: string, headers: Record<string, string> = {}) {
   const cpu = process.cpuUsage();
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, ...(WORKERS ? { workers: WORKERS } : {}) });
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION_S,
+    headers,
+    ...(WORKERS ? { workers: WORKERS } : {}),
+  });
   return row(name, result, process.cpuUsage(cpu));
 }
 
 function row(name: string, result: autocannon.Result, cpu: NodeJS.CpuUsage) {
   const errors = result.errors + result.non2xx;
   const cpuPerRequest = Math.round((cpu.user + cpu.system) / Math.max(1, result.requests.total));
-  return { name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors, 'cpu µs/req': cpuPerRequest };
+  return {
+    name,
+    rps: Math.round(result.requests.average),
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors,
+    'cpu µs/req': cpuPerRequest,
+  };
 }
 
 // BENCH_PROFILE=<dir> writes a CPU profile of each measured service row (not of the bare server).
@@ -71,7 +91,9 @@ async function profiled<T>(name: string, run: () => Promise<T>): Promise<T> {
   const session = new Session();
   session.connect();
   const post = <R>(method: string, params?: object) =>
-    new Promise<R>((resolve, reject) => session.post(method, params, (error, result) => (error ? reject(error) : resolve(result as R))));
+    new Promise<R>((resolve, reject) =>
+      session.post(method, params, (error, result) => (error ? reject(error) : resolve(result as R))),
+    );
   await post('Profiler.enable');
   await post('Profiler.start');
   const result = await run();
@@ -108,7 +130,11 @@ const droppingExporter: SpanExporter = {
   },
   shutdown: async () => undefined,
 };
-const quietApp = createApp({ env: { ...env, metricsPort: 0, otlpTracesUrl: undefined }, db, logger: createLogger('silent') });
+const quietApp = createApp({
+  env: { ...env, metricsPort: 0, otlpTracesUrl: undefined },
+  db,
+  logger: createLogger('silent'),
+});
 const tracedTelemetry = createTelemetry({ serviceVersion: packageVersion, spanExporter: droppingExporter });
 const tracedApp = createApp({ env, db, logger: createLogger('silent'), telemetry: tracedTelemetry });
 // And as a busy deployment would trace: OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG=0.1.
@@ -135,8 +161,16 @@ const post = async (path: string, body: unknown, headers: Record<string, string>
   return response.json() as Promise<any>;
 };
 const slug = `bench-${Date.now()}`;
-const org = await post('/api/v1/orgs', { name: 'Bench', slug, admin_email: `a@${slug}.example`, admin_password: 'benchmark password' });
-const { access_token: token } = await post('/api/v1/auth/login', { email: `a@${slug}.example`, password: 'benchmark password' });
+const org = await post('/api/v1/orgs', {
+  name: 'Bench',
+  slug,
+  admin_email: `a@${slug}.example`,
+  admin_password: 'benchmark password',
+});
+const { access_token: token } = await post('/api/v1/auth/login', {
+  email: `a@${slug}.example`,
+  password: 'benchmark password',
+});
 // A limit the benchmark cannot reach, so it measures the work rather than 429s.
 await fetch(`${base}/api/v1/orgs/${org.org_id}`, {
   method: 'PATCH',
@@ -147,7 +181,11 @@ await fetch(`${base}/api/v1/orgs/${org.org_id}`, {
 for (let i = 0; i < 10; i++) {
   await post(
     `/api/v1/orgs/${org.org_id}/manifests`,
-    { version: '1.0', agent: { id: `bench-agent-${i}`, name: 'Bench', version: '1.0.0' }, capabilities: { requested: ['bench:run'] } },
+    {
+      version: '1.0',
+      agent: { id: `bench-agent-${i}`, name: 'Bench', version: '1.0.0' },
+      capabilities: { requested: ['bench:run'] },
+    },
     { authorization: `Bearer ${token}` },
   );
 }
@@ -166,15 +204,24 @@ async function gatewayAgent(orgId: string, headers: Record<string, string>) {
     headers,
   );
   await post(`/api/v1/orgs/${orgId}/manifests/${manifest.manifest_id}/approve`, {}, headers);
-  await post(`/api/v1/orgs/${orgId}/tools`, { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } }, headers);
-  const key = (await post(`/api/v1/orgs/${orgId}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, headers)).key;
+  await post(
+    `/api/v1/orgs/${orgId}/tools`,
+    { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
+    headers,
+  );
+  const key = (await post(`/api/v1/orgs/${orgId}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, headers))
+    .key;
   return {
     method: 'POST' as const,
     headers: { 'content-type': 'application/json', 'x-api-key': key },
     body: JSON.stringify({
       svc_id: 'bench-gateway',
       agent_id: 'bench-gateway',
-      action: { type: 'billing', tool: 'read', params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } } },
+      action: {
+        type: 'billing',
+        tool: 'read',
+        params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } },
+      },
     }),
   };
 }
@@ -186,8 +233,17 @@ const gatewayRequest = await gatewayAgent(org.org_id, auth);
 // request, so every one is evaluated and none denies), shadow matches that enter every record,
 // and one enforced rate limit per agent the run cannot reach.
 const policySlug = `bench-policies-${Date.now()}`;
-const policyOrgId = (await post('/api/v1/orgs', { name: 'Bench policies', slug: policySlug, admin_email: `a@${policySlug}.example`, admin_password: 'benchmark password' })).org_id as string;
-const policyToken = (await post('/api/v1/auth/login', { email: `a@${policySlug}.example`, password: 'benchmark password' })).access_token;
+const policyOrgId = (
+  await post('/api/v1/orgs', {
+    name: 'Bench policies',
+    slug: policySlug,
+    admin_email: `a@${policySlug}.example`,
+    admin_password: 'benchmark password',
+  })
+).org_id as string;
+const policyToken = (
+  await post('/api/v1/auth/login', { email: `a@${policySlug}.example`, password: 'benchmark password' })
+).access_token;
 const policyAuth = { authorization: `Bearer ${policyToken}` };
 await fetch(`${base}/api/v1/orgs/${policyOrgId}`, {
   method: 'PATCH',
@@ -202,26 +258,49 @@ const conditions = [
   (i: number) => `has(params.refund_reason) && params.amount * 2 > ${500 + i}`,
   (i: number) => `params.customer.tier == "bronze-${i}" || request.hour > 24`,
 ];
-const targets = [{}, { capabilities: ['billing:*'] }, { svc_ids: ['bench-gateway'], capabilities: ['*:read'] }, { svc_ids: ['other-agent'] }, { capabilities: ['email:*'] }];
+const targets = [
+  {},
+  { capabilities: ['billing:*'] },
+  { svc_ids: ['bench-gateway'], capabilities: ['*:read'] },
+  { svc_ids: ['other-agent'] },
+  { capabilities: ['email:*'] },
+];
 for (let i = 0; i < 50; i++) {
   const body =
     i === 0
-      ? { name: 'rate limit', effect: 'rate_limit', rate_limit: { limit: 1_000_000, window_seconds: 86400, per: 'agent' } }
+      ? {
+          name: 'rate limit',
+          effect: 'rate_limit',
+          rate_limit: { limit: 1_000_000, window_seconds: 86400, per: 'agent' },
+        }
       : i < 4
-        ? { name: `shadow ${i}`, effect: 'deny', mode: 'shadow', condition: `params.invoice == 42 && params.customer.tier == "gold"` }
+        ? {
+            name: `shadow ${i}`,
+            effect: 'deny',
+            mode: 'shadow',
+            condition: `params.invoice == 42 && params.customer.tier == "gold"`,
+          }
         : {
             name: `policy ${i}`,
             effect: i % 2 ? 'deny' : 'require_approval',
             mode: i % 3 ? 'enforce' : 'shadow',
-            priority: i * 7 % 1000,
+            priority: (i * 7) % 1000,
             target: targets[i % targets.length],
             condition: conditions[i % conditions.length](i),
           };
-  const created = await fetch(`${base}/api/v1/policies`, { method: 'POST', headers: { 'content-type': 'application/json', ...policyAuth }, body: JSON.stringify(body) });
+  const created = await fetch(`${base}/api/v1/policies`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...policyAuth },
+    body: JSON.stringify(body),
+  });
   if (created.status !== 201) throw new Error(`policy ${i}: ${created.status} ${await created.text()}`);
 }
-const check = (await (await fetch(`${base}/api/v1/gateway/evaluate`, { ...policyRequest })).json()) as { decision: string; policies: unknown[] };
-if (check.decision !== 'allow' || check.policies.length !== 4) throw new Error(`the policy bench request must be allowed with 4 matches: ${JSON.stringify(check)}`);
+const check = (await (await fetch(`${base}/api/v1/gateway/evaluate`, { ...policyRequest })).json()) as {
+  decision: string;
+  policies: unknown[];
+};
+if (check.decision !== 'allow' || check.policies.length !== 4)
+  throw new Error(`the policy bench request must be allowed with 4 matches: ${JSON.stringify(check)}`);
 
 // The same action as an MCP tools/call (stateless: one POST, no handshake needed per call).
 const gatewayParams = JSON.parse(gatewayRequest.body).action.params;
@@ -232,13 +311,23 @@ const mcpRequest = {
     accept: 'application/json, text/event-stream',
     'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
   },
-  body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'billing__read', arguments: gatewayParams } }),
+  body: JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'tools/call',
+    params: { name: 'billing__read', arguments: gatewayParams },
+  }),
 };
 // And as a 2026-07-28 client sends it: the `_meta` envelope and the headers that mirror the body.
 const MCP_STATELESS_REVISION = '2026-07-28';
 const mcpStatelessRequest = {
   method: 'POST' as const,
-  headers: { ...mcpRequest.headers, 'mcp-protocol-version': MCP_STATELESS_REVISION, 'mcp-method': 'tools/call', 'mcp-name': 'billing__read' },
+  headers: {
+    ...mcpRequest.headers,
+    'mcp-protocol-version': MCP_STATELESS_REVISION,
+    'mcp-method': 'tools/call',
+    'mcp-name': 'billing__read',
+  },
   body: JSON.stringify({
     jsonrpc: '2.0',
     id: 1,
@@ -255,8 +344,11 @@ const mcpStatelessRequest = {
   }),
 };
 for (const request of [mcpRequest, mcpStatelessRequest]) {
-  const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, request)).json()) as { result?: { isError: boolean } };
-  if (mcpCheck.result?.isError !== false) throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
+  const mcpCheck = (await (await fetch(`${base}/mcp/bench-gateway`, request)).json()) as {
+    result?: { isError: boolean };
+  };
+  if (mcpCheck.result?.isError !== false)
+    throw new Error(`the MCP bench call must succeed: ${JSON.stringify(mcpCheck)}`);
 }
 
 // The same call with an OAuth access token (docs/decisions/0047-mcp-oauth.md): a client registered,
@@ -280,7 +372,15 @@ async function oauthAccessToken(svcId: string): Promise<string> {
       query: `mutation ($p: String, $c: String, $r: String, $cc: String, $m: String, $s: String, $res: String) {
         decide_oauth_authorization(response_type: $p, client_id: $c, redirect_uri: $r, code_challenge: $cc,
           code_challenge_method: $m, state: $s, resource: $res, allow: true) { redirect_to } }`,
-      variables: { p: params.response_type, c: clientId, r: redirectUri, cc: params.code_challenge, m: 'S256', s: params.state, res: params.resource },
+      variables: {
+        p: params.response_type,
+        c: clientId,
+        r: redirectUri,
+        cc: params.code_challenge,
+        m: 'S256',
+        s: params.state,
+        res: params.resource,
+      },
     },
     auth,
   );
@@ -288,19 +388,34 @@ async function oauthAccessToken(svcId: string): Promise<string> {
   const tokens = await fetch(`${base}/oauth/token`, {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: redirectUri, client_id: clientId, code_verifier: verifier }),
+    body: new URLSearchParams({
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: redirectUri,
+      client_id: clientId,
+      code_verifier: verifier,
+    }),
   });
   return ((await tokens.json()) as { access_token: string }).access_token;
 }
 const { 'x-api-key': _apiKey, ...mcpHeadersWithoutKey } = mcpRequest.headers;
-const mcpOAuthRequest = { ...mcpRequest, headers: { ...mcpHeadersWithoutKey, authorization: `Bearer ${await oauthAccessToken('bench-gateway')}` } };
-const oauthCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpOAuthRequest)).json()) as { result?: { isError: boolean } };
-if (oauthCheck.result?.isError !== false) throw new Error(`the MCP bench call with an OAuth token must succeed: ${JSON.stringify(oauthCheck)}`);
+const mcpOAuthRequest = {
+  ...mcpRequest,
+  headers: { ...mcpHeadersWithoutKey, authorization: `Bearer ${await oauthAccessToken('bench-gateway')}` },
+};
+const oauthCheck = (await (await fetch(`${base}/mcp/bench-gateway`, mcpOAuthRequest)).json()) as {
+  result?: { isError: boolean };
+};
+if (oauthCheck.result?.isError !== false)
+  throw new Error(`the MCP bench call with an OAuth token must succeed: ${JSON.stringify(oauthCheck)}`);
 
 // An mcp tool (docs/guides/mcp.md#the-mcp-connector) whose upstream is the SDK's own server on
 // loopback, in this process: a stateful 2025-11-25 one (v1) and a 2026-07-28 one (v2). Its tool
 // answers the params back, as the mock tool does.
-const readTool = (params: Record<string, unknown>) => ({ content: [{ type: 'text' as const, text: 'read' }], structuredContent: params });
+const readTool = (params: Record<string, unknown>) => ({
+  content: [{ type: 'text' as const, text: 'read' }],
+  structuredContent: params,
+});
 const upstream2025 = statefulEndpoint(() => {
   const server = new McpServer({ name: 'bench-upstream', version: '1.0.0' });
   server.registerTool('read', { inputSchema: z.object({}).passthrough() }, async (params) => readTool(params));
@@ -335,22 +450,43 @@ const mcpAgent = await post(
 await post(`/api/v1/orgs/${org.org_id}/manifests/${mcpAgent.manifest_id}/approve`, {}, auth);
 /** An execute of `<actionType>:read` through an mcp tool at `path` of the loopback upstream. */
 async function mcpToolRequest(actionType: string, path: string) {
-  const config = { url: `${mcpUpstreamBase}${path}`, allow_private_network: true, headers: { authorization: 'Bearer bench-upstream' } };
+  const config = {
+    url: `${mcpUpstreamBase}${path}`,
+    allow_private_network: true,
+    headers: { authorization: 'Bearer bench-upstream' },
+  };
   await post(`/api/v1/orgs/${org.org_id}/tools`, { action_type: actionType, connector: 'mcp', config }, auth);
   const request = {
     ...gatewayRequest,
-    body: JSON.stringify({ svc_id: 'bench-mcp-tool', agent_id: 'bench-mcp-tool', action: { type: actionType, tool: 'read', params: gatewayParams } }),
+    body: JSON.stringify({
+      svc_id: 'bench-mcp-tool',
+      agent_id: 'bench-mcp-tool',
+      action: { type: actionType, tool: 'read', params: gatewayParams },
+    }),
   };
-  const check = (await (await fetch(`${base}/api/v1/gateway/execute`, request)).json()) as { result?: { success: boolean } };
-  if (check.result?.success !== true) throw new Error(`the mcp tool bench call (${path}) must succeed: ${JSON.stringify(check)}`);
+  const check = (await (await fetch(`${base}/api/v1/gateway/execute`, request)).json()) as {
+    result?: { success: boolean };
+  };
+  if (check.result?.success !== true)
+    throw new Error(`the mcp tool bench call (${path}) must succeed: ${JSON.stringify(check)}`);
   return request;
 }
 const mcpTool2025Request = await mcpToolRequest('upstream2025', '/mcp');
 const mcpTool2026Request = await mcpToolRequest('upstream2026', '/mcp-2026');
 
-async function measurePost(name: string, url: string, request: { method: 'POST'; headers: Record<string, string>; body: string } = gatewayRequest) {
+async function measurePost(
+  name: string,
+  url: string,
+  request: { method: 'POST'; headers: Record<string, string>; body: string } = gatewayRequest,
+) {
   const cpu = process.cpuUsage();
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, ...request, ...(WORKERS ? { workers: WORKERS } : {}) });
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION_S,
+    ...request,
+    ...(WORKERS ? { workers: WORKERS } : {}),
+  });
   return row(name, result, process.cpuUsage(cpu));
 }
 
@@ -359,17 +495,39 @@ const MCP_TOOL_2026 = 'POST /api/v1/gateway/execute (+ record), mcp tool, 2026-0
 const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ['bare node:http', () => measure('bare node:http', `http://127.0.0.1:${barePort}/`)],
   ['GET /healthz', () => measure('GET /healthz', `${base}/healthz`)],
-  ['GET /api/v1/orgs/{id} (bearer)', () => measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, auth)],
+  [
+    'GET /api/v1/orgs/{id} (bearer)',
+    () => measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, auth),
+  ],
   [
     'GET /api/v1/orgs/{id}/manifests, 10 items (bearer)',
-    () => measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.org_id}/manifests`, auth),
+    () =>
+      measure(
+        'GET /api/v1/orgs/{id}/manifests, 10 items (bearer)',
+        `${base}/api/v1/orgs/${org.org_id}/manifests`,
+        auth,
+      ),
   ],
-  ['POST /api/v1/gateway/evaluate', () => measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`)],
-  ['POST /api/v1/gateway/execute (+ record)', () => measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`)],
-  ['POST /mcp/{svc_id} tools/call (+ record)', () => measurePost('POST /mcp/{svc_id} tools/call (+ record)', `${base}/mcp/bench-gateway`, mcpRequest)],
+  [
+    'POST /api/v1/gateway/evaluate',
+    () => measurePost('POST /api/v1/gateway/evaluate', `${base}/api/v1/gateway/evaluate`),
+  ],
+  [
+    'POST /api/v1/gateway/execute (+ record)',
+    () => measurePost('POST /api/v1/gateway/execute (+ record)', `${base}/api/v1/gateway/execute`),
+  ],
+  [
+    'POST /mcp/{svc_id} tools/call (+ record)',
+    () => measurePost('POST /mcp/{svc_id} tools/call (+ record)', `${base}/mcp/bench-gateway`, mcpRequest),
+  ],
   [
     'POST /mcp/{svc_id} tools/call 2026-07-28 (+ record)',
-    () => measurePost('POST /mcp/{svc_id} tools/call 2026-07-28 (+ record)', `${base}/mcp/bench-gateway`, mcpStatelessRequest),
+    () =>
+      measurePost(
+        'POST /mcp/{svc_id} tools/call 2026-07-28 (+ record)',
+        `${base}/mcp/bench-gateway`,
+        mcpStatelessRequest,
+      ),
   ],
   [
     'POST /api/v1/gateway/evaluate, 50 policies',
@@ -377,16 +535,15 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ],
   [
     'POST /api/v1/gateway/execute (+ record), 50 policies',
-    () => measurePost('POST /api/v1/gateway/execute (+ record), 50 policies', `${base}/api/v1/gateway/execute`, policyRequest),
+    () =>
+      measurePost(
+        'POST /api/v1/gateway/execute (+ record), 50 policies',
+        `${base}/api/v1/gateway/execute`,
+        policyRequest,
+      ),
   ],
-  [
-    MCP_TOOL_2025,
-    () => measurePost(MCP_TOOL_2025, `${base}/api/v1/gateway/execute`, mcpTool2025Request),
-  ],
-  [
-    MCP_TOOL_2026,
-    () => measurePost(MCP_TOOL_2026, `${base}/api/v1/gateway/execute`, mcpTool2026Request),
-  ],
+  [MCP_TOOL_2025, () => measurePost(MCP_TOOL_2025, `${base}/api/v1/gateway/execute`, mcpTool2025Request)],
+  [MCP_TOOL_2026, () => measurePost(MCP_TOOL_2026, `${base}/api/v1/gateway/execute`, mcpTool2026Request)],
 ];
 // Telemetry off and on, alternated so that drift (a warming database, a busy neighbour) hits both.
 const TELEMETRY_ROUNDS = Number(process.env.BENCH_TELEMETRY_ROUNDS ?? 3);
@@ -395,9 +552,18 @@ const TELEMETRY_ON = 'POST /api/v1/gateway/evaluate, metrics + tracing';
 const TELEMETRY_SAMPLED = 'POST /api/v1/gateway/evaluate, metrics + 10% of traces';
 for (let round = 1; round <= TELEMETRY_ROUNDS; round++) {
   scenarios.push(
-    [`${TELEMETRY_OFF} #${round}`, () => measurePost(`${TELEMETRY_OFF} #${round}`, `${quietBase}/api/v1/gateway/evaluate`)],
-    [`${TELEMETRY_ON} #${round}`, () => measurePost(`${TELEMETRY_ON} #${round}`, `${tracedBase}/api/v1/gateway/evaluate`)],
-    [`${TELEMETRY_SAMPLED} #${round}`, () => measurePost(`${TELEMETRY_SAMPLED} #${round}`, `${sampledBase}/api/v1/gateway/evaluate`)],
+    [
+      `${TELEMETRY_OFF} #${round}`,
+      () => measurePost(`${TELEMETRY_OFF} #${round}`, `${quietBase}/api/v1/gateway/evaluate`),
+    ],
+    [
+      `${TELEMETRY_ON} #${round}`,
+      () => measurePost(`${TELEMETRY_ON} #${round}`, `${tracedBase}/api/v1/gateway/evaluate`),
+    ],
+    [
+      `${TELEMETRY_SAMPLED} #${round}`,
+      () => measurePost(`${TELEMETRY_SAMPLED} #${round}`, `${sampledBase}/api/v1/gateway/evaluate`),
+    ],
   );
 }
 // An MCP tools/call with an API key and with an OAuth access token, alternated likewise.
@@ -407,7 +573,10 @@ const MCP_OAUTH = 'POST /mcp/{svc_id} tools/call, OAuth access token';
 for (let round = 1; round <= OAUTH_ROUNDS; round++) {
   scenarios.push(
     [`${MCP_KEY} #${round}`, () => measurePost(`${MCP_KEY} #${round}`, `${base}/mcp/bench-gateway`, mcpRequest)],
-    [`${MCP_OAUTH} #${round}`, () => measurePost(`${MCP_OAUTH} #${round}`, `${base}/mcp/bench-gateway`, mcpOAuthRequest)],
+    [
+      `${MCP_OAUTH} #${round}`,
+      () => measurePost(`${MCP_OAUTH} #${round}`, `${base}/mcp/bench-gateway`, mcpOAuthRequest),
+    ],
   );
 }
 const rows: Awaited<ReturnType<typeof measure>>[] = [];
@@ -422,7 +591,8 @@ console.table(rows.map((r) => ({ ...r, 'ratio to bare': (r.rps / baseline).toFix
 for (const mode of ['evaluate', 'execute']) {
   const without = rows.find((r) => r.name.includes(`/gateway/${mode}`) && !r.name.includes('policies'));
   const withPolicies = rows.find((r) => r.name.includes(`/gateway/${mode}`) && r.name.includes('50 policies'));
-  if (without && withPolicies) console.log(`${mode}: 50 policies keep ${(withPolicies.rps / without.rps).toFixed(3)} of the throughput without`);
+  if (without && withPolicies)
+    console.log(`${mode}: 50 policies keep ${(withPolicies.rps / without.rps).toFixed(3)} of the throughput without`);
 }
 
 // The issue's bar: metrics and tracing cost at most 5 % of evaluate's throughput (≥ 0.95 kept).
@@ -437,7 +607,10 @@ function telemetryCost(variant: string) {
   }).filter((ratio): ratio is number => ratio !== undefined);
   if (!roundRatios.length) return;
   const sorted = [...roundRatios].sort((a, b) => a - b);
-  const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+  const median =
+    sorted.length % 2
+      ? sorted[(sorted.length - 1) / 2]
+      : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
   const cpuOf = (prefix: string) => {
     const matching = rows.filter((r) => r.name.startsWith(prefix));
     return matching.reduce((sum, r) => sum + r['cpu µs/req'], 0) / matching.length;
@@ -470,12 +643,16 @@ if (oauthRatios.length) {
 // The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
 const restExecute = rows.find((r) => r.name === 'POST /api/v1/gateway/execute (+ record)');
 for (const mcpCall of rows.filter((r) => r.name.startsWith('POST /mcp/'))) {
-  if (restExecute) console.log(`${mcpCall.name}: ${(mcpCall.rps / restExecute.rps).toFixed(3)} of REST execute's throughput`);
+  if (restExecute)
+    console.log(`${mcpCall.name}: ${(mcpCall.rps / restExecute.rps).toFixed(3)} of REST execute's throughput`);
 }
 
 // What an mcp tool's upstream exchange costs: the call against the same execute with the mock tool.
 for (const mcpTool of rows.filter((r) => r.name === MCP_TOOL_2025 || r.name === MCP_TOOL_2026)) {
-  if (restExecute) console.log(`${mcpTool.name}: ${(mcpTool.rps / restExecute.rps).toFixed(3)} of REST execute's throughput with the mock tool`);
+  if (restExecute)
+    console.log(
+      `${mcpTool.name}: ${(mcpTool.rps / restExecute.rps).toFixed(3)} of REST execute's throughput with the mock tool`,
+    );
 }
 
 // Two orgs on one process: org B sends one execute at a time, alone and while org A keeps 16 in
@@ -485,8 +662,15 @@ for (const mcpTool of rows.filter((r) => r.name === MCP_TOOL_2025 || r.name === 
 const FAIRNESS_ROUNDS = Number(process.env.BENCH_FAIRNESS_ROUNDS ?? 3);
 if (FAIRNESS_ROUNDS > 0 && (!ONLY || 'two orgs'.includes(ONLY) || ONLY.includes('two orgs'))) {
   const quietSlug = `bench-quiet-${Date.now()}`;
-  const quietOrg = await post('/api/v1/orgs', { name: 'Bench quiet', slug: quietSlug, admin_email: `a@${quietSlug}.example`, admin_password: 'benchmark password' });
-  const quietToken = (await post('/api/v1/auth/login', { email: `a@${quietSlug}.example`, password: 'benchmark password' })).access_token;
+  const quietOrg = await post('/api/v1/orgs', {
+    name: 'Bench quiet',
+    slug: quietSlug,
+    admin_email: `a@${quietSlug}.example`,
+    admin_password: 'benchmark password',
+  });
+  const quietToken = (
+    await post('/api/v1/auth/login', { email: `a@${quietSlug}.example`, password: 'benchmark password' })
+  ).access_token;
   const quietRequest = await gatewayAgent(quietOrg.org_id, { authorization: `Bearer ${quietToken}` });
   const executeUrl = `${base}/api/v1/gateway/execute`;
   const flood = { url: executeUrl, headers: gatewayRequest.headers, body: gatewayRequest.body };
@@ -496,7 +680,10 @@ if (FAIRNESS_ROUNDS > 0 && (!ONLY || 'two orgs'.includes(ONLY) || ONLY.includes(
   const floods: LoadResult[] = [];
   for (let round = 0; round < FAIRNESS_ROUNDS; round++) {
     alone.push(await runLoad(quiet, { seconds: DURATION_S, concurrency: 1 }));
-    const [a, b] = await Promise.all([runLoad(flood, { seconds: DURATION_S, concurrency: 16 }), runLoad(quiet, { seconds: DURATION_S, concurrency: 1 })]);
+    const [a, b] = await Promise.all([
+      runLoad(flood, { seconds: DURATION_S, concurrency: 16 }),
+      runLoad(quiet, { seconds: DURATION_S, concurrency: 1 }),
+    ]);
     floods.push(a);
     during.push(b);
   }
@@ -536,5 +723,10 @@ bare.close();
 mcpUpstream.close();
 mcpUpstream.closeAllConnections();
 await Promise.all([app.stop(), quietApp.stop(), tracedApp.stop(), sampledApp.stop()]);
-await Promise.all([tracedTelemetry.shutdown(), sampledTelemetry.shutdown(), upstream2025.forgetAll(), upstream2026.close()]);
+await Promise.all([
+  tracedTelemetry.shutdown(),
+  sampledTelemetry.shutdown(),
+  upstream2025.forgetAll(),
+  upstream2026.close(),
+]);
 await db.close();

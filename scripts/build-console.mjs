@@ -18,7 +18,16 @@ import { filesUnder, hashOfFiles, readStamp, root, stalenessOf } from './build-s
 const consoleDir = path.join(root, 'console');
 export const outDir = path.join(consoleDir, 'dist');
 const stampFile = path.join(outDir, 'build.json');
-const CONFIG_INPUTS = ['schema/schema.graphql', 'codegen.ts', 'package-lock.json', 'scripts/build-console.mjs', 'scripts/build-stamp.mjs', 'console/index.html', 'console/icon.svg', 'console/tsconfig.json'];
+const CONFIG_INPUTS = [
+  'schema/schema.graphql',
+  'codegen.ts',
+  'package-lock.json',
+  'scripts/build-console.mjs',
+  'scripts/build-stamp.mjs',
+  'console/index.html',
+  'console/icon.svg',
+  'console/tsconfig.json',
+];
 const SOURCE_DIRS = ['console/src', 'console/graphql'];
 /** Module scripts, `??=`, private fields: browsers of the last two or three years. */
 const TARGETS = ['chrome111', 'firefox111', 'safari16.4'];
@@ -33,9 +42,13 @@ export function staleness(inputs = inputsHash()) {
 
 /** Codegen, esbuild and Preact are dev dependencies: a production install cannot build. */
 function needDevDependencies() {
-  const missing = ['@graphql-codegen/cli', 'esbuild', 'preact'].filter((name) => !existsSync(path.join(root, 'node_modules', name, 'package.json')));
+  const missing = ['@graphql-codegen/cli', 'esbuild', 'preact'].filter(
+    (name) => !existsSync(path.join(root, 'node_modules', name, 'package.json')),
+  );
   if (missing.length === 0) return;
-  const error = new Error(`building the console needs the dev dependencies (${missing.join(', ')} not installed): run npm ci without --omit, then npm run build:console`);
+  const error = new Error(
+    `building the console needs the dev dependencies (${missing.join(', ')} not installed): run npm ci without --omit, then npm run build:console`,
+  );
   error.code = 'NO_DEV_DEPENDENCIES';
   throw error;
 }
@@ -44,7 +57,11 @@ function codegen() {
   // Its package exports do not include the bin, so the path within node_modules.
   const cli = path.join(root, 'node_modules/@graphql-codegen/cli/cjs/bin.js');
   const env = { ...process.env, CODEGEN_TARGET: 'console' };
-  const result = spawnSync(process.execPath, [cli, '--config', 'codegen.ts', '--silent'], { cwd: root, stdio: 'inherit', env });
+  const result = spawnSync(process.execPath, [cli, '--config', 'codegen.ts', '--silent'], {
+    cwd: root,
+    stdio: 'inherit',
+    env,
+  });
   if (result.status !== 0) throw new Error(`graphql-codegen failed (status ${result.status})`);
 }
 
@@ -71,7 +88,9 @@ async function bundleInto(building) {
     logLevel: 'warning',
     define: { 'process.env.NODE_ENV': '"production"' },
   });
-  const outputs = Object.keys(result.metafile.outputs).map((file) => path.relative(building, path.join(root, file)).split(path.sep).join('/'));
+  const outputs = Object.keys(result.metafile.outputs).map((file) =>
+    path.relative(building, path.join(root, file)).split(path.sep).join('/'),
+  );
   const script = outputs.find((file) => file.endsWith('.js'));
   const stylesheet = outputs.find((file) => file.endsWith('.css'));
   if (!script || !stylesheet) throw new Error(`esbuild wrote no script or no stylesheet: ${outputs.join(', ')}`);
@@ -93,7 +112,9 @@ async function bundleInto(building) {
   const files = {};
   for (const file of ['index.html', ...outputs]) {
     const bytes = readFileSync(path.join(building, file));
-    const br = brotliCompressSync(bytes, { params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length } });
+    const br = brotliCompressSync(bytes, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length },
+    });
     const gz = gzipSync(bytes, { level: 9 });
     writeFileSync(path.join(building, `${file}.br`), br);
     writeFileSync(path.join(building, `${file}.gz`), gz);
@@ -118,7 +139,8 @@ export async function build(inputs = inputsHash()) {
   }
   // Hashed again: a source edited during the build must not be stamped as built (the service
   // reads build.json to find the files, so an unstamped build is served only after a rebuild).
-  if (inputsHash() === inputs) writeFileSync(path.join(building, 'build.json'), `${JSON.stringify({ inputs, files }, null, 2)}\n`);
+  if (inputsHash() === inputs)
+    writeFileSync(path.join(building, 'build.json'), `${JSON.stringify({ inputs, files }, null, 2)}\n`);
   rmSync(outDir, { recursive: true, force: true });
   try {
     renameSync(building, outDir);
@@ -146,7 +168,9 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
       // API, with the console off: start-up does not advertise it, and /console answers 503
       // saying it was not built in this install and how to get it. Asked to build, it fails.
       if (ifStale && error.code === 'NO_DEV_DEPENDENCIES') {
-        process.stderr.write(`console/dist/ not built, so the operator console is off in this install: ${error.message}\n`);
+        process.stderr.write(
+          `console/dist/ not built, so the operator console is off in this install: ${error.message}\n`,
+        );
         process.exit(0);
       }
       process.stderr.write(`console build failed: ${error.message}\n`);

@@ -18,7 +18,12 @@ export function filesUnder(dir) {
   if (!existsSync(full)) return [];
   return readdirSync(full, { recursive: true, withFileTypes: true })
     .filter((entry) => entry.isFile())
-    .map((entry) => path.relative(root, path.join(entry.parentPath ?? entry.path, entry.name)).split(path.sep).join('/'))
+    .map((entry) =>
+      path
+        .relative(root, path.join(entry.parentPath ?? entry.path, entry.name))
+        .split(path.sep)
+        .join('/'),
+    )
     .sort();
 }
 

@@ -28,7 +28,14 @@ const VENDORED = [
   ['node_modules/redoc/bundles/redoc.standalone.js', 'vendor/redoc/redoc.standalone.js'],
   ['node_modules/redoc/bundles/redoc.standalone.js.LICENSE.txt', 'vendor/redoc/redoc.standalone.js.LICENSE.txt'],
 ];
-const CONFIG_INPUTS = ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs', 'scripts/build-stamp.mjs'];
+const CONFIG_INPUTS = [
+  'tsconfig.json',
+  'tsconfig.build.json',
+  'package.json',
+  'package-lock.json',
+  'scripts/build.mjs',
+  'scripts/build-stamp.mjs',
+];
 
 /** One hash over the inputs' paths and contents. */
 export const inputsHash = () => hashOfFiles([...CONFIG_INPUTS, ...filesUnder('src')]);
@@ -43,7 +50,9 @@ export function build(inputs = inputsHash()) {
   const tsc = path.join(root, 'node_modules/typescript/bin/tsc');
   if (!existsSync(tsc)) {
     // An install without dev dependencies (npm ci --omit=dev …): dist/ is built where they are.
-    process.stderr.write('cannot build dist/: TypeScript is a dev dependency and is not installed here; run `npm ci` (without --omit) and `npm run build`\n');
+    process.stderr.write(
+      'cannot build dist/: TypeScript is a dev dependency and is not installed here; run `npm ci` (without --omit) and `npm run build`\n',
+    );
     process.exit(1);
   }
   rmSync(dist, { recursive: true, force: true });

@@ -19,7 +19,14 @@ function once() {
   return new Promise((resolve) => {
     const started = performance.now();
     const request = http.request(
-      { host: target.hostname, port: target.port, path: target.pathname + target.search, method, agent, headers: { ...headers, 'content-length': payload.length } },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname + target.search,
+        method,
+        agent,
+        headers: { ...headers, 'content-length': payload.length },
+      },
       (response) => {
         response.resume();
         response.on('end', () => {
@@ -45,7 +52,8 @@ await Promise.all(
 );
 agent.destroy();
 latencies.sort((a, b) => a - b);
-const percentile = (p) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : null);
+const percentile = (p) =>
+  latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : null;
 const round = (ms) => (ms === null ? null : Math.round(ms * 100) / 100);
 process.stdout.write(
   `${JSON.stringify({

@@ -25,7 +25,10 @@ export interface LoadResult {
   failures: number;
 }
 
-export async function runLoad(request: LoadRequest, options: { seconds: number; concurrency: number }): Promise<LoadResult> {
+export async function runLoad(
+  request: LoadRequest,
+  options: { seconds: number; concurrency: number },
+): Promise<LoadResult> {
   const { stdout } = await promisify(execFile)(process.execPath, [client, JSON.stringify({ ...request, ...options })], {
     env: { ...process.env, NODE_OPTIONS: '' },
     timeout: (options.seconds + 60) * 1000,

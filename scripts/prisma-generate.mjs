@@ -17,7 +17,9 @@ const cli = fileURLToPath(new URL('../node_modules/prisma/build/index.js', impor
 if (!existsSync(cli)) {
   const why = 'the Prisma CLI (a dev dependency) is not installed';
   if (process.argv.includes('--if-installed')) {
-    process.stderr.write(`prisma generate skipped: ${why}; src/generated is needed only to build dist/ (npm ci without --omit, then npm run build)\n`);
+    process.stderr.write(
+      `prisma generate skipped: ${why}; src/generated is needed only to build dist/ (npm ci without --omit, then npm run build)\n`,
+    );
     process.exit(0);
   }
   process.stderr.write(`prisma generate cannot run: ${why}; run npm ci without --omit=dev\n`);

@@ -109,7 +109,8 @@ export function createApp({
     graphiql: false,
     // Closed to other origins unless configured: yoga's default would answer every origin,
     // letting any web page a signed-in operator visits call the API with a token it obtained.
-    cors: env.corsAllowedOrigins.length > 0 ? { origin: env.corsAllowedOrigins, credentials: false, maxAge: 600 } : false,
+    cors:
+      env.corsAllowedOrigins.length > 0 ? { origin: env.corsAllowedOrigins, credentials: false, maxAge: 600 } : false,
     logging: {
       debug: (...args) => logger.debug(args.map(String).join(' ')),
       info: (...args) => logger.info(args.map(String).join(' ')),
@@ -135,7 +136,9 @@ export function createApp({
         const original = error instanceof GraphQLError ? error.originalError : error;
         if (error instanceof GraphQLError && (!original || original instanceof GraphQLError)) return error;
         logUnexpected(logger, original, { request_id: currentRequest()?.requestId }, 'unexpected error');
-        return isDatabaseUnavailable(original) ? serviceUnavailable() : new AppError('INTERNAL_ERROR', 'An internal error occurred');
+        return isDatabaseUnavailable(original)
+          ? serviceUnavailable()
+          : new AppError('INTERNAL_ERROR', 'An internal error occurred');
       },
     },
     plugins: [
@@ -180,7 +183,16 @@ export function createApp({
         },
       },
       useOAuthEndpoints({ oauth: services.oauth, logger }),
-      useMcpEndpoint({ env, logger, telemetry, version: packageVersion, apiKeys: services.apiKeys, oauth: services.oauth, mcp: services.mcp, admit: services.admit }),
+      useMcpEndpoint({
+        env,
+        logger,
+        telemetry,
+        version: packageVersion,
+        apiKeys: services.apiKeys,
+        oauth: services.oauth,
+        mcp: services.mcp,
+        admit: services.admit,
+      }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],
   });
@@ -189,7 +201,10 @@ export function createApp({
   const periodicWork = new Set<Promise<void>>();
   const runPeriodic = (work: () => Promise<unknown>, failure: string) => {
     const task: Promise<void> = work()
-      .then(() => undefined, (error) => logger.warn({ err: error }, failure))
+      .then(
+        () => undefined,
+        (error) => logger.warn({ err: error }, failure),
+      )
       .finally(() => periodicWork.delete(task));
     periodicWork.add(task);
   };

@@ -145,12 +145,16 @@ export interface TracesSampler {
 function tracesSampler(source: NodeJS.ProcessEnv): TracesSampler {
   const name = (source.OTEL_TRACES_SAMPLER || 'parentbased_always_on').trim().toLowerCase();
   if (!(TRACES_SAMPLERS as readonly string[]).includes(name)) {
-    throw new EnvError(`OTEL_TRACES_SAMPLER must be one of ${TRACES_SAMPLERS.join(', ')}, got "${source.OTEL_TRACES_SAMPLER}"`);
+    throw new EnvError(
+      `OTEL_TRACES_SAMPLER must be one of ${TRACES_SAMPLERS.join(', ')}, got "${source.OTEL_TRACES_SAMPLER}"`,
+    );
   }
   const raw = source.OTEL_TRACES_SAMPLER_ARG?.trim();
   const ratio = raw ? Number(raw) : 1;
   if (name.endsWith('traceidratio') && !(Number.isFinite(ratio) && ratio >= 0 && ratio <= 1)) {
-    throw new EnvError(`OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1 (the fraction of traces kept), got "${raw}"`);
+    throw new EnvError(
+      `OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1 (the fraction of traces kept), got "${raw}"`,
+    );
   }
   return { name: name as TracesSampler['name'], ratio };
 }
@@ -160,13 +164,18 @@ function otlpTracesUrl(source: NodeJS.ProcessEnv): string | undefined {
   const base = source.OTEL_EXPORTER_OTLP_ENDPOINT;
   const url = traces || (base ? `${base.replace(/\/+$/, '')}/v1/traces` : undefined);
   if (url && !/^https?:\/\/[^/]/.test(url)) {
-    throw new EnvError(`${traces ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL, got "${traces || base}"`);
+    throw new EnvError(
+      `${traces ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} must be an http(s) URL, got "${traces || base}"`,
+    );
   }
   return url;
 }
 
 function allowedOrigins(raw: string | undefined, name: string): string[] {
-  const origins = (raw ?? '').split(',').map((part) => part.trim()).filter(Boolean);
+  const origins = (raw ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean);
   for (const origin of origins) {
     let parsed: URL | undefined;
     try {
@@ -215,7 +224,8 @@ function encryptionKey(raw: string | undefined, name = 'KEY_ENCRYPTION_KEY'): Bu
 function previousEncryptionKeys(source: NodeJS.ProcessEnv): Buffer[] {
   const raw = source.KEY_ENCRYPTION_KEY_PREVIOUS;
   if (!raw) return [];
-  if (!source.KEY_ENCRYPTION_KEY) throw new EnvError('KEY_ENCRYPTION_KEY_PREVIOUS needs KEY_ENCRYPTION_KEY (the key to seal with)');
+  if (!source.KEY_ENCRYPTION_KEY)
+    throw new EnvError('KEY_ENCRYPTION_KEY_PREVIOUS needs KEY_ENCRYPTION_KEY (the key to seal with)');
   return raw
     .split(',')
     .map((part) => part.trim())
@@ -280,5 +290,11 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
 
 /** What of the environment opening the database needs; `warn` reports a pooler found in `session` mode. */
 export function databaseOptions(env: Env, warn?: (message: string) => void): DatabaseOptions {
-  return { databaseUrl: env.databaseUrl, dataDir: env.dataDir, timeoutMs: env.databaseTimeoutMs, poolMode: env.databasePoolMode, warn };
+  return {
+    databaseUrl: env.databaseUrl,
+    dataDir: env.dataDir,
+    timeoutMs: env.databaseTimeoutMs,
+    poolMode: env.databasePoolMode,
+    warn,
+  };
 }

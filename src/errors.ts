@@ -26,7 +26,11 @@ export const errorStatus = {
 export type ErrorCode = keyof typeof errorStatus;
 
 /** Codes that travel in the `{"detail": {...}}` envelope (authentication and authorization). */
-export const authErrorCodes: ReadonlySet<ErrorCode> = new Set(['AUTHENTICATION_REQUIRED', 'INVALID_TOKEN', 'FORBIDDEN']);
+export const authErrorCodes: ReadonlySet<ErrorCode> = new Set([
+  'AUTHENTICATION_REQUIRED',
+  'INVALID_TOKEN',
+  'FORBIDDEN',
+]);
 
 export interface FieldError {
   field: string;
@@ -108,7 +112,11 @@ export const DATABASE_RETRY_AFTER_SECONDS = 2;
 export const serviceUnavailable = (
   message = 'The database cannot be reached at the moment; retry shortly',
   details?: Record<string, unknown>,
-) => new AppError('SERVICE_UNAVAILABLE', message, { details, headers: { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) } });
+) =>
+  new AppError('SERVICE_UNAVAILABLE', message, {
+    details,
+    headers: { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) },
+  });
 
 /** Collects field problems and throws them together, so a caller fixes a payload in one go. */
 export class FieldErrors {

@@ -135,6 +135,7 @@ export function createLogger(level: string, destination: DestinationStream = std
  * else is a bug: an error with its stack.
  */
 export function logUnexpected(logger: Logger, error: unknown, fields: Record<string, unknown>, message: string): void {
-  if (isDatabaseUnavailable(error)) logger.warn({ ...fields, reason: error instanceof Error ? error.message : String(error) }, 'database unavailable');
+  if (isDatabaseUnavailable(error))
+    logger.warn({ ...fields, reason: error instanceof Error ? error.message : String(error) }, 'database unavailable');
   else logger.error({ ...fields, err: error }, message);
 }

@@ -67,7 +67,11 @@ if (metricsServer) {
       metricsServer.off('error', reject);
       resolve();
     });
-  }).catch((error: Error) => failToStart(new Error(`the metrics listener cannot listen on ${env.metricsHost}:${env.metricsPort}: ${error.message}`)));
+  }).catch((error: Error) =>
+    failToStart(
+      new Error(`the metrics listener cannot listen on ${env.metricsHost}:${env.metricsPort}: ${error.message}`),
+    ),
+  );
   logger.info({ metrics: `http://${env.metricsHost}:${env.metricsPort}${METRICS_PATH}` }, 'metrics listener started');
 }
 
@@ -83,7 +87,10 @@ async function shutdown(signal: string) {
   stopping = true;
   const finishBy = env.shutdownGraceMs + SHUTDOWN_FINISH_MS;
   try {
-    armExitWatchdog(finishBy + LOG_FLUSH_MS + WATCHDOG_MARGIN_MS, `shutdown after ${signal} did not end the process in time`);
+    armExitWatchdog(
+      finishBy + LOG_FLUSH_MS + WATCHDOG_MARGIN_MS,
+      `shutdown after ${signal} did not end the process in time`,
+    );
   } catch (error) {
     // No thread to be had (resources exhausted): the orderly path and its deadline still run.
     logger.warn({ err: error }, 'the shutdown watchdog could not start');
@@ -94,7 +101,11 @@ async function shutdown(signal: string) {
   );
   logger.info({ signal }, 'shutting down: draining requests');
   app.setDraining();
-  const failureOf = (work: Promise<unknown>) => work.then(() => undefined, (error: unknown) => error ?? 'failed');
+  const failureOf = (work: Promise<unknown>) =>
+    work.then(
+      () => undefined,
+      (error: unknown) => error ?? 'failed',
+    );
   // Background work stops while requests drain.
   const backgroundStopped = failureOf(app.stop());
   const forced = setTimeout(() => server.closeAllConnections(), env.shutdownGraceMs);

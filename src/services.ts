@@ -59,7 +59,17 @@ export function createServices(deps: Deps) {
   const journal = createExecutionJournal(deps, records);
   const countOperatorRequests = createOperatorRateLimit(deps);
   const purchases = createPurchaseService(deps, { manifests, templates });
-  const gateway = createGatewayService(deps, { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies });
+  const gateway = createGatewayService(deps, {
+    agents,
+    manifests,
+    orgs,
+    tools,
+    tokens,
+    approvals,
+    records,
+    journal,
+    policies,
+  });
   return {
     ...deps,
     orgs,

@@ -34,7 +34,9 @@ export function commandLine(args: readonly string[]): { exit: number; stdout?: s
   if (args.length === 0) return undefined;
   if (args.includes('--help') || args.includes('-h')) return { exit: 0, stdout: usage() };
   if (args.length === 1 && (args[0] === '--version' || args[0] === '-v')) return { exit: 0, stdout: `${version}\n` };
-  const what = args[0].startsWith('-') ? `unknown option ${args[0]}` : `unexpected argument ${args[0]} (the service takes none)`;
+  const what = args[0].startsWith('-')
+    ? `unknown option ${args[0]}`
+    : `unexpected argument ${args[0]} (the service takes none)`;
   return { exit: 2, stderr: `agent-gateway: ${what}\n\n${usage()}` };
 }
 
@@ -42,7 +44,11 @@ export function commandLine(args: readonly string[]): { exit: number; stdout?: s
  * The line the service logs once it listens, with its fields: where GraphiQL, the API docs and the
  * database are, and the console's URL only when the console is built (else that it is off).
  */
-export function listeningLine(base: string, database: string, consoleBuilt: boolean): { fields: Record<string, string>; message: string } {
+export function listeningLine(
+  base: string,
+  database: string,
+  consoleBuilt: boolean,
+): { fields: Record<string, string>; message: string } {
   const places = `GraphiQL ${base}/graphql, API docs ${base}/docs, database ${database}`;
   if (consoleBuilt) {
     return {

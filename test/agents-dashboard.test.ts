@@ -37,7 +37,11 @@ beforeAll(async () => {
     // Each its own limits, to tell the agents' usage apart.
     const constraints = { max_actions_per_hour: 10 + i, max_actions_per_day: 1000 + i };
     const { manifestId } = await createManifest(t, org, 'active', manifestPayload({ svcId, constraints }));
-    manifests.set(svcId, { manifestId, hourLimit: constraints.max_actions_per_hour, dayLimit: constraints.max_actions_per_day });
+    manifests.set(svcId, {
+      manifestId,
+      hourLimit: constraints.max_actions_per_hour,
+      dayLimit: constraints.max_actions_per_day,
+    });
     agentIds.push(svcId);
   }
   const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 3, max_actions_per_day: 30 } });
@@ -46,9 +50,24 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) expect((await execute(t, agent)).body.decision).toBe('allow');
   executing = agent;
 
-  policyIds.orgWide = await createPolicy({ name: 'org wide', priority: 1, effect: 'deny', target: { capabilities: ['nothing:matches'] } });
-  policyIds.first = await createPolicy({ name: 'first agent', priority: 2, effect: 'deny', target: { svc_ids: [agentIds[0], 'unknown-agent'] } });
-  policyIds.second = await createPolicy({ name: 'second agent', priority: 3, effect: 'require_approval', target: { svc_ids: [agentIds[1]] } });
+  policyIds.orgWide = await createPolicy({
+    name: 'org wide',
+    priority: 1,
+    effect: 'deny',
+    target: { capabilities: ['nothing:matches'] },
+  });
+  policyIds.first = await createPolicy({
+    name: 'first agent',
+    priority: 2,
+    effect: 'deny',
+    target: { svc_ids: [agentIds[0], 'unknown-agent'] },
+  });
+  policyIds.second = await createPolicy({
+    name: 'second agent',
+    priority: 3,
+    effect: 'require_approval',
+    target: { svc_ids: [agentIds[1]] },
+  });
 });
 afterAll(() => t.close());
 
@@ -66,7 +85,9 @@ async function dashboard(limit: number) {
     return query.apply(sql, args);
   }) as typeof query;
   try {
-    const { result, count } = await statements.count(() => runOperation(t, OrganizationAgentsDashboardDocument, { orgId: org.orgId, limit }, org.adminToken));
+    const { result, count } = await statements.count(() =>
+      runOperation(t, OrganizationAgentsDashboardDocument, { orgId: org.orgId, limit }, org.adminToken),
+    );
     return { agents: result.organization.agents, count, budgetReads };
   } finally {
     sql.query = query;
@@ -92,7 +113,11 @@ test('every agent shows its own manifest, its history and the limits of its mani
   expect(agents.items.map((a) => a.agent_id)).toEqual([...agentIds].reverse());
   for (const agent of agents.items) {
     const manifest = manifests.get(agent.agent_id)!;
-    expect({ agent: agent.agent_id, manifest: agent.current_manifest?.manifest_id, version: agent.current_manifest?.agent_version }).toEqual({
+    expect({
+      agent: agent.agent_id,
+      manifest: agent.current_manifest?.manifest_id,
+      version: agent.current_manifest?.agent_version,
+    }).toEqual({
       agent: agent.agent_id,
       manifest: manifest.manifestId,
       version: '1.0.0',
@@ -120,12 +145,18 @@ test('an agent lists the org-wide policies and those naming it, in priority orde
     { policy_id: policyIds.orgWide, name: 'org wide' },
     { policy_id: policyIds.second, name: 'second agent' },
   ]);
-  for (const agentId of agentIds.slice(2)) expect(policiesOf(agentId)).toEqual([{ policy_id: policyIds.orgWide, name: 'org wide' }]);
+  for (const agentId of agentIds.slice(2))
+    expect(policiesOf(agentId)).toEqual([{ policy_id: policyIds.orgWide, name: 'org wide' }]);
 });
 
 test("another org's dashboard lists none of these agents", async () => {
   const other = await signUp(t, 'agents-dash-other');
-  const { organization } = await runOperation(t, OrganizationAgentsDashboardDocument, { orgId: other.orgId, limit: 50 }, other.adminToken);
+  const { organization } = await runOperation(
+    t,
+    OrganizationAgentsDashboardDocument,
+    { orgId: other.orgId, limit: 50 },
+    other.adminToken,
+  );
   expect(organization.agents).toEqual({ total: 0, items: [] });
 });
 
@@ -134,13 +165,21 @@ describe('API keys', () => {
     const mine = [agentIds[3], agentIds[7]];
     const { key } = await createKey(t, org, ['manifests:read'], { svc_ids: [...mine, 'never-registered'] });
     const response = await t.graphql(print(AgentIdsDocument), { limit: 200 }, { apiKey: key });
-    expect(response.body).toEqual({ data: { agents: { total: 2, items: [{ agent_id: mine[1] }, { agent_id: mine[0] }] } } });
+    expect(response.body).toEqual({
+      data: { agents: { total: 2, items: [{ agent_id: mine[1] }, { agent_id: mine[0] }] } },
+    });
   });
 
   test('a key may read agents but not, through them, the policies (policies are bearer-only)', async () => {
     const { key } = await createKey(t, org, ['manifests:read']);
-    const withPolicies = await t.graphql('{ agents(limit: 5) { items { agent_id policies { name } } } }', {}, { apiKey: key });
-    expect(withPolicies.body.errors?.map((e: { extensions: { code: string } }) => e.extensions.code)).toContain('FORBIDDEN');
+    const withPolicies = await t.graphql(
+      '{ agents(limit: 5) { items { agent_id policies { name } } } }',
+      {},
+      { apiKey: key },
+    );
+    expect(withPolicies.body.errors?.map((e: { extensions: { code: string } }) => e.extensions.code)).toContain(
+      'FORBIDDEN',
+    );
     expect(JSON.stringify(withPolicies.body)).not.toContain('org wide');
     const withoutPolicies = await t.graphql(print(AgentIdsDocument), { limit: 5 }, { apiKey: key });
     expect(withoutPolicies.body.data.agents.items).toHaveLength(5);

@@ -29,36 +29,57 @@ let counter = 0;
 const uniqueId = (prefix = 'agent') => `${prefix}-${Date.now().toString(36)}-${++counter}`;
 const asAdmin = (): RequestOptions => ({ token: org.adminToken });
 
-const register = (body: Record<string, unknown>, as: RequestOptions = asAdmin()) => t.request('POST', '/api/v1/agents', { ...as, body });
+const register = (body: Record<string, unknown>, as: RequestOptions = asAdmin()) =>
+  t.request('POST', '/api/v1/agents', { ...as, body });
 const read = (id: string, as: RequestOptions = asAdmin()) => t.request('GET', `/api/v1/agents/${id}`, as);
 const list = (query = '', as: RequestOptions = asAdmin()) => t.request('GET', `/api/v1/agents${query}`, as);
 const deactivate = (id: string, reason?: string, as: RequestOptions = asAdmin()) =>
   t.request('DELETE', `/api/v1/agents/${id}${reason === undefined ? '' : `?reason=${encodeURIComponent(reason)}`}`, as);
-const reactivate = (id: string, as: RequestOptions = asAdmin()) => t.request('POST', `/api/v1/agents/${id}/reactivate`, as);
+const reactivate = (id: string, as: RequestOptions = asAdmin()) =>
+  t.request('POST', `/api/v1/agents/${id}/reactivate`, as);
 
 /** A registered agent's body; fails the test when the register does not answer 201. */
 async function registered(body: Record<string, unknown>, as?: RequestOptions) {
   const response = await register(body, as);
-  expect({ status: response.status, body: response.body }).toEqual({ status: 201, body: expect.objectContaining({ agent_id: body.agent_id }) });
+  expect({ status: response.status, body: response.body }).toEqual({
+    status: 201,
+    body: expect.objectContaining({ agent_id: body.agent_id }),
+  });
   return response.body;
 }
 
 /** The org's audit entries about one agent, newest first. */
 async function auditsOf(agentId: string, action: string, within: OrgFixture = org) {
-  const response = await t.request('GET', `/api/v1/orgs/${within.orgId}/audit-logs?target_type=agent&target_id=${agentId}&action=${action}`, {
-    token: within.adminToken,
-  });
+  const response = await t.request(
+    'GET',
+    `/api/v1/orgs/${within.orgId}/audit-logs?target_type=agent&target_id=${agentId}&action=${action}`,
+    {
+      token: within.adminToken,
+    },
+  );
   expect(response.status).toBe(200);
-  return response.body.items as { action: string; actor: { type: string; label: string }; before: any; after: any; reason: string | null }[];
+  return response.body.items as {
+    action: string;
+    actor: { type: string; label: string };
+    before: any;
+    after: any;
+    reason: string | null;
+  }[];
 }
 
 function expectValidationError(response: TestResponse, fields: string[]) {
-  expect({ status: response.status, code: response.body?.error?.code }).toEqual({ status: 422, code: 'VALIDATION_ERROR' });
+  expect({ status: response.status, code: response.body?.error?.code }).toEqual({
+    status: 422,
+    code: 'VALIDATION_ERROR',
+  });
   expect(response.body.error.details.errors.map((e: { field: string }) => e.field).sort()).toEqual([...fields].sort());
 }
 
 function expectForbidden(response: TestResponse) {
-  expect({ status: response.status, body: response.body }).toEqual({ status: 403, body: { detail: { code: 'FORBIDDEN', message: expect.any(String) } } });
+  expect({ status: response.status, body: response.body }).toEqual({
+    status: 403,
+    body: { detail: { code: 'FORBIDDEN', message: expect.any(String) } },
+  });
 }
 
 function expectNotFound(response: TestResponse) {
@@ -69,10 +90,15 @@ function expectNotFound(response: TestResponse) {
 }
 
 /** The end of the fixed UTC window of `seconds` containing `at` (usage.*.resets_at). */
-const windowEnd = (at: number, seconds: number) => new Date((Math.floor(at / 1000 / seconds) + 1) * seconds * 1000).toISOString();
+const windowEnd = (at: number, seconds: number) =>
+  new Date((Math.floor(at / 1000 / seconds) + 1) * seconds * 1000).toISOString();
 
 /** resets_at of both windows, allowing for a window boundary passed while the request ran. */
-function expectResetsAt(usage: { hour: { resets_at: string }; day: { resets_at: string } }, before: number, after: number) {
+function expectResetsAt(
+  usage: { hour: { resets_at: string }; day: { resets_at: string } },
+  before: number,
+  after: number,
+) {
   expect([windowEnd(before, 3600), windowEnd(after, 3600)]).toContain(usage.hour.resets_at);
   expect([windowEnd(before, 86400), windowEnd(after, 86400)]).toContain(usage.day.resets_at);
 }
@@ -118,7 +144,10 @@ describe('POST /agents', () => {
       labels: { env: 'prod', 'cost-center': '42' },
       status: 'active',
       current_manifest: null,
-      usage: { hour: { count: 0, limit: null, resets_at: expect.stringMatching(iso) }, day: { count: 0, limit: null, resets_at: expect.stringMatching(iso) } },
+      usage: {
+        hour: { count: 0, limit: null, resets_at: expect.stringMatching(iso) },
+        day: { count: 0, limit: null, resets_at: expect.stringMatching(iso) },
+      },
       last_seen_at: null,
       created_at: expect.stringMatching(iso),
       created_by: org.adminEmail,
@@ -133,11 +162,21 @@ describe('POST /agents', () => {
 
   test('only agent_id and name: empty description, no team, no labels', async () => {
     const body = await registered({ agent_id: uniqueId('min'), name: 'Minimal' }, { token: operator.token });
-    expect(body).toMatchObject({ description: '', team: null, labels: {}, owner_email: operator.email, created_by: operator.email });
+    expect(body).toMatchObject({
+      description: '',
+      team: null,
+      labels: {},
+      owner_email: operator.email,
+      created_by: operator.email,
+    });
   });
 
   test('a given owner_email is trimmed and lower-cased', async () => {
-    const body = await registered({ agent_id: uniqueId('owner'), name: 'Owned', owner_email: ' Jane.Doe@Example.COM ' });
+    const body = await registered({
+      agent_id: uniqueId('owner'),
+      name: 'Owned',
+      owner_email: ' Jane.Doe@Example.COM ',
+    });
     expect(body.owner_email).toBe('jane.doe@example.com');
   });
 
@@ -148,7 +187,14 @@ describe('POST /agents', () => {
       expect.objectContaining({
         action: 'agent.created',
         actor: expect.objectContaining({ type: 'user', label: org.adminEmail }),
-        after: { name: 'Audited', team: 'ops', owner_email: org.adminEmail, labels: { tier: 'gold' }, status: 'active', from_manifest: null },
+        after: {
+          name: 'Audited',
+          team: 'ops',
+          owner_email: org.adminEmail,
+          labels: { tier: 'gold' },
+          status: 'active',
+          from_manifest: null,
+        },
       }),
     ]);
   });
@@ -159,7 +205,11 @@ describe('POST /agents', () => {
     const { svcId } = await createManifest(t, org, 'pending');
     for (const id of [agentId, svcId]) {
       const response = await register({ agent_id: id, name: 'Second' });
-      expect({ status: response.status, code: response.body.error?.code, details: response.body.error?.details }).toEqual({
+      expect({
+        status: response.status,
+        code: response.body.error?.code,
+        details: response.body.error?.details,
+      }).toEqual({
         status: 409,
         code: 'CONFLICT',
         details: { field: 'agent_id' },
@@ -189,14 +239,34 @@ describe('POST /agents', () => {
       ['an empty name', { agent_id: 'valid-id', name: '' }, ['name']],
       ['a name of spaces', { agent_id: 'valid-id', name: '   ' }, ['name']],
       ['a name over 200 characters', { agent_id: 'valid-id', name: 'n'.repeat(201) }, ['name']],
-      ['an owner_email that is not an address', { agent_id: 'valid-id', name: 'x', owner_email: 'not-an-email' }, ['owner_email']],
+      [
+        'an owner_email that is not an address',
+        { agent_id: 'valid-id', name: 'x', owner_email: 'not-an-email' },
+        ['owner_email'],
+      ],
       ['21 labels', { agent_id: 'valid-id', name: 'x', labels: manyLabels }, ['labels']],
       ['labels as an array', { agent_id: 'valid-id', name: 'x', labels: ['env:prod'] }, ['labels']],
-      ['a label with a number value', { agent_id: 'valid-id', name: 'x', labels: { env: 'prod', tier: 1 } }, ['labels.tier']],
+      [
+        'a label with a number value',
+        { agent_id: 'valid-id', name: 'x', labels: { env: 'prod', tier: 1 } },
+        ['labels.tier'],
+      ],
       ['a label with a null value', { agent_id: 'valid-id', name: 'x', labels: { owner: null } }, ['labels.owner']],
-      ['a label value over 256 characters', { agent_id: 'valid-id', name: 'x', labels: { note: 'v'.repeat(257) } }, ['labels.note']],
-      ['a label key with capitals and a space', { agent_id: 'valid-id', name: 'x', labels: { 'Cost Center': '42' } }, ['labels.Cost Center']],
-      ['a label key starting with a hyphen', { agent_id: 'valid-id', name: 'x', labels: { '-env': 'prod' } }, ['labels.-env']],
+      [
+        'a label value over 256 characters',
+        { agent_id: 'valid-id', name: 'x', labels: { note: 'v'.repeat(257) } },
+        ['labels.note'],
+      ],
+      [
+        'a label key with capitals and a space',
+        { agent_id: 'valid-id', name: 'x', labels: { 'Cost Center': '42' } },
+        ['labels.Cost Center'],
+      ],
+      [
+        'a label key starting with a hyphen',
+        { agent_id: 'valid-id', name: 'x', labels: { '-env': 'prod' } },
+        ['labels.-env'],
+      ],
       [
         'several problems at once',
         { agent_id: 'NO', name: '', owner_email: 'x@', labels: { ok: 'fine', 'B A D': 'v' } },
@@ -244,8 +314,17 @@ describe('the agent a manifest registration creates', () => {
   test('named after the manifest agent block, audited with from_manifest, its manifest current', async () => {
     const agentId = uniqueId('from-manifest');
     const payload = manifestPayload({ svcId: agentId });
-    payload.agent = { id: agentId, name: 'Refund bot', version: '2.3.4', team: 'payments', description: 'Issues refunds' } as typeof payload.agent;
-    const registeredManifest = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { token: operator.token, body: payload });
+    payload.agent = {
+      id: agentId,
+      name: 'Refund bot',
+      version: '2.3.4',
+      team: 'payments',
+      description: 'Issues refunds',
+    } as typeof payload.agent;
+    const registeredManifest = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, {
+      token: operator.token,
+      body: payload,
+    });
     expect(registeredManifest.status).toBe(201);
     const manifestId = registeredManifest.body.manifest_id;
 
@@ -272,11 +351,21 @@ describe('the agent a manifest registration creates', () => {
     expect(await auditsOf(agentId, 'agent.created')).toEqual([
       expect.objectContaining({
         actor: expect.objectContaining({ type: 'user', label: operator.email }),
-        after: { name: 'Refund bot', team: 'payments', owner_email: operator.email, labels: {}, status: 'active', from_manifest: manifestId },
+        after: {
+          name: 'Refund bot',
+          team: 'payments',
+          owner_email: operator.email,
+          labels: {},
+          status: 'active',
+          from_manifest: manifestId,
+        },
       }),
     ]);
 
-    const approved = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${manifestId}/approve`, { token: org.adminToken, body: {} });
+    const approved = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${manifestId}/approve`, {
+      token: org.adminToken,
+      body: {},
+    });
     expect(approved.status).toBe(200);
     const after = await read(agentId);
     expect(after.body.current_manifest).toEqual({
@@ -321,13 +410,18 @@ describe('GET /agents', () => {
   // Registered in this order, so newest first is d, c, b, a.
   const ids = { a: 'alpha-billing', b: 'beta-refunds', c: 'gamma-ops', d: 'delta-reports' };
   const letters = (response: TestResponse) =>
-    response.body.items.map((item: { agent_id: string }) => Object.entries(ids).find(([, id]) => id === item.agent_id)?.[0] ?? item.agent_id);
+    response.body.items.map(
+      (item: { agent_id: string }) => Object.entries(ids).find(([, id]) => id === item.agent_id)?.[0] ?? item.agent_id,
+    );
   const listedAs = (query: string) => list(query, { token: listed.adminToken });
 
   beforeAll(async () => {
     listed = await signUp(t, 'agents-list');
     const as = { token: listed.adminToken };
-    await registered({ agent_id: ids.a, name: 'Refund helper', team: 'finance', labels: { env: 'prod', url: 'https://x:8080' } }, as);
+    await registered(
+      { agent_id: ids.a, name: 'Refund helper', team: 'finance', labels: { env: 'prod', url: 'https://x:8080' } },
+      as,
+    );
     await registered({ agent_id: ids.b, name: 'Alpha refunds', team: 'finance', labels: { env: 'staging' } }, as);
     await registered({ agent_id: ids.c, name: 'Ops', team: 'ops', labels: { env: 'prod' } }, as);
     await registered({ agent_id: ids.d, name: 'Reports 100%', labels: {} }, as);
@@ -358,7 +452,10 @@ describe('GET /agents', () => {
   ])('GET /agents%s, newest first', async (query, expected) => {
     const response = await listedAs(query);
     expect(response.status).toBe(200);
-    expect({ items: letters(response), total: response.body.total }).toEqual({ items: expected, total: expected.length });
+    expect({ items: letters(response), total: response.body.total }).toEqual({
+      items: expected,
+      total: expected.length,
+    });
   });
 
   test('pages keep the total of every match', async () => {
@@ -387,7 +484,10 @@ describe('GET /agents', () => {
 
   test('?status=retired is 422 (not a status)', async () => {
     const response = await listedAs('?status=retired');
-    expect({ status: response.status, code: response.body.error?.code }).toEqual({ status: 422, code: 'VALIDATION_ERROR' });
+    expect({ status: response.status, code: response.body.error?.code }).toEqual({
+      status: 422,
+      code: 'VALIDATION_ERROR',
+    });
   });
 
   test('limit 200 is accepted', async () => {
@@ -401,11 +501,7 @@ describe('GET /agents', () => {
     expect((await read(ids.a, { apiKey: key })).body.agent_id).toBe(ids.a);
     expectNotFound(await read(ids.b, { apiKey: key }));
     // GraphQL answers the same.
-    const graphql = await t.graphql(
-      `{ agents { total items { agent_id } } }`,
-      {},
-      { apiKey: key },
-    );
+    const graphql = await t.graphql(`{ agents { total items { agent_id } } }`, {}, { apiKey: key });
     expect(graphql.body).toEqual({ data: { agents: { total: 2, items: [{ agent_id: ids.c }, { agent_id: ids.a }] } } });
   });
 
@@ -477,14 +573,22 @@ describe('DELETE /agents/:agent_id (deactivate)', () => {
     });
     expect(Date.parse(after.body.deactivated_at)).toBeGreaterThanOrEqual(started - 1000);
 
-    const approval = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${asked.body.approval_id}`, { token: org.adminToken });
+    const approval = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${asked.body.approval_id}`, {
+      token: org.adminToken,
+    });
     expect(approval.body).toMatchObject({ status: 'denied', reason: 'agent deactivated' });
 
     expect(await auditsOf(agent.svcId, 'agent.deactivated')).toEqual([
       expect.objectContaining({
         actor: expect.objectContaining({ type: 'user', label: operator.email }),
         reason: 'Leaked credentials',
-        before: { name: before.name, team: before.team, owner_email: before.owner_email, labels: before.labels, status: 'active' },
+        before: {
+          name: before.name,
+          team: before.team,
+          owner_email: before.owner_email,
+          labels: before.labels,
+          status: 'active',
+        },
         after: {
           name: before.name,
           team: before.team,
@@ -503,7 +607,11 @@ describe('DELETE /agents/:agent_id (deactivate)', () => {
     const agentId = uniqueId('no-reason');
     await registered({ agent_id: agentId, name: 'x' });
     expect((await deactivate(agentId)).status).toBe(204);
-    expect((await read(agentId)).body).toMatchObject({ status: 'deactivated', deactivation_reason: null, deactivated_by: org.adminEmail });
+    expect((await read(agentId)).body).toMatchObject({
+      status: 'deactivated',
+      deactivation_reason: null,
+      deactivated_by: org.adminEmail,
+    });
     const [entry] = await auditsOf(agentId, 'agent.deactivated');
     expect(entry.after).toMatchObject({ approvals_denied: 0, capability_tokens_revoked: 0 });
   });
@@ -528,7 +636,9 @@ describe('DELETE /agents/:agent_id (deactivate)', () => {
     expect({ status: refused.status, code: refused.body.error?.code }).toEqual({ status: 409, code: 'CONFLICT' });
     expect((await read(agentId)).body.current_manifest).toBeNull();
     expect((await reactivate(agentId)).status).toBe(200);
-    expect((await t.request('POST', base, { token: org.adminToken, body: manifestPayload({ svcId: agentId }) })).status).toBe(201);
+    expect(
+      (await t.request('POST', base, { token: org.adminToken, body: manifestPayload({ svcId: agentId }) })).status,
+    ).toBe(201);
   });
 
   test('a reason over 1000 characters is 422 and the agent stays active', async () => {
@@ -546,7 +656,13 @@ describe('DELETE /agents/:agent_id (deactivate)', () => {
   test('a viewer and any API key get 403; the agent stays active', async () => {
     const agentId = uniqueId('guarded');
     await registered({ agent_id: agentId, name: 'x' });
-    const { key } = await createKey(t, org, ['manifests:read', 'manifests:write', 'approvals:write', 'gateway:execute', 'logs:export']);
+    const { key } = await createKey(t, org, [
+      'manifests:read',
+      'manifests:write',
+      'approvals:write',
+      'gateway:execute',
+      'logs:export',
+    ]);
     expectForbidden(await deactivate(agentId, 'nope', { token: viewer.token }));
     expectForbidden(await deactivate(agentId, 'nope', { apiKey: key }));
     expect((await read(agentId)).body.status).toBe('active');
@@ -572,7 +688,13 @@ describe('POST /agents/:agent_id/reactivate', () => {
       expect.objectContaining({
         actor: expect.objectContaining({ type: 'user', label: org.adminEmail }),
         before: expect.objectContaining({ status: 'deactivated' }),
-        after: { name: 'Comes back', team: null, owner_email: org.adminEmail, labels: { env: 'prod' }, status: 'active' },
+        after: {
+          name: 'Comes back',
+          team: null,
+          owner_email: org.adminEmail,
+          labels: { env: 'prod' },
+          status: 'active',
+        },
       }),
     ]);
   });
@@ -583,7 +705,13 @@ describe('POST /agents/:agent_id/reactivate', () => {
     const response = await reactivate(agentId);
     expect({ status: response.status, body: response.body }).toEqual({
       status: 409,
-      body: { error: { code: 'INVALID_STATE_TRANSITION', message: expect.any(String), details: { from: 'active', to: 'active' } } },
+      body: {
+        error: {
+          code: 'INVALID_STATE_TRANSITION',
+          message: expect.any(String),
+          details: { from: 'active', to: 'active' },
+        },
+      },
     });
     expect(await auditsOf(agentId, 'agent.reactivated')).toEqual([]);
   });
@@ -604,7 +732,13 @@ describe('GraphQL', () => {
     const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 9, max_actions_per_day: 90 } });
     expect((await execute(t, agent)).body.decision).toBe('allow');
     const deactivatedId = uniqueId('gql-off');
-    await registered({ agent_id: deactivatedId, name: 'Off', team: 't', labels: { a: 'b' }, owner_email: 'x@example.com' });
+    await registered({
+      agent_id: deactivatedId,
+      name: 'Off',
+      team: 't',
+      labels: { a: 'b' },
+      owner_email: 'x@example.com',
+    });
     expect((await deactivate(deactivatedId, 'why')).status).toBe(204);
     for (const agentId of [agent.svcId, deactivatedId]) {
       const graphql = await runOperation(t, AgentDetailDocument, { agentId }, org.adminToken);
@@ -616,8 +750,15 @@ describe('GraphQL', () => {
   test('agents answers what GET /agents does, and agent of an unknown id is NOT_FOUND', async () => {
     const graphql = await runOperation(t, AgentIdsDocument, { limit: 200 }, org.adminToken);
     const rest = await list('?limit=200');
-    expect(graphql.agents).toEqual({ total: rest.body.total, items: rest.body.items.map((a: { agent_id: string }) => ({ agent_id: a.agent_id })) });
-    const unknown = await t.graphql('query ($id: ID!) { agent(agent_id: $id) { agent_id } }', { id: 'no-such-agent' }, asAdmin());
+    expect(graphql.agents).toEqual({
+      total: rest.body.total,
+      items: rest.body.items.map((a: { agent_id: string }) => ({ agent_id: a.agent_id })),
+    });
+    const unknown = await t.graphql(
+      'query ($id: ID!) { agent(agent_id: $id) { agent_id } }',
+      { id: 'no-such-agent' },
+      asAdmin(),
+    );
     expect(unknown.body.errors.map((e: { extensions: { code: string } }) => e.extensions.code)).toEqual(['NOT_FOUND']);
   });
 });

@@ -21,7 +21,11 @@ test('the approvals dashboard with agent, manifest and decider costs the same st
   for (let i = 0; i < 4; i++) {
     agents.push(
       await readyAgent(t, org, {
-        constraints: { max_actions_per_hour: 100, max_actions_per_day: 100, require_human_approval: ['billing:refund'] },
+        constraints: {
+          max_actions_per_hour: 100,
+          max_actions_per_day: 100,
+          require_human_approval: ['billing:refund'],
+        },
       }),
     );
   }
@@ -33,7 +37,10 @@ test('the approvals dashboard with agent, manifest and decider costs the same st
   }
   // Half decided by the operator, some by a key (no user), the rest pending.
   for (const id of ids.slice(0, 20)) {
-    const decided = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${id}/approve`, { token: operator.token, body: {} });
+    const decided = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${id}/approve`, {
+      token: operator.token,
+      body: {},
+    });
     expect(decided.status).toBe(200);
   }
 

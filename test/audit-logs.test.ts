@@ -23,7 +23,10 @@ beforeAll(async () => {
   writerKey = await createKey(t, org, ['manifests:write']);
   // Entries by the admin, the operator and an API key, on several targets.
   await createManifest(t, org, 'active');
-  const byKey = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { apiKey: writerKey.key, body: manifestPayload() });
+  const byKey = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, {
+    apiKey: writerKey.key,
+    body: manifestPayload(),
+  });
   expect(byKey.status).toBe(201);
   const rejected = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${byKey.body.manifest_id}/reject`, {
     token: operator.token,
@@ -37,7 +40,6 @@ afterAll(() => t.close());
 
 const base = () => `/api/v1/orgs/${org.orgId}/audit-logs`;
 const list = (query = '', token = org.adminToken) => t.request('GET', `${base()}${query}`, { token });
-
 
 async function all(query = ''): Promise<Item[]> {
   const response = await list(`?limit=1000${query}`);
@@ -66,7 +68,18 @@ describe('GET /orgs/{org_id}/audit-logs', () => {
     ]);
     for (const item of items) {
       expect(Object.keys(item).sort()).toEqual(
-        ['action', 'actor', 'after', 'audit_id', 'before', 'created_at', 'org_id', 'reason', 'request_id', 'target'].sort(),
+        [
+          'action',
+          'actor',
+          'after',
+          'audit_id',
+          'before',
+          'created_at',
+          'org_id',
+          'reason',
+          'request_id',
+          'target',
+        ].sort(),
       );
       expect(item.org_id).toBe(org.orgId);
       expect(item.audit_id).toMatch(/^aud_/);
@@ -116,7 +129,9 @@ describe('GET /orgs/{org_id}/audit-logs', () => {
     expect(await all('&action=manifest.approved')).toEqual(everything.filter((i) => i.action === 'manifest.approved'));
     const family = await all('&action=manifest');
     expect(family).toEqual(everything.filter((i) => i.action.startsWith('manifest.')));
-    expect(new Set(family.map((i) => i.action))).toEqual(new Set(['manifest.registered', 'manifest.approved', 'manifest.rejected']));
+    expect(new Set(family.map((i) => i.action))).toEqual(
+      new Set(['manifest.registered', 'manifest.approved', 'manifest.rejected']),
+    );
     expect(await all('&action=manifest.approve')).toEqual([]);
     const onRejected = await all(`&target_type=manifest&target_id=${rejectedId}`);
     expect(onRejected.map((i) => i.action)).toEqual(['manifest.rejected', 'manifest.registered']);
@@ -134,7 +149,9 @@ describe('GET /orgs/{org_id}/audit-logs', () => {
   });
 
   test("never shows another org's entries, and another org's id is 404", async () => {
-    const otherItems = await t.request('GET', `/api/v1/orgs/${other.orgId}/audit-logs?limit=1000`, { token: other.adminToken });
+    const otherItems = await t.request('GET', `/api/v1/orgs/${other.orgId}/audit-logs?limit=1000`, {
+      token: other.adminToken,
+    });
     const ids = new Set(otherItems.body.items.map((i: Item) => i.audit_id));
     expect(ids.size).toBeGreaterThan(0);
     for (const item of await all()) expect(ids.has(item.audit_id)).toBe(false);
@@ -174,13 +191,19 @@ describe('GET /orgs/{org_id}/audit-logs/export', () => {
     expect(response.headers.get('x-ratelimit-limit')).toBe('1000');
     expect(response.headers.get('x-request-id')).toMatch(/\S/);
     expect(response.text.endsWith('\n')).toBe(true);
-    const lines = response.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+    const lines = response.text
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line));
     expect(lines).toEqual([...(await all())].reverse());
   });
 
   test('format=jsonl is the default; the filters of the list apply', async () => {
     const explicit = await exportOf('?format=jsonl&action=manifest&actor=' + operator.userId);
-    const lines = explicit.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+    const lines = explicit.text
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line));
     expect(lines).toEqual([...(await all(`&action=manifest&actor=${operator.userId}`))].reverse());
     expect(lines.length).toBeGreaterThan(0);
     const none = await exportOf('?actor=nobody');
@@ -195,14 +218,37 @@ describe('GET /orgs/{org_id}/audit-logs/export', () => {
     expect(response.headers.get('content-disposition')).toMatch(/filename="audit-logs-[^"]+\.csv"$/);
     const [header, ...rows] = parseCsv(response.text);
     expect(header).toEqual([
-      'audit_id', 'org_id', 'actor_type', 'actor_id', 'actor_label', 'action', 'target_type', 'target_id',
-      'before', 'after', 'reason', 'request_id', 'created_at',
+      'audit_id',
+      'org_id',
+      'actor_type',
+      'actor_id',
+      'actor_label',
+      'action',
+      'target_type',
+      'target_id',
+      'before',
+      'after',
+      'reason',
+      'request_id',
+      'created_at',
     ]);
-    const expected = [...(await all())].reverse().map((i) => [
-      i.audit_id, i.org_id, i.actor.type, i.actor.id ?? '', i.actor.label ?? '', i.action, i.target.type, i.target.id,
-      i.before === null ? '' : JSON.stringify(i.before), i.after === null ? '' : JSON.stringify(i.after),
-      i.reason ?? '', i.request_id ?? '', i.created_at,
-    ]);
+    const expected = [...(await all())]
+      .reverse()
+      .map((i) => [
+        i.audit_id,
+        i.org_id,
+        i.actor.type,
+        i.actor.id ?? '',
+        i.actor.label ?? '',
+        i.action,
+        i.target.type,
+        i.target.id,
+        i.before === null ? '' : JSON.stringify(i.before),
+        i.after === null ? '' : JSON.stringify(i.after),
+        i.reason ?? '',
+        i.request_id ?? '',
+        i.created_at,
+      ]);
     expect(rows).toEqual(expected);
     // The awkward reason arrived intact, so its quotes, comma and CRLF were escaped.
     expect(rows.filter((r) => r[10] === awkwardReason)).toHaveLength(1);
@@ -290,7 +336,8 @@ describe('GraphQL dashboard', () => {
     expect(items.length).toBeGreaterThanOrEqual(30);
     expect(new Set(items.filter((i) => i.actor.type === 'user').map((i) => i.actor.id)).size).toBeGreaterThanOrEqual(8);
     for (const item of items) {
-      if (item.actor.type === 'user') expect(item.actor_user).toMatchObject({ user_id: item.actor.id, email: item.actor.label });
+      if (item.actor.type === 'user')
+        expect(item.actor_user).toMatchObject({ user_id: item.actor.id, email: item.actor.label });
       else expect(item.actor_user).toBeNull();
     }
     expect(items.some((i) => i.actor.type === 'api_key')).toBe(true);

@@ -18,7 +18,14 @@ beforeAll(async () => {
   project = await mkdtemp(path.join(root, '.scratch', 'build-script-'));
   await mkdir(path.join(project, 'scripts'));
   await mkdir(path.join(project, 'src/cli'), { recursive: true });
-  for (const file of ['tsconfig.json', 'tsconfig.build.json', 'package.json', 'package-lock.json', 'scripts/build.mjs', 'scripts/build-stamp.mjs']) {
+  for (const file of [
+    'tsconfig.json',
+    'tsconfig.build.json',
+    'package.json',
+    'package-lock.json',
+    'scripts/build.mjs',
+    'scripts/build-stamp.mjs',
+  ]) {
     await copyFile(path.join(root, file), path.join(project, file));
   }
   await symlink(path.join(root, 'node_modules'), path.join(project, 'node_modules'));
@@ -32,7 +39,11 @@ afterAll(async () => {
 
 /** `node scripts/build.mjs [--if-stale]` in the project: whether it built, and why. */
 function run(...args: string[]) {
-  const result = spawnSync(process.execPath, ['scripts/build.mjs', ...args], { cwd: project, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+  const result = spawnSync(process.execPath, ['scripts/build.mjs', ...args], {
+    cwd: project,
+    encoding: 'utf8',
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -46,7 +57,9 @@ test('builds when there is no stamp, then skips while nothing changed', async ()
   expect(await readFile(dist('main.js'), 'utf8')).toContain("'one'");
   expect(statSync(dist('cli/agent-gateway.js')).mode & 0o111).toBe(0o111);
   const stamp = JSON.parse(await readFile(dist('.build-stamp.json'), 'utf8'));
-  expect(stamp.outputs).toEqual(expect.arrayContaining(['main.js', 'cli/agent-gateway.js', 'vendor/redoc/redoc.standalone.js']));
+  expect(stamp.outputs).toEqual(
+    expect.arrayContaining(['main.js', 'cli/agent-gateway.js', 'vendor/redoc/redoc.standalone.js']),
+  );
   // ReDoc's bundle is served from the build: redoc is a dev dependency (src/http/docs.ts).
   expect(await readFile(dist('vendor/redoc/redoc.standalone.js'), 'utf8')).toContain('Redoc');
   const mtime = statSync(dist('main.js')).mtimeMs;

@@ -34,7 +34,14 @@ const tokensPath = (o: OrgFixture = org) => `/api/v1/orgs/${o.orgId}/capability-
 async function issue(body: Record<string, unknown>, o: OrgFixture = org) {
   const response = await t.request('POST', tokensPath(o), { token: o.adminToken, body });
   if (response.status !== 201) throw new Error(`issue failed: ${response.status} ${response.text}`);
-  return response.body as { token_id: string; token: string; svc_id: string; capabilities: string[]; expires_at: string; max_uses: number | null };
+  return response.body as {
+    token_id: string;
+    token: string;
+    svc_id: string;
+    capabilities: string[];
+    expires_at: string;
+    max_uses: number | null;
+  };
 }
 
 function execute(capabilityToken: string | undefined, tool = 'read', agent = svcId, key = apiKey) {
@@ -66,13 +73,20 @@ function expectDeny(response: Awaited<ReturnType<typeof execute>>, codes: string
 
 function expectAllow(response: Awaited<ReturnType<typeof execute>>) {
   expect(response.status).toBe(200);
-  expect(response.body).toMatchObject({ decision: 'allow', executed: true, reasons: [], result: { success: true, data: { ok: true } } });
+  expect(response.body).toMatchObject({
+    decision: 'allow',
+    executed: true,
+    reasons: [],
+    result: { success: true, data: { ok: true } },
+  });
 }
 
 /** Signs arbitrary claims with the gateway's real capability key (what a forger could not do). */
 async function signWithCapabilityKey(claims: JWTPayload, header: Record<string, unknown> = {}) {
   const key = await t.app.services.keys.activeKey('capability');
-  return new SignJWT(claims).setProtectedHeader({ alg: 'EdDSA', typ: 'cap+jwt', kid: key.kid, ...header }).sign(key.privateKey);
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'EdDSA', typ: 'cap+jwt', kid: key.kid, ...header })
+    .sign(key.privateKey);
 }
 
 const b64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
@@ -134,7 +148,11 @@ describe('issuing', () => {
   });
 
   test('without max_uses the claim is absent and max_uses is null; duplicate capabilities collapse', async () => {
-    const issued = await issue({ svc_id: svcId, capabilities: ['billing:read', 'billing:refund', 'billing:read'], expires_in_seconds: 60 });
+    const issued = await issue({
+      svc_id: svcId,
+      capabilities: ['billing:read', 'billing:refund', 'billing:read'],
+      expires_in_seconds: 60,
+    });
     expect(issued.max_uses).toBeNull();
     expect(issued.capabilities).toEqual(['billing:read', 'billing:refund']);
     const claims = decodeJwt(issued.token);
@@ -163,7 +181,11 @@ describe('issuing', () => {
     expect(approved.status).toBe(200);
     const response = await t.request('POST', tokensPath(), {
       token: org.adminToken,
-      body: { svc_id: registered.body.svc_id, capabilities: ['billing:read', 'billing:write'], expires_in_seconds: 600 },
+      body: {
+        svc_id: registered.body.svc_id,
+        capabilities: ['billing:read', 'billing:write'],
+        expires_in_seconds: 600,
+      },
     });
     expect(response.status).toBe(422);
     expect(response.body.error.code).toBe('VALIDATION_ERROR');
@@ -171,8 +193,16 @@ describe('issuing', () => {
   });
 
   test.each([
-    ['a capability the manifest never requested', { capabilities: ['billing:read', 'email:send'] }, ['capabilities[1]']],
-    ['several unapproved capabilities', { capabilities: ['email:send', 'billing:read', 'billing:write'] }, ['capabilities[0]', 'capabilities[2]']],
+    [
+      'a capability the manifest never requested',
+      { capabilities: ['billing:read', 'email:send'] },
+      ['capabilities[1]'],
+    ],
+    [
+      'several unapproved capabilities',
+      { capabilities: ['email:send', 'billing:read', 'billing:write'] },
+      ['capabilities[0]', 'capabilities[2]'],
+    ],
     ['no capabilities', { capabilities: [] }, ['capabilities']],
     ['expires_in_seconds 59', { expires_in_seconds: 59 }, ['expires_in_seconds']],
     ['expires_in_seconds 2592001', { expires_in_seconds: 2_592_001 }, ['expires_in_seconds']],
@@ -192,19 +222,32 @@ describe('issuing', () => {
     expect((await t.request('GET', tokensPath(), { token: org.adminToken })).body.total).toBe(before);
   });
 
-  test.each(['pending', 'suspended'] as const)('an agent whose manifest is %s (not active): 422 naming svc_id', async (state) => {
-    const { svcId: other } = await createManifest(t, org, state, manifestPayload({ capabilities, constraints: limits }));
-    const response = await t.request('POST', tokensPath(), {
-      token: org.adminToken,
-      body: { svc_id: other, capabilities: ['billing:read'], expires_in_seconds: 600 },
-    });
-    expect(response.status).toBe(422);
-    expect(response.body.error.details.errors).toEqual([{ field: 'svc_id', message: expect.any(String) }]);
-  });
+  test.each(['pending', 'suspended'] as const)(
+    'an agent whose manifest is %s (not active): 422 naming svc_id',
+    async (state) => {
+      const { svcId: other } = await createManifest(
+        t,
+        org,
+        state,
+        manifestPayload({ capabilities, constraints: limits }),
+      );
+      const response = await t.request('POST', tokensPath(), {
+        token: org.adminToken,
+        body: { svc_id: other, capabilities: ['billing:read'], expires_in_seconds: 600 },
+      });
+      expect(response.status).toBe(422);
+      expect(response.body.error.details.errors).toEqual([{ field: 'svc_id', message: expect.any(String) }]);
+    },
+  );
 
   test('an agent of another org is unknown here: 422 naming svc_id', async () => {
     const other = await signUp(t, 'captok-other');
-    const { svcId: foreign } = await createManifest(t, other, 'active', manifestPayload({ capabilities, constraints: limits }));
+    const { svcId: foreign } = await createManifest(
+      t,
+      other,
+      'active',
+      manifestPayload({ capabilities, constraints: limits }),
+    );
     const response = await t.request('POST', tokensPath(), {
       token: org.adminToken,
       body: { svc_id: foreign, capabilities: ['billing:read'], expires_in_seconds: 600 },
@@ -216,7 +259,12 @@ describe('issuing', () => {
 
 describe('listing and revoking', () => {
   test('the list shows the token without its text; revoke sets revoked_at once', async () => {
-    const issued = await issue({ svc_id: svcId, capabilities: ['billing:refund'], expires_in_seconds: 900, max_uses: 4 });
+    const issued = await issue({
+      svc_id: svcId,
+      capabilities: ['billing:refund'],
+      expires_in_seconds: 900,
+      max_uses: 4,
+    });
     const list = await t.request('GET', tokensPath(), { token: org.adminToken });
     expect(list.status).toBe(200);
     expect(list.body.total).toBe(list.body.items.length);
@@ -258,16 +306,27 @@ describe('listing and revoking', () => {
     expect(unknown.body.error.code).toBe('NOT_FOUND');
 
     const other = await signUp(t, 'captok-foreign');
-    const { svcId: foreignSvc } = await createManifest(t, other, 'active', manifestPayload({ capabilities, constraints: limits }));
+    const { svcId: foreignSvc } = await createManifest(
+      t,
+      other,
+      'active',
+      manifestPayload({ capabilities, constraints: limits }),
+    );
     const foreign = await issue({ svc_id: foreignSvc, capabilities: ['billing:read'], expires_in_seconds: 600 }, other);
-    const crossOrg = await t.request('POST', `/api/v1/orgs/${other.orgId}/capability-tokens/${foreign.token_id}/revoke`, {
-      token: org.adminToken,
-    });
+    const crossOrg = await t.request(
+      'POST',
+      `/api/v1/orgs/${other.orgId}/capability-tokens/${foreign.token_id}/revoke`,
+      {
+        token: org.adminToken,
+      },
+    );
     expect(crossOrg.status).toBe(404);
     const viaOwnOrg = await t.request('POST', `${tokensPath()}/${foreign.token_id}/revoke`, { token: org.adminToken });
     expect(viaOwnOrg.status).toBe(404);
     const foreignList = await t.request('GET', tokensPath(other), { token: other.adminToken });
-    expect(foreignList.body.items.find((i: { token_id: string }) => i.token_id === foreign.token_id).revoked_at).toBeNull();
+    expect(
+      foreignList.body.items.find((i: { token_id: string }) => i.token_id === foreign.token_id).revoked_at,
+    ).toBeNull();
   });
 });
 
@@ -315,13 +374,21 @@ describe('the gateway with capability tokens', () => {
 
   test('a token whose stored row has expired is refused even while the JWT exp is still ahead', async () => {
     const issued = await issue({ svc_id: svcId, capabilities: ['billing:read'], expires_in_seconds: 600 });
-    await t.database.db.sql.query("UPDATE capability_tokens SET expires_at = now() - interval '1 minute' WHERE id = $1", [issued.token_id]);
+    await t.database.db.sql.query(
+      "UPDATE capability_tokens SET expires_at = now() - interval '1 minute' WHERE id = $1",
+      [issued.token_id],
+    );
     expectDeny(await execute(issued.token), ['CAPABILITY_TOKEN_INVALID']);
     expect((await listed(issued.token_id)).uses).toBe(0);
   });
 
   test('a tampered payload (claim changed, signature kept): CAPABILITY_TOKEN_INVALID', async () => {
-    const issued = await issue({ svc_id: svcId, capabilities: ['billing:refund'], expires_in_seconds: 600, max_uses: 1 });
+    const issued = await issue({
+      svc_id: svcId,
+      capabilities: ['billing:refund'],
+      expires_in_seconds: 600,
+      max_uses: 1,
+    });
     const [header, , signature] = issued.token.split('.');
     const claims = decodeJwt(issued.token);
     const widened = [header, b64url({ ...claims, cap: ['billing:read', 'billing:refund'] }), signature].join('.');
@@ -367,7 +434,9 @@ describe('the gateway with capability tokens', () => {
     const issued = await issue({ svc_id: svcId, capabilities: ['billing:read'], expires_in_seconds: 600 });
     const claims = decodeJwt(issued.token);
     expectDeny(await execute(await signWithCapabilityKey({ ...claims, aud: 'other' })), ['CAPABILITY_TOKEN_INVALID']);
-    expectDeny(await execute(await signWithCapabilityKey({ ...claims, iss: 'someone-else' })), ['CAPABILITY_TOKEN_INVALID']);
+    expectDeny(await execute(await signWithCapabilityKey({ ...claims, iss: 'someone-else' })), [
+      'CAPABILITY_TOKEN_INVALID',
+    ]);
     expectDeny(await execute(await signWithCapabilityKey(claims, { typ: 'JWT' })), ['CAPABILITY_TOKEN_INVALID']);
     expect((await listed(issued.token_id)).uses).toBe(0);
     // The same claims, correctly typed, are accepted: the single changed field is what was refused.
@@ -377,11 +446,18 @@ describe('the gateway with capability tokens', () => {
   test('a token whose jti is not a stored token: CAPABILITY_TOKEN_INVALID', async () => {
     const issued = await issue({ svc_id: svcId, capabilities: ['billing:read'], expires_in_seconds: 600 });
     const claims = decodeJwt(issued.token);
-    expectDeny(await execute(await signWithCapabilityKey({ ...claims, jti: 'cap_never_issued' })), ['CAPABILITY_TOKEN_INVALID']);
+    expectDeny(await execute(await signWithCapabilityKey({ ...claims, jti: 'cap_never_issued' })), [
+      'CAPABILITY_TOKEN_INVALID',
+    ]);
   });
 
   test('a token issued for another agent of the org: CAPABILITY_TOKEN_INVALID', async () => {
-    const { svcId: otherSvc } = await createManifest(t, org, 'active', manifestPayload({ capabilities, constraints: limits }));
+    const { svcId: otherSvc } = await createManifest(
+      t,
+      org,
+      'active',
+      manifestPayload({ capabilities, constraints: limits }),
+    );
     const forOther = await issue({ svc_id: otherSvc, capabilities: ['billing:read'], expires_in_seconds: 600 });
     const denied = await execute(forOther.token);
     expectDeny(denied, ['CAPABILITY_TOKEN_INVALID']);
@@ -403,7 +479,13 @@ describe('the gateway with capability tokens', () => {
     const session = decodeJwt(org.adminToken);
     // Session claims re-signed as a cap+jwt with the session kid still fail: the kid is for sessions.
     const sessionKey = await t.app.services.keys.activeKey('session');
-    const retyped = await new SignJWT({ ...session, sub: svcId, aud: 'agent-gateway', cap: ['billing:read'], org_id: org.orgId })
+    const retyped = await new SignJWT({
+      ...session,
+      sub: svcId,
+      aud: 'agent-gateway',
+      cap: ['billing:read'],
+      org_id: org.orgId,
+    })
       .setProtectedHeader({ alg: 'EdDSA', typ: 'cap+jwt', kid: sessionKey.kid })
       .sign(sessionKey.privateKey);
     expectDeny(await execute(retyped), ['CAPABILITY_TOKEN_INVALID']);
@@ -414,7 +496,12 @@ describe('the gateway with capability tokens', () => {
     const issued = await issue({ svc_id: svcId, capabilities: ['billing:read'], expires_in_seconds: 600 });
     const response = await t.request('POST', '/api/v1/gateway/execute', {
       apiKey,
-      body: { svc_id: svcId, agent_id: svcId, action: { type: 'billing', tool: 'write', params: {} }, capability_token: issued.token },
+      body: {
+        svc_id: svcId,
+        agent_id: svcId,
+        action: { type: 'billing', tool: 'write', params: {} },
+        capability_token: issued.token,
+      },
     });
     expectDeny(response, ['CAPABILITY_NOT_APPROVED', 'CAPABILITY_NOT_IN_TOKEN']);
   });

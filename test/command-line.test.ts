@@ -94,8 +94,13 @@ describe('command line of the service', () => {
     expect(commandLine(['--help'])).toEqual({ exit: 0, stdout: usage() });
     expect(commandLine(['-h'])).toEqual({ exit: 0, stdout: usage() });
     expect(commandLine(['--version'])).toEqual({ exit: 0, stdout: `${version}\n` });
-    expect(commandLine(['--port', '80'])).toEqual({ exit: 2, stderr: `agent-gateway: unknown option --port\n\n${usage()}` });
-    expect(commandLine(['verify', 'x.jsonl'])?.stderr).toMatch(/^agent-gateway: unexpected argument verify \(the service takes none\)/);
+    expect(commandLine(['--port', '80'])).toEqual({
+      exit: 2,
+      stderr: `agent-gateway: unknown option --port\n\n${usage()}`,
+    });
+    expect(commandLine(['verify', 'x.jsonl'])?.stderr).toMatch(
+      /^agent-gateway: unexpected argument verify \(the service takes none\)/,
+    );
     expect(commandLine(['--version', '--bogus'])?.exit).toBe(2);
   });
 
@@ -108,38 +113,36 @@ describe('command line of the service', () => {
     expect(built.fields.console).toBe('http://localhost:8000/console');
     const off = listeningLine('http://localhost:8000', 'pglite ./data', false);
     expect(off.message).not.toContain('/console');
-    expect(off.message).toMatch(/; the operator console is off: not built in this install \(npm run build:console in a full install\)$/);
+    expect(off.message).toMatch(
+      /; the operator console is off: not built in this install \(npm run build:console in a full install\)$/,
+    );
     expect(off.fields.console).toBe('off (not built in this install)');
     expect(off.fields.graphiql).toBe('http://localhost:8000/graphql');
   });
 
-  test(
-    'the process: --help and --version exit 0 without opening a database, unknown flags exit 2',
-    async () => {
-      const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-help-'));
-      try {
-        const dataDir = path.join(dir, 'data');
-        // PGlite would create DATA_DIR; PostgreSQL at a closed port would fail or hang; a bad PORT
-        // would fail parseEnv: none of it matters to --help.
-        const [help, onPostgres, versionRun, unknown] = await Promise.all([
-          runService(['--help'], { DATA_DIR: dataDir, PORT: 'not a port' }),
-          runService(['--help'], { DATABASE_URL: 'postgresql://127.0.0.1:1/none' }),
-          runService(['--version'], { DATA_DIR: dataDir }),
-          runService(['--no-such-flag'], { DATA_DIR: dataDir }),
-        ]);
-        expect(help).toEqual({ code: 0, stdout: usage(), stderr: '' });
-        expect(onPostgres).toEqual({ code: 0, stdout: usage(), stderr: '' });
-        expect(versionRun).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
-        expect(unknown.code).toBe(2);
-        expect(unknown.stdout).toBe('');
-        expect(unknown.stderr).toBe(`agent-gateway: unknown option --no-such-flag\n\n${usage()}`);
-        expect(existsSync(dataDir)).toBe(false);
-      } finally {
-        await rm(dir, { recursive: true, force: true });
-      }
-    },
-    60_000,
-  );
+  test('the process: --help and --version exit 0 without opening a database, unknown flags exit 2', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-help-'));
+    try {
+      const dataDir = path.join(dir, 'data');
+      // PGlite would create DATA_DIR; PostgreSQL at a closed port would fail or hang; a bad PORT
+      // would fail parseEnv: none of it matters to --help.
+      const [help, onPostgres, versionRun, unknown] = await Promise.all([
+        runService(['--help'], { DATA_DIR: dataDir, PORT: 'not a port' }),
+        runService(['--help'], { DATABASE_URL: 'postgresql://127.0.0.1:1/none' }),
+        runService(['--version'], { DATA_DIR: dataDir }),
+        runService(['--no-such-flag'], { DATA_DIR: dataDir }),
+      ]);
+      expect(help).toEqual({ code: 0, stdout: usage(), stderr: '' });
+      expect(onPostgres).toEqual({ code: 0, stdout: usage(), stderr: '' });
+      expect(versionRun).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+      expect(unknown.code).toBe(2);
+      expect(unknown.stdout).toBe('');
+      expect(unknown.stderr).toBe(`agent-gateway: unknown option --no-such-flag\n\n${usage()}`);
+      expect(existsSync(dataDir)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe('the agent-gateway command in a checkout', () => {
@@ -150,11 +153,15 @@ describe('the agent-gateway command in a checkout', () => {
     // console (what `npm ci` builds), the installed dependencies linked; no dist/, no src/generated.
     await mkdir(path.join(root, '.scratch'), { recursive: true });
     checkout = await mkdtemp(path.join(root, '.scratch', 'checkout-'));
-    const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8' })
+    const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
+      cwd: root,
+      encoding: 'utf8',
+    })
       .split('\0')
       .filter((file) => file && existsSync(path.join(root, file)));
     for (const file of files) await cp(path.join(root, file), path.join(checkout, file));
-    if (existsSync(path.join(root, 'console/dist'))) await cp(path.join(root, 'console/dist'), path.join(checkout, 'console/dist'), { recursive: true });
+    if (existsSync(path.join(root, 'console/dist')))
+      await cp(path.join(root, 'console/dist'), path.join(checkout, 'console/dist'), { recursive: true });
     await symlink(realpathSync(path.join(root, 'node_modules')), path.join(checkout, 'node_modules'));
   }, 60_000);
 
@@ -162,36 +169,41 @@ describe('the agent-gateway command in a checkout', () => {
     await rm(checkout, { recursive: true, force: true });
   });
 
-  test(
-    '`npx agent-gateway --help` builds dist/ when there is none and prints the usage; the next run starts at once',
-    async () => {
-      expect(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).bin).toEqual({ 'agent-gateway': 'bin/agent-gateway.js' });
-      // A fresh npm cache: npx links the project into it and runs its install scripts on first use.
-      const npm = { npm_config_cache: path.join(checkout, '.npm-cache'), npm_config_update_notifier: 'false' };
-      const first = await runIn(checkout, 'npx', ['--no-install', 'agent-gateway', '--help'], npm);
-      expect([first.code, first.stderr]).toEqual([0, expect.stringContaining('agent-gateway: building dist/ (no build stamp)\n')]);
-      expect(first.stdout).toMatch(/^Usage: agent-gateway verify <export\.jsonl> \[--jwks <jwks\.json>\]\n {7}agent-gateway rotate-keys/);
-      expect(first.stdout).toContain('agent-gateway reencrypt');
-      expect(existsSync(path.join(checkout, 'dist/cli/agent-gateway.js'))).toBe(true);
+  test('`npx agent-gateway --help` builds dist/ when there is none and prints the usage; the next run starts at once', async () => {
+    expect(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).bin).toEqual({
+      'agent-gateway': 'bin/agent-gateway.js',
+    });
+    // A fresh npm cache: npx links the project into it and runs its install scripts on first use.
+    const npm = { npm_config_cache: path.join(checkout, '.npm-cache'), npm_config_update_notifier: 'false' };
+    const first = await runIn(checkout, 'npx', ['--no-install', 'agent-gateway', '--help'], npm);
+    expect([first.code, first.stderr]).toEqual([
+      0,
+      expect.stringContaining('agent-gateway: building dist/ (no build stamp)\n'),
+    ]);
+    expect(first.stdout).toMatch(
+      /^Usage: agent-gateway verify <export\.jsonl> \[--jwks <jwks\.json>\]\n {7}agent-gateway rotate-keys/,
+    );
+    expect(first.stdout).toContain('agent-gateway reencrypt');
+    expect(existsSync(path.join(checkout, 'dist/cli/agent-gateway.js'))).toBe(true);
 
-      const again = await runIn(path.join(checkout, 'docs'), 'npx', ['agent-gateway', 'help'], npm);
-      expect(again.code).toBe(0);
-      expect(again.stdout).toBe(first.stdout);
-      expect(again.stderr).not.toContain('building dist/');
-      // A command's own failure keeps its exit status through npx.
-      const unknown = await runIn(checkout, 'npx', ['agent-gateway', 'no-such-command'], npm);
-      expect(unknown.code).toBe(2);
-      expect(unknown.stderr).toContain('agent-gateway: unknown command no-such-command');
-    },
-    300_000,
-  );
+    const again = await runIn(path.join(checkout, 'docs'), 'npx', ['agent-gateway', 'help'], npm);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toBe(first.stdout);
+    expect(again.stderr).not.toContain('building dist/');
+    // A command's own failure keeps its exit status through npx.
+    const unknown = await runIn(checkout, 'npx', ['agent-gateway', 'no-such-command'], npm);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('agent-gateway: unknown command no-such-command');
+  }, 300_000);
 
   test('without dist/ and without the compiler it says to run npm run build', async () => {
     // An install without dev dependencies: the launcher and the sources, no node_modules, no dist/.
     const bare = await mkdtemp(path.join(root, '.scratch', 'checkout-bare-'));
     try {
-      for (const dir of ['bin', 'scripts', 'src']) await cp(path.join(checkout, dir), path.join(bare, dir), { recursive: true });
-      for (const file of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json']) await cp(path.join(checkout, file), path.join(bare, file));
+      for (const dir of ['bin', 'scripts', 'src'])
+        await cp(path.join(checkout, dir), path.join(bare, dir), { recursive: true });
+      for (const file of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'])
+        await cp(path.join(checkout, file), path.join(bare, file));
       const run = await runIn(bare, process.execPath, ['bin/agent-gateway.js', '--help']);
       expect(run).toEqual({
         code: 2,

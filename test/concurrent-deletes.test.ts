@@ -28,7 +28,9 @@ const ATTEMPTS = 10;
 
 async function deleteConcurrently(org: OrgFixture, path: string, targetId: string) {
   const responses = await Promise.all(
-    Array.from({ length: ATTEMPTS }, (_, i) => (i % 2 ? second : first).request('DELETE', path, { token: org.adminToken })),
+    Array.from({ length: ATTEMPTS }, (_, i) =>
+      (i % 2 ? second : first).request('DELETE', path, { token: org.adminToken }),
+    ),
   );
   const statuses = responses.map((r) => r.status).sort();
   expect(statuses).toEqual([204, ...Array(ATTEMPTS - 1).fill(404)]);
@@ -48,7 +50,10 @@ test('ten concurrent DELETEs of one tool: one 204, nine 404, one tool.deleted en
   });
   expect(created.status).toBe(201);
   const id = created.body.tool_id;
-  expect(await deleteConcurrently(org, `/api/v1/orgs/${org.orgId}/tools/${id}`, id)).toEqual(['tool.created', 'tool.deleted']);
+  expect(await deleteConcurrently(org, `/api/v1/orgs/${org.orgId}/tools/${id}`, id)).toEqual([
+    'tool.created',
+    'tool.deleted',
+  ]);
 });
 
 test('ten concurrent DELETEs of one webhook: one 204, nine 404, one webhook.deleted entry', async () => {
@@ -90,7 +95,10 @@ test('PATCHes racing DELETEs of one tool and one webhook: each is 200, 204 or 40
   ] as const) {
     const responses = await Promise.all(
       Array.from({ length: ATTEMPTS }, (_, i) =>
-        (i % 2 ? second : first).request(i % 3 ? 'PATCH' : 'DELETE', path, { token: org.adminToken, body: i % 3 ? patch : undefined }),
+        (i % 2 ? second : first).request(i % 3 ? 'PATCH' : 'DELETE', path, {
+          token: org.adminToken,
+          body: i % 3 ? patch : undefined,
+        }),
       ),
     );
     const statuses = responses.map((r) => r.status);

@@ -18,11 +18,20 @@ beforeAll(async () => {
   project = await mkdtemp(path.join(root, '.scratch', 'console-build-'));
   await mkdir(path.join(project, 'scripts'));
   await mkdir(path.join(project, 'schema'));
-  for (const file of ['package.json', 'package-lock.json', 'codegen.ts', 'schema/schema.graphql', 'scripts/build-console.mjs', 'scripts/build-stamp.mjs']) {
+  for (const file of [
+    'package.json',
+    'package-lock.json',
+    'codegen.ts',
+    'schema/schema.graphql',
+    'scripts/build-console.mjs',
+    'scripts/build-stamp.mjs',
+  ]) {
     await copyFile(path.join(root, file), path.join(project, file));
   }
-  for (const dir of ['src', 'graphql']) await cp(path.join(root, 'console', dir), path.join(project, 'console', dir), { recursive: true });
-  for (const file of ['index.html', 'icon.svg', 'tsconfig.json']) await copyFile(path.join(root, 'console', file), path.join(project, 'console', file));
+  for (const dir of ['src', 'graphql'])
+    await cp(path.join(root, 'console', dir), path.join(project, 'console', dir), { recursive: true });
+  for (const file of ['index.html', 'icon.svg', 'tsconfig.json'])
+    await copyFile(path.join(root, 'console', file), path.join(project, 'console', file));
   await symlink(path.join(root, 'node_modules'), path.join(project, 'node_modules'));
 });
 
@@ -55,7 +64,14 @@ test('builds hashed, precompressed files and an index naming them, then skips wh
   expect(index).toContain(`href="/console/assets/${css}"`);
   expect(index).not.toMatch(/\{\{|<script>/);
   const stamp = JSON.parse(await readFile(dist('build.json'), 'utf8'));
-  expect(Object.keys(stamp.files).sort()).toEqual(['index.html', ...assets().filter((f) => !/\.(br|gz)$/.test(f)).map((f) => `assets/${f}`)].sort());
+  expect(Object.keys(stamp.files).sort()).toEqual(
+    [
+      'index.html',
+      ...assets()
+        .filter((f) => !/\.(br|gz)$/.test(f))
+        .map((f) => `assets/${f}`),
+    ].sort(),
+  );
   // The bundle carries the operations' text but no GraphQL runtime.
   const bundle = await readFile(dist(`assets/${js}`), 'utf8');
   expect(bundle).toContain('session_login');
@@ -67,14 +83,22 @@ test('builds hashed, precompressed files and an index naming them, then skips wh
 
 test('a changed source rebuilds under a new name; a deleted output rebuilds', async () => {
   const before = script();
-  await appendFile(path.join(project, 'console/src/ui.tsx'), '\nexport const BUILD_PROBE = "probe-one";\nconsole.log(BUILD_PROBE);\n');
+  await appendFile(
+    path.join(project, 'console/src/ui.tsx'),
+    '\nexport const BUILD_PROBE = "probe-one";\nconsole.log(BUILD_PROBE);\n',
+  );
   const changed = run('--if-stale');
-  expect(changed).toEqual({ code: 0, stderr: expect.stringMatching(/^building console\/dist\/ \(sources or configuration changed\)\n/) });
+  expect(changed).toEqual({
+    code: 0,
+    stderr: expect.stringMatching(/^building console\/dist\/ \(sources or configuration changed\)\n/),
+  });
   expect(script()).not.toBe(before);
   expect(await readFile(dist(`assets/${script()}`), 'utf8')).toContain('probe-one');
 
   await rm(dist(`assets/${script()}`));
-  expect(run('--if-stale').stderr).toMatch(/^building console\/dist\/ \(console\/dist\/assets\/console-[A-Z0-9]+\.js is missing\)\n/);
+  expect(run('--if-stale').stderr).toMatch(
+    /^building console\/dist\/ \(console\/dist\/assets\/console-[A-Z0-9]+\.js is missing\)\n/,
+  );
   expect(existsSync(dist(`assets/${script()}`))).toBe(true);
 }, 120_000);
 
@@ -93,9 +117,16 @@ test('without the dev dependencies: install (--if-stale) goes on with the consol
   // A production install (npm ci --omit=dev …): the same project, no node_modules.
   const bare = await mkdtemp(path.join(root, '.scratch', 'console-build-bare-'));
   try {
-    await cp(project, bare, { recursive: true, filter: (source) => !source.includes('node_modules') && !source.includes(`${path.sep}dist`) });
+    await cp(project, bare, {
+      recursive: true,
+      filter: (source) => !source.includes('node_modules') && !source.includes(`${path.sep}dist`),
+    });
     const runIn = (...args: string[]) => {
-      const result = spawnSync(process.execPath, ['scripts/build-console.mjs', ...args], { cwd: bare, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+      const result = spawnSync(process.execPath, ['scripts/build-console.mjs', ...args], {
+        cwd: bare,
+        encoding: 'utf8',
+        env: { ...process.env, NODE_OPTIONS: '' },
+      });
       return { code: result.status, stderr: result.stderr };
     };
     const install = runIn('--if-stale');

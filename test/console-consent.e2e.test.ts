@@ -12,10 +12,27 @@
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
-import { chromiumTests, eventually, horizontalOverflow, NARROW, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
+import {
+  chromiumTests,
+  eventually,
+  horizontalOverflow,
+  NARROW,
+  screenshot,
+  submitSignIn,
+  watchedPage,
+  type ConsolePage,
+} from './support/console.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent, type AgentFixture } from './support/gateway.js';
-import { authorizationParams, authorizeUrl, connectClient, form, pkce, registerClient, type AuthorizationRequestParams } from './support/oauth.js';
+import {
+  authorizationParams,
+  authorizeUrl,
+  connectClient,
+  form,
+  pkce,
+  registerClient,
+  type AuthorizationRequestParams,
+} from './support/oauth.js';
 
 const { test, newContext } = chromiumTests();
 
@@ -48,7 +65,9 @@ beforeAll(async () => {
 
   client = createServer((request, response) => {
     arrivals.push(new URL(request.url!, clientBase));
-    response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end('<!doctype html><title>MCP client</title><p>The client has the answer.</p>');
+    response
+      .writeHead(200, { 'content-type': 'text/html; charset=utf-8' })
+      .end('<!doctype html><title>MCP client</title><p>The client has the answer.</p>');
   });
   clientBase = `http://127.0.0.1:${await listen(client)}`;
 
@@ -70,7 +89,15 @@ afterAll(async () => {
 const CONSENT_HEADING = 'Connect an MCP client to an agent?';
 
 /** An organization with an active agent, an operator, and an MCP client registered with its redirect URI on the test's client server. */
-async function setUp(prefix: string): Promise<{ org: OrgFixture; agent: AgentFixture; operator: { email: string; token: string }; clientId: string; redirectUri: string }> {
+async function setUp(
+  prefix: string,
+): Promise<{
+  org: OrgFixture;
+  agent: AgentFixture;
+  operator: { email: string; token: string };
+  clientId: string;
+  redirectUri: string;
+}> {
   const org = await signUp(t, prefix);
   const agent = await readyAgent(t, org);
   const operator = await addUser(t, org, 'operator');
@@ -80,7 +107,11 @@ async function setUp(prefix: string): Promise<{ org: OrgFixture; agent: AgentFix
 }
 
 /** Opens the authorization endpoint as an MCP client would, signs in on the consent page it leads to. */
-async function consentPage(params: AuthorizationRequestParams, email: string, viewport?: typeof NARROW): Promise<ConsolePage> {
+async function consentPage(
+  params: AuthorizationRequestParams,
+  email: string,
+  viewport?: typeof NARROW,
+): Promise<ConsolePage> {
   const view = await watchedPage(await newContext(viewport));
   const { page } = view;
   await page.goto(`${base}${authorizeUrl(params)}`);
@@ -111,7 +142,10 @@ async function mcpStatus(svcId: string, token: string): Promise<number> {
 
 /** Waits for the client's redirect URI to be reached `count` times in all; the last arrival. */
 async function arrival(count: number): Promise<URL | undefined> {
-  await eventually(() => arrivals.length, (n) => n >= count);
+  await eventually(
+    () => arrivals.length,
+    (n) => n >= count,
+  );
   return arrivals[count - 1];
 }
 
@@ -179,7 +213,11 @@ test('an operator signs in on the consent page, keeps the request through it, al
   await page.waitForURL((url) => url.href.startsWith(redirectUri));
   const landed = await arrival(before + 1);
   expect(landed?.pathname).toBe('/callback');
-  expect(Object.fromEntries(landed!.searchParams)).toEqual({ code: expect.stringMatching(/^oac_/), state: params.state, iss: base });
+  expect(Object.fromEntries(landed!.searchParams)).toEqual({
+    code: expect.stringMatching(/^oac_/),
+    state: params.state,
+    iss: base,
+  });
   expect(graphqlRequests).toHaveLength(1);
   expect(graphqlRequests[0]).toContain('decide_oauth_authorization');
 
@@ -197,8 +235,17 @@ test('an operator signs in on the consent page, keeps the request through it, al
     }),
   });
   expect(exchanged.status).toBe(200);
-  const tokens = (await exchanged.json()) as { access_token: string; refresh_token: string; token_type: string; scope: string };
-  expect(tokens).toMatchObject({ token_type: 'Bearer', scope: 'mcp:tools', refresh_token: expect.stringMatching(/^ort_/) });
+  const tokens = (await exchanged.json()) as {
+    access_token: string;
+    refresh_token: string;
+    token_type: string;
+    scope: string;
+  };
+  expect(tokens).toMatchObject({
+    token_type: 'Bearer',
+    scope: 'mcp:tools',
+    refresh_token: expect.stringMatching(/^ort_/),
+  });
   expect(await mcpStatus(agent.svcId, tokens.access_token)).toBe(200);
   expect(view.problems).toEqual([]);
 });
@@ -237,7 +284,9 @@ test('a viewer, or an org without the agent, sees Allow disabled with the reason
   const refusal = 'Only an admin or an operator can allow a client; a viewer can only deny.';
   expect(await page.locator('.refusal').innerText()).toBe(refusal);
   // The reason is the disabled button's description for a screen reader.
-  expect(await allow.evaluate((el) => document.getElementById(el.getAttribute('aria-describedby')!)?.textContent)).toBe(refusal);
+  expect(await allow.evaluate((el) => document.getElementById(el.getAttribute('aria-describedby')!)?.textContent)).toBe(
+    refusal,
+  );
   await screenshot(page, 'consent-viewer');
 
   // Enabled by hand (the page's own script cannot be trusted to be the only one): the service refuses.
@@ -246,7 +295,10 @@ test('a viewer, or an org without the agent, sees Allow disabled with the reason
     (el as HTMLButtonElement).disabled = false;
   });
   await allow.click();
-  await page.getByRole('alert').getByText(/^Only an admin or an operator can allow a client.*\(FORBIDDEN\)$/).waitFor();
+  await page
+    .getByRole('alert')
+    .getByText(/^Only an admin or an operator can allow a client.*\(FORBIDDEN\)$/)
+    .waitFor();
   expect(new URL(page.url()).pathname).toBe('/console/authorize');
   expect(arrivals.length).toBe(before);
   expect(await grantsOf(org, agent.svcId)).toBe(0);
@@ -290,9 +342,16 @@ test('a redirect URI the client did not register never redirects: not from /oaut
   await screenshot(page, 'consent-invalid');
 
   // A parameter given twice is refused by the page itself, as /oauth/authorize refuses it.
-  const valid = authorizationParams(base, clientId, agent.svcId, pkce().challenge, { redirect_uri: `${clientBase}/callback` });
-  await page.goto(`${base}/console/authorize?${new URLSearchParams(valid)}&redirect_uri=${encodeURIComponent(unregistered)}`);
-  await page.getByRole('alert').getByText('This authorization request cannot be answered: the parameter redirect_uri is repeated.').waitFor();
+  const valid = authorizationParams(base, clientId, agent.svcId, pkce().challenge, {
+    redirect_uri: `${clientBase}/callback`,
+  });
+  await page.goto(
+    `${base}/console/authorize?${new URLSearchParams(valid)}&redirect_uri=${encodeURIComponent(unregistered)}`,
+  );
+  await page
+    .getByRole('alert')
+    .getByText('This authorization request cannot be answered: the parameter redirect_uri is repeated.')
+    .waitFor();
   expect(await page.getByRole('main').getByRole('button').count()).toBe(0);
 
   await new Promise((resolve) => setTimeout(resolve, 500));
@@ -348,7 +407,8 @@ test('another site cannot answer for a signed-in operator: its form posts and fe
   await submitSignIn(signedIn.page, operator.email);
   await signedIn.page.getByRole('heading', { level: 1, name: CONSENT_HEADING }).waitFor();
 
-  const html = (text: string) => text.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/'/g, '&#39;').replace(/</g, '&lt;');
+  const html = (text: string) =>
+    text.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/'/g, '&#39;').replace(/</g, '&lt;');
   const graphqlUrl = `${base}/graphql`;
   elsewherePages.set(
     '/csrf',
@@ -394,9 +454,14 @@ test('another site cannot answer for a signed-in operator: its form posts and fe
     noCorsGet: 'opaque',
   });
   // Form posts, which a browser sends with whatever it holds for the target (cookies): it holds nothing.
-  await Promise.all([attacker.waitForURL(graphqlUrl), attacker.locator('#urlencoded').evaluate((f) => (f as HTMLFormElement).submit())]);
+  await Promise.all([
+    attacker.waitForURL(graphqlUrl),
+    attacker.locator('#urlencoded').evaluate((f) => (f as HTMLFormElement).submit()),
+  ]);
   expect(JSON.parse(await attacker.locator('body').innerText())).toEqual({
-    errors: [{ message: 'This operation needs a bearer token or an API key', extensions: { code: 'AUTHENTICATION_REQUIRED' } }],
+    errors: [
+      { message: 'This operation needs a bearer token or an API key', extensions: { code: 'AUTHENTICATION_REQUIRED' } },
+    ],
   });
   await open();
   await Promise.all([
@@ -409,7 +474,11 @@ test('another site cannot answer for a signed-in operator: its form posts and fe
     () => answers.filter((answer) => answer.method !== 'OPTIONS'),
     (list) => list.length === 4,
   );
-  expect(sent.map(({ method, status }) => ({ method, status })).sort((x, y) => x.status - y.status || x.method.localeCompare(y.method))).toEqual([
+  expect(
+    sent
+      .map(({ method, status }) => ({ method, status }))
+      .sort((x, y) => x.status - y.status || x.method.localeCompare(y.method)),
+  ).toEqual([
     { method: 'POST', status: 401 },
     { method: 'GET', status: 405 },
     { method: 'POST', status: 415 },
@@ -417,12 +486,16 @@ test('another site cannot answer for a signed-in operator: its form posts and fe
   ]);
   for (const answer of answers) expect(answer.body).not.toContain('redirect_to');
   expect(await grantsOf(org, agent.svcId)).toBe(0);
-  const audited = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=oauth.grant_created`, { token: org.adminToken });
+  const audited = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=oauth.grant_created`, {
+    token: org.adminToken,
+  });
   expect(audited.body.items).toEqual([]);
 
   // The forged request itself was a good one: sent with the operator's bearer token, as the
   // console sends it from its tab, it makes the grant. Only the credential was missing.
-  const token = await signedIn.page.evaluate(() => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token as string);
+  const token = await signedIn.page.evaluate(
+    () => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token as string,
+  );
   const genuine = await t.graphql(mutation, {}, { token });
   expect(genuine.body.data.decide_oauth_authorization.redirect_to).toMatch(new RegExp(`^${redirectUri}\\?code=oac_`));
   expect(await grantsOf(org, agent.svcId)).toBe(1);
@@ -469,7 +542,9 @@ test('the agents page lists connected clients; a viewer has no button; Revoke, c
   await row.getByRole('button', { name: 'Revoke' }).click();
   const question = row.getByRole('group', { name: 'Revoke Test MCP client?' });
   await question.waitFor();
-  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(true);
+  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(
+    true,
+  );
   await screenshot(page, 'agents-revoke-confirm');
   await question.getByRole('button', { name: 'Cancel' }).click();
   expect(await row.getByRole('button', { name: 'Revoke' }).evaluate((el) => el === document.activeElement)).toBe(true);
@@ -481,7 +556,10 @@ test('the agents page lists connected clients; a viewer has no button; Revoke, c
   expect(await grantsOf(org, agent.svcId)).toBe(0);
 
   // Its access token stops working at the agent's endpoint (every process within a poll of the config cache).
-  const status = await eventually(() => mcpStatus(agent.svcId, connected.accessToken), (s) => s === 401);
+  const status = await eventually(
+    () => mcpStatus(agent.svcId, connected.accessToken),
+    (s) => s === 401,
+  );
   expect(status).toBe(401);
   expect(view.problems).toEqual([]);
 });

@@ -43,7 +43,12 @@ test('the index page is served for /console and its client routes with a strict 
   expect(index.headers.get('cache-control')).toBe('no-cache');
   expect(index.headers.get('x-content-type-options')).toBe('nosniff');
   const csp = index.headers.get('content-security-policy') ?? '';
-  const directives = new Map(csp.split(';').map((d) => d.trim().split(/\s+/)).map(([name, ...values]) => [name, values]));
+  const directives = new Map(
+    csp
+      .split(';')
+      .map((d) => d.trim().split(/\s+/))
+      .map(([name, ...values]) => [name, values]),
+  );
   expect(directives.get('script-src')).toEqual(["'self'"]);
   expect(directives.get('style-src')).toEqual(["'self'"]);
   expect(directives.get('connect-src')).toEqual(["'self'"]);
@@ -150,15 +155,26 @@ test('a rebuild beside a running service is served from the next page load on; f
     await mkdir(`${dir}assets`);
     await writeFile(`${dir}assets/${script}`, content);
     await writeFile(`${dir}index.html`, `<script type="module" src="/console/assets/${script}"></script>`);
-    await writeFile(`${dir}build.json`, JSON.stringify({ inputs: script, files: { 'index.html': {}, [`assets/${script}`]: {} } }));
+    await writeFile(
+      `${dir}build.json`,
+      JSON.stringify({ inputs: script, files: { 'index.html': {}, [`assets/${script}`]: {} } }),
+    );
   };
-  const yoga = createYoga({ schema: createSchema({ typeDefs: 'type Query { ok: Boolean }' }), plugins: [useConsole(dir)] });
-  const get = (pathname: string) => yoga.fetch(`http://localhost${pathname}`, { headers: { 'accept-encoding': 'br, gzip' } });
+  const yoga = createYoga({
+    schema: createSchema({ typeDefs: 'type Query { ok: Boolean }' }),
+    plugins: [useConsole(dir)],
+  });
+  const get = (pathname: string) =>
+    yoga.fetch(`http://localhost${pathname}`, { headers: { 'accept-encoding': 'br, gzip' } });
   try {
     await writeBuild('console-AAAA1111.js', 'first build');
     expect(await (await get('/console')).text()).toContain('console-AAAA1111.js');
     const first = await get('/console/assets/console-AAAA1111.js');
-    expect([first.status, first.headers.get('content-encoding'), await first.text()]).toEqual([200, null, 'first build']);
+    expect([first.status, first.headers.get('content-encoding'), await first.text()]).toEqual([
+      200,
+      null,
+      'first build',
+    ]);
 
     await writeBuild('console-BBBB2222.js', 'second build');
     // An asset request does not look for a new build (no read per asset) …
@@ -175,7 +191,11 @@ test('a rebuild beside a running service is served from the next page load on; f
 describe('CORS on the API', () => {
   const preflight = (app: TestApp, origin: string) =>
     app.request('OPTIONS', '/graphql', {
-      headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+      headers: {
+        origin,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type',
+      },
     });
 
   test('is closed to other origins by default: no Access-Control-Allow-Origin on preflights or answers', async () => {
@@ -198,7 +218,10 @@ describe('CORS on the API', () => {
       expect(yes.headers.get('access-control-allow-credentials')).toBeNull();
       const no = await preflight(open, 'https://elsewhere.example');
       expect(no.headers.get('access-control-allow-origin')).not.toBe('https://elsewhere.example');
-      const post = await open.request('POST', '/graphql', { headers: { origin: allowed }, body: { query: '{ __typename }' } });
+      const post = await open.request('POST', '/graphql', {
+        headers: { origin: allowed },
+        body: { query: '{ __typename }' },
+      });
       expect(post.headers.get('access-control-allow-origin')).toBe(allowed);
     } finally {
       await open.app.stop();
@@ -206,8 +229,8 @@ describe('CORS on the API', () => {
   });
 
   test('a CORS_ALLOWED_ORIGINS entry that is not an origin stops the start', async () => {
-    await expect(startTestApp({ CORS_ALLOWED_ORIGINS: 'https://dashboard.example/' }, { db: t.database.db })).rejects.toThrow(
-      /CORS_ALLOWED_ORIGINS: "https:\/\/dashboard.example\/" is not an origin/,
-    );
+    await expect(
+      startTestApp({ CORS_ALLOWED_ORIGINS: 'https://dashboard.example/' }, { db: t.database.db }),
+    ).rejects.toThrow(/CORS_ALLOWED_ORIGINS: "https:\/\/dashboard.example\/" is not an origin/);
   });
 });

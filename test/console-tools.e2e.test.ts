@@ -15,7 +15,17 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
 import { startTestApp, type TestApp } from './support/app.js';
-import { chromiumTests, eventually, horizontalOverflow, NARROW, POLL_WAIT_MS, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
+import {
+  chromiumTests,
+  eventually,
+  horizontalOverflow,
+  NARROW,
+  POLL_WAIT_MS,
+  screenshot,
+  submitSignIn,
+  watchedPage,
+  type ConsolePage,
+} from './support/console.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 import { startRecordingServer, type RecordingServer } from './support/recording-server.js';
@@ -40,14 +50,22 @@ let upstream: RecordingServer;
 function mcpServer(tools: readonly UpstreamTool[]): McpServer {
   const server = new McpServer({ name: 'upstream', version: '1.0.0' });
   for (const tool of tools) {
-    server.registerTool(tool.name, { description: tool.description, inputSchema: { invoice: z.string() } }, async ({ invoice }) => ({
-      content: [{ type: 'text', text: `${tool.name} done for ${invoice}` }],
-    }));
+    server.registerTool(
+      tool.name,
+      { description: tool.description, inputSchema: { invoice: z.string() } },
+      async ({ invoice }) => ({
+        content: [{ type: 'text', text: `${tool.name} done for ${invoice}` }],
+      }),
+    );
   }
   return server;
 }
 
-async function serveUpstream(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, body: string) {
+async function serveUpstream(
+  req: import('node:http').IncomingMessage,
+  res: import('node:http').ServerResponse,
+  body: string,
+) {
   const tools = upstreamTools.get(req.url!);
   if (!tools) return void res.writeHead(404).end();
   const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
@@ -94,7 +112,11 @@ async function mcpOrg(name: string, tools: UpstreamTool[]) {
   const server = newUpstream(`/${org.slug}`, tools);
   const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
-    body: { action_type: 'billing', connector: 'mcp', config: { url: server.url, allow_private_network: true, timeout_ms: 5000 } },
+    body: {
+      action_type: 'billing',
+      connector: 'mcp',
+      config: { url: server.url, allow_private_network: true, timeout_ms: 5000 },
+    },
   });
   if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
   const toolId = created.body.tool_id as string;
@@ -102,7 +124,8 @@ async function mcpOrg(name: string, tools: UpstreamTool[]) {
   return { org, agent, upstream: server, toolId };
 }
 
-const readTool = async (org: OrgFixture, toolId: string) => (await t.request('GET', `/api/v1/orgs/${org.orgId}/tools/${toolId}`, { token: org.adminToken })).body;
+const readTool = async (org: OrgFixture, toolId: string) =>
+  (await t.request('GET', `/api/v1/orgs/${org.orgId}/tools/${toolId}`, { token: org.adminToken })).body;
 
 const definitionOf = async (org: OrgFixture, toolId: string, name: string) =>
   (await readTool(org, toolId)).definitions.find((d: { name: string }) => d.name === name);
@@ -111,7 +134,11 @@ const definitionOf = async (org: OrgFixture, toolId: string, name: string) =>
 async function refundOutcome(agent: AgentFixture): Promise<{ decision: string; executed: boolean; codes: string[] }> {
   const response = await execute(t, agent, actionBody(agent, 'refund', { invoice: 'inv-1' }));
   expect(response.status).toBe(200);
-  return { decision: response.body.decision, executed: response.body.executed, codes: response.body.reasons.map((r: { code: string }) => r.code) };
+  return {
+    decision: response.body.decision,
+    executed: response.body.executed,
+    codes: response.body.reasons.map((r: { code: string }) => r.code),
+  };
 }
 
 async function openTools(email: string, viewport?: typeof NARROW): Promise<ConsolePage> {
@@ -127,16 +154,25 @@ async function openTools(email: string, viewport?: typeof NARROW): Promise<Conso
 }
 
 const toolCard = ({ page }: ConsolePage) => page.getByRole('article', { name: 'Tool billing' });
-const definitionGroup = (view: ConsolePage, name: string) => toolCard(view).getByRole('group', { name: `Definition ${name}` });
-const statusOf = (view: ConsolePage, name: string) => definitionGroup(view, name).locator('.definition-name .status').innerText();
+const definitionGroup = (view: ConsolePage, name: string) =>
+  toolCard(view).getByRole('group', { name: `Definition ${name}` });
+const statusOf = (view: ConsolePage, name: string) =>
+  definitionGroup(view, name).locator('.definition-name .status').innerText();
 /** The status shown for `name` once it is `status` (the page polls), else the last one seen. */
-const shownStatus = (view: ConsolePage, name: string, status: string) => eventually(() => statusOf(view, name), (shown) => shown === status);
+const shownStatus = (view: ConsolePage, name: string, status: string) =>
+  eventually(
+    () => statusOf(view, name),
+    (shown) => shown === status,
+  );
 
 /** Waits for the page's next load of the tools (it polls every 3 s). */
 async function nextToolsPoll({ page }: ConsolePage) {
-  await page.waitForResponse((response) => response.url().endsWith('/graphql') && /query Tools\b/.test(response.request().postData() ?? ''), {
-    timeout: POLL_WAIT_MS,
-  });
+  await page.waitForResponse(
+    (response) => response.url().endsWith('/graphql') && /query Tools\b/.test(response.request().postData() ?? ''),
+    {
+      timeout: POLL_WAIT_MS,
+    },
+  );
 }
 
 /** Presses Refresh; what the card then says the read found. */
@@ -145,7 +181,10 @@ async function pressRefresh(view: ConsolePage): Promise<string> {
   const said = card.locator(':scope > [role=status]');
   const before = (await said.count()) ? await said.innerText() : undefined;
   await card.getByRole('button', { name: 'Refresh' }).click();
-  return eventually(async () => ((await said.count()) ? await said.innerText() : undefined), (text) => text !== undefined && text !== before) as Promise<string>;
+  return eventually(
+    async () => ((await said.count()) ? await said.innerText() : undefined),
+    (text) => text !== undefined && text !== before,
+  ) as Promise<string>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,7 +220,12 @@ test('an operator refreshes, reads the diff of a changed definition, accepts it,
   expect(await card.locator('.card-header').innerText()).toContain('1 definition to review');
   expect(await page.locator('.page-header .count').innerText()).toBe('1 tool, 1 definition to review');
   const nav = page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Tools' });
-  expect(await eventually(() => nav.textContent(), (text) => text === 'Tools 1 to review')).toBe('Tools 1 to review');
+  expect(
+    await eventually(
+      () => nav.textContent(),
+      (text) => text === 'Tools 1 to review',
+    ),
+  ).toBe('Tools 1 to review');
 
   // The diff: the pinned description removed, the upstream's added; nothing else moved.
   const changed = await definitionOf(org, toolId, 'refund');
@@ -204,18 +248,30 @@ test('an operator refreshes, reads the diff of a changed definition, accepts it,
   await group.getByRole('button', { name: 'Accept' }).click();
   const question = group.getByRole('group', { name: 'Accept refund?' });
   await question.waitFor();
-  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(true);
+  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(
+    true,
+  );
   await screenshot(page, 'tools-accept-question');
   await question.getByRole('button', { name: 'Yes, accept' }).click();
   await card.getByRole('status').getByText('Accepted refund: calls go to the upstream again.').waitFor();
   expect(await shownStatus(view, 'refund', 'pinned')).toBe('pinned');
   expect(await group.locator('.diff').count()).toBe(0);
   expect(await card.locator('.card-header').innerText()).not.toContain('to review');
-  expect(await eventually(() => nav.textContent(), (text) => text === 'Tools')).toBe('Tools');
+  expect(
+    await eventually(
+      () => nav.textContent(),
+      (text) => text === 'Tools',
+    ),
+  ).toBe('Tools');
 
   // The service pinned what was reviewed, and the gateway calls the tool again.
   const accepted = await definitionOf(org, toolId, 'refund');
-  expect(accepted).toMatchObject({ status: 'pinned', pinned_hash: changed.current_hash, current_hash: changed.current_hash, diff: null });
+  expect(accepted).toMatchObject({
+    status: 'pinned',
+    pinned_hash: changed.current_hash,
+    current_hash: changed.current_hash,
+    diff: null,
+  });
   expect(accepted.pinned.description).toBe(REFUND_CHANGED);
   expect(await refundOutcome(agent)).toEqual({ decision: 'allow', executed: true, codes: [] });
   expect(view.problems).toEqual([]);
@@ -237,11 +293,15 @@ test('accept all takes a changed, a new and a removed definition as shown: one p
   expect(await statusOf(view, 'refund')).toBe('changed');
   expect(await statusOf(view, 'export')).toBe('new');
   // What waits for review comes first, by name.
-  const order = await card.locator('[data-definition]').evaluateAll((groups) => groups.map((g) => g.getAttribute('data-definition')));
+  const order = await card
+    .locator('[data-definition]')
+    .evaluateAll((groups) => groups.map((g) => g.getAttribute('data-definition')));
   expect(order).toEqual(['export', 'lookup', 'refund']);
   // A new tool: all of it added; a removed one: all of it removed, and calls of it are not found.
   expect(await definitionGroup(view, 'export').locator('.diff del').count()).toBe(0);
-  expect(await definitionGroup(view, 'export').locator('.diff ins').allInnerTexts()).toContain('+  "description": "Exports the ledger.",');
+  expect(await definitionGroup(view, 'export').locator('.diff ins').allInnerTexts()).toContain(
+    '+  "description": "Exports the ledger.",',
+  );
   expect(await definitionGroup(view, 'lookup').locator('.diff ins').count()).toBe(0);
   expect(await definitionGroup(view, 'lookup').innerText()).toContain('calls are denied (TOOL_NOT_FOUND_UPSTREAM)');
   const lookup = await execute(t, agent, actionBody(agent, 'lookup', { invoice: 'inv-1' }));
@@ -251,9 +311,14 @@ test('accept all takes a changed, a new and a removed definition as shown: one p
 
   await card.getByRole('button', { name: 'Accept all 3' }).click();
   const question = card.getByRole('group', { name: 'Accept all definitions of billing?' });
-  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(true);
+  expect(await question.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement)).toBe(
+    true,
+  );
   await question.getByRole('button', { name: 'Yes, accept all' }).click();
-  await card.getByRole('status').getByText('Accepted export, lookup, refund: calls go to the upstream again.').waitFor();
+  await card
+    .getByRole('status')
+    .getByText('Accepted export, lookup, refund: calls go to the upstream again.')
+    .waitFor();
   const statuses = await eventually(
     () => card.locator('.definition-name .status').allInnerTexts(),
     (shown) => shown.length === 2 && shown.every((s) => s === 'pinned'),
@@ -262,8 +327,15 @@ test('accept all takes a changed, a new and a removed definition as shown: one p
 
   // Each definition pinned as shown, with the hash on screen; the removed one forgotten.
   const after = await readTool(org, toolId);
-  const currentOf = (tool: { definitions: { name: string; current_hash: string }[] }, name: string) => tool.definitions.find((d) => d.name === name)?.current_hash;
-  expect(after.definitions.map((d: { name: string; status: string; pinned_hash: string }) => [d.name, d.status, d.pinned_hash])).toEqual([
+  const currentOf = (tool: { definitions: { name: string; current_hash: string }[] }, name: string) =>
+    tool.definitions.find((d) => d.name === name)?.current_hash;
+  expect(
+    after.definitions.map((d: { name: string; status: string; pinned_hash: string }) => [
+      d.name,
+      d.status,
+      d.pinned_hash,
+    ]),
+  ).toEqual([
     ['export', 'pinned', currentOf(before, 'export')],
     ['refund', 'pinned', currentOf(before, 'refund')],
   ]);
@@ -284,7 +356,9 @@ test('a definition that moved again after it was reviewed is refused (409): the 
   await group.getByRole('button', { name: 'Accept' }).click();
   const third = 'Refunds an invoice in full, then deletes the ledger.';
   upstream.set([{ name: 'refund', description: third }]);
-  const refreshed = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools/${toolId}/refresh`, { token: org.adminToken });
+  const refreshed = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools/${toolId}/refresh`, {
+    token: org.adminToken,
+  });
   expect(refreshed.status).toBe(200);
   await group.getByRole('group', { name: 'Accept refund?' }).getByRole('button', { name: 'Yes, accept' }).click();
 
@@ -300,13 +374,18 @@ test('a definition that moved again after it was reviewed is refused (409): the 
   expect(await group.innerText()).toContain(latest.current_hash.slice(0, 12));
   expect(await statusOf(view, 'refund')).toBe('changed');
   // The question closed and the focus went back to Accept, to review and accept again.
-  expect(await group.getByRole('button', { name: 'Accept' }).evaluate((el) => el === document.activeElement)).toBe(true);
+  expect(await group.getByRole('button', { name: 'Accept' }).evaluate((el) => el === document.activeElement)).toBe(
+    true,
+  );
   await screenshot(view.page, 'tools-moved-again');
 
   await group.getByRole('button', { name: 'Accept' }).click();
   await group.getByRole('button', { name: 'Yes, accept' }).click();
   expect(await shownStatus(view, 'refund', 'pinned')).toBe('pinned');
-  expect(await definitionOf(org, toolId, 'refund')).toMatchObject({ status: 'pinned', pinned_hash: latest.current_hash });
+  expect(await definitionOf(org, toolId, 'refund')).toMatchObject({
+    status: 'pinned',
+    pinned_hash: latest.current_hash,
+  });
   expect(view.problems).toEqual([]);
 });
 
@@ -341,7 +420,11 @@ test('an upstream’s hostile description is shown as text: no element of it is 
 test('viewers, whom the API does not show tools, are not offered the page; its address says why', async () => {
   const { org } = await mcpOrg('tools-viewer', [{ name: 'refund', description: REFUND }]);
   const viewer = await addUser(t, org, 'viewer');
-  const refused = await t.graphql('query($org_id: ID!) { tools(org_id: $org_id) { total } }', { org_id: org.orgId }, { token: viewer.token });
+  const refused = await t.graphql(
+    'query($org_id: ID!) { tools(org_id: $org_id) { total } }',
+    { org_id: org.orgId },
+    { token: viewer.token },
+  );
   expect(refused.body.errors[0].extensions.code).toBe('FORBIDDEN');
 
   const view = await watchedPage(await newContext());
@@ -350,12 +433,21 @@ test('viewers, whom the API does not show tools, are not offered the page; its a
   await submitSignIn(page, viewer.email);
   await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
   const nav = page.getByRole('navigation', { name: 'Console' });
-  expect(await nav.getByRole('link').allInnerTexts()).toEqual(['Approvals', 'Manifests', 'Agents', 'Policies', 'Records', 'Audit log']);
+  expect(await nav.getByRole('link').allInnerTexts()).toEqual([
+    'Approvals',
+    'Manifests',
+    'Agents',
+    'Policies',
+    'Records',
+    'Audit log',
+  ]);
 
   await page.goto(`${base}/console/tools`);
   await page.getByRole('heading', { level: 1, name: 'Tools' }).waitFor();
   const main = page.getByRole('main');
-  expect(await main.innerText()).toContain('Tool connectors and their upstream definitions are shown to admins and operators only.');
+  expect(await main.innerText()).toContain(
+    'Tool connectors and their upstream definitions are shown to admins and operators only.',
+  );
   expect(await main.getByRole('button').count()).toBe(0);
   expect(await main.getByRole('alert').count()).toBe(0);
   await screenshot(page, 'tools-viewer');
@@ -383,7 +475,9 @@ test('an upstream that cannot be read: the card says why, and the pins stay as t
   expect(await pressRefresh(view)).toMatch(/^Read the upstream at .+: it could not be read \(said above\)\.$/);
   const tool = await readTool(org, toolId);
   expect(tool.definitions_error).toEqual(expect.any(String));
-  expect(await toolCard(view).locator('p.error').innerText()).toBe(`The last read failed, and the pins stay as they were: ${tool.definitions_error}`);
+  expect(await toolCard(view).locator('p.error').innerText()).toBe(
+    `The last read failed, and the pins stay as they were: ${tool.definitions_error}`,
+  );
   expect(await statusOf(view, 'refund')).toBe('pinned');
   expect(await refundOutcome(agent)).toMatchObject({ decision: 'allow', codes: [] });
   expect(view.problems).toEqual([]);

@@ -11,7 +11,17 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
-import { chromiumTests, eventually, horizontalOverflow, NARROW, POLL_WAIT_MS, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
+import {
+  chromiumTests,
+  eventually,
+  horizontalOverflow,
+  NARROW,
+  POLL_WAIT_MS,
+  screenshot,
+  submitSignIn,
+  watchedPage,
+  type ConsolePage,
+} from './support/console.js';
 import { addUser, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 
@@ -33,7 +43,6 @@ afterAll(async () => {
   await t?.close();
 });
 
-
 async function openConsole(viewport?: typeof NARROW): Promise<ConsolePage> {
   const view = await watchedPage(await newContext(viewport));
   await view.page.goto(`${base}/console`);
@@ -45,13 +54,20 @@ async function signIn({ page }: ConsolePage, email: string) {
   await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
 }
 
-async function goTo({ page }: ConsolePage, title: 'Approvals' | 'Manifests' | 'Agents' | 'Policies' | 'Records' | 'Audit log') {
+async function goTo(
+  { page }: ConsolePage,
+  title: 'Approvals' | 'Manifests' | 'Agents' | 'Policies' | 'Records' | 'Audit log',
+) {
   await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: title }).click();
   await page.getByRole('heading', { level: 1, name: title }).waitFor();
   expect(new URL(page.url()).pathname).toBe(`/console/${title === 'Audit log' ? 'audit' : title.toLowerCase()}`);
 }
 
-const HUMAN_IN_THE_LOOP = { max_actions_per_hour: 1000, max_actions_per_day: 10000, require_human_approval: ['billing:refund'] };
+const HUMAN_IN_THE_LOOP = {
+  max_actions_per_hour: 1000,
+  max_actions_per_day: 10000,
+  require_human_approval: ['billing:refund'],
+};
 
 async function askForApproval(agent: AgentFixture, params: Record<string, unknown>): Promise<string> {
   const asked = await execute(t, agent, actionBody(agent, 'refund', params));
@@ -104,15 +120,32 @@ test('an operator approves in the console what an agent asked for, and the agent
 
   await card.waitFor({ state: 'detached' });
   await page.getByText('0 pending').waitFor();
-  const decided = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken });
-  expect(decided.body).toMatchObject({ status: 'approved', decided_by: operator.email, notes: 'refund checked with finance' });
+  const decided = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, {
+    token: org.adminToken,
+  });
+  expect(decided.body).toMatchObject({
+    status: 'approved',
+    decided_by: operator.email,
+    notes: 'refund checked with finance',
+  });
 
-  const run = await execute(t, agent, { ...actionBody(agent, 'refund', { invoice: 'inv-7', amount: 120 }), approval_id: approvalId });
-  expect(run.body).toMatchObject({ decision: 'allow', executed: true, approval_id: approvalId, result: { success: true } });
+  const run = await execute(t, agent, {
+    ...actionBody(agent, 'refund', { invoice: 'inv-7', amount: 120 }),
+    approval_id: approvalId,
+  });
+  expect(run.body).toMatchObject({
+    decision: 'allow',
+    executed: true,
+    approval_id: approvalId,
+    result: { success: true },
+  });
 
   // The approval, now used, is in the history with its notes.
   await page.getByLabel('Status').selectOption('consumed');
-  await page.getByRole('article', { name: `Approval ${approvalId}` }).getByText('refund checked with finance').waitFor();
+  await page
+    .getByRole('article', { name: `Approval ${approvalId}` })
+    .getByText('refund checked with finance')
+    .waitFor();
   expect(view.problems).toEqual([]);
 });
 
@@ -126,20 +159,31 @@ test('denying needs a reason, and the agent is then refused', async () => {
   const card = view.page.getByRole('article', { name: `Approval ${approvalId}` });
   await card.getByRole('button', { name: 'Deny' }).click();
   await card.getByRole('alert').getByText('A reason is required to deny.').waitFor();
-  expect((await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken })).body.status).toBe('pending');
+  expect(
+    (await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken })).body
+      .status,
+  ).toBe('pending');
 
   await card.getByLabel('Notes (approve) or reason (deny)').fill('too large without a ticket');
   await card.getByRole('button', { name: 'Deny' }).click();
   await card.waitFor({ state: 'detached' });
-  const decided = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken });
+  const decided = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, {
+    token: org.adminToken,
+  });
   expect(decided.body).toMatchObject({ status: 'denied', reason: 'too large without a ticket' });
-  const run = await execute(t, agent, { ...actionBody(agent, 'refund', { invoice: 'inv-9', amount: 5000 }), approval_id: approvalId });
+  const run = await execute(t, agent, {
+    ...actionBody(agent, 'refund', { invoice: 'inv-9', amount: 5000 }),
+    approval_id: approvalId,
+  });
   expect(run.body.decision).toBe('deny');
 
   // All statuses: the pending one first although the denied one is newer.
   await view.page.getByLabel('Status').selectOption('');
   const order = await eventually(
-    () => view.page.locator('[data-approval-id]').evaluateAll((cards) => cards.map((card) => card.getAttribute('data-approval-id'))),
+    () =>
+      view.page
+        .locator('[data-approval-id]')
+        .evaluateAll((cards) => cards.map((card) => card.getAttribute('data-approval-id'))),
     (ids) => ids.length === 2,
   );
   expect(order).toEqual([olderId, approvalId]);
@@ -149,7 +193,12 @@ test('denying needs a reason, and the agent is then refused', async () => {
 test('an operator approves a subset of a manifest’s capabilities, then suspends it with a reason', async () => {
   const org = await signUp(t, 'console');
   const operator = await addUser(t, org, 'operator');
-  const pending = await createManifest(t, org, 'pending', manifestPayload({ capabilities: ['billing:read', 'billing:write', 'email:send'] }));
+  const pending = await createManifest(
+    t,
+    org,
+    'pending',
+    manifestPayload({ capabilities: ['billing:read', 'billing:write', 'email:send'] }),
+  );
   const view = await openConsole();
   const { page } = view;
   await signIn(view, operator.email);
@@ -163,9 +212,14 @@ test('an operator approves a subset of a manifest’s capabilities, then suspend
   await card.getByRole('button', { name: 'Approve selected' }).click();
   await card.waitFor({ state: 'detached' });
 
-  const approved = await t.request('GET', `/api/v1/orgs/${org.orgId}/manifests/${pending.manifestId}`, { token: org.adminToken });
+  const approved = await t.request('GET', `/api/v1/orgs/${org.orgId}/manifests/${pending.manifestId}`, {
+    token: org.adminToken,
+  });
   expect(approved.body.status).toBe('active');
-  expect(approved.body.capabilities).toEqual({ requested: ['billing:read', 'billing:write', 'email:send'], approved: ['billing:read', 'billing:write'] });
+  expect(approved.body.capabilities).toEqual({
+    requested: ['billing:read', 'billing:write', 'email:send'],
+    approved: ['billing:read', 'billing:write'],
+  });
 
   await page.getByLabel('Status').selectOption('active');
   const active = page.locator(`[data-manifest-id="${pending.manifestId}"]`);
@@ -175,7 +229,9 @@ test('an operator approves a subset of a manifest’s capabilities, then suspend
   await active.getByLabel('Reason (or notes to reactivate)').fill('key leaked in a log');
   await active.getByRole('button', { name: 'Suspend' }).click();
   await active.waitFor({ state: 'detached' });
-  const suspended = await t.request('GET', `/api/v1/orgs/${org.orgId}/manifests/${pending.manifestId}`, { token: org.adminToken });
+  const suspended = await t.request('GET', `/api/v1/orgs/${org.orgId}/manifests/${pending.manifestId}`, {
+    token: org.adminToken,
+  });
   expect(suspended.body).toMatchObject({ status: 'suspended', reason: 'key leaked in a log' });
 
   await page.getByLabel('Status').selectOption('suspended');
@@ -211,7 +267,11 @@ test('an operator sees an agent’s usage against its budgets and deactivates it
   expect(await card.getByRole('button', { name: 'Reactivate' }).count()).toBe(0);
 
   const read = await t.request('GET', `/api/v1/agents/${agent.svcId}`, { token: org.adminToken });
-  expect(read.body).toMatchObject({ status: 'deactivated', deactivation_reason: 'incident 42', deactivated_by: operator.email });
+  expect(read.body).toMatchObject({
+    status: 'deactivated',
+    deactivation_reason: 'incident 42',
+    deactivated_by: operator.email,
+  });
   const refused = await execute(t, agent);
   expect(refused.body.reasons.map((r: { code: string }) => r.code)).toContain('AGENT_DEACTIVATED');
   expect(view.problems).toEqual([]);
@@ -223,7 +283,9 @@ test('an operator sees an agent’s usage against its budgets and deactivates it
   const adminCard = admin.page.getByRole('article', { name: `Agent ${agent.svcId}` });
   await adminCard.getByRole('button', { name: 'Reactivate' }).click();
   await adminCard.getByRole('button', { name: 'Deactivate' }).waitFor();
-  expect((await t.request('GET', `/api/v1/agents/${agent.svcId}`, { token: org.adminToken })).body.status).toBe('active');
+  expect((await t.request('GET', `/api/v1/agents/${agent.svcId}`, { token: org.adminToken })).body.status).toBe(
+    'active',
+  );
   expect(admin.problems).toEqual([]);
 });
 
@@ -271,14 +333,18 @@ describe('a viewer', () => {
     expect(await main.getByRole('button', { name: 'Download export' }).count()).toBe(0);
 
     // The console's own session, used directly: the API refuses a viewer's decision.
-    const token = await page.evaluate(() => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token as string);
+    const token = await page.evaluate(
+      () => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token as string,
+    );
     const refused = await t.graphql(
       'mutation($org_id: ID!, $approval_id: ID!) { approve_approval(org_id: $org_id, approval_id: $approval_id) { status } }',
       { org_id: org.orgId, approval_id: approvalId },
       { token },
     );
     expect(refused.body.errors[0].extensions.code).toBe('FORBIDDEN');
-    const still = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken });
+    const still = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, {
+      token: org.adminToken,
+    });
     expect(still.body.status).toBe('pending');
     expect(view.problems).toEqual([]);
   });
@@ -306,7 +372,10 @@ test('the session lives in sessionStorage only, is refreshed when it expires, an
   });
   await page.reload();
   await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
-  await page.waitForFunction((old) => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token !== old, first.token);
+  await page.waitForFunction(
+    (old) => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!).token !== old,
+    first.token,
+  );
   const renewed = JSON.parse((await storedSession())!);
   expect(renewed.refresh_token).not.toBe(first.refresh_token);
   expect((await t.request('GET', '/api/v1/agents', { token: renewed.token })).status).toBe(200);
@@ -314,7 +383,10 @@ test('the session lives in sessionStorage only, is refreshed when it expires, an
   await page.getByRole('button', { name: 'Sign out' }).click();
   await page.getByRole('button', { name: 'Sign in' }).waitFor();
   expect(await storedSession()).toBeNull();
-  const afterSignOut = await eventually(async () => (await t.request('GET', '/api/v1/agents', { token: renewed.token })).status, (status) => status === 401);
+  const afterSignOut = await eventually(
+    async () => (await t.request('GET', '/api/v1/agents', { token: renewed.token })).status,
+    (status) => status === 401,
+  );
   expect(afterSignOut).toBe(401);
   // Sign-out ends the whole session: the first token of this login too.
   expect((await t.request('GET', '/api/v1/agents', { token: first.token })).status).toBe(401);
@@ -429,12 +501,17 @@ test('policies: a CEL error is shown at its position, then the policy is created
   const card = page.getByRole('article', { name: 'Policy big refunds (shadow)' });
   await card.waitFor();
   const created = await t.request('GET', '/api/v1/policies', { token: org.adminToken });
-  expect(created.body.items).toMatchObject([{ name: 'big refunds (shadow)', mode: 'shadow', effect: 'deny', condition: 'params.invoice == "inv-1"' }]);
+  expect(created.body.items).toMatchObject([
+    { name: 'big refunds (shadow)', mode: 'shadow', effect: 'deny', condition: 'params.invoice == "inv-1"' },
+  ]);
 
   // A shadow deny never changes the decision, but it is reported and listed as a match.
   const run = await execute(t, agent);
   expect(run.body.decision).toBe('allow');
-  await eventually(() => card.innerText(), (text) => text.includes('1 of the latest 1 decisions'));
+  await eventually(
+    () => card.innerText(),
+    (text) => text.includes('1 of the latest 1 decisions'),
+  );
   expect(await card.innerText()).toContain('1 of the latest 1 decisions');
   await screenshot(page, 'policies');
 
@@ -444,7 +521,9 @@ test('policies: a CEL error is shown at its position, then the policy is created
   await edit.getByLabel('Priority').fill('7');
   await edit.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('article', { name: 'Policy big refunds (shadow)' }).waitFor();
-  const replaced = await t.request('GET', `/api/v1/policies/${created.body.items[0].policy_id}`, { token: org.adminToken });
+  const replaced = await t.request('GET', `/api/v1/policies/${created.body.items[0].policy_id}`, {
+    token: org.adminToken,
+  });
   expect(replaced.body).toMatchObject({ priority: 7, version: 2, mode: 'shadow' });
   expect(view.problems).toEqual([]);
 });
@@ -472,15 +551,24 @@ test('records: filter by agent, verify one, download the export; the audit log f
   await denied.getByRole('status').getByText('Verified: signature ok, hash ok, chain ok').waitFor();
   await screenshot(page, 'records');
 
-  const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download export' }).click()]);
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByRole('button', { name: 'Download export' }).click(),
+  ]);
   expect(download.suggestedFilename()).toMatch(/^records-.*\.jsonl$/);
-  const lines = readFileSync((await download.path())!, 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+  const lines = readFileSync((await download.path())!, 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
   expect(lines[0]).toMatchObject({ type: 'header', org_id: org.orgId, count: 3 });
   expect(lines.slice(1).map((line) => line.type)).toEqual(['record', 'record', 'record']);
 
   await goTo(view, 'Audit log');
   await page.getByLabel('Action (e.g. manifest or manifest.approved)').fill('manifest.approved');
-  await eventually(() => page.locator('[data-audit-id]').count(), (count) => count === 2);
+  await eventually(
+    () => page.locator('[data-audit-id]').count(),
+    (count) => count === 2,
+  );
   const entries = await page.locator('[data-audit-id]').allInnerTexts();
   expect(entries).toHaveLength(2);
   for (const entry of entries) expect(entry).toContain(`manifest.approved by ${org.adminEmail}`);

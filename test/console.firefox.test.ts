@@ -85,9 +85,9 @@ test('Firefox runs the console: sign in, the inbox shows the agent’s request, 
   expect(inbox.text).toContain('billing:refund');
   expect(inbox.text).toContain(agent.svcId);
   // A decision button is there for an operator.
-  expect(await firefox!.evaluate<string[]>(`[...document.querySelectorAll('button')].map((b) => b.textContent)`)).toEqual(
-    expect.arrayContaining(['Approve', 'Deny']),
-  );
+  expect(
+    await firefox!.evaluate<string[]>(`[...document.querySelectorAll('button')].map((b) => b.textContent)`),
+  ).toEqual(expect.arrayContaining(['Approve', 'Deny']));
   // The session is in sessionStorage, nothing in localStorage.
   expect(await firefox!.evaluate<number>('sessionStorage.length')).toBeGreaterThan(0);
   expect(await firefox!.evaluate<number>('localStorage.length')).toBe(0);

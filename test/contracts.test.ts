@@ -111,7 +111,10 @@ describe('OpenAPI document', () => {
 
   const operations = () =>
     Object.entries<any>(doc.paths).flatMap(([path, methods]) =>
-      Object.entries<any>(methods).map(([method, operation]) => ({ key: `${method.toUpperCase()} ${path}`, operation })),
+      Object.entries<any>(methods).map(([method, operation]) => ({
+        key: `${method.toUpperCase()} ${path}`,
+        operation,
+      })),
     );
 
   test('lists exactly the named routes, with absolute paths from the root server', () => {
@@ -124,41 +127,64 @@ describe('OpenAPI document', () => {
       .filter((key) => key.includes(' /api/v1/'))
       .map((key) => key.replace(' /api/v1/', ' /'));
     expect(versioned.sort()).toEqual([...expectedRoutes].sort());
-    expect(operations().filter((o) => !o.key.includes(' /api/v1/')).map((o) => o.key)).toEqual([
-      'GET /.well-known/jwks.json',
-      'GET /.well-known/oauth-authorization-server',
-      'GET /.well-known/oauth-protected-resource/mcp/{svc_id}',
-      ...unprefixedRoutes.slice(0, 2),
-      'GET /healthz',
-      ...unprefixedRoutes.slice(2, -3),
-      ...unprefixedRoutes.slice(-3),
-      'GET /oauth/authorize',
-      'POST /oauth/register',
-      'POST /oauth/revoke',
-      'POST /oauth/token',
-      'GET /readyz',
-    ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))));
+    expect(
+      operations()
+        .filter((o) => !o.key.includes(' /api/v1/'))
+        .map((o) => o.key),
+    ).toEqual(
+      [
+        'GET /.well-known/jwks.json',
+        'GET /.well-known/oauth-authorization-server',
+        'GET /.well-known/oauth-protected-resource/mcp/{svc_id}',
+        ...unprefixedRoutes.slice(0, 2),
+        'GET /healthz',
+        ...unprefixedRoutes.slice(2, -3),
+        ...unprefixedRoutes.slice(-3),
+        'GET /oauth/authorize',
+        'POST /oauth/register',
+        'POST /oauth/revoke',
+        'POST /oauth/token',
+        'GET /readyz',
+      ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))),
+    );
   });
 
   test('describes every tag and every operation', () => {
     expect(doc.tags.filter((tag: any) => !tag.description).map((tag: any) => tag.name)).toEqual([]);
-    expect(operations().filter((o) => !o.operation.summary || !o.operation.description).map((o) => o.key)).toEqual([]);
+    expect(
+      operations()
+        .filter((o) => !o.operation.summary || !o.operation.description)
+        .map((o) => o.key),
+    ).toEqual([]);
     const tags = new Set(doc.tags.map((tag: any) => tag.name));
-    expect(operations().filter((o) => !o.operation.tags?.every((tag: string) => tags.has(tag))).map((o) => o.key)).toEqual([]);
+    expect(
+      operations()
+        .filter((o) => !o.operation.tags?.every((tag: string) => tags.has(tag)))
+        .map((o) => o.key),
+    ).toEqual([]);
   });
 
   test('closed sets of values are enums, nullable ones with null among them', () => {
     const schemas = doc.components.schemas;
     expect(schemas.GatewayDecision.properties.decision.enum).toEqual(['allow', 'deny']);
-    expect(schemas.GatewayReason.properties.code.enum).toEqual(expect.arrayContaining(['POLICY_DENIED', 'APPROVAL_REQUIRED', 'EXECUTION_INTERRUPTED']));
+    expect(schemas.GatewayReason.properties.code.enum).toEqual(
+      expect.arrayContaining(['POLICY_DENIED', 'APPROVAL_REQUIRED', 'EXECUTION_INTERRUPTED']),
+    );
     expect(schemas.ApprovalReason.properties.code.enum).toEqual(schemas.GatewayReason.properties.code.enum);
     expect(schemas.ToolError.properties.code.enum).toEqual(expect.arrayContaining(['TOOL_TIMEOUT', 'TOOL_MCP_ERROR']));
     expect(schemas.Tool.properties.connector.enum.sort()).toEqual(['http', 'mcp', 'mock']);
     expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
     expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual(['deny', 'rate_limit', 'require_approval']);
-    expect(schemas.InteractionRecord.properties.channel).toMatchObject({ nullable: true, enum: ['rest', 'graphql', 'mcp', null] });
-    expect(schemas.AuditLogEntry.properties.action.enum).toEqual(expect.arrayContaining(['org.created', 'manifest.superseded', 'marketplace.payment_confirmed']));
-    expect(schemas.AuditTarget.properties.type.enum).toEqual(expect.arrayContaining(['organization', 'manifest_template', 'marketplace_transaction']));
+    expect(schemas.InteractionRecord.properties.channel).toMatchObject({
+      nullable: true,
+      enum: ['rest', 'graphql', 'mcp', null],
+    });
+    expect(schemas.AuditLogEntry.properties.action.enum).toEqual(
+      expect.arrayContaining(['org.created', 'manifest.superseded', 'marketplace.payment_confirmed']),
+    );
+    expect(schemas.AuditTarget.properties.type.enum).toEqual(
+      expect.arrayContaining(['organization', 'manifest_template', 'marketplace_transaction']),
+    );
   });
 
   test("a tool's config is typed per connector: each kind as read validates, a mix of kinds does not", async () => {
@@ -166,12 +192,24 @@ describe('OpenAPI document', () => {
     const org = await signUp(t, 'typed-config');
     const client = checker.validating(t);
     const configs = {
-      http: { url: 'https://tools.example.com/refund', headers: { authorization: 'Bearer s3cr3t-value' }, secret: 'a-secret-of-16-chars' },
-      mcp: { url: 'https://mcp.example.com/mcp', tool: 'lookup', description: 'Look up', input_schema: { type: 'object' } },
+      http: {
+        url: 'https://tools.example.com/refund',
+        headers: { authorization: 'Bearer s3cr3t-value' },
+        secret: 'a-secret-of-16-chars',
+      },
+      mcp: {
+        url: 'https://mcp.example.com/mcp',
+        tool: 'lookup',
+        description: 'Look up',
+        input_schema: { type: 'object' },
+      },
       mock: { response: { ok: true } },
     };
     for (const [connector, config] of Object.entries(configs)) {
-      const created = await client.request('POST', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken, body: { action_type: `t-${connector}`, connector, config } });
+      const created = await client.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+        token: org.adminToken,
+        body: { action_type: `t-${connector}`, connector, config },
+      });
       expect(created.status).toBe(201);
     }
     const listed = await client.request('GET', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken });
@@ -187,7 +225,9 @@ describe('OpenAPI document', () => {
     const limited = operations().filter((o) => o.operation.responses['429']);
     expect(limited.length).toBeGreaterThan(40);
     for (const { operation } of limited) {
-      const expected = operation.tags.includes('OAuth') ? ['Retry-After'] : ['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+      const expected = operation.tags.includes('OAuth')
+        ? ['Retry-After']
+        : ['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
       expect(Object.keys(operation.responses['429'].headers).sort()).toEqual(expected);
     }
   });
@@ -196,7 +236,19 @@ describe('OpenAPI document', () => {
     const ids = operations().map((o) => o.operation.operationId);
     expect(new Set(ids).size).toBe(ids.length);
     expect(ids.sort()).toEqual(
-      [...[...restRoutes.keys()].map((f) => f.split('.')[1]), ...streamRoutes.map((r) => r.operationId), 'healthz', 'readyz', 'jwks', 'oauth_authorization_server_metadata', 'oauth_protected_resource_metadata', 'oauth_register_client', 'oauth_authorize', 'oauth_token', 'oauth_revoke'].sort(),
+      [
+        ...[...restRoutes.keys()].map((f) => f.split('.')[1]),
+        ...streamRoutes.map((r) => r.operationId),
+        'healthz',
+        'readyz',
+        'jwks',
+        'oauth_authorization_server_metadata',
+        'oauth_protected_resource_metadata',
+        'oauth_register_client',
+        'oauth_authorize',
+        'oauth_token',
+        'oauth_revoke',
+      ].sort(),
     );
   });
 
@@ -204,10 +256,23 @@ describe('OpenAPI document', () => {
     const auditExport = doc.paths['/api/v1/orgs/{org_id}/audit-logs/export'].get;
     expect(auditExport.security).toEqual([{ bearerAuth: [] }, { apiKeyAuth: [] }]);
     expect(auditExport.parameters.map((p: any) => `${p.in}:${p.name}`)).toEqual([
-      'path:org_id', 'query:format', 'query:actor', 'query:action', 'query:target_type', 'query:target_id', 'query:from', 'query:to',
+      'path:org_id',
+      'query:format',
+      'query:actor',
+      'query:action',
+      'query:target_type',
+      'query:target_id',
+      'query:from',
+      'query:to',
     ]);
-    expect(auditExport.parameters.find((p: any) => p.name === 'format').schema).toEqual({ type: 'string', enum: ['jsonl', 'csv'] });
-    expect(auditExport.parameters.find((p: any) => p.name === 'from').schema).toMatchObject({ type: 'string', format: 'date-time' });
+    expect(auditExport.parameters.find((p: any) => p.name === 'format').schema).toEqual({
+      type: 'string',
+      enum: ['jsonl', 'csv'],
+    });
+    expect(auditExport.parameters.find((p: any) => p.name === 'from').schema).toMatchObject({
+      type: 'string',
+      format: 'date-time',
+    });
     expect(Object.keys(auditExport.responses['200'].content)).toEqual(['application/x-ndjson', 'text/csv']);
     expect(auditExport.responses['200'].headers).toHaveProperty('Content-Disposition');
     expect(Object.keys(auditExport.responses).sort()).toEqual(['200', '401', '403', '404', '422', '429', '500', '503']);
@@ -223,7 +288,12 @@ describe('OpenAPI document', () => {
     const resolved = (schema: any): any[] => {
       if (!schema || typeof schema !== 'object') return [];
       const target = schema.$ref ? doc.components.schemas[schema.$ref.replace('#/components/schemas/', '')] : undefined;
-      return [schema, ...resolved(target), ...(schema.allOf ?? []).flatMap(resolved), ...(schema.oneOf ?? []).flatMap(resolved)];
+      return [
+        schema,
+        ...resolved(target),
+        ...(schema.allOf ?? []).flatMap(resolved),
+        ...(schema.oneOf ?? []).flatMap(resolved),
+      ];
     };
     const withExamples: string[] = [];
     const optional: Array<{ key: string; parameter: any }> = [];
@@ -231,7 +301,9 @@ describe('OpenAPI document', () => {
       for (const parameter of operation.parameters ?? []) {
         if (parameter.required) continue;
         optional.push({ key, parameter });
-        const carriers = [parameter, ...resolved(parameter.schema)].filter((node) => 'example' in node || 'examples' in node);
+        const carriers = [parameter, ...resolved(parameter.schema)].filter(
+          (node) => 'example' in node || 'examples' in node,
+        );
         if (carriers.length) withExamples.push(`${key} ${parameter.in}:${parameter.name}`);
       }
     }
@@ -240,7 +312,12 @@ describe('OpenAPI document', () => {
     // The 8 time filters of records, audit logs and their exports.
     const dateTimes = optional.filter(({ parameter }) => parameter.schema?.format === 'date-time');
     expect(dateTimes.map(({ key, parameter }) => `${key} ${parameter.name}`).sort()).toEqual(
-      ['/api/v1/orgs/{org_id}/audit-logs', '/api/v1/orgs/{org_id}/audit-logs/export', '/api/v1/records', '/api/v1/records/export']
+      [
+        '/api/v1/orgs/{org_id}/audit-logs',
+        '/api/v1/orgs/{org_id}/audit-logs/export',
+        '/api/v1/records',
+        '/api/v1/records/export',
+      ]
         .flatMap((path) => [`GET ${path} from`, `GET ${path} to`])
         .sort(),
     );
@@ -257,14 +334,20 @@ describe('OpenAPI document', () => {
       const query = (operation.parameters ?? []).filter((p: any) => p.in === 'query');
       expect({ key, query }).toEqual({ key, query: [] });
       const pathParams = (operation.parameters ?? []).filter((p: any) => p.in === 'path').map((p: any) => p.name);
-      for (const name of pathParams) expect({ key, inBody: name in (body.properties ?? {}) }).toEqual({ key, inBody: false });
+      for (const name of pathParams)
+        expect({ key, inBody: name in (body.properties ?? {}) }).toEqual({ key, inBody: false });
     }
   });
 
   test('documents how webhook deliveries are signed and verified on the create route', () => {
     const create = doc.paths['/api/v1/orgs/{org_id}/webhooks'].post;
     expect(create.summary).toMatch(/secret/);
-    for (const term of ['X-Webhook-Signature: sha256=', 'HMAC-SHA256', '<X-Webhook-Timestamp>.<raw request body>', 'constant time']) {
+    for (const term of [
+      'X-Webhook-Signature: sha256=',
+      'HMAC-SHA256',
+      '<X-Webhook-Timestamp>.<raw request body>',
+      'constant time',
+    ]) {
       expect(create.description).toContain(term);
     }
     // Other operations say what their GraphQL field says.
@@ -273,7 +356,11 @@ describe('OpenAPI document', () => {
 
   test('documents both security schemes and the error envelopes', () => {
     expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
-    expect(doc.components.securitySchemes.apiKeyAuth).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-API-Key' });
+    expect(doc.components.securitySchemes.apiKeyAuth).toMatchObject({
+      type: 'apiKey',
+      in: 'header',
+      name: 'X-API-Key',
+    });
     expect(doc.components.schemas.AuthError.properties.detail.properties.code.enum).toEqual([
       'AUTHENTICATION_REQUIRED',
       'INVALID_TOKEN',

@@ -20,7 +20,13 @@ import { backend, createTestDatabase, type TestDatabase } from './support/databa
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from './support/gateway.js';
 import { allRecords, expectOneChain, interrupted, untilRecorded } from './support/records.js';
-import { killAllServices, startReadyService, waitExit, type Service, type ServiceOptions } from './support/service-process.js';
+import {
+  killAllServices,
+  startReadyService,
+  waitExit,
+  type Service,
+  type ServiceOptions,
+} from './support/service-process.js';
 
 const TEST_TIMEOUT_MS = 240_000;
 /** Calls the receiver answers; it holds every later one, so they are in flight when the process dies. */
@@ -70,14 +76,24 @@ async function until(what: string, condition: () => boolean, timeoutMs = 60_000)
 /** An org whose agent executes `billing:read` through an http tool at the receiver. */
 async function setUp(service: TestClient, receiver: Receiver) {
   const org = await signUp(service, 'crash');
-  const agent = await readyAgent(service, org, { tool: false, constraints: { max_actions_per_hour: 100_000, max_actions_per_day: 100_000 } });
+  const agent = await readyAgent(service, org, {
+    tool: false,
+    constraints: { max_actions_per_hour: 100_000, max_actions_per_day: 100_000 },
+  });
   const tool = await service.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
-    body: { action_type: 'billing', connector: 'http', config: { url: receiver.url, timeout_ms: 60_000, allow_private_network: true } },
+    body: {
+      action_type: 'billing',
+      connector: 'http',
+      config: { url: receiver.url, timeout_ms: 60_000, allow_private_network: true },
+    },
   });
   expect(tool.status).toBe(201);
   // A shadow policy matches every action: interrupted records must list it like the others.
-  const policy = await service.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'watch all', effect: 'deny', mode: 'shadow' } });
+  const policy = await service.request('POST', '/api/v1/policies', {
+    token: org.adminToken,
+    body: { name: 'watch all', effect: 'deny', mode: 'shadow' },
+  });
   expect(policy.status).toBe(201);
   return { org, agent };
 }
@@ -115,7 +131,12 @@ function startLoad(service: Service, agent: AgentFixture, workers: number): Load
 }
 
 /** What the crash must not have broken, read over the API of a live service. */
-async function expectEveryInvocationRecorded(service: TestClient, org: OrgFixture, receiver: Receiver, answered: Set<string>) {
+async function expectEveryInvocationRecorded(
+  service: TestClient,
+  org: OrgFixture,
+  receiver: Receiver,
+  answered: Set<string>,
+) {
   const records = await allRecords(service, org);
   const byId = new Map(records.map((r) => [r.record_id, r]));
   // Every call the tool received has a record that says it was allowed and executed.
@@ -129,20 +150,31 @@ async function expectEveryInvocationRecorded(service: TestClient, org: OrgFixtur
   for (const record of records) expect(record.policies?.map((p) => p.name)).toEqual(['watch all']);
   // What the client saw allowed is recorded with its result, never as interrupted.
   for (const id of answered) {
-    expect(byId.get(id)).toMatchObject({ status: 'approved', executed: true, result_hash: expect.stringMatching(/^sha256:/) });
+    expect(byId.get(id)).toMatchObject({
+      status: 'approved',
+      executed: true,
+      result_hash: expect.stringMatching(/^sha256:/),
+    });
     expect(interrupted(byId.get(id)!)).toBe(false);
   }
   expectOneChain(records);
   const sample = [records[0], ...records.filter(interrupted).slice(0, 3), records[records.length - 1]];
   for (const record of sample) {
-    const verified = await service.request('GET', `/api/v1/records/${record.record_id}/verify`, { token: org.adminToken });
+    const verified = await service.request('GET', `/api/v1/records/${record.record_id}/verify`, {
+      token: org.adminToken,
+    });
     expect(verified.body).toMatchObject({ valid: true, checks: { hash: true, signature: true, chain: true } });
   }
   return records;
 }
 
 /** The budget counters and the journal, read from the database directly. */
-async function expectCountersMatch(query: (text: string, params: unknown[]) => Promise<Record<string, unknown>[]>, org: OrgFixture, agent: AgentFixture, approved: number) {
+async function expectCountersMatch(
+  query: (text: string, params: unknown[]) => Promise<Record<string, unknown>[]>,
+  org: OrgFixture,
+  agent: AgentFixture,
+  approved: number,
+) {
   const counters = await query('SELECT bucket, count FROM rate_counters WHERE bucket = ANY($1)', [
     [`budget:day:${org.orgId}:${agent.svcId}`],
   ]);
@@ -166,7 +198,11 @@ afterAll(async () => {
   await Promise.all(databases.map((d) => d.close()));
 }, 60_000);
 
-async function storage(): Promise<{ options: ServiceOptions; query: (text: string, params: unknown[]) => Promise<Record<string, unknown>[]>; close(): Promise<void> }> {
+async function storage(): Promise<{
+  options: ServiceOptions;
+  query: (text: string, params: unknown[]) => Promise<Record<string, unknown>[]>;
+  close(): Promise<void>;
+}> {
   if (backend === 'postgresql') {
     const database = await createTestDatabase();
     databases.push(database);
@@ -205,10 +241,15 @@ test(
     await load.stop();
 
     // A short lease, so that PostgreSQL's recovery (once the dead owner's lease ran out) comes soon.
-    const second = await startReadyService({ ...store.options, env: { LOG_LEVEL: 'warn', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' } });
+    const second = await startReadyService({
+      ...store.options,
+      env: { LOG_LEVEL: 'warn', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' },
+    });
     if (backend === 'postgresql') await untilRecorded(second, org, receiver.received);
     const records = await expectEveryInvocationRecorded(second, org, receiver, load.answered);
-    expect(second.logs.some((line) => line.msg === 'recorded executions interrupted by a stopped gateway process')).toBe(true);
+    expect(
+      second.logs.some((line) => line.msg === 'recorded executions interrupted by a stopped gateway process'),
+    ).toBe(true);
 
     second.child.kill('SIGTERM');
     await waitExit(second);

@@ -36,7 +36,8 @@ async function startTool(): Promise<Tool> {
   const received: string[] = [];
   let holding = false;
   const held: http.ServerResponse[] = [];
-  const answer = (res: http.ServerResponse) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+  const answer = (res: http.ServerResponse) =>
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
   const server = http.createServer((req, res) => {
     req.resume();
     req.on('end', () => {
@@ -63,12 +64,20 @@ async function startTool(): Promise<Tool> {
 }
 
 /** An org whose agent executes `billing:read` through the http tool. */
-async function setUp(service: TestClient, tool: Tool, limits = { max_actions_per_hour: 100_000, max_actions_per_day: 100_000 }) {
+async function setUp(
+  service: TestClient,
+  tool: Tool,
+  limits = { max_actions_per_hour: 100_000, max_actions_per_day: 100_000 },
+) {
   const org = await signUp(service, 'faults');
   const agent = await readyAgent(service, org, { tool: false, constraints: limits });
   const created = await service.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
-    body: { action_type: 'billing', connector: 'http', config: { url: tool.url, timeout_ms: 60_000, allow_private_network: true } },
+    body: {
+      action_type: 'billing',
+      connector: 'http',
+      config: { url: tool.url, timeout_ms: 60_000, allow_private_network: true },
+    },
   });
   expect(created.status).toBe(201);
   return { org, agent };
@@ -88,7 +97,14 @@ interface Load {
 
 /** `workers` agents executing in a loop, plus an admin creating API keys (Prisma transactions), until stopped. */
 function startLoad(services: Service[], org: OrgFixture, agent: AgentFixture, workers: number): Load {
-  const load: Load = { statuses: new Map(), allowed: new Set(), unavailable: [], failures: [], slowestMs: 0, stop: async () => undefined };
+  const load: Load = {
+    statuses: new Map(),
+    allowed: new Set(),
+    unavailable: [],
+    failures: [],
+    slowestMs: 0,
+    stop: async () => undefined,
+  };
   let stopped = false;
   const noteAnswer = (response: TestResponse, startedAt: number) => {
     load.slowestMs = Math.max(load.slowestMs, Date.now() - startedAt);
@@ -116,7 +132,10 @@ function startLoad(services: Service[], org: OrgFixture, agent: AgentFixture, wo
     return response;
   };
   const createKey = (service: Service) =>
-    service.request('POST', `/api/v1/orgs/${org.orgId}/api-keys`, { token: org.adminToken, body: { name: 'churn', scopes: ['logs:read'] } });
+    service.request('POST', `/api/v1/orgs/${org.orgId}/api-keys`, {
+      token: org.adminToken,
+      body: { name: 'churn', scopes: ['logs:read'] },
+    });
   const loops = services.flatMap((service) => [
     ...Array.from({ length: workers }, () => loop(execute, service)),
     loop(createKey, service),
@@ -150,7 +169,12 @@ function expectOnlyServedOrUnavailable(load: Load) {
 }
 
 /** Every call the tool received has a record saying it was allowed and executed; the ids answered 200 with their result. */
-async function expectEveryCallRecorded(service: Service, org: OrgFixture, tool: Tool, load: Load): Promise<RecordRow[]> {
+async function expectEveryCallRecorded(
+  service: Service,
+  org: OrgFixture,
+  tool: Tool,
+  load: Load,
+): Promise<RecordRow[]> {
   const records = await untilRecorded(service, org, tool.received);
   const byId = new Map(records.map((r) => [r.record_id, r]));
   expect(tool.received.filter((id) => !byId.has(id))).toEqual([]);
@@ -188,7 +212,10 @@ describe('terminated connections (PostgreSQL)', () => {
     async () => {
       const database = await createTestDatabase();
       databases.push(database);
-      const service = await startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' } });
+      const service = await startReadyService({
+        databaseUrl: database.url,
+        env: { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' },
+      });
       const { org, agent } = await setUp(service, tool);
       const load = startLoad([service], org, agent, 16);
       const admin = new pg.Client({ connectionString: database.url });
@@ -231,7 +258,12 @@ describe('a database outage', () => {
     async () => {
       const server = await startPrivatePostgres();
       try {
-        const env = { LOG_LEVEL: 'warn', DATABASE_TIMEOUT_MS: '1000', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' };
+        const env = {
+          LOG_LEVEL: 'warn',
+          DATABASE_TIMEOUT_MS: '1000',
+          EXECUTION_LEASE_SECONDS: '3',
+          EXECUTION_RECOVERY_SECONDS: '1',
+        };
         const [first, second] = await Promise.all([
           startReadyService({ databaseUrl: server.url, env }),
           startReadyService({ databaseUrl: server.url, env }),
@@ -268,7 +300,11 @@ describe('a database outage', () => {
         const byId = new Map(records.map((r) => [r.record_id, r]));
         for (const response of ranDuringOutage) {
           const record = byId.get(response.body.error.details.interaction_id);
-          expect(record).toMatchObject({ status: 'approved', executed: true, result_hash: expect.stringMatching(/^sha256:/) });
+          expect(record).toMatchObject({
+            status: 'approved',
+            executed: true,
+            result_hash: expect.stringMatching(/^sha256:/),
+          });
         }
         // Both processes lived: no call the tool received is recorded as interrupted.
         expect(tool.received.filter((id) => interrupted(byId.get(id)!))).toEqual([]);
@@ -313,71 +349,109 @@ describe('an unreachable database', () => {
   test.each([
     ['refuses connections', false],
     ['accepts connections and never answers', true],
-  ])('a server that %s: REST, GraphQL, MCP and sign-up answer 503 SERVICE_UNAVAILABLE with Retry-After within DATABASE_TIMEOUT_MS', async (_, silent) => {
-    const hang = silent ? await silentServer() : undefined;
-    // A port nothing listens on: taken from a server that is closed again.
-    const refusing = hang ? undefined : await silentServer();
-    const port = hang?.port ?? refusing!.port;
-    await refusing?.close();
-    const db = await openDatabase({ databaseUrl: `postgresql://agw:agw@127.0.0.1:${port}/agw`, migrate: false, timeoutMs: 300 });
-    const t = await startTestApp({ DATABASE_TIMEOUT_MS: '300' }, { db, waitReady: false });
-    try {
-      const timed = async (answer: Promise<TestResponse>) => {
-        const started = Date.now();
-        const response = await answer;
-        return { response, ms: Date.now() - started };
-      };
-      const answers = await Promise.all([
-        timed(t.request('POST', '/api/v1/orgs', { body: { name: 'Down', slug: 'down', admin_email: 'a@down.example', admin_password: 'correct horse battery staple' } })),
-        timed(t.request('GET', '/api/v1/orgs/4c0ae9e4-5b6f-4b43-9b0e-8d6a3e1f0a11', { token: bearer() })),
-        timed(t.request('POST', '/api/v1/gateway/execute', { apiKey: generateApiKey().key, body: { svc_id: 'a', agent_id: 'a', action: { type: 'b', tool: 'c', params: {} } } })),
-      ]);
-      for (const { response, ms } of answers) {
-        expect({ status: response.status, code: response.body?.error?.code, retryAfter: response.headers.get('retry-after') }).toEqual({
-          status: 503,
-          code: 'SERVICE_UNAVAILABLE',
-          retryAfter: '2',
-        });
-        // A generous bound: without DATABASE_TIMEOUT_MS a silent server holds the request for good.
-        expect(ms).toBeLessThan(300 * 3 + 5000);
-      }
-      const graphql = await t.graphql('{ me { email } }', {}, { token: bearer() });
-      expect(graphql.body.errors[0].extensions.code).toBe('SERVICE_UNAVAILABLE');
-      const mcp = await t.request('POST', '/mcp/agent-a', {
-        apiKey: generateApiKey().key,
-        headers: { accept: 'application/json, text/event-stream' },
-        body: { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
+  ])(
+    'a server that %s: REST, GraphQL, MCP and sign-up answer 503 SERVICE_UNAVAILABLE with Retry-After within DATABASE_TIMEOUT_MS',
+    async (_, silent) => {
+      const hang = silent ? await silentServer() : undefined;
+      // A port nothing listens on: taken from a server that is closed again.
+      const refusing = hang ? undefined : await silentServer();
+      const port = hang?.port ?? refusing!.port;
+      await refusing?.close();
+      const db = await openDatabase({
+        databaseUrl: `postgresql://agw:agw@127.0.0.1:${port}/agw`,
+        migrate: false,
+        timeoutMs: 300,
       });
-      expect({ status: mcp.status, retryAfter: mcp.headers.get('retry-after'), code: mcp.body.error.code }).toEqual({ status: 503, retryAfter: '2', code: -32010 });
-      // The same on 2026-07-28 (docs/decisions/0048-mcp-protocol-revisions.md).
-      const modernMcp = await t.request('POST', '/mcp/agent-a', {
-        apiKey: generateApiKey().key,
-        headers: { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/list' },
-        body: {
-          jsonrpc: '2.0',
-          id: 1,
-          method: 'tools/list',
-          params: {
-            _meta: {
-              'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-              'io.modelcontextprotocol/clientInfo': { name: 'down', version: '1' },
-              'io.modelcontextprotocol/clientCapabilities': {},
+      const t = await startTestApp({ DATABASE_TIMEOUT_MS: '300' }, { db, waitReady: false });
+      try {
+        const timed = async (answer: Promise<TestResponse>) => {
+          const started = Date.now();
+          const response = await answer;
+          return { response, ms: Date.now() - started };
+        };
+        const answers = await Promise.all([
+          timed(
+            t.request('POST', '/api/v1/orgs', {
+              body: {
+                name: 'Down',
+                slug: 'down',
+                admin_email: 'a@down.example',
+                admin_password: 'correct horse battery staple',
+              },
+            }),
+          ),
+          timed(t.request('GET', '/api/v1/orgs/4c0ae9e4-5b6f-4b43-9b0e-8d6a3e1f0a11', { token: bearer() })),
+          timed(
+            t.request('POST', '/api/v1/gateway/execute', {
+              apiKey: generateApiKey().key,
+              body: { svc_id: 'a', agent_id: 'a', action: { type: 'b', tool: 'c', params: {} } },
+            }),
+          ),
+        ]);
+        for (const { response, ms } of answers) {
+          expect({
+            status: response.status,
+            code: response.body?.error?.code,
+            retryAfter: response.headers.get('retry-after'),
+          }).toEqual({
+            status: 503,
+            code: 'SERVICE_UNAVAILABLE',
+            retryAfter: '2',
+          });
+          // A generous bound: without DATABASE_TIMEOUT_MS a silent server holds the request for good.
+          expect(ms).toBeLessThan(300 * 3 + 5000);
+        }
+        const graphql = await t.graphql('{ me { email } }', {}, { token: bearer() });
+        expect(graphql.body.errors[0].extensions.code).toBe('SERVICE_UNAVAILABLE');
+        const mcp = await t.request('POST', '/mcp/agent-a', {
+          apiKey: generateApiKey().key,
+          headers: { accept: 'application/json, text/event-stream' },
+          body: { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
+        });
+        expect({ status: mcp.status, retryAfter: mcp.headers.get('retry-after'), code: mcp.body.error.code }).toEqual({
+          status: 503,
+          retryAfter: '2',
+          code: -32010,
+        });
+        // The same on 2026-07-28 (docs/decisions/0048-mcp-protocol-revisions.md).
+        const modernMcp = await t.request('POST', '/mcp/agent-a', {
+          apiKey: generateApiKey().key,
+          headers: {
+            accept: 'application/json, text/event-stream',
+            'mcp-protocol-version': '2026-07-28',
+            'mcp-method': 'tools/list',
+          },
+          body: {
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'tools/list',
+            params: {
+              _meta: {
+                'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+                'io.modelcontextprotocol/clientInfo': { name: 'down', version: '1' },
+                'io.modelcontextprotocol/clientCapabilities': {},
+              },
             },
           },
-        },
-      });
-      expect({ status: modernMcp.status, retryAfter: modernMcp.headers.get('retry-after'), code: modernMcp.body.error.code }).toEqual({
-        status: 503,
-        retryAfter: '2',
-        code: -32010,
-      });
-      expect((await t.request('GET', '/readyz')).status).toBe(503);
-    } finally {
-      await t.close();
-      await db.close();
-      await hang?.close();
-    }
-  }, 60_000);
+        });
+        expect({
+          status: modernMcp.status,
+          retryAfter: modernMcp.headers.get('retry-after'),
+          code: modernMcp.body.error.code,
+        }).toEqual({
+          status: 503,
+          retryAfter: '2',
+          code: -32010,
+        });
+        expect((await t.request('GET', '/readyz')).status).toBe(503);
+      } finally {
+        await t.close();
+        await db.close();
+        await hang?.close();
+      }
+    },
+    60_000,
+  );
 });
 
 describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
@@ -386,10 +460,19 @@ describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
   /** 60 executes at once against an hourly budget of 40: exactly 40 allowed, the rest refused by the budget. */
   async function concurrentExecutes(service: Service, org: OrgFixture, agent: AgentFixture) {
     const answers = await Promise.all(
-      Array.from({ length: 60 }, (_, i) => service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent, 'read', { i }) })),
+      Array.from({ length: 60 }, (_, i) =>
+        service.request('POST', '/api/v1/gateway/execute', {
+          apiKey: agent.key,
+          body: actionBody(agent, 'read', { i }),
+        }),
+      ),
     );
     const statuses = answers.map((a) => a.status).sort();
-    expect({ allowed: statuses.filter((s) => s === 200).length, limited: statuses.filter((s) => s === 429).length, other: statuses.filter((s) => s !== 200 && s !== 429) }).toEqual({
+    expect({
+      allowed: statuses.filter((s) => s === 200).length,
+      limited: statuses.filter((s) => s === 429).length,
+      other: statuses.filter((s) => s !== 200 && s !== 429),
+    }).toEqual({
       allowed: 40,
       limited: 20,
       other: [],
@@ -407,17 +490,30 @@ describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
       const bouncer = await startPgBouncer(process.env.DATABASE_URL!, 5);
       try {
         const url = bouncer.urlFor(new URL(database.url!).pathname.slice(1));
-        const env = { LOG_LEVEL: 'warn', DATABASE_POOL_MODE: 'transaction', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' };
+        const env = {
+          LOG_LEVEL: 'warn',
+          DATABASE_POOL_MODE: 'transaction',
+          EXECUTION_LEASE_SECONDS: '3',
+          EXECUTION_RECOVERY_SECONDS: '1',
+        };
         // The service migrates the empty database through the pooler.
         const service = await startReadyService({ databaseUrl: url, env });
         const { org, agent } = await setUp(service, tool, { max_actions_per_hour: 40, max_actions_per_day: 1000 });
         await concurrentExecutes(service, org, agent);
         // Killed with tool calls in flight (another agent's: this one's hour is used up), a second
         // process records them once the lease ran out.
-        const other = await readyAgent(service, org, { tool: false, constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 } });
+        const other = await readyAgent(service, org, {
+          tool: false,
+          constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 },
+        });
         tool.hold();
         const inFlight = Array.from({ length: 4 }, (_, i) =>
-          service.request('POST', '/api/v1/gateway/execute', { apiKey: other.key, body: actionBody(other, 'read', { late: i }) }).catch(() => null),
+          service
+            .request('POST', '/api/v1/gateway/execute', {
+              apiKey: other.key,
+              body: actionBody(other, 'read', { late: i }),
+            })
+            .catch(() => null),
         );
         await until('tool calls in flight', () => tool.held() >= 4);
         service.child.kill('SIGKILL');
@@ -444,7 +540,10 @@ describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
       databases.push(database);
       const bouncer = await startPgBouncer(process.env.DATABASE_URL!, 5);
       try {
-        const service = await startReadyService({ databaseUrl: bouncer.urlFor(new URL(database.url!).pathname.slice(1)), env: { LOG_LEVEL: 'warn' } });
+        const service = await startReadyService({
+          databaseUrl: bouncer.urlFor(new URL(database.url!).pathname.slice(1)),
+          env: { LOG_LEVEL: 'warn' },
+        });
         const { org, agent } = await setUp(service, tool, { max_actions_per_hour: 40, max_actions_per_day: 1000 });
         await concurrentExecutes(service, org, agent);
         const told = service.logs.filter((line) => String(line.msg).includes('DATABASE_POOL_MODE=transaction'));

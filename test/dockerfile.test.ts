@@ -21,14 +21,29 @@ const runtime = instructions.slice(instructions.findIndex((line) => /^FROM \S+ A
 test('the build stage drops dev dependencies and optional peers (Prisma CLI, TypeScript) before the runtime copies node_modules', () => {
   const prune = instructions.find((line) => line.includes('npm prune'));
   expect(prune).toMatch(/npm prune --omit=dev --omit=optional /);
-  expect(instructions.indexOf(prune!)).toBeLessThan(instructions.findIndex((line) => /^FROM \S+ AS runtime$/.test(line)));
+  expect(instructions.indexOf(prune!)).toBeLessThan(
+    instructions.findIndex((line) => /^FROM \S+ AS runtime$/.test(line)),
+  );
 });
 
 test('the runtime stage: the built files and agent-gateway on PATH, as the production check reads them', async () => {
   const script = path.join(root, 'scripts/check-production-install.mjs');
-  const { runtimeStage } = (await import(script)) as { runtimeStage: (text: string) => { copies: { from: string; to: string }[]; links: { target: string; name: string }[] } };
+  const { runtimeStage } = (await import(script)) as {
+    runtimeStage: (text: string) => {
+      copies: { from: string; to: string }[];
+      links: { target: string; name: string }[];
+    };
+  };
   const { copies, links } = runtimeStage(dockerfile);
-  expect(copies.map(({ from }) => from).sort()).toEqual(['bin', 'console/dist', 'console/icon.svg', 'dist', 'node_modules', 'package.json', 'prisma']);
+  expect(copies.map(({ from }) => from).sort()).toEqual([
+    'bin',
+    'console/dist',
+    'console/icon.svg',
+    'dist',
+    'node_modules',
+    'package.json',
+    'prisma',
+  ]);
   expect(copies.every(({ from, to }) => from === to)).toBe(true);
   expect(links).toEqual([{ target: 'bin/agent-gateway.js', name: 'agent-gateway' }]);
   expect(runtime.filter((line) => line.startsWith('COPY')).length).toBe(copies.length);
@@ -42,7 +57,9 @@ test('in the container the metrics listener binds every interface, on the port t
       .map((pair) => pair.split('=') as [string, string]),
   );
   expect(env).toMatchObject({ METRICS_HOST: '0.0.0.0', PORT: '8000', DATA_DIR: '/data' });
-  const exposed = runtime.filter((line) => line.startsWith('EXPOSE ')).flatMap((line) => line.slice(7).trim().split(/\s+/));
+  const exposed = runtime
+    .filter((line) => line.startsWith('EXPOSE '))
+    .flatMap((line) => line.slice(7).trim().split(/\s+/));
   const container = parseEnv(env);
   expect(container.metricsHost).toBe('0.0.0.0');
   expect(exposed.sort()).toEqual([String(container.port), String(container.metricsPort)].sort());

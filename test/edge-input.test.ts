@@ -31,9 +31,21 @@ function routeCases(graphql: GraphQLSchema): RouteCase[] {
     const args = type!.getFields()[fieldName].args.filter((a) => !pathParams.includes(a.name));
     // Required arguments first: the check must run before any "missing field" answer could.
     args.sort((a, b) => Number(isNonNullType(b.type)) - Number(isNonNullType(a.type)));
-    return { method: route.method, path: publicPath(route), auth: route.auth, args: args.map((a) => a.name), wholeBody: Boolean(route.bodyArg) };
+    return {
+      method: route.method,
+      path: publicPath(route),
+      auth: route.auth,
+      args: args.map((a) => a.name),
+      wholeBody: Boolean(route.bodyArg),
+    };
   });
-  const streamed = streamRoutes.map((route) => ({ method: route.method, path: `/api/v1${route.path}`, auth: route.auth, args: route.query.map((q) => q.name), wholeBody: false }));
+  const streamed = streamRoutes.map((route) => ({
+    method: route.method,
+    path: `/api/v1${route.path}`,
+    auth: route.auth,
+    args: route.query.map((q) => q.name),
+    wholeBody: false,
+  }));
   return [...sofa, ...streamed];
 }
 
@@ -45,7 +57,10 @@ let key: string;
 beforeAll(async () => {
   t = await startTestApp();
   org = await signUp(t, 'edge');
-  await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken, body: { operator_rate_limit_per_minute: 100000 } });
+  await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+    token: org.adminToken,
+    body: { operator_rate_limit_per_minute: 100000 },
+  });
   ({ key } = await createKey(t, org, [...apiKeyScopes]));
 });
 afterAll(() => t.close());
@@ -60,8 +75,13 @@ const pathOf = (route: RouteCase, poisoned?: string) =>
   );
 
 function expectRefused(response: { status: number; body: any; text: string }, field: string | RegExp) {
-  expect({ status: response.status, code: response.body?.error?.code }).toEqual({ status: 422, code: 'VALIDATION_ERROR' });
-  expect(response.body.error.details.errors[0].field).toEqual(typeof field === 'string' ? field : expect.stringMatching(field));
+  expect({ status: response.status, code: response.body?.error?.code }).toEqual({
+    status: 422,
+    code: 'VALIDATION_ERROR',
+  });
+  expect(response.body.error.details.errors[0].field).toEqual(
+    typeof field === 'string' ? field : expect.stringMatching(field),
+  );
 }
 
 const label = (r: RouteCase) => `${r.method} ${r.path}`;
@@ -71,14 +91,23 @@ describe.each(cases.map((r) => [label(r), r] as const))('%s', (_, route) => {
 
   if (pathParams.length) {
     test.each(pathParams.map((p) => [p]))('NUL in the path parameter %s', async (param) => {
-      expectRefused(await t.request(route.method, pathOf(route, param), { ...credentials(route), body: route.method === 'GET' ? undefined : {} }), param);
+      expectRefused(
+        await t.request(route.method, pathOf(route, param), {
+          ...credentials(route),
+          body: route.method === 'GET' ? undefined : {},
+        }),
+        param,
+      );
     });
   }
 
   if (route.method === 'GET') {
-    test.each((route.args.length ? route.args : ['q']).map((a) => [a]))('NUL in the query parameter %s', async (arg) => {
-      expectRefused(await t.request('GET', `${pathOf(route)}?${arg}=a%00b`, credentials(route)), arg);
-    });
+    test.each((route.args.length ? route.args : ['q']).map((a) => [a]))(
+      'NUL in the query parameter %s',
+      async (arg) => {
+        expectRefused(await t.request('GET', `${pathOf(route)}?${arg}=a%00b`, credentials(route)), arg);
+      },
+    );
     return;
   }
 
@@ -86,14 +115,23 @@ describe.each(cases.map((r) => [label(r), r] as const))('%s', (_, route) => {
   test.each(bodyFields.map((a) => [a]))('NUL and an unpaired surrogate in the body field %s', async (arg) => {
     for (const text of ['{"%s":"a\\u0000b"}', '{"%s":"x\\ud800"}', '{"%s":{"deep":["\\udc00"]}}']) {
       const body = text.replace('%s', arg);
-      expectRefused(await t.request(route.method, pathOf(route), { ...credentials(route), body }), new RegExp(`^${arg}`));
+      expectRefused(
+        await t.request(route.method, pathOf(route), { ...credentials(route), body }),
+        new RegExp(`^${arg}`),
+      );
     }
   });
 
   test('NUL in a body key, and JSON nested 5,000 deep', async () => {
-    expectRefused(await t.request(route.method, pathOf(route), { ...credentials(route), body: '{"a\\u0000":1}' }), 'body');
+    expectRefused(
+      await t.request(route.method, pathOf(route), { ...credentials(route), body: '{"a\\u0000":1}' }),
+      'body',
+    );
     const deep = `{"${bodyFields[0]}":${'['.repeat(5000)}${']'.repeat(5000)}}`;
-    expectRefused(await t.request(route.method, pathOf(route), { ...credentials(route), body: deep }), new RegExp(`^${bodyFields[0]}`));
+    expectRefused(
+      await t.request(route.method, pathOf(route), { ...credentials(route), body: deep }),
+      new RegExp(`^${bodyFields[0]}`),
+    );
   });
 });
 

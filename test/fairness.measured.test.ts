@@ -50,7 +50,9 @@ async function startService(env: Record<string, string> = {}): Promise<Service> 
 /** An org with an agent whose budget the test cannot exhaust, and the request that executes for it. */
 async function orgExecute(service: Service, prefix: string) {
   const org = await signUp(service as TestClient, prefix);
-  const agent = await readyAgent(service, org, { constraints: { max_actions_per_hour: 10_000_000, max_actions_per_day: 10_000_000 } });
+  const agent = await readyAgent(service, org, {
+    constraints: { max_actions_per_hour: 10_000_000, max_actions_per_day: 10_000_000 },
+  });
   return {
     url: `${service.base}/api/v1/gateway/execute`,
     headers: { 'content-type': 'application/json', 'x-api-key': agent.key },
@@ -61,37 +63,33 @@ async function orgExecute(service: Service, prefix: string) {
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const ok = (result: LoadResult) => ({ statuses: result.statuses, failures: result.failures });
 
-test(
-  `org B's p99 while org A keeps ${FLOOD} executes in flight stays within ${BAR}x of B's p99 without it (${backend})`,
-  async () => {
-    const service = await startService();
-    const flood = await orgExecute(service, 'flood');
-    const quiet = await orgExecute(service, 'quiet');
-    await runLoad(flood, { seconds: 1, concurrency: FLOOD });
-    await runLoad(quiet, { seconds: 1, concurrency: 1 });
-    const alone: LoadResult[] = [];
-    const flooded: LoadResult[] = [];
-    const floods: LoadResult[] = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }));
-      const [a, b] = await Promise.all([
-        runLoad(flood, { seconds: WINDOW_SECONDS, concurrency: FLOOD }),
-        runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }),
-      ]);
-      floods.push(a);
-      flooded.push(b);
-    }
-    for (const result of [...alone, ...flooded, ...floods]) {
-      expect(ok(result)).toEqual({ statuses: { 200: result.requests }, failures: 0 });
-    }
-    const ratio = median(flooded.map((r) => r.p99)) / median(alone.map((r) => r.p99));
-    const measured = `ratio ${ratio.toFixed(2)}: B alone p99 ${alone.map((r) => r.p99).join(', ')} ms; during A's flood ${flooded.map((r) => r.p99).join(', ')} ms`;
-    expect({ measured, within: ratio <= BAR }).toEqual({ measured, within: true });
-    // The flooding org is served too, not starved.
-    expect(median(floods.map((r) => r.rps))).toBeGreaterThan(0);
-  },
-  240_000,
-);
+test(`org B's p99 while org A keeps ${FLOOD} executes in flight stays within ${BAR}x of B's p99 without it (${backend})`, async () => {
+  const service = await startService();
+  const flood = await orgExecute(service, 'flood');
+  const quiet = await orgExecute(service, 'quiet');
+  await runLoad(flood, { seconds: 1, concurrency: FLOOD });
+  await runLoad(quiet, { seconds: 1, concurrency: 1 });
+  const alone: LoadResult[] = [];
+  const flooded: LoadResult[] = [];
+  const floods: LoadResult[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }));
+    const [a, b] = await Promise.all([
+      runLoad(flood, { seconds: WINDOW_SECONDS, concurrency: FLOOD }),
+      runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }),
+    ]);
+    floods.push(a);
+    flooded.push(b);
+  }
+  for (const result of [...alone, ...flooded, ...floods]) {
+    expect(ok(result)).toEqual({ statuses: { 200: result.requests }, failures: 0 });
+  }
+  const ratio = median(flooded.map((r) => r.p99)) / median(alone.map((r) => r.p99));
+  const measured = `ratio ${ratio.toFixed(2)}: B alone p99 ${alone.map((r) => r.p99).join(', ')} ms; during A's flood ${flooded.map((r) => r.p99).join(', ')} ms`;
+  expect({ measured, within: ratio <= BAR }).toEqual({ measured, within: true });
+  // The flooding org is served too, not starved.
+  expect(median(floods.map((r) => r.rps))).toBeGreaterThan(0);
+}, 240_000);
 
 // PostgreSQL only: the org's requests must hold their turns while others arrive, and on PGlite a
 // request holds its turn only within one pass of the event loop. Here they wait for the org's
@@ -103,7 +101,9 @@ test(
     const org = await signUp(service, 'burst');
     const agent = await readyAgent(service, org);
     const quiet = await orgExecute(service, 'calm');
-    expect((await service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent) })).status).toBe(200);
+    expect(
+      (await service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent) })).status,
+    ).toBe(200);
     const { burst, calm } = await database!.db.sql.transaction(async (tx) => {
       await tx.query('SELECT seq FROM record_chain_heads WHERE org_id = $1::uuid FOR UPDATE', [org.orgId]);
       let answered = 0;
@@ -116,13 +116,22 @@ test(
       const deadline = Date.now() + 20_000;
       while (answered < 9 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
       // Another org is not held up by this one's queue.
-      const other = await service.request('POST', '/api/v1/gateway/execute', { headers: quiet.headers, body: quiet.body });
+      const other = await service.request('POST', '/api/v1/gateway/execute', {
+        headers: quiet.headers,
+        body: quiet.body,
+      });
       return { burst: sent, calm: other };
     });
     const answers = await Promise.all(burst);
     const refused = answers.filter((r) => r.status === 429);
-    expect({ refused: refused.length, served: answers.filter((r) => r.status === 200).length }).toEqual({ refused: 9, served: 3 });
-    expect(refused[0].body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { period: 'concurrent', limit: 3 } });
+    expect({ refused: refused.length, served: answers.filter((r) => r.status === 200).length }).toEqual({
+      refused: 9,
+      served: 3,
+    });
+    expect(refused[0].body.error).toMatchObject({
+      code: 'POLICY_VIOLATION',
+      details: { period: 'concurrent', limit: 3 },
+    });
     // Two waiting, one running or about to: this one is the third or the fourth.
     expect(refused[0].body.error.details.current).toBeGreaterThanOrEqual(3);
     expect(refused[0].headers.get('retry-after')).toBe('1');
@@ -134,14 +143,20 @@ test(
 test('a request waiting for its tool gives its turn back: the org’s other requests run meanwhile, even with one turn per org', async () => {
   const hits: Hit[] = [];
   const held: (() => void)[] = [];
-  const tool = await startRecordingServer(hits, (_hit, res) => held.push(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')));
+  const tool = await startRecordingServer(hits, (_hit, res) =>
+    held.push(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')),
+  );
   try {
     const service = await startService({ ORG_MAX_CONCURRENCY: '1', MAX_CONCURRENT_REQUESTS: '1' });
     const org = await signUp(service, 'tool-wait');
     const agent = await readyAgent(service, org, { tool: false });
     const created = await service.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
       token: org.adminToken,
-      body: { action_type: 'billing', connector: 'http', config: { url: `${tool.base}/tool`, allow_private_network: true, timeout_ms: 60_000 } },
+      body: {
+        action_type: 'billing',
+        connector: 'http',
+        config: { url: `${tool.base}/tool`, allow_private_network: true, timeout_ms: 60_000 },
+      },
     });
     expect(created.status).toBe(201);
     const slow = service.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: actionBody(agent) });
@@ -149,7 +164,10 @@ test('a request waiting for its tool gives its turn back: the org’s other requ
     while (!held.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(held).toHaveLength(1);
     // The org's only turn is not held while its tool is: an evaluate of the same org is answered now.
-    const meanwhile = await service.request('POST', '/api/v1/gateway/evaluate', { apiKey: agent.key, body: actionBody(agent) });
+    const meanwhile = await service.request('POST', '/api/v1/gateway/evaluate', {
+      apiKey: agent.key,
+      body: actionBody(agent),
+    });
     expect(meanwhile.status).toBe(200);
     expect(held).toHaveLength(1);
     held[0]();

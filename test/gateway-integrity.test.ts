@@ -34,7 +34,9 @@ afterAll(async () => {
 });
 
 /** An agent whose `billing` actions go to the local receiver. */
-async function httpAgent(limits = { max_actions_per_hour: 1000, max_actions_per_day: 1000 }): Promise<{ org: OrgFixture; agent: AgentFixture }> {
+async function httpAgent(
+  limits = { max_actions_per_hour: 1000, max_actions_per_day: 1000 },
+): Promise<{ org: OrgFixture; agent: AgentFixture }> {
   const org = await signUp(t, 'integrity');
   const agent = await readyAgent(t, org, { tool: false, constraints: limits });
   const tool = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
@@ -46,7 +48,10 @@ async function httpAgent(limits = { max_actions_per_hour: 1000, max_actions_per_
 }
 
 const recordsOf = async (org: OrgFixture) =>
-  (await t.request('GET', '/api/v1/records?limit=1000', { token: org.adminToken })).body as { items: { record_id: string; status: string }[]; total: number };
+  (await t.request('GET', '/api/v1/records?limit=1000', { token: org.adminToken })).body as {
+    items: { record_id: string; status: string }[];
+    total: number;
+  };
 
 describe('input the database cannot store never reaches the tool', () => {
   const raw = (agent: AgentFixture, params: string) =>
@@ -55,8 +60,16 @@ describe('input the database cannot store never reaches the tool', () => {
     ['NUL in a param value', (a) => raw(a, '{"note":"a\\u0000b"}'), 'action.params.note'],
     ['an unpaired surrogate in a param value', (a) => raw(a, '{"note":"x\\ud800"}'), 'action.params.note'],
     ['NUL in a param key', (a) => raw(a, '{"k\\u0000":1}'), 'action.params'],
-    ['params nested 3,000 deep', (a) => raw(a, `{"deep":${'['.repeat(3000)}${']'.repeat(3000)}}`), 'action.params.deep'],
-    ['an unpaired surrogate in agent_id', (a) => `{"svc_id":"${a.svcId}","agent_id":"x\\ud800","action":{"type":"billing","tool":"read"}}`, 'agent_id'],
+    [
+      'params nested 3,000 deep',
+      (a) => raw(a, `{"deep":${'['.repeat(3000)}${']'.repeat(3000)}}`),
+      'action.params.deep',
+    ],
+    [
+      'an unpaired surrogate in agent_id',
+      (a) => `{"svc_id":"${a.svcId}","agent_id":"x\\ud800","action":{"type":"billing","tool":"read"}}`,
+      'agent_id',
+    ],
   ];
 
   test.each(cases)('%s: 422, no tool call, no budget counted, no record', async (_, body, field) => {
@@ -64,7 +77,14 @@ describe('input the database cannot store never reaches the tool', () => {
     const before = calls;
     const refused = await execute(t, agent, body(agent));
     expect(refused.status).toBe(422);
-    expect(refused.body.error).toMatchObject({ code: 'VALIDATION_ERROR', details: { errors: [expect.objectContaining({ field: expect.stringMatching(new RegExp(`^${field.replace(/[.[\]]/g, '\\$&')}`)) })] } });
+    expect(refused.body.error).toMatchObject({
+      code: 'VALIDATION_ERROR',
+      details: {
+        errors: [
+          expect.objectContaining({ field: expect.stringMatching(new RegExp(`^${field.replace(/[.[\]]/g, '\\$&')}`)) }),
+        ],
+      },
+    });
     expect(calls).toBe(before);
     expect((await recordsOf(org)).total).toBe(0);
     // The budget is untouched: the next allowed execute is the first of the hour.
@@ -78,7 +98,11 @@ describe('input the database cannot store never reaches the tool', () => {
     const { org, agent } = await httpAgent();
     const before = calls;
     const response = await t.graphql(
-      'mutation($action: GatewayActionInput!) { gateway_execute(svc_id: "' + agent.svcId + '", agent_id: "' + agent.svcId + '", action: $action) { decision } }',
+      'mutation($action: GatewayActionInput!) { gateway_execute(svc_id: "' +
+        agent.svcId +
+        '", agent_id: "' +
+        agent.svcId +
+        '", action: $action) { decision } }',
       { action: { type: 'billing', tool: 'read', params: { note: 'a\u0000b' } } },
       { apiKey: agent.key },
     );
@@ -94,7 +118,11 @@ test('a tool answer nested deeper than 64 levels is a failed result, and the cal
   try {
     const response = await execute(t, agent);
     expect(response.status).toBe(200);
-    expect(response.body).toMatchObject({ decision: 'allow', executed: true, result: { success: false, error: { code: 'TOOL_RESPONSE_INVALID' } } });
+    expect(response.body).toMatchObject({
+      decision: 'allow',
+      executed: true,
+      result: { success: false, error: { code: 'TOOL_RESPONSE_INVALID' } },
+    });
     const records = await recordsOf(org);
     expect(records.items.map((r) => r.record_id)).toEqual([response.body.interaction_id]);
   } finally {
@@ -143,7 +171,10 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     t.app.services.records.append(`int_batch_${i}`, entry(i === 30 ? 'x\ud800' : `agent-${i}`), true),
   );
   const outcomes = await Promise.allSettled(appends);
-  expect(outcomes[30]).toMatchObject({ status: 'rejected', reason: expect.objectContaining({ message: expect.stringContaining('cannot be stored') }) });
+  expect(outcomes[30]).toMatchObject({
+    status: 'rejected',
+    reason: expect.objectContaining({ message: expect.stringContaining('cannot be stored') }),
+  });
   expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(60);
   const chain = await t.database.db.sql.query<{ seq: string; prev_hash: string; record_hash: string }>(
     'SELECT seq::text AS seq, prev_hash, record_hash FROM interaction_records WHERE org_id = $1 ORDER BY interaction_records.seq',
@@ -156,8 +187,21 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
 test('a batch whose write fails in the database retries its records one by one', async () => {
   const org = await signUp(t, 'retry');
   const base: NewRecord = {
-    orgId: org.orgId, svcId: 'agent-a', agentId: 'agent-a', actionType: 'billing', tool: 'read', capability: 'billing:read',
-    paramsHash: `sha256:${'2'.repeat(64)}`, params: {}, decision: 'deny', executed: false, reasons: [], resultHash: null, approvalId: null, policies: [], channel: 'rest',
+    orgId: org.orgId,
+    svcId: 'agent-a',
+    agentId: 'agent-a',
+    actionType: 'billing',
+    tool: 'read',
+    capability: 'billing:read',
+    paramsHash: `sha256:${'2'.repeat(64)}`,
+    params: {},
+    decision: 'deny',
+    executed: false,
+    reasons: [],
+    resultHash: null,
+    approvalId: null,
+    policies: [],
+    channel: 'rest',
   };
   // A duplicate record id passes every check in the process and fails only in the database.
   await t.app.services.records.append('int_dup', base, true);

@@ -12,7 +12,12 @@ afterAll(() => t.close());
 
 const codes = (body: { reasons: { code: string }[] }) => body.reasons.map((r) => r.code);
 const recordCount = async (orgId: string) =>
-  (await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM interaction_records WHERE org_id = $1', [orgId]))[0].n;
+  (
+    await t.database.db.sql.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM interaction_records WHERE org_id = $1',
+      [orgId],
+    )
+  )[0].n;
 
 describe('decisions and reasons', () => {
   test('an allowed action executes through the tool and is recorded', async () => {
@@ -31,31 +36,48 @@ describe('decisions and reasons', () => {
     });
     const record = await t.request('GET', `/api/v1/records/${response.body.interaction_id}`, { token: org.adminToken });
     expect(record.status).toBe(200);
-    expect(record.body).toMatchObject({ status: 'approved', decision: 'allow', executed: true, capability: 'billing:read' });
+    expect(record.body).toMatchObject({
+      status: 'approved',
+      decision: 'allow',
+      executed: true,
+      capability: 'billing:read',
+    });
     expect(record.body.action.params).toEqual({ invoice: 'inv-1' });
   });
 
   test.each([
-    ['MANIFEST_NOT_FOUND', async () => {
-      const org = await signUp(t);
-      const agent = await readyAgent(t, org);
-      return { agent, body: { ...actionBody(agent), svc_id: 'unknown-agent', agent_id: 'unknown-agent' } };
-    }],
-    ['AGENT_MISMATCH', async () => {
-      const org = await signUp(t);
-      const agent = await readyAgent(t, org);
-      return { agent, body: { ...actionBody(agent), agent_id: 'someone-else' } };
-    }],
-    ['CAPABILITY_NOT_APPROVED', async () => {
-      const org = await signUp(t);
-      const agent = await readyAgent(t, org);
-      return { agent, body: actionBody(agent, 'delete') };
-    }],
-    ['TOOL_NOT_CONFIGURED', async () => {
-      const org = await signUp(t);
-      const agent = await readyAgent(t, org, { tool: false });
-      return { agent, body: actionBody(agent) };
-    }],
+    [
+      'MANIFEST_NOT_FOUND',
+      async () => {
+        const org = await signUp(t);
+        const agent = await readyAgent(t, org);
+        return { agent, body: { ...actionBody(agent), svc_id: 'unknown-agent', agent_id: 'unknown-agent' } };
+      },
+    ],
+    [
+      'AGENT_MISMATCH',
+      async () => {
+        const org = await signUp(t);
+        const agent = await readyAgent(t, org);
+        return { agent, body: { ...actionBody(agent), agent_id: 'someone-else' } };
+      },
+    ],
+    [
+      'CAPABILITY_NOT_APPROVED',
+      async () => {
+        const org = await signUp(t);
+        const agent = await readyAgent(t, org);
+        return { agent, body: actionBody(agent, 'delete') };
+      },
+    ],
+    [
+      'TOOL_NOT_CONFIGURED',
+      async () => {
+        const org = await signUp(t);
+        const agent = await readyAgent(t, org, { tool: false });
+        return { agent, body: actionBody(agent) };
+      },
+    ],
   ])('%s is the single reason of a denial, recorded as denied', async (code, setup) => {
     const { agent, body } = await setup();
     const response = await execute(t, agent, body);
@@ -94,7 +116,9 @@ describe('decisions and reasons', () => {
       apiKey: key,
       body: { ...actionBody(agent), svc_id: 'never-registered', agent_id: 'never-registered' },
     });
-    expect(foreign.body.reasons).toEqual(unknown.body.reasons.map((r: { message: string }) => ({ ...r, message: expect.any(String) })));
+    expect(foreign.body.reasons).toEqual(
+      unknown.body.reasons.map((r: { message: string }) => ({ ...r, message: expect.any(String) })),
+    );
   });
 
   test('every failing check adds its reason, in the documented order', async () => {
@@ -103,7 +127,11 @@ describe('decisions and reasons', () => {
     const { key } = await createKey(t, org, ['gateway:execute'], { svc_ids: ['elsewhere'] });
     const response = await t.request('POST', '/api/v1/gateway/execute', {
       apiKey: key,
-      body: { ...actionBody(agent, 'delete'), agent_id: 'wrong-agent', action: { type: 'crm', tool: 'delete', params: {} } },
+      body: {
+        ...actionBody(agent, 'delete'),
+        agent_id: 'wrong-agent',
+        action: { type: 'crm', tool: 'delete', params: {} },
+      },
     });
     expect(codes(response.body)).toEqual([
       'SVC_NOT_ALLOWED_FOR_KEY',
@@ -143,29 +171,42 @@ describe('one decision, two channels', () => {
     expect(response.body.errors).toBeUndefined();
     return response.body.data[`gateway_${mode}`];
   };
-  const withoutId = ({ interaction_id, ...rest }: Record<string, unknown>) => ({ ...rest, has_id: typeof interaction_id === 'string' });
+  const withoutId = ({ interaction_id, ...rest }: Record<string, unknown>) => ({
+    ...rest,
+    has_id: typeof interaction_id === 'string',
+  });
 
   test.each([
     ['execute', 'read'],
     ['execute', 'delete'],
     ['evaluate', 'read'],
     ['evaluate', 'delete'],
-  ] as const)('REST %s of billing:%s answers exactly what the GraphQL field does, key order included', async (mode, tool) => {
-    const org = await signUp(t);
-    const agent = await readyAgent(t, org);
-    // A matching policy, so the decision's `policies` is compared with content.
-    const policy = await t.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'watch', effect: 'deny', mode: 'shadow' } });
-    expect(policy.status).toBe(201);
-    const rest = await t.request('POST', `/api/v1/gateway/${mode}`, { apiKey: agent.key, body: actionBody(agent, tool) });
-    expect(rest.body.policies).toHaveLength(1);
-    expect(rest.status).toBe(200);
-    const graphql = await viaGraphQL(agent, mode, tool);
-    expect(withoutId(rest.body)).toEqual(withoutId(graphql));
-    expect(Object.keys(rest.body)).toEqual(Object.keys(graphql));
-    if (rest.body.result) expect(Object.keys(rest.body.result)).toEqual(Object.keys(graphql.result));
-    for (const [i, reason] of rest.body.reasons.entries()) expect(Object.keys(reason)).toEqual(Object.keys(graphql.reasons[i]));
-    expect(Object.keys(rest.body.policies[0])).toEqual(Object.keys(graphql.policies[0]));
-  });
+  ] as const)(
+    'REST %s of billing:%s answers exactly what the GraphQL field does, key order included',
+    async (mode, tool) => {
+      const org = await signUp(t);
+      const agent = await readyAgent(t, org);
+      // A matching policy, so the decision's `policies` is compared with content.
+      const policy = await t.request('POST', '/api/v1/policies', {
+        token: org.adminToken,
+        body: { name: 'watch', effect: 'deny', mode: 'shadow' },
+      });
+      expect(policy.status).toBe(201);
+      const rest = await t.request('POST', `/api/v1/gateway/${mode}`, {
+        apiKey: agent.key,
+        body: actionBody(agent, tool),
+      });
+      expect(rest.body.policies).toHaveLength(1);
+      expect(rest.status).toBe(200);
+      const graphql = await viaGraphQL(agent, mode, tool);
+      expect(withoutId(rest.body)).toEqual(withoutId(graphql));
+      expect(Object.keys(rest.body)).toEqual(Object.keys(graphql));
+      if (rest.body.result) expect(Object.keys(rest.body.result)).toEqual(Object.keys(graphql.result));
+      for (const [i, reason] of rest.body.reasons.entries())
+        expect(Object.keys(reason)).toEqual(Object.keys(graphql.reasons[i]));
+      expect(Object.keys(rest.body.policies[0])).toEqual(Object.keys(graphql.policies[0]));
+    },
+  );
 });
 
 describe('budgets', () => {
@@ -209,9 +250,10 @@ describe('budgets', () => {
     const list = await t.request('GET', '/api/v1/records?status=denied', { token: org.adminToken });
     expect(list.body.items[0].reasons[0].code).toBe('POLICY_VIOLATION');
     // The refused action was counted against the day first and given back in the same statement.
-    const [day] = await t.database.db.sql.query<{ count: number }>('SELECT count FROM rate_counters WHERE bucket = $1', [
-      `budget:day:${org.orgId}:${agent.svcId}`,
-    ]);
+    const [day] = await t.database.db.sql.query<{ count: number }>(
+      'SELECT count FROM rate_counters WHERE bucket = $1',
+      [`budget:day:${org.orgId}:${agent.svcId}`],
+    );
     expect(day.count).toBe(2);
   });
 
@@ -231,9 +273,7 @@ describe('budgets', () => {
       backend === 'postgresql' ? await openDatabase({ databaseUrl: t.database.url!, poolSize: 10 }) : t.database.db;
     const second = await startTestApp({}, { db: secondDb });
     try {
-      const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) => execute(i % 2 ? second : t, agent)),
-      );
+      const results = await Promise.all(Array.from({ length: 50 }, (_, i) => execute(i % 2 ? second : t, agent)));
       const allowed = results.filter((r) => r.body.decision === 'allow');
       expect(allowed).toHaveLength(25);
       expect(results.filter((r) => r.body.reasons?.[0]?.code === 'BUDGET_EXCEEDED')).toHaveLength(25);
@@ -272,7 +312,10 @@ describe('budgets', () => {
 
 describe('human approval', () => {
   const approve = async (org: OrgFixture, approvalId: string) => {
-    const decided = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, { token: org.adminToken, body: {} });
+    const decided = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, {
+      token: org.adminToken,
+      body: {},
+    });
     expect(decided.status).toBe(200);
   };
 
@@ -287,26 +330,41 @@ describe('human approval', () => {
     expect((await t.database.db.sql.query('SELECT id FROM approvals WHERE org_id = $1', [org.orgId])).length).toBe(0);
 
     const asked = await execute(t, agent, refund);
-    expect(asked.body).toMatchObject({ decision: 'deny', executed: false, approval_id: expect.stringMatching(/^apr_/) });
+    expect(asked.body).toMatchObject({
+      decision: 'deny',
+      executed: false,
+      approval_id: expect.stringMatching(/^apr_/),
+    });
     expect(asked.body.reasons).toEqual([
       { code: 'APPROVAL_REQUIRED', message: expect.any(String), details: { approval_id: asked.body.approval_id } },
     ]);
     const approvalId = asked.body.approval_id as string;
 
     // Still pending: using it is refused.
-    expect(codes((await execute(t, agent, { ...refund, approval_id: approvalId })).body)).toEqual(['APPROVAL_REQUIRED']);
+    expect(codes((await execute(t, agent, { ...refund, approval_id: approvalId })).body)).toEqual([
+      'APPROVAL_REQUIRED',
+    ]);
     await approve(org, approvalId);
     // Bound to the action: other params are refused.
-    const otherParams = await execute(t, agent, { ...actionBody(agent, 'refund', { amount: 4000 }), approval_id: approvalId });
+    const otherParams = await execute(t, agent, {
+      ...actionBody(agent, 'refund', { amount: 4000 }),
+      approval_id: approvalId,
+    });
     expect(codes(otherParams.body)).toEqual(['APPROVAL_REQUIRED']);
 
-    const results = await Promise.all(Array.from({ length: 5 }, () => execute(t, agent, { ...refund, approval_id: approvalId })));
+    const results = await Promise.all(
+      Array.from({ length: 5 }, () => execute(t, agent, { ...refund, approval_id: approvalId })),
+    );
     const allowed = results.filter((r) => r.body.decision === 'allow');
     expect(allowed).toHaveLength(1);
     expect(allowed[0].body).toMatchObject({ executed: true, approval_id: approvalId });
-    const [row] = await t.database.db.sql.query<{ status: string }>('SELECT status FROM approvals WHERE id = $1', [approvalId]);
+    const [row] = await t.database.db.sql.query<{ status: string }>('SELECT status FROM approvals WHERE id = $1', [
+      approvalId,
+    ]);
     expect(row.status).toBe('consumed');
-    expect(codes((await execute(t, agent, { ...refund, approval_id: approvalId })).body)).toEqual(['APPROVAL_REQUIRED']);
+    expect(codes((await execute(t, agent, { ...refund, approval_id: approvalId })).body)).toEqual([
+      'APPROVAL_REQUIRED',
+    ]);
   });
 
   test('an expired approval denies', async () => {
@@ -329,11 +387,20 @@ describe('human approval', () => {
 describe('interaction records', () => {
   test('500 concurrent executes form one unforked chain that verifies; a tampered record fails', async () => {
     const org = await signUp(t);
-    const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000 } });
+    const agent = await readyAgent(t, org, {
+      constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000 },
+    });
     const results = await Promise.all(
-      Array.from({ length: 500 }, (_, i) => execute(t, agent, actionBody(agent, i % 10 === 0 ? 'delete' : 'read', { i }))),
+      Array.from({ length: 500 }, (_, i) =>
+        execute(t, agent, actionBody(agent, i % 10 === 0 ? 'delete' : 'read', { i })),
+      ),
     );
-    expect(results.filter((r) => r.status !== 200).map((r) => r.text).slice(0, 3)).toEqual([]);
+    expect(
+      results
+        .filter((r) => r.status !== 200)
+        .map((r) => r.text)
+        .slice(0, 3),
+    ).toEqual([]);
     const chain = await t.database.db.sql.query<{ id: string; seq: string; prev_hash: string; record_hash: string }>(
       'SELECT id, seq::text AS seq, prev_hash, record_hash FROM interaction_records WHERE org_id = $1 ORDER BY interaction_records.seq',
       [org.orgId],
@@ -348,7 +415,11 @@ describe('interaction records', () => {
     const sample = [chain[0], chain[137], chain[499]];
     for (const row of sample) {
       const verified = await t.request('GET', `/api/v1/records/${row.id}/verify`, { token: org.adminToken });
-      expect(verified.body).toEqual({ record_id: row.id, valid: true, checks: { hash: true, signature: true, chain: true } });
+      expect(verified.body).toEqual({
+        record_id: row.id,
+        valid: true,
+        checks: { hash: true, signature: true, chain: true },
+      });
     }
 
     await t.database.db.sql.query('UPDATE interaction_records SET executed = NOT executed WHERE id = $1', [
@@ -356,7 +427,10 @@ describe('interaction records', () => {
     ]);
     const tampered = await t.request('GET', `/api/v1/records/${chain[10].id}/verify`, { token: org.adminToken });
     expect(tampered.body).toMatchObject({ valid: false, checks: { hash: false, signature: true } });
-    await t.database.db.sql.query("UPDATE interaction_records SET prev_hash = $2 WHERE id = $1", [chain[20].id, chain[5].record_hash]);
+    await t.database.db.sql.query('UPDATE interaction_records SET prev_hash = $2 WHERE id = $1', [
+      chain[20].id,
+      chain[5].record_hash,
+    ]);
     const relinked = await t.request('GET', `/api/v1/records/${chain[20].id}/verify`, { token: org.adminToken });
     expect(relinked.body.valid).toBe(false);
     expect(relinked.body.checks.chain).toBe(false);
@@ -374,7 +448,9 @@ describe('interaction records', () => {
     expect(denied.body.items.map((r: { capability: string }) => r.capability)).toEqual(['billing:delete']);
     const byAction = await t.request('GET', '/api/v1/records?action=billing:read', { token: org.adminToken });
     expect(byAction.body.total).toBe(1);
-    const byAgent = await t.request('GET', `/api/v1/records?agent_id=${agent.svcId}&limit=1`, { token: org.adminToken });
+    const byAgent = await t.request('GET', `/api/v1/records?agent_id=${agent.svcId}&limit=1`, {
+      token: org.adminToken,
+    });
     expect(byAgent.body).toMatchObject({ total: 2, items: [expect.objectContaining({ seq: 2 })] });
     const future = await t.request('GET', `/api/v1/records?from=${encodeURIComponent('2999-01-01T00:00:00.000Z')}`, {
       token: org.adminToken,
@@ -382,7 +458,9 @@ describe('interaction records', () => {
     expect(future.body.total).toBe(0);
 
     const other = await signUp(t);
-    const foreign = await t.request('GET', `/api/v1/records/${all.body.items[0].record_id}`, { token: other.adminToken });
+    const foreign = await t.request('GET', `/api/v1/records/${all.body.items[0].record_id}`, {
+      token: other.adminToken,
+    });
     expect(foreign.status).toBe(404);
     expect((await t.request('GET', '/api/v1/records', { token: other.adminToken })).body.total).toBe(0);
   });
@@ -391,7 +469,10 @@ describe('interaction records', () => {
     const org = await signUp(t);
     const agent = await readyAgent(t, org);
     const kept = await execute(t, agent, actionBody(agent, 'read', { invoice: 'inv-kept' }));
-    const patched = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken, body: { record_params: false } });
+    const patched = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+      token: org.adminToken,
+      body: { record_params: false },
+    });
     expect(patched.body.record_params).toBe(false);
     const hidden = await execute(t, agent, actionBody(agent, 'read', { invoice: 'inv-hidden' }));
     const read = (id: string) => t.request('GET', `/api/v1/records/${id}`, { token: org.adminToken });
@@ -399,9 +480,11 @@ describe('interaction records', () => {
     const record = (await read(hidden.body.interaction_id)).body;
     expect(record.action.params).toBeNull();
     expect(record.params_hash).toMatch(/^sha256:[0-9a-f]{64}$/);
-    expect(JSON.stringify(await t.database.db.sql.query('SELECT * FROM interaction_records WHERE id = $1', [record.record_id]))).not.toContain(
-      'inv-hidden',
-    );
+    expect(
+      JSON.stringify(
+        await t.database.db.sql.query('SELECT * FROM interaction_records WHERE id = $1', [record.record_id]),
+      ),
+    ).not.toContain('inv-hidden');
     const verified = await t.request('GET', `/api/v1/records/${record.record_id}/verify`, { token: org.adminToken });
     expect(verified.body.valid).toBe(true);
   });
@@ -452,7 +535,10 @@ describe('caches', () => {
       await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
     });
     const started = Date.now();
-    const suspended = await waitFor(async () => codes((await evaluate(t, agent)).body).includes('MANIFEST_NOT_ACTIVE'), 1000);
+    const suspended = await waitFor(
+      async () => codes((await evaluate(t, agent)).body).includes('MANIFEST_NOT_ACTIVE'),
+      1000,
+    );
     expect(suspended).toBe(true);
     expect(Date.now() - started).toBeLessThan(1000);
 

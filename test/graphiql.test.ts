@@ -37,12 +37,20 @@ interface RawResponse {
 /** A GET of /graphql as a browser sends it, with raw bytes back (no client-side decoding). */
 function getPage(headers: Record<string, string> = {}): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path: '/graphql', headers: { accept: 'text/html,application/xhtml+xml,*/*;q=0.8', ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/graphql',
+        headers: { accept: 'text/html,application/xhtml+xml,*/*;q=0.8', ...headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -127,7 +135,9 @@ test('compressed once: later requests send the kept bytes without compressing ag
   };
   // What one compression costs on this machine, now (the service's quality and window).
   const compressMs = elapsedMs(() =>
-    brotliCompressSync(plain.body, { params: { [constants.BROTLI_PARAM_QUALITY]: 6, [constants.BROTLI_PARAM_SIZE_HINT]: plain.body.length } }),
+    brotliCompressSync(plain.body, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: 6, [constants.BROTLI_PARAM_SIZE_HINT]: plain.body.length },
+    }),
   );
   const started = process.hrtime.bigint();
   for (let i = 0; i < 5; i++) await getPage({ 'accept-encoding': 'br' });
@@ -138,7 +148,9 @@ test('compressed once: later requests send the kept bytes without compressing ag
 });
 
 test('GraphQL clients on /graphql are not given the page', async () => {
-  const response = await t.request('GET', '/graphql?query=%7B__typename%7D', { headers: { accept: 'application/json' } });
+  const response = await t.request('GET', '/graphql?query=%7B__typename%7D', {
+    headers: { accept: 'application/json' },
+  });
   expect(response.status).toBe(200);
   expect(response.body).toEqual({ data: { __typename: 'Query' } });
 });
@@ -154,10 +166,16 @@ describe('the document GraphiQL opens with', () => {
       body: { name: 'Acme', slug: 'acme', admin_email: 'ops@acme.example', admin_password: 'a long passphrase' },
     });
     expect(signUp.status).toBe(201);
-    const login = await t.request('POST', '/graphql', { body: { query: GRAPHIQL_DEFAULT_QUERY, operationName: 'Login' } });
+    const login = await t.request('POST', '/graphql', {
+      body: { query: GRAPHIQL_DEFAULT_QUERY, operationName: 'Login' },
+    });
     expect(login.body.errors).toBeUndefined();
     const token = login.body.data.login.access_token;
-    expect(login.body.data.login.user).toEqual({ email: 'ops@acme.example', role: 'admin', org_id: signUp.body.org_id });
+    expect(login.body.data.login.user).toEqual({
+      email: 'ops@acme.example',
+      role: 'admin',
+      org_id: signUp.body.org_id,
+    });
     for (const operationName of ['Agents', 'Records']) {
       const anonymous = await t.request('POST', '/graphql', { body: { query: GRAPHIQL_DEFAULT_QUERY, operationName } });
       expect(anonymous.status).toBe(401);

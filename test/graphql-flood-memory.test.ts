@@ -51,24 +51,43 @@ test(`${DOCUMENTS} anonymous ~570 KB documents of ${ALIASES} aliases: each refus
   for (let i = 0; i < DOCUMENTS; i++) {
     const query = floodDocument();
     expect(query.length).toBeGreaterThan(550_000);
-    const response = await t.request<{ errors?: { message: string; extensions: { code: string } }[] }>('POST', '/graphql', { body: { query } });
-    answers.push({ status: response.status, code: response.body.errors?.[0].extensions.code, message: response.body.errors?.[0].message });
+    const response = await t.request<{ errors?: { message: string; extensions: { code: string } }[] }>(
+      'POST',
+      '/graphql',
+      { body: { query } },
+    );
+    answers.push({
+      status: response.status,
+      code: response.body.errors?.[0].extensions.code,
+      message: response.body.errors?.[0].message,
+    });
     gc();
     peakGrowth = Math.max(peakGrowth, process.memoryUsage().heapUsed - baseline);
   }
   expect(peakGrowth).toBeLessThan(MAX_HEAP_GROWTH);
   for (const answer of answers) {
-    expect(answer).toEqual({ status: 422, code: 'VALIDATION_ERROR', message: expect.stringMatching(/Token limit of 1000 exceeded/) });
+    expect(answer).toEqual({
+      status: 422,
+      code: 'VALIDATION_ERROR',
+      message: expect.stringMatching(/Token limit of 1000 exceeded/),
+    });
   }
 
   // The service still answers, anonymous and authenticated.
   const org = await signUp(t, 'after-flood');
-  const login = await t.graphql('mutation($email: String!, $password: String!) { login(email: $email, password: $password) { access_token } }', {
-    email: org.adminEmail,
-    password: PASSWORD,
-  });
+  const login = await t.graphql(
+    'mutation($email: String!, $password: String!) { login(email: $email, password: $password) { access_token } }',
+    {
+      email: org.adminEmail,
+      password: PASSWORD,
+    },
+  );
   expect(login.status).toBe(200);
-  const read = await t.graphql('query($org: ID!) { organization(org_id: $org) { slug } }', { org: org.orgId }, { token: login.body.data.login.access_token });
+  const read = await t.graphql(
+    'query($org: ID!) { organization(org_id: $org) { slug } }',
+    { org: org.orgId },
+    { token: login.body.data.login.access_token },
+  );
   expect(read.body).toEqual({ data: { organization: { slug: org.slug } } });
 }, 180_000);
 
@@ -77,10 +96,14 @@ test('an authenticated caller sending the same flood is refused at its own token
   gc();
   const baseline = process.memoryUsage().heapUsed;
   for (let i = 0; i < 3; i++) {
-    const response = await t.request<{ errors?: { message: string; extensions: { code: string } }[] }>('POST', '/graphql', {
-      body: { query: floodDocument() },
-      token: org.adminToken,
-    });
+    const response = await t.request<{ errors?: { message: string; extensions: { code: string } }[] }>(
+      'POST',
+      '/graphql',
+      {
+        body: { query: floodDocument() },
+        token: org.adminToken,
+      },
+    );
     expect(response.status).toBe(422);
     expect(response.body.errors?.[0].message).toMatch(/Token limit of 2000 exceeded/);
   }

@@ -23,7 +23,8 @@ afterAll(() => t.close());
 
 const graphql = (query: string, variables?: Record<string, unknown>, options: RequestOptions = {}) =>
   t.graphql<GraphQlBody>(query, variables, options);
-const asAdmin = (query: string, variables?: Record<string, unknown>) => graphql(query, variables, { token: org.adminToken });
+const asAdmin = (query: string, variables?: Record<string, unknown>) =>
+  graphql(query, variables, { token: org.adminToken });
 
 /** A 4xx in the usual GraphQL envelope: `errors[].extensions.code`, no data. */
 function expectRefused(response: TestResponse<GraphQlBody>, status: number, code: string, message?: RegExp) {
@@ -41,14 +42,22 @@ describe('document limits', () => {
     const deep = `{ ${'a { '.repeat(11)}b${' }'.repeat(11)} }`;
     const response = await asAdmin(deep);
     expectRefused(response, 422, 'VALIDATION_ERROR', /depth limit of 10 exceeded, found 12/);
-    expect(response.body.errors?.[0].extensions.details.errors).toEqual([{ field: 'query', message: expect.any(String) }]);
+    expect(response.body.errors?.[0].extensions.details.errors).toEqual([
+      { field: 'query', message: expect.any(String) },
+    ]);
   });
 
   test('aliases: 20 are allowed, 21 are 422', async () => {
-    const twenty = await asAdmin(aliased(20, (i) => `o${i}: organization(org_id: $org) { name }`), { org: org.orgId });
+    const twenty = await asAdmin(
+      aliased(20, (i) => `o${i}: organization(org_id: $org) { name }`),
+      { org: org.orgId },
+    );
     expect(twenty.status).toBe(200);
     expect(Object.keys(twenty.body.data ?? {})).toHaveLength(20);
-    const more = await asAdmin(aliased(21, (i) => `o${i}: organization(org_id: $org) { name }`), { org: org.orgId });
+    const more = await asAdmin(
+      aliased(21, (i) => `o${i}: organization(org_id: $org) { name }`),
+      { org: org.orgId },
+    );
     expectRefused(more, 422, 'VALIDATION_ERROR', /Aliases limit of 20 exceeded, found 21/);
   });
 
@@ -73,13 +82,19 @@ describe('document limits', () => {
   });
 
   test('a variable that does not fit its type is 422 naming it', async () => {
-    const response = await asAdmin('query($org: ID!, $limit: Int) { organization(org_id: $org) { records(limit: $limit) { total } } }', { org: org.orgId, limit: 'ten' });
+    const response = await asAdmin(
+      'query($org: ID!, $limit: Int) { organization(org_id: $org) { records(limit: $limit) { total } } }',
+      { org: org.orgId, limit: 'ten' },
+    );
     expectRefused(response, 422, 'VALIDATION_ERROR');
     expect(response.body.errors?.[0].extensions.details.errors[0].field).toBe('variables.limit');
   });
 
   test('anonymous callers have the smaller budget: sign-up and login, not three logins at once', async () => {
-    const logins = aliased(3, (i) => `l${i}: login(email: "nobody@example.com", password: "${PASSWORD}") { access_token }`).replace('query($org: ID!)', 'mutation');
+    const logins = aliased(
+      3,
+      (i) => `l${i}: login(email: "nobody@example.com", password: "${PASSWORD}") { access_token }`,
+    ).replace('query($org: ID!)', 'mutation');
     const response = await graphql(logins);
     expectRefused(response, 422, 'VALIDATION_ERROR', /estimated cost of 300 exceeds the limit of 200/);
   });
@@ -90,7 +105,10 @@ describe('document limits', () => {
     expectRefused(anonymous, 401, 'AUTHENTICATION_REQUIRED');
     const badToken = await graphql(expensive, { org: org.orgId }, { token: 'not-a-token' });
     expectRefused(badToken, 401, 'INVALID_TOKEN');
-    const viaFragment = await graphql('query($org: ID!) { ...F } fragment F on Query { organization(org_id: $org) { name } }', { org: org.orgId });
+    const viaFragment = await graphql(
+      'query($org: ID!) { ...F } fragment F on Query { organization(org_id: $org) { name } }',
+      { org: org.orgId },
+    );
     expectRefused(viaFragment, 401, 'AUTHENTICATION_REQUIRED');
   });
 
@@ -103,17 +121,26 @@ describe('document limits', () => {
     );
     expect(created.status).toBe(200);
     expect(created.body.data?.create_organization.admin_user.email).toBe(email);
-    const login = await graphql('mutation($email: String!, $password: String!) { login(email: $email, password: $password) { access_token } }', {
-      email,
-      password: PASSWORD,
-    });
+    const login = await graphql(
+      'mutation($email: String!, $password: String!) { login(email: $email, password: $password) { access_token } }',
+      {
+        email,
+        password: PASSWORD,
+      },
+    );
     expect(login.status).toBe(200);
     expect(login.body.data?.login.access_token).toEqual(expect.any(String));
   });
 });
 
 describe('introspection', () => {
-  const introspection = getIntrospectionQuery({ descriptions: true, specifiedByUrl: true, directiveIsRepeatable: true, schemaDescription: true, inputValueDeprecation: true });
+  const introspection = getIntrospectionQuery({
+    descriptions: true,
+    specifiedByUrl: true,
+    directiveIsRepeatable: true,
+    schemaDescription: true,
+    inputValueDeprecation: true,
+  });
 
   test("GraphiQL's introspection query passes every limit, with and without credentials", async () => {
     for (const options of [{ token: org.adminToken }, {}]) {
@@ -132,32 +159,50 @@ describe('bad input is a 4xx, never a 500', () => {
   });
 
   test('GET with variables that are not JSON is 400', async () => {
-    const response = await t.request<GraphQlBody>('GET', '/graphql?query=%7B__typename%7D&variables=%7Bnot-json', { headers: { accept: 'application/json' } });
+    const response = await t.request<GraphQlBody>('GET', '/graphql?query=%7B__typename%7D&variables=%7Bnot-json', {
+      headers: { accept: 'application/json' },
+    });
     expectRefused(response, 400, 'BAD_REQUEST', /variables/);
   });
 
   test('a literal nested 10,000 deep is 422; one within the token limit but over 64 levels too', async () => {
     const literal = (depth: number) => `${'['.repeat(depth)}1${']'.repeat(depth)}`;
-    const huge = await asAdmin(`query($org: ID!) { validate_manifest(org_id: $org, manifest: ${literal(10_000)}) { valid } }`, { org: org.orgId });
+    const huge = await asAdmin(
+      `query($org: ID!) { validate_manifest(org_id: $org, manifest: ${literal(10_000)}) { valid } }`,
+      { org: org.orgId },
+    );
     expectRefused(huge, 422, 'VALIDATION_ERROR', /Token limit/);
-    const deep = await asAdmin(`query($org: ID!) { validate_manifest(org_id: $org, manifest: ${literal(100)}) { valid } }`, { org: org.orgId });
+    const deep = await asAdmin(
+      `query($org: ID!) { validate_manifest(org_id: $org, manifest: ${literal(100)}) { valid } }`,
+      { org: org.orgId },
+    );
     expectRefused(deep, 422, 'VALIDATION_ERROR');
-    expect(deep.body.errors?.[0].extensions.details.errors[0]).toEqual({ field: expect.stringMatching(/^manifest\[0\]/), message: expect.stringMatching(/64 levels/) });
+    expect(deep.body.errors?.[0].extensions.details.errors[0]).toEqual({
+      field: expect.stringMatching(/^manifest\[0\]/),
+      message: expect.stringMatching(/64 levels/),
+    });
   });
 
   test.each([
     ['NUL', 'a\u0000b'],
     ['a lone surrogate', 'a\ud800b'],
   ])('%s in a variable is 422 naming the variable', async (_name, text) => {
-    const response = await graphql('mutation($email: String!) { login(email: $email, password: "x") { access_token } }', { email: text });
+    const response = await graphql(
+      'mutation($email: String!) { login(email: $email, password: "x") { access_token } }',
+      { email: text },
+    );
     expectRefused(response, 422, 'VALIDATION_ERROR');
-    expect(response.body.errors?.[0].extensions.details.errors).toEqual([{ field: 'variables.email', message: expect.stringMatching(/NUL/) }]);
+    expect(response.body.errors?.[0].extensions.details.errors).toEqual([
+      { field: 'variables.email', message: expect.stringMatching(/NUL/) },
+    ]);
   });
 
   test('NUL in a literal is 422 VALIDATION_ERROR naming the argument; a lone surrogate escape is 400', async () => {
     const nul = await graphql('mutation { login(email: "a\\u0000b", password: "x") { access_token } }');
     expectRefused(nul, 422, 'VALIDATION_ERROR');
-    expect(nul.body.errors?.[0].extensions.details.errors).toEqual([{ field: 'email', message: expect.stringMatching(/NUL/) }]);
+    expect(nul.body.errors?.[0].extensions.details.errors).toEqual([
+      { field: 'email', message: expect.stringMatching(/NUL/) },
+    ]);
     const surrogate = await graphql('mutation { login(email: "a\\ud800b", password: "x") { access_token } }');
     expectRefused(surrogate, 400, 'BAD_REQUEST', /Invalid Unicode escape sequence/);
   });
@@ -203,10 +248,19 @@ describe('the operator rate limit counts the cost', () => {
   test('an expensive operation counts as many requests as its cost is worth', async () => {
     const cheapOrg = await limitedOrg(30);
     const expensiveOrg = await limitedOrg(30);
-    const cheap = () => graphql('query($org: ID!) { organization(org_id: $org) { name } }', { org: cheapOrg.orgId }, { token: cheapOrg.adminToken });
+    const cheap = () =>
+      graphql(
+        'query($org: ID!) { organization(org_id: $org) { name } }',
+        { org: cheapOrg.orgId },
+        { token: cheapOrg.adminToken },
+      );
     // cost 100 + 1 + 1000 = 1101: eleven requests' worth
     const expensive = () =>
-      graphql('query($org: ID!) { organization(org_id: $org) { records(limit: 1000) { items { record_id } } } }', { org: expensiveOrg.orgId }, { token: expensiveOrg.adminToken });
+      graphql(
+        'query($org: ID!) { organization(org_id: $org) { records(limit: 1000) { items { record_id } } } }',
+        { org: expensiveOrg.orgId },
+        { token: expensiveOrg.adminToken },
+      );
 
     const first = await expensive();
     expect(first.status).toBe(200);
@@ -219,7 +273,10 @@ describe('the operator rate limit counts the cost', () => {
     expect(cheapRun.allowed).toBeGreaterThanOrEqual(28);
 
     const refused = expensiveRun.last;
-    expect(refused.body.errors?.[0].extensions).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 30, period: '1m' } });
+    expect(refused.body.errors?.[0].extensions).toMatchObject({
+      code: 'POLICY_VIOLATION',
+      details: { limit: 30, period: '1m' },
+    });
     expect(refused.headers.get('x-ratelimit-remaining')).toBe('0');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
   });
@@ -228,11 +285,16 @@ describe('the operator rate limit counts the cost', () => {
     const limited = await limitedOrg(1000);
     const rest = await t.request('GET', `/api/v1/orgs/${limited.orgId}`, { token: limited.adminToken });
     const before = Number(rest.headers.get('x-ratelimit-remaining'));
-    const reads = await graphql(aliased(20, (i) => `o${i}: organization(org_id: $org) { name }`), { org: limited.orgId }, { token: limited.adminToken });
+    const reads = await graphql(
+      aliased(20, (i) => `o${i}: organization(org_id: $org) { name }`),
+      { org: limited.orgId },
+      { token: limited.adminToken },
+    );
     expect(reads.status).toBe(200);
     const after = Number(reads.headers.get('x-ratelimit-remaining'));
     // Counted in the same minute, unless the window turned in between (then it starts again).
-    if (reads.headers.get('x-ratelimit-reset') === rest.headers.get('x-ratelimit-reset')) expect(before - after).toBe(20);
+    if (reads.headers.get('x-ratelimit-reset') === rest.headers.get('x-ratelimit-reset'))
+      expect(before - after).toBe(20);
     else expect(after).toBe(1000 - 20);
     const again = await t.request('GET', `/api/v1/records?limit=1000`, { token: limited.adminToken });
     expect(again.status).toBe(200);

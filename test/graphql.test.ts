@@ -1,10 +1,6 @@
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { print } from 'graphql';
-import {
-  CreateApiKeyDocument,
-  LoginDocument,
-  OrganizationDashboardDocument,
-} from './generated/graphql.js';
+import { CreateApiKeyDocument, LoginDocument, OrganizationDashboardDocument } from './generated/graphql.js';
 import { startTestApp, type RequestOptions, type TestApp } from './support/app.js';
 import { PASSWORD, addUser, signUp } from './support/fixtures.js';
 
@@ -31,7 +27,11 @@ test('a dashboard reads the organization, its admin, users and keys in one reque
   const org = await signUp(t);
   await addUser(t, org, 'viewer');
   const login = await run(LoginDocument, { email: org.adminEmail, password: PASSWORD });
-  expect(login.body.data?.login).toMatchObject({ token_type: 'bearer', expires_in: 3600, user: { role: 'admin', org_id: org.orgId } });
+  expect(login.body.data?.login).toMatchObject({
+    token_type: 'bearer',
+    expires_in: 3600,
+    user: { role: 'admin', org_id: org.orgId },
+  });
   const token = login.body.data!.login.access_token;
 
   const key = await run(CreateApiKeyDocument, { orgId: org.orgId, name: 'dash', scopes: ['logs:read'] }, { token });
@@ -57,10 +57,18 @@ test('errors carry the same codes as REST in extensions.code', async () => {
   expect(foreign.body.errors?.map((e) => e.extensions.code)).toContain('NOT_FOUND');
 
   const viewer = await addUser(t, org, 'viewer');
-  const forbidden = await run(CreateApiKeyDocument, { orgId: org.orgId, name: 'x', scopes: ['logs:read'] }, { token: viewer.token });
+  const forbidden = await run(
+    CreateApiKeyDocument,
+    { orgId: org.orgId, name: 'x', scopes: ['logs:read'] },
+    { token: viewer.token },
+  );
   expect(forbidden.body.errors?.[0].extensions.code).toBe('FORBIDDEN');
 
-  const invalid = await run(CreateApiKeyDocument, { orgId: org.orgId, name: 'x', scopes: ['nope:nope'] }, { token: org.adminToken });
+  const invalid = await run(
+    CreateApiKeyDocument,
+    { orgId: org.orgId, name: 'x', scopes: ['nope:nope'] },
+    { token: org.adminToken },
+  );
   expect(invalid.body.errors?.[0].extensions).toMatchObject({
     code: 'VALIDATION_ERROR',
     details: { errors: [{ field: 'scopes[0]', message: expect.any(String) }] },

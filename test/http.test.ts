@@ -47,7 +47,9 @@ describe('health', () => {
       const requestId = failing.headers.get('x-request-id');
       // An outage is expected, not a bug: a warning with the reason, no stack.
       const logged = logLines.filter((l) => l.request_id === requestId);
-      expect(logged.filter((l) => l.level === 40 && l.msg === 'database unavailable' && typeof l.reason === 'string').length).toBeGreaterThanOrEqual(1);
+      expect(
+        logged.filter((l) => l.level === 40 && l.msg === 'database unavailable' && typeof l.reason === 'string').length,
+      ).toBeGreaterThanOrEqual(1);
       expect(logged.filter((l) => Number(l.level) >= 50)).toEqual([]);
     } finally {
       await broken.app.stop();
@@ -63,7 +65,9 @@ describe('health', () => {
     try {
       const failing = await broken.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
       expect(failing.status).toBe(500);
-      expect(failing.body).toEqual({ error: { code: 'INTERNAL_ERROR', message: 'An internal error occurred', details: {} } });
+      expect(failing.body).toEqual({
+        error: { code: 'INTERNAL_ERROR', message: 'An internal error occurred', details: {} },
+      });
       expect(failing.text).not.toMatch(/select|prisma|pglite|pg\b|stack|at \w+ \(|organizations/i);
       const requestId = failing.headers.get('x-request-id');
       expect(requestId).toMatch(/^req_/);
@@ -199,7 +203,10 @@ describe('operator rate limit', () => {
     const other = await startTestApp({}, { db: secondDb });
     try {
       const org = await signUp(t);
-      await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken, body: { operator_rate_limit_per_minute: 4 } });
+      await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+        token: org.adminToken,
+        body: { operator_rate_limit_per_minute: 4 },
+      });
       const statuses: number[] = [];
       for (let i = 0; i < 6; i++) {
         const via = i % 2 === 0 ? t : other;

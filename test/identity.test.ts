@@ -21,7 +21,12 @@ const auditActions = async (orgId: string) =>
 describe('organizations', () => {
   test('sign-up creates the org and its admin, and reads back the same shape', async () => {
     const created = await t.request('POST', '/api/v1/orgs', {
-      body: { name: 'Acme Robotics', slug: 'acme-robotics', admin_email: 'Ops@Acme.Example ', admin_password: PASSWORD },
+      body: {
+        name: 'Acme Robotics',
+        slug: 'acme-robotics',
+        admin_email: 'Ops@Acme.Example ',
+        admin_password: PASSWORD,
+      },
     });
     expect(created.status).toBe(201);
     expect(created.body).toEqual({
@@ -55,7 +60,13 @@ describe('organizations', () => {
     [{ admin_password: 'elevenchars' }, 'admin_password'],
     [{ name: '  ' }, 'name'],
   ])('sign-up with %j is a 422 naming %s', async (override, field) => {
-    const body = { name: 'X', slug: 'valid-slug-x', admin_email: 'x@valid.example', admin_password: PASSWORD, ...override };
+    const body = {
+      name: 'X',
+      slug: 'valid-slug-x',
+      admin_email: 'x@valid.example',
+      admin_password: PASSWORD,
+      ...override,
+    };
     const response = await t.request('POST', '/api/v1/orgs', { body });
     expect(response.status).toBe(422);
     expect(response.body.error.code).toBe('VALIDATION_ERROR');
@@ -123,19 +134,29 @@ describe('sign-up throttling', () => {
     admin_password: PASSWORD,
     ...extra,
   });
-  const signUpFrom = (clientAddress: string, body: Record<string, unknown>) => throttled.request('POST', '/api/v1/orgs', { body, clientAddress });
+  const signUpFrom = (clientAddress: string, body: Record<string, unknown>) =>
+    throttled.request('POST', '/api/v1/orgs', { body, clientAddress });
   const orgsWithSlugPrefix = async (prefix: string) =>
-    (await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations WHERE slug LIKE $1', [`${prefix}%`]))[0].n;
+    (
+      await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM organizations WHERE slug LIKE $1', [
+        `${prefix}%`,
+      ])
+    )[0].n;
 
   test('30 concurrent sign-ups from one address: exactly 5 orgs, 25 refused with Retry-After and no argon2; another address is unaffected', async () => {
     const prefix = `flood-${Date.now().toString(36)}`;
     const hashed = await passwordHashes(throttled, 'hash');
-    const responses = await Promise.all(Array.from({ length: 30 }, (_, i) => signUpFrom('198.18.20.1', newOrg(`${prefix}-${i}`))));
+    const responses = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => signUpFrom('198.18.20.1', newOrg(`${prefix}-${i}`))),
+    );
     expect(responses.filter((r) => r.status === 201)).toHaveLength(5);
     const refused = responses.filter((r) => r.status === 429);
     expect(refused).toHaveLength(25);
     for (const response of refused) {
-      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h', current: expect.any(Number) } });
+      expect(response.body.error).toMatchObject({
+        code: 'POLICY_VIOLATION',
+        details: { limit: 5, period: '1h', current: expect.any(Number) },
+      });
       expect(response.body.error.details.current).toBeGreaterThan(5);
       expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
     }
@@ -149,7 +170,10 @@ describe('sign-up throttling', () => {
       { clientAddress: '198.18.20.1' },
     );
     expect(graphql.status).toBe(429);
-    expect(graphql.body.errors[0].extensions).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 5, period: '1h' } });
+    expect(graphql.body.errors[0].extensions).toMatchObject({
+      code: 'POLICY_VIOLATION',
+      details: { limit: 5, period: '1h' },
+    });
     expect((await signUpFrom('198.18.20.2', newOrg(`${prefix}-elsewhere`))).status).toBe(201);
   });
 
@@ -180,10 +204,13 @@ describe('sign-up throttling', () => {
   test('concurrent sign-ups for one slug: the unique constraint decides, one 201 and the rest 409', async () => {
     const slug = `race-${Date.now().toString(36)}`;
     const responses = await Promise.all(
-      Array.from({ length: 5 }, (_, i) => signUpFrom(`198.18.22.${i}`, newOrg(slug, { admin_email: `admin${i}@${slug}.example` }))),
+      Array.from({ length: 5 }, (_, i) =>
+        signUpFrom(`198.18.22.${i}`, newOrg(slug, { admin_email: `admin${i}@${slug}.example` })),
+      ),
     );
     expect(responses.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409]);
-    for (const loser of responses.filter((r) => r.status === 409)) expect(loser.body.error.details).toEqual({ field: 'slug' });
+    for (const loser of responses.filter((r) => r.status === 409))
+      expect(loser.body.error.details).toEqual({ field: 'slug' });
     expect(await orgsWithSlugPrefix(slug)).toBe(1);
   });
 });
@@ -221,14 +248,21 @@ describe('users', () => {
 describe('sessions', () => {
   test('login returns an EdDSA session JWT valid for 3600 s, a refresh token and the user', async () => {
     const org = await signUp(t);
-    const response = await t.request('POST', '/api/v1/auth/login', { body: { email: org.adminEmail, password: PASSWORD } });
+    const response = await t.request('POST', '/api/v1/auth/login', {
+      body: { email: org.adminEmail, password: PASSWORD },
+    });
     expect(response.status).toBe(200);
     expect(response.body).toEqual({
       access_token: expect.any(String),
       token_type: 'bearer',
       expires_in: 3600,
       refresh_token: expect.stringMatching(/^agr_[A-Za-z0-9_-]{43}$/),
-      user: expect.objectContaining({ user_id: org.adminUserId, email: org.adminEmail, org_id: org.orgId, role: 'admin' }),
+      user: expect.objectContaining({
+        user_id: org.adminUserId,
+        email: org.adminEmail,
+        org_id: org.orgId,
+        role: 'admin',
+      }),
     });
     const header = decodeProtectedHeader(response.body.access_token);
     expect(header).toMatchObject({ alg: 'EdDSA', typ: 'session+jwt' });
@@ -302,7 +336,10 @@ describe('sessions', () => {
     });
     expect(blocked.status).toBe(429);
     // Attempts are counted before the password is checked: the refused one is the fourth.
-    expect(blocked.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 3, period: '15m', current: 4 } });
+    expect(blocked.body.error).toMatchObject({
+      code: 'POLICY_VIOLATION',
+      details: { limit: 3, period: '15m', current: 4 },
+    });
     expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 
@@ -334,11 +371,17 @@ describe('login throttling under concurrency', () => {
   const attempt = (email: string, password: string, clientAddress: string) =>
     t.request('POST', '/api/v1/auth/login', { body: { email, password }, clientAddress });
   const statusCounts = (responses: { status: number }[]) =>
-    responses.reduce<Record<number, number>>((counts, r) => ({ ...counts, [r.status]: (counts[r.status] ?? 0) + 1 }), {});
+    responses.reduce<Record<number, number>>(
+      (counts, r) => ({ ...counts, [r.status]: (counts[r.status] ?? 0) + 1 }),
+      {},
+    );
 
   function expectThrottled(refused: TestResponse[], limit: number) {
     for (const response of refused) {
-      expect(response.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit, period: '15m', current: expect.any(Number) } });
+      expect(response.body.error).toMatchObject({
+        code: 'POLICY_VIOLATION',
+        details: { limit, period: '15m', current: expect.any(Number) },
+      });
       expect(response.body.error.details.current).toBeGreaterThan(limit);
       expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
     }
@@ -348,9 +391,14 @@ describe('login throttling under concurrency', () => {
     const org = await signUp(t);
     const verified = await passwordHashes(t, 'verify');
     // Each from its own address, so that only the email's limit applies.
-    const responses = await Promise.all(Array.from({ length: 60 }, (_, i) => attempt(org.adminEmail, `wrong password ${i}`, `198.18.1.${i}`)));
+    const responses = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => attempt(org.adminEmail, `wrong password ${i}`, `198.18.1.${i}`)),
+    );
     expect(statusCounts(responses)).toEqual({ 401: 3, 429: 57 });
-    expectThrottled(responses.filter((r) => r.status === 429), 3);
+    expectThrottled(
+      responses.filter((r) => r.status === 429),
+      3,
+    );
     expect((await passwordHashes(t, 'verify')) - verified).toBe(3);
     // The right password is refused too until the window ends, still without argon2.
     expect((await attempt(org.adminEmail, PASSWORD, '198.18.1.200')).status).toBe(429);
@@ -360,9 +408,14 @@ describe('login throttling under concurrency', () => {
   test('60 concurrent unknown emails from one address: 5 are checked, 55 refused without running argon2', async () => {
     const org = await signUp(t);
     const verified = await passwordHashes(t, 'verify');
-    const responses = await Promise.all(Array.from({ length: 60 }, (_, i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', '198.18.2.1')));
+    const responses = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', '198.18.2.1')),
+    );
     expect(statusCounts(responses)).toEqual({ 401: 5, 429: 55 });
-    expectThrottled(responses.filter((r) => r.status === 429), 5);
+    expectThrottled(
+      responses.filter((r) => r.status === 429),
+      5,
+    );
     expect((await passwordHashes(t, 'verify')) - verified).toBe(5);
     // Unknown email and wrong password: the same 401 after the same argon2 work.
     const [unknown, wrong] = await Promise.all([
@@ -380,13 +433,18 @@ describe('login throttling under concurrency', () => {
     const org = await signUp(t);
     const address = '198.18.3.1';
     // Two failures for the email (limit 3), then the right password: it gets in and clears them.
-    for (const response of await Promise.all([1, 2].map((i) => attempt(org.adminEmail, `wrong password ${i}`, address)))) {
+    for (const response of await Promise.all(
+      [1, 2].map((i) => attempt(org.adminEmail, `wrong password ${i}`, address)),
+    )) {
       expect(response.status).toBe(401);
     }
     expect((await attempt(org.adminEmail, PASSWORD, address)).status).toBe(200);
-    for (let i = 3; i <= 5; i++) expect((await attempt(org.adminEmail, `wrong password ${i}`, `198.18.3.${i}`)).status).toBe(401);
+    for (let i = 3; i <= 5; i++)
+      expect((await attempt(org.adminEmail, `wrong password ${i}`, `198.18.3.${i}`)).status).toBe(401);
     // The address counted 2 failures and no success (limit 5): 3 more failures fit, not 4.
-    const more = await Promise.all([6, 7, 8, 9].map((i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', address)));
+    const more = await Promise.all(
+      [6, 7, 8, 9].map((i) => attempt(`nobody-${i}@nowhere.example`, 'guess guess guess', address)),
+    );
     expect(statusCounts(more)).toEqual({ 401: 3, 429: 1 });
   });
 });
@@ -396,7 +454,13 @@ describe('API keys', () => {
     const org = await signUp(t);
     const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/api-keys`, {
       token: org.adminToken,
-      body: { name: 'ci bot', description: 'reads manifests', scopes: ['manifests:read', 'logs:read'], expires_in_days: 30, svc_ids: ['billing-agent'] },
+      body: {
+        name: 'ci bot',
+        description: 'reads manifests',
+        scopes: ['manifests:read', 'logs:read'],
+        expires_in_days: 30,
+        svc_ids: ['billing-agent'],
+      },
     });
     expect(created.status).toBe(201);
     const key = created.body.key as string;
@@ -428,9 +492,10 @@ describe('API keys', () => {
       created_at: created.body.created_at,
     });
     expect(list.text).not.toContain(key);
-    const [stored] = await t.database.db.sql.query<{ key_hash: string }>('SELECT key_hash FROM api_keys WHERE id = $1', [
-      created.body.key_id,
-    ]);
+    const [stored] = await t.database.db.sql.query<{ key_hash: string }>(
+      'SELECT key_hash FROM api_keys WHERE id = $1',
+      [created.body.key_id],
+    );
     expect(stored.key_hash).toMatch(/^[0-9a-f]{64}$/);
     expect(stored.key_hash).not.toContain(key.slice(4, 20));
   });

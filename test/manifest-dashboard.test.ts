@@ -28,7 +28,10 @@ describe('dashboard queries resolve relations without N+1', () => {
       await createManifest(t, org, 'active', manifestPayload({ svcId }));
       const v2 = manifestPayload({ svcId, capabilities: ['billing:read'] });
       (v2.agent as { version: string }).version = '2.0.0';
-      const registered = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { token: operator.token, body: v2 });
+      const registered = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, {
+        token: operator.token,
+        body: v2,
+      });
       expect(registered.status).toBe(201);
     }
 
@@ -65,7 +68,10 @@ describe('concurrency', () => {
       const statuses = results.map((r) => r.status).sort();
       expect(statuses).toEqual([200, 409]);
       const loser = results.find((r) => r.status === 409)!;
-      expect(loser.body.error).toMatchObject({ code: 'INVALID_STATE_TRANSITION', details: { from: 'active', to: 'active' } });
+      expect(loser.body.error).toMatchObject({
+        code: 'INVALID_STATE_TRANSITION',
+        details: { from: 'active', to: 'active' },
+      });
       const history = await t.request('GET', `/api/v1/orgs/${org.orgId}/manifests/${manifestId}/history`, {
         token: org.adminToken,
       });
@@ -105,7 +111,9 @@ describe('concurrency', () => {
     const org = await signUp(t);
     const payload = manifestPayload({ svcId: 'burst-agent' });
     const results = await Promise.all(
-      Array.from({ length: 6 }, () => t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { token: org.adminToken, body: payload })),
+      Array.from({ length: 6 }, () =>
+        t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { token: org.adminToken, body: payload }),
+      ),
     );
     expect(results.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409, 409]);
     for (const r of results.filter((x) => x.status === 409)) expect(r.body.error.code).toBe('CONFLICT');

@@ -7,14 +7,7 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import canonicalizeModule from 'canonicalize';
 import { startTestApp, type TestApp, type TestResponse } from './support/app.js';
-import {
-  addUser,
-  createKey,
-  createManifest,
-  manifestPayload,
-  signUp,
-  type OrgFixture,
-} from './support/fixtures.js';
+import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
 
 // CommonJS package with `export default`-style typings that NodeNext resolution misreads.
 const canonicalize = canonicalizeModule as unknown as (value: unknown) => string | undefined;
@@ -88,7 +81,11 @@ const minimal = (svcId = `agent-${unique()}`, requested = ['billing:read']) => (
 
 /** A payload of agent version `agentVersion` for `svcId` (same capabilities as manifestPayload). */
 const versionOf = (svcId: string, agentVersion: string, extra: Json = {}): Json =>
-  manifestPayload({ svcId, agent: { id: svcId, name: 'Test agent', version: agentVersion, team: 'platform' }, ...extra });
+  manifestPayload({
+    svcId,
+    agent: { id: svcId, name: 'Test agent', version: agentVersion, team: 'platform' },
+    ...extra,
+  });
 
 async function ok(response: Promise<TestResponse>, status = 200): Promise<Json> {
   const r = await response;
@@ -402,17 +399,37 @@ describe('validate', () => {
     ['capabilities missing', (p) => delete p.capabilities, 'capabilities'],
     ['capabilities.requested missing', (p) => delete p.capabilities.requested, 'capabilities.requested'],
     ['capabilities.requested empty', (p) => (p.capabilities.requested = []), 'capabilities.requested'],
-    ['capabilities.requested not an array', (p) => (p.capabilities.requested = 'billing:read'), 'capabilities.requested'],
-    ['a capability without an action ("billing")', (p) => (p.capabilities.requested[0] = 'billing'), 'capabilities.requested[0]'],
-    ['a capability in uppercase ("Billing:read")', (p) => (p.capabilities.requested[1] = 'Billing:read'), 'capabilities.requested[1]'],
-    ['a capability with three parts ("a:b:c")', (p) => (p.capabilities.requested[2] = 'a:b:c'), 'capabilities.requested[2]'],
+    [
+      'capabilities.requested not an array',
+      (p) => (p.capabilities.requested = 'billing:read'),
+      'capabilities.requested',
+    ],
+    [
+      'a capability without an action ("billing")',
+      (p) => (p.capabilities.requested[0] = 'billing'),
+      'capabilities.requested[0]',
+    ],
+    [
+      'a capability in uppercase ("Billing:read")',
+      (p) => (p.capabilities.requested[1] = 'Billing:read'),
+      'capabilities.requested[1]',
+    ],
+    [
+      'a capability with three parts ("a:b:c")',
+      (p) => (p.capabilities.requested[2] = 'a:b:c'),
+      'capabilities.requested[2]',
+    ],
     ['a capability that is not a string', (p) => (p.capabilities.requested[2] = 7), 'capabilities.requested[2]'],
     [
       'a duplicate capability',
       (p) => (p.capabilities.requested = ['billing:read', 'billing:read']),
       'capabilities.requested[1]',
     ],
-    ['capabilities.approved non-empty at registration', (p) => (p.capabilities.approved = ['billing:read']), 'capabilities.approved'],
+    [
+      'capabilities.approved non-empty at registration',
+      (p) => (p.capabilities.approved = ['billing:read']),
+      'capabilities.approved',
+    ],
     [
       'require_human_approval not a subset of requested',
       (p) => (p.constraints.require_human_approval = ['payments:refund']),
@@ -426,7 +443,11 @@ describe('validate', () => {
     ['max_actions_per_hour 0', (p) => (p.constraints.max_actions_per_hour = 0), 'constraints.max_actions_per_hour'],
     ['max_actions_per_hour -1', (p) => (p.constraints.max_actions_per_hour = -1), 'constraints.max_actions_per_hour'],
     ['max_actions_per_hour 1.5', (p) => (p.constraints.max_actions_per_hour = 1.5), 'constraints.max_actions_per_hour'],
-    ['max_actions_per_hour "10"', (p) => (p.constraints.max_actions_per_hour = '10'), 'constraints.max_actions_per_hour'],
+    [
+      'max_actions_per_hour "10"',
+      (p) => (p.constraints.max_actions_per_hour = '10'),
+      'constraints.max_actions_per_hour',
+    ],
     ['max_actions_per_day 0', (p) => (p.constraints.max_actions_per_day = 0), 'constraints.max_actions_per_day'],
     ['max_actions_per_day -1', (p) => (p.constraints.max_actions_per_day = -1), 'constraints.max_actions_per_day'],
     ['max_actions_per_day 1.5', (p) => (p.constraints.max_actions_per_day = 100.5), 'constraints.max_actions_per_day'],
@@ -572,7 +593,9 @@ describe('manifest hash', () => {
     changed.agent.version = '1.0.1';
     const limits = clone(original);
     limits.constraints.max_actions_per_day = 101;
-    const hashes = await Promise.all([original, changed, limits].map(async (p) => (await validate(orgA, p)).body.manifest_hash));
+    const hashes = await Promise.all(
+      [original, changed, limits].map(async (p) => (await validate(orgA, p)).body.manifest_hash),
+    );
     expect(new Set(hashes).size).toBe(3);
     expect(hashes[1]).toBe(independentHash(changed));
     expect(hashes[2]).toBe(independentHash(limits));
@@ -792,11 +815,14 @@ describe('read and list', () => {
       expectValidationError(await list(paged, query), [field]);
     });
 
-    test.each([['limit=abc'], ['offset=abc'], ['limit=1.5']])('%s (not an integer) is 422 VALIDATION_ERROR', async (query) => {
-      const response = await list(paged, query);
-      expect(response.status).toBe(422);
-      expect(response.body.error.code).toBe('VALIDATION_ERROR');
-    });
+    test.each([['limit=abc'], ['offset=abc'], ['limit=1.5']])(
+      '%s (not an integer) is 422 VALIDATION_ERROR',
+      async (query) => {
+        const response = await list(paged, query);
+        expect(response.status).toBe(422);
+        expect(response.body.error.code).toBe('VALIDATION_ERROR');
+      },
+    );
 
     // A query-string parameter that is not an integer must be named like every other bad field.
     test.each([
@@ -846,7 +872,11 @@ describe('by-svc', () => {
     const newer = await ok(register(org, versionOf(svcId, '2.0.0')), 201);
     const response = await bySvc(org, svcId);
     expect(response.status).toBe(200);
-    expect(response.body).toMatchObject({ manifest_id: newer.manifest_id, status: 'pending', agent: { version: '2.0.0' } });
+    expect(response.body).toMatchObject({
+      manifest_id: newer.manifest_id,
+      status: 'pending',
+      agent: { version: '2.0.0' },
+    });
   });
 
   test('after a new version is approved, by-svc returns it, not the superseded one', async () => {
@@ -911,15 +941,28 @@ describe('lifecycle', () => {
       expect(historyAfter).toHaveLength(historyBefore.length + 1);
       expect(historyAfter[0]).toMatchObject({ manifest_id: id, status: to, changed_by: org.adminEmail });
       if (action === 'reject') {
-        expect(response.body).toMatchObject({ rejected_by: org.adminEmail, rejected_at: expect.stringMatching(ISO), reason: 'because reject' });
+        expect(response.body).toMatchObject({
+          rejected_by: org.adminEmail,
+          rejected_at: expect.stringMatching(ISO),
+          reason: 'because reject',
+        });
       }
       if (action === 'revoke') {
-        expect(response.body).toMatchObject({ revoked_by: org.adminEmail, revoked_at: expect.stringMatching(ISO), reason: 'because revoke' });
+        expect(response.body).toMatchObject({
+          revoked_by: org.adminEmail,
+          revoked_at: expect.stringMatching(ISO),
+          reason: 'because revoke',
+        });
       }
       if (action === 'suspend') {
-        expect(response.body).toMatchObject({ suspended_by: org.adminEmail, suspended_at: expect.stringMatching(ISO), reason: 'because suspend' });
+        expect(response.body).toMatchObject({
+          suspended_by: org.adminEmail,
+          suspended_at: expect.stringMatching(ISO),
+          reason: 'because suspend',
+        });
       }
-      if (action === 'approve') expect(response.body.capabilities.approved).toEqual(response.body.capabilities.requested);
+      if (action === 'approve')
+        expect(response.body.capabilities.approved).toEqual(response.body.capabilities.requested);
     } else {
       expect(response.status).toBe(409);
       expect(response.body).toEqual({
@@ -1038,7 +1081,10 @@ describe('lifecycle', () => {
 
     test.each([
       [{ approved_capabilities: ['billing:read', 'payments:refund'] }, ['approved_capabilities[1]']],
-      [{ approved_capabilities: ['nope:nope', 'billing:read', 'x:y'] }, ['approved_capabilities[0]', 'approved_capabilities[2]']],
+      [
+        { approved_capabilities: ['nope:nope', 'billing:read', 'x:y'] },
+        ['approved_capabilities[0]', 'approved_capabilities[2]'],
+      ],
       [{ approved_capabilities: [] }, ['approved_capabilities']],
       [{ approved_capabilities: ['billing:read', 'billing:read'] }, ['approved_capabilities']],
     ])('%j is 422 naming %j and the manifest stays pending', async (body, expectedFields) => {
@@ -1085,7 +1131,16 @@ describe('history', () => {
     org = await signUp(t, 'hist');
   });
 
-  const entryKeys = ['version', 'agent_version', 'manifest_id', 'manifest_hash', 'status', 'changed_at', 'changed_by', 'changes'];
+  const entryKeys = [
+    'version',
+    'agent_version',
+    'manifest_id',
+    'manifest_hash',
+    'status',
+    'changed_at',
+    'changed_by',
+    'changes',
+  ];
 
   test('v1 registered, 2 of 3 approved, v2 registered and approved: every step, newest first, from either id', async () => {
     const svcId = `agent-${unique()}`;
@@ -1258,10 +1313,19 @@ describe('audit trail', () => {
       'manifest.revoked',
     ]);
     for (const row of normalized) {
-      expect(row).toMatchObject({ target_type: 'manifest', target_id: id, actor_type: 'user', actor_label: org.adminEmail });
+      expect(row).toMatchObject({
+        target_type: 'manifest',
+        target_id: id,
+        actor_type: 'user',
+        actor_label: org.adminEmail,
+      });
     }
     const [registered, approved, suspended, reactivated, revoked] = normalized;
-    expect(registered.after).toMatchObject({ status: 'pending', svc_id: created.svc_id, manifest_hash: created.manifest_hash });
+    expect(registered.after).toMatchObject({
+      status: 'pending',
+      svc_id: created.svc_id,
+      manifest_hash: created.manifest_hash,
+    });
     expect(registered.reason).toBeNull();
     expect(approved.before).toEqual({ status: 'pending' });
     expect(approved.after).toMatchObject({ status: 'active', approved_capabilities: ['billing:read'] });
@@ -1315,14 +1379,7 @@ describe('database constraints', () => {
                               requested_capabilities, approved_capabilities, created_by, updated_at)
        VALUES ($1, $2, $3, '1.0', $4::"ManifestStatus", $5, $6::jsonb, ARRAY['billing:read'], ARRAY[]::text[], 'sql-test', now())
        RETURNING id`,
-      [
-        randomUUID(),
-        org.orgId,
-        svcId,
-        status,
-        `sha256:${'0'.repeat(64)}`,
-        JSON.stringify(minimal(svcId)),
-      ],
+      [randomUUID(), org.orgId, svcId, status, `sha256:${'0'.repeat(64)}`, JSON.stringify(minimal(svcId))],
     );
 
   async function expectUniqueViolation(work: Promise<unknown>, index: string) {
@@ -1478,5 +1535,8 @@ test('a daily limit alone is valid: the hourly default does not make it an error
   const response = await validate(org, payload);
   expect(response.status).toBe(200);
   expect(response.body.valid).toBe(true);
-  expect(response.body.warnings).toContainEqual({ field: 'constraints.max_actions_per_hour', message: expect.stringContaining('100') });
+  expect(response.body.warnings).toContainEqual({
+    field: 'constraints.max_actions_per_hour',
+    message: expect.stringContaining('100'),
+  });
 });

@@ -47,14 +47,22 @@ async function waitFor(done: () => Promise<boolean>, what: string, deadlineMs = 
   }
 }
 
-const fields = (body: { error: { details: { errors: { field: string }[] } } }) => body.error.details.errors.map((e) => e.field);
+const fields = (body: { error: { details: { errors: { field: string }[] } } }) =>
+  body.error.details.errors.map((e) => e.field);
 
 describe('templates of the caller’s org', () => {
   test('create → draft; read with operations and metadata; publish; archive', async () => {
     const org = await signUp(t);
-    const created = await t.request('POST', '/manifests', { token: org.adminToken, body: template({ constraints: { max_actions_per_hour: 10 } }) });
+    const created = await t.request('POST', '/manifests', {
+      token: org.adminToken,
+      body: template({ constraints: { max_actions_per_hour: 10 } }),
+    });
     expect(created.status).toBe(201);
-    expect(created.body).toEqual({ id: expect.stringMatching(/^[0-9a-f-]{36}$/), status: 'draft', created_at: expect.any(String) });
+    expect(created.body).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      status: 'draft',
+      created_at: expect.any(String),
+    });
 
     const read = await t.request('GET', `/manifests/${created.body.id}`, { token: org.adminToken });
     expect(read.status).toBe(200);
@@ -91,15 +99,32 @@ describe('templates of the caller’s org', () => {
     });
 
     const published = await publish(org, created.body.id);
-    expect(published).toMatchObject({ status: 'published', published_at: expect.any(String), operations, content_hash: contentHash });
+    expect(published).toMatchObject({
+      status: 'published',
+      published_at: expect.any(String),
+      operations,
+      content_hash: contentHash,
+    });
     const again = await t.request('POST', `/manifests/${created.body.id}/publish`, { token: org.adminToken, body: {} });
     expect(again.status).toBe(409);
-    expect(again.body.error).toMatchObject({ code: 'INVALID_STATE_TRANSITION', details: { from: 'published', to: 'published' } });
-    const archived = await t.request('POST', `/manifests/${created.body.id}/archive`, { token: org.adminToken, body: {} });
+    expect(again.body.error).toMatchObject({
+      code: 'INVALID_STATE_TRANSITION',
+      details: { from: 'published', to: 'published' },
+    });
+    const archived = await t.request('POST', `/manifests/${created.body.id}/archive`, {
+      token: org.adminToken,
+      body: {},
+    });
     expect(archived.body.status).toBe('archived');
 
-    const audit = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_type=manifest_template`, { token: org.adminToken });
-    expect(audit.body.items.map((i: { action: string }) => i.action)).toEqual(['template.archived', 'template.published', 'template.created']);
+    const audit = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_type=manifest_template`, {
+      token: org.adminToken,
+    });
+    expect(audit.body.items.map((i: { action: string }) => i.action)).toEqual([
+      'template.archived',
+      'template.published',
+      'template.created',
+    ]);
   });
 
   test.each([
@@ -126,12 +151,21 @@ describe('templates of the caller’s org', () => {
 
   test('prices are exact: numbers and strings with up to two places, stored and shown with two', async () => {
     const org = await signUp(t);
-    for (const [price, shown] of [[19.99, '19.99'], ['7', '7.00'], ['0.5', '0.50'], [0, '0.00'], ['9999999999.99', '9999999999.99']] as const) {
+    for (const [price, shown] of [
+      [19.99, '19.99'],
+      ['7', '7.00'],
+      ['0.5', '0.50'],
+      [0, '0.00'],
+      ['9999999999.99', '9999999999.99'],
+    ] as const) {
       const id = await create(org, template({ price }));
       expect((await t.request('GET', `/manifests/${id}`, { token: org.adminToken })).body.manifest.price).toBe(shown);
     }
     const free = await create(org, template({ price: undefined, currency: undefined }));
-    expect((await t.request('GET', `/manifests/${free}`, { token: org.adminToken })).body.manifest).toMatchObject({ price: '0.00', currency: 'USD' });
+    expect((await t.request('GET', `/manifests/${free}`, { token: org.adminToken })).body.manifest).toMatchObject({
+      price: '0.00',
+      currency: 'USD',
+    });
   });
 
   test('list: page and limit with totals, status filter, newest first; bad paging is 422', async () => {
@@ -149,7 +183,12 @@ describe('templates of the caller’s org', () => {
     expect(past.body).toEqual({ manifests: [], pagination: { page: 9, limit: 2, total: 5, pages: 3 } });
     const published = await t.request('GET', '/manifests?status=published', { token: org.adminToken });
     expect(published.body.manifests.map((m: { id: string }) => m.id)).toEqual([ids[0]]);
-    expect((await t.request('GET', '/manifests', { token: org.adminToken })).body.pagination).toEqual({ page: 1, limit: 20, total: 5, pages: 1 });
+    expect((await t.request('GET', '/manifests', { token: org.adminToken })).body.pagination).toEqual({
+      page: 1,
+      limit: 20,
+      total: 5,
+      pages: 1,
+    });
     for (const query of ['page=0', 'limit=0', 'limit=101', 'status=gone']) {
       expect((await t.request('GET', `/manifests?${query}`, { token: org.adminToken })).status).toBe(422);
     }
@@ -183,9 +222,15 @@ describe('the marketplace', () => {
     expect(visible.body.manifest).toMatchObject({ id: shown, publisher: { org_id: publisher.orgId } });
     // The buyer's own list holds only its own templates; it cannot publish the other's.
     expect((await t.request('GET', '/manifests', { token: buyer.adminToken })).body.pagination.total).toBe(0);
-    expect((await t.request('POST', `/manifests/${draft}/publish`, { token: buyer.adminToken, body: {} })).status).toBe(404);
+    expect((await t.request('POST', `/manifests/${draft}/publish`, { token: buyer.adminToken, body: {} })).status).toBe(
+      404,
+    );
 
-    const market = await t.request('GET', `/marketplace/manifests?limit=100&q=${encodeURIComponent('Refund assistant')}`, { token: buyer.adminToken });
+    const market = await t.request(
+      'GET',
+      `/marketplace/manifests?limit=100&q=${encodeURIComponent('Refund assistant')}`,
+      { token: buyer.adminToken },
+    );
     const ids = market.body.manifests.map((m: { id: string }) => m.id);
     expect(ids).toContain(shown);
     expect(ids).not.toContain(draft);
@@ -196,11 +241,20 @@ describe('the marketplace', () => {
     const org = await signUp(t);
     const category = `prices-${Date.now()}`;
     const other = `${category}-other`;
-    for (const [price, cat] of [['9.99', category], ['10.00', category], ['10.01', category], ['10.00', other]] as const) {
+    for (const [price, cat] of [
+      ['9.99', category],
+      ['10.00', category],
+      ['10.01', category],
+      ['10.00', other],
+    ] as const) {
       await publish(org, await create(org, template({ price, category: cat, name: `Priced ${category}` })));
     }
     const browse = async (query: string) => {
-      const response = await t.request('GET', `/marketplace/manifests?q=${encodeURIComponent(`Priced ${category}`)}&${query}`, { token: org.adminToken });
+      const response = await t.request(
+        'GET',
+        `/marketplace/manifests?q=${encodeURIComponent(`Priced ${category}`)}&${query}`,
+        { token: org.adminToken },
+      );
       expect(response.status).toBe(200);
       return response.body;
     };
@@ -224,7 +278,9 @@ describe('the marketplace', () => {
       { category: other, count: 1 },
     ]);
 
-    const bad = await t.request('GET', '/marketplace/manifests?min_price=11&max_price=10.99', { token: org.adminToken });
+    const bad = await t.request('GET', '/marketplace/manifests?min_price=11&max_price=10.99', {
+      token: org.adminToken,
+    });
     expect(bad.status).toBe(422);
     expect(fields(bad.body)).toEqual(['min_price']);
     for (const query of ['min_price=abc', 'max_price=-1', 'min_price=1.001']) {
@@ -235,9 +291,13 @@ describe('the marketplace', () => {
   test('q matches words of the name or description, and LIKE wildcards match themselves', async () => {
     const org = await signUp(t);
     const marker = `zq${Date.now()}`;
-    await publish(org, await create(org, template({ name: `Invoice helper ${marker}`, description: '100% automatic' })));
+    await publish(
+      org,
+      await create(org, template({ name: `Invoice helper ${marker}`, description: '100% automatic' })),
+    );
     const search = async (q: string) =>
-      (await t.request('GET', `/marketplace/manifests?q=${encodeURIComponent(q)}`, { token: org.adminToken })).body.manifests.length;
+      (await t.request('GET', `/marketplace/manifests?q=${encodeURIComponent(q)}`, { token: org.adminToken })).body
+        .manifests.length;
     expect(await search(marker.toUpperCase())).toBe(1);
     expect(await search(`${marker.slice(0, 4)}_`)).toBe(0);
     expect(await search('100% automatic')).toBeGreaterThanOrEqual(1);
@@ -264,7 +324,10 @@ describe('purchases', () => {
   test('free: completes at once and registers a pending manifest that needs an operator before the gateway allows anything', async () => {
     const publisher = await signUp(t);
     const buyer = await signUp(t);
-    const id = await published(publisher, { price: '0', constraints: { max_actions_per_hour: 5, max_actions_per_day: 50 } });
+    const id = await published(publisher, {
+      price: '0',
+      constraints: { max_actions_per_hour: 5, max_actions_per_day: 50 },
+    });
     const bought = await buy(buyer, { manifest_id: id, payment_method: 'free', agent_id: 'bought-refunds' });
     expect(bought.status).toBe(201);
     expect(bought.body).toMatchObject({
@@ -279,27 +342,44 @@ describe('purchases', () => {
     });
     const manifestId = bought.body.manifest.manifest_id;
     const agent = await t.request('GET', '/api/v1/agents/bought-refunds', { token: buyer.adminToken });
-    expect(agent.body).toMatchObject({ status: 'active', current_manifest: { manifest_id: manifestId, status: 'pending' } });
+    expect(agent.body).toMatchObject({
+      status: 'active',
+      current_manifest: { manifest_id: manifestId, status: 'pending' },
+    });
 
     // Nothing runs until an operator approves.
     await t.request('POST', `/api/v1/orgs/${buyer.orgId}/tools`, {
       token: buyer.adminToken,
       body: { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
     });
-    const key = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/api-keys`, { token: buyer.adminToken, body: { name: 'k', scopes: ['gateway:execute'] } });
+    const key = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/api-keys`, {
+      token: buyer.adminToken,
+      body: { name: 'k', scopes: ['gateway:execute'] },
+    });
     const act = () =>
       t.request('POST', '/api/v1/gateway/execute', {
         apiKey: key.body.key,
-        body: { svc_id: 'bought-refunds', agent_id: 'bought-refunds', action: { type: 'billing', tool: 'read', params: {} } },
+        body: {
+          svc_id: 'bought-refunds',
+          agent_id: 'bought-refunds',
+          action: { type: 'billing', tool: 'read', params: {} },
+        },
       });
     expect((await act()).body.reasons.map((r: { code: string }) => r.code)).toContain('MANIFEST_NOT_ACTIVE');
-    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, { token: buyer.adminToken, body: {} });
+    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, {
+      token: buyer.adminToken,
+      body: {},
+    });
     expect(approved.status).toBe(200);
     expect((await act()).body.decision).toBe('allow');
 
     // The publisher sees one completed purchase; the buyer sees no count of another org's template.
-    expect((await t.request('GET', `/manifests/${id}`, { token: publisher.adminToken })).body.metadata.purchases).toBe(1);
-    expect((await t.request('GET', `/manifests/${id}`, { token: buyer.adminToken })).body.metadata.purchases).toBeNull();
+    expect((await t.request('GET', `/manifests/${id}`, { token: publisher.adminToken })).body.metadata.purchases).toBe(
+      1,
+    );
+    expect(
+      (await t.request('GET', `/manifests/${id}`, { token: buyer.adminToken })).body.metadata.purchases,
+    ).toBeNull();
   });
 
   test('payment methods: free only at price 0, unknown ones listed, drafts not for sale', async () => {
@@ -308,7 +388,9 @@ describe('purchases', () => {
     const priced = await published(publisher, { price: '12.50' });
     const free = await buy(buyer, { manifest_id: priced, payment_method: 'free' });
     expect(free.status).toBe(422);
-    expect(free.body.error.details.errors).toEqual([{ field: 'payment_method', message: expect.stringMatching(/only for templates priced 0.*12\.50 EUR/) }]);
+    expect(free.body.error.details.errors).toEqual([
+      { field: 'payment_method', message: expect.stringMatching(/only for templates priced 0.*12\.50 EUR/) },
+    ]);
     const card = await buy(buyer, { manifest_id: priced, payment_method: 'card' });
     expect(card.status).toBe(422);
     expect(card.body.error.message).toMatch(/free .*invoice/);
@@ -330,7 +412,9 @@ describe('purchases', () => {
     const confirmPath = `/marketplace/transactions/${txn}/confirm`;
     expect((await t.request('POST', confirmPath, { token: buyer.adminToken, body: {} })).status).toBe(404);
     const operator = await addUser(t, publisher, 'operator');
-    expect((await t.request('POST', confirmPath, { token: await login(t, operator.email), body: {} })).status).toBe(403);
+    expect((await t.request('POST', confirmPath, { token: await login(t, operator.email), body: {} })).status).toBe(
+      403,
+    );
 
     const confirmed = await t.request('POST', confirmPath, { token: publisher.adminToken, body: {} });
     expect(confirmed.status).toBe(200);
@@ -348,8 +432,15 @@ describe('purchases', () => {
     });
     const again = await t.request('POST', confirmPath, { token: publisher.adminToken, body: {} });
     expect(again.status).toBe(409);
-    expect(again.body.error).toMatchObject({ code: 'INVALID_STATE_TRANSITION', details: { from: 'completed', to: 'completed' } });
-    const manifest = await t.request('GET', `/api/v1/orgs/${buyer.orgId}/manifests/${confirmed.body.registered_manifest_id}`, { token: buyer.adminToken });
+    expect(again.body.error).toMatchObject({
+      code: 'INVALID_STATE_TRANSITION',
+      details: { from: 'completed', to: 'completed' },
+    });
+    const manifest = await t.request(
+      'GET',
+      `/api/v1/orgs/${buyer.orgId}/manifests/${confirmed.body.registered_manifest_id}`,
+      { token: buyer.adminToken },
+    );
     expect(manifest.body).toMatchObject({ status: 'pending', svc_id: 'invoice-me' });
 
     for (const org of [buyer, publisher]) {
@@ -400,7 +491,9 @@ describe('purchases', () => {
     ]) {
       const reused = await buy(buyer, different, key);
       expect(reused.status).toBe(422);
-      expect(reused.body).toEqual({ error: { code: 'IDEMPOTENCY_KEY_REUSED', message: expect.stringMatching(/different purchase/), details: {} } });
+      expect(reused.body).toEqual({
+        error: { code: 'IDEMPOTENCY_KEY_REUSED', message: expect.stringMatching(/different purchase/), details: {} },
+      });
     }
     const graphql = await t.graphql(
       'mutation ($id: ID!) { marketplace_purchase(manifest_id: $id, payment_method: "free") { transaction_id } }',
@@ -428,7 +521,9 @@ describe('purchases', () => {
     const bought = await buy(buyer, { manifest_id: id, payment_method: 'free' }, key);
     expect(bought.status).toBe(201);
     // What the migration leaves for a key of an earlier purchase: completed, its request unknown.
-    await t.database.db.sql.query('UPDATE purchase_idempotency_keys SET request_hash = NULL WHERE org_id = $1', [buyer.orgId]);
+    await t.database.db.sql.query('UPDATE purchase_idempotency_keys SET request_hash = NULL WHERE org_id = $1', [
+      buyer.orgId,
+    ]);
     const retried = await buy(buyer, { manifest_id: id, payment_method: 'invoice', agent_id: 'other-agent' }, key);
     expect(retried.status).toBe(201);
     expect(retried.body.transaction_id).toBe(bought.body.transaction_id);
@@ -442,56 +537,65 @@ describe('purchases', () => {
     const body = { manifest_id: id, payment_method: 'free', agent_id: 'running-agent' };
     const key = `running-${Date.now()}`;
     // What a request in flight (here or on another process) holds: the key claimed, no transaction yet.
-    await t.database.db.sql.query('INSERT INTO purchase_idempotency_keys (org_id, key, request_hash) VALUES ($1, $2, $3)', [
-      buyer.orgId,
-      key,
-      purchaseRequestHash(body),
-    ]);
+    await t.database.db.sql.query(
+      'INSERT INTO purchase_idempotency_keys (org_id, key, request_hash) VALUES ($1, $2, $3)',
+      [buyer.orgId, key, purchaseRequestHash(body)],
+    );
     const running = await buy(buyer, body, { 'Idempotency-Key': key });
     expect(running.status).toBe(409);
     expect(running.body.error).toMatchObject({ code: 'CONFLICT', message: expect.stringMatching(/still running/) });
-    expect((await buy(buyer, { ...body, agent_id: 'another-agent' }, { 'Idempotency-Key': key })).body.error.code).toBe('IDEMPOTENCY_KEY_REUSED');
+    expect((await buy(buyer, { ...body, agent_id: 'another-agent' }, { 'Idempotency-Key': key })).body.error.code).toBe(
+      'IDEMPOTENCY_KEY_REUSED',
+    );
     expect(await purchasesOf(buyer)).toEqual([]);
 
     // The process that claimed it stopped a while ago: the claim lapses and the retry runs.
-    await t.database.db.sql.query("UPDATE purchase_idempotency_keys SET claimed_at = now() - interval '2 minutes' WHERE key = $1", [key]);
+    await t.database.db.sql.query(
+      "UPDATE purchase_idempotency_keys SET claimed_at = now() - interval '2 minutes' WHERE key = $1",
+      [key],
+    );
     const retried = await buy(buyer, body, { 'Idempotency-Key': key });
     expect(retried.status).toBe(201);
     expect(await purchasesOf(buyer)).toEqual([retried.body.transaction_id]);
   });
 
-  (backend === 'postgresql' ? test : test.skip)('while the first purchase is held mid-way, a second one with its key is 409 CONFLICT; the first then completes', async () => {
-    // PostgreSQL only: the first purchase is held inside its database transaction, where it
-    // registers the manifest, by a lock on the manifests taken on another connection; PGlite (one
-    // connection) cannot hold one request while serving another.
-    const publisher = await signUp(t);
-    const buyer = await signUp(t);
-    const id = await published(publisher, { price: '0' });
-    const body = { manifest_id: id, payment_method: 'free', agent_id: 'held-agent' };
-    const key = { 'Idempotency-Key': `held-${Date.now()}` };
-    const [first, second] = await t.database.db.sql.transaction(async (tx) => {
-      await tx.query('LOCK TABLE manifests IN EXCLUSIVE MODE');
-      const firstPurchase = buy(buyer, body, key);
-      await waitFor(async () => {
-        const [row] = await t.database.db.sql.query<{ waiting: number }>(
-          "SELECT count(*)::int AS waiting FROM pg_locks WHERE NOT granted AND relation = 'manifests'::regclass",
-        );
-        return row.waiting > 0;
-      }, 'the first purchase to wait for the lock');
-      // Bounded, so that a second purchase that waited for the first would end the lock and fail.
-      const secondPurchase = await Promise.race([
-        buy(buyer, body, key),
-        new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the second purchase waited for the first')), 15_000).unref()),
-      ]);
-      return [firstPurchase, secondPurchase] as const;
-    });
-    expect(second.status).toBe(409);
-    expect(second.body.error.code).toBe('CONFLICT');
-    const completed = await first;
-    expect(completed.status).toBe(201);
-    expect(await purchasesOf(buyer)).toEqual([completed.body.transaction_id]);
-    expect((await buy(buyer, body, key)).body.transaction_id).toBe(completed.body.transaction_id);
-  });
+  (backend === 'postgresql' ? test : test.skip)(
+    'while the first purchase is held mid-way, a second one with its key is 409 CONFLICT; the first then completes',
+    async () => {
+      // PostgreSQL only: the first purchase is held inside its database transaction, where it
+      // registers the manifest, by a lock on the manifests taken on another connection; PGlite (one
+      // connection) cannot hold one request while serving another.
+      const publisher = await signUp(t);
+      const buyer = await signUp(t);
+      const id = await published(publisher, { price: '0' });
+      const body = { manifest_id: id, payment_method: 'free', agent_id: 'held-agent' };
+      const key = { 'Idempotency-Key': `held-${Date.now()}` };
+      const [first, second] = await t.database.db.sql.transaction(async (tx) => {
+        await tx.query('LOCK TABLE manifests IN EXCLUSIVE MODE');
+        const firstPurchase = buy(buyer, body, key);
+        await waitFor(async () => {
+          const [row] = await t.database.db.sql.query<{ waiting: number }>(
+            "SELECT count(*)::int AS waiting FROM pg_locks WHERE NOT granted AND relation = 'manifests'::regclass",
+          );
+          return row.waiting > 0;
+        }, 'the first purchase to wait for the lock');
+        // Bounded, so that a second purchase that waited for the first would end the lock and fail.
+        const secondPurchase = await Promise.race([
+          buy(buyer, body, key),
+          new Promise<never>((_, reject) =>
+            setTimeout(() => reject(new Error('the second purchase waited for the first')), 15_000).unref(),
+          ),
+        ]);
+        return [firstPurchase, secondPurchase] as const;
+      });
+      expect(second.status).toBe(409);
+      expect(second.body.error.code).toBe('CONFLICT');
+      const completed = await first;
+      expect(completed.status).toBe(201);
+      expect(await purchasesOf(buyer)).toEqual([completed.body.transaction_id]);
+      expect((await buy(buyer, body, key)).body.transaction_id).toBe(completed.body.transaction_id);
+    },
+  );
 
   test('a purchase that failed leaves its key unused: the retry, corrected or once the cause is gone, runs', async () => {
     const publisher = await signUp(t);
@@ -511,6 +615,8 @@ describe('purchases', () => {
     await publish(buyer, draft);
     const later = await buy(buyer, { manifest_id: draft, payment_method: 'free' }, draftKey);
     expect(later.status).toBe(201);
-    expect((await purchasesOf(buyer)).sort()).toEqual([corrected.body.transaction_id, later.body.transaction_id].sort());
+    expect((await purchasesOf(buyer)).sort()).toEqual(
+      [corrected.body.transaction_id, later.body.transaction_id].sort(),
+    );
   });
 });

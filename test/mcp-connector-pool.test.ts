@@ -9,7 +9,14 @@ import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { z } from 'zod';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { createClientPool } from '../src/modules/tool/mcp-client-pool.js';
-import { createMcpUpstreamPool, listUpstreamTools, MAX_TOOL_LIST_PAGES, runMcp, type McpUpstream, type McpUpstreamPool } from '../src/modules/tool/mcp-connector.js';
+import {
+  createMcpUpstreamPool,
+  listUpstreamTools,
+  MAX_TOOL_LIST_PAGES,
+  runMcp,
+  type McpUpstream,
+  type McpUpstreamPool,
+} from '../src/modules/tool/mcp-connector.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
 import { lateAnswers, statefulEndpoint, type StatefulEndpoint } from './support/mcp-upstream.js';
@@ -45,7 +52,11 @@ const refunded = (invoice: string, amount: number) => ({
 
 function upstreamServer(): McpServer {
   const server = new McpServer({ name: 'upstream', version: '1.0.0' });
-  server.registerTool('refund', { inputSchema: { invoice: z.string(), amount: z.number() } }, async ({ invoice, amount }) => refunded(invoice, amount));
+  server.registerTool(
+    'refund',
+    { inputSchema: { invoice: z.string(), amount: z.number() } },
+    async ({ invoice, amount }) => refunded(invoice, amount),
+  );
   server.registerTool('echo_headers', {}, async (extra) => ({
     content: [{ type: 'text', text: 'headers' }],
     structuredContent: { headers: extra.requestInfo?.headers ?? {} },
@@ -56,7 +67,11 @@ function upstreamServer(): McpServer {
 
 function upstreamServerV2(): McpServerV2 {
   const server = new McpServerV2({ name: 'upstream-2026', version: '1.0.0' });
-  server.registerTool('refund', { inputSchema: z.object({ invoice: z.string(), amount: z.number() }) }, async ({ invoice, amount }) => refunded(invoice, amount));
+  server.registerTool(
+    'refund',
+    { inputSchema: z.object({ invoice: z.string(), amount: z.number() }) },
+    async ({ invoice, amount }) => refunded(invoice, amount),
+  );
   server.registerTool('echo_headers', {}, async (ctx) => ({
     content: [{ type: 'text', text: 'headers' }],
     structuredContent: { headers: Object.fromEntries(ctx.http?.req?.headers ?? []) },
@@ -72,7 +87,12 @@ function upstreamServerV2(): McpServerV2 {
 function toolPage(pages: number, cursor: string | undefined) {
   const page = cursor === undefined ? 0 : Number(cursor);
   const tools = [0, 1, 2].map((i) => ({ name: `tool_${page}_${i}`, inputSchema: { type: 'object' as const } }));
-  if (page === 0) tools[0] = { ...tools[0], name: 'checked', outputSchema: { type: 'object', required: ['total'] } } as (typeof tools)[number];
+  if (page === 0)
+    tools[0] = {
+      ...tools[0],
+      name: 'checked',
+      outputSchema: { type: 'object', required: ['total'] },
+    } as (typeof tools)[number];
   return { tools, ...(page + 1 < pages ? { nextCursor: String(page + 1) } : {}) };
 }
 const uncheckedResult = { content: [{ type: 'text' as const, text: 'no total' }], structuredContent: { other: 1 } };
@@ -117,7 +137,8 @@ async function route(req: http.IncomingMessage, res: http.ServerResponse, hit: H
     return endpoint.serve(req, res, body);
   }
   if (kind === 'paged-2026') {
-    const handler = paged2026.get(Number(pages)) ?? createMcpHandler(() => pagedServerV2(Number(pages)), { legacy: 'reject' });
+    const handler =
+      paged2026.get(Number(pages)) ?? createMcpHandler(() => pagedServerV2(Number(pages)), { legacy: 'reject' });
     paged2026.set(Number(pages), handler);
     return serveWithWebHandler(handler.fetch, hit, req, res);
   }
@@ -177,7 +198,8 @@ const sessionOf = (hit: Hit) => hit.headers['mcp-session-id'] as string | undefi
 const fromTool = (from: number, tag: string) => hits.slice(from).filter((h) => h.headers['x-tool'] === tag);
 const deletesOf = (received: Hit[]) => received.filter((h) => h.method === 'DELETE');
 /** The tool's `tools/call` requests. */
-const callsFrom = (from: number, tag: string) => fromTool(from, tag).filter((h) => h.method === 'POST' && JSON.parse(h.body).method === 'tools/call');
+const callsFrom = (from: number, tag: string) =>
+  fromTool(from, tag).filter((h) => h.method === 'POST' && JSON.parse(h.body).method === 'tools/call');
 
 async function eventually(check: () => boolean, ms = 5000) {
   const until = Date.now() + ms;
@@ -218,17 +240,25 @@ async function toolsOrg(app: TestApp, tools: Record<string, ToolSetup>) {
       allow_private_network: true,
       headers: { 'x-tool': tags[type], ...setup.headers },
     };
-    const created = await app.request('POST', `/api/v1/orgs/${org.orgId}/tools`, { token: org.adminToken, body: { action_type: type, connector: 'mcp', config } });
+    const created = await app.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+      token: org.adminToken,
+      body: { action_type: type, connector: 'mcp', config },
+    });
     if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
     ids[type] = created.body.tool_id;
   }
   // Saving read each tool's definitions on a client of its own, which then ended its session
   // (docs/decisions/0050-upstream-tool-definitions.md): what a test counts after this is its calls'.
   for (const [type, setup] of Object.entries(tools)) {
-    if (setup.path === '/mcp' && !(await eventually(() => deletesOf(fromTool(start, tags[type])).length === 1))) throw new Error('no end of the read’s session');
+    if (setup.path === '/mcp' && !(await eventually(() => deletesOf(fromTool(start, tags[type])).length === 1)))
+      throw new Error('no end of the read’s session');
   }
   const { key } = await createKey(app, org, ['gateway:execute']);
-  const execute = (type: string, tool = 'refund', params: Record<string, unknown> = { invoice: `inv_${unique()}`, amount: 5 }) =>
+  const execute = (
+    type: string,
+    tool = 'refund',
+    params: Record<string, unknown> = { invoice: `inv_${unique()}`, amount: 5 },
+  ) =>
     app.request('POST', '/api/v1/gateway/execute', {
       apiKey: key,
       body: { svc_id: svcId, agent_id: svcId, action: { type, tool, params } },
@@ -249,9 +279,12 @@ describe('calls reuse the tool’s client and its session', () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp' } });
     const before = hits.length;
     const connections = upstream.connections;
-    for (let i = 0; i < 5; i++) expectRefunded(await execute('billing', 'refund', { invoice: `seq_${i}`, amount: i }), `seq_${i}`);
+    for (let i = 0; i < 5; i++)
+      expectRefunded(await execute('billing', 'refund', { invoice: `seq_${i}`, amount: i }), `seq_${i}`);
     expect(upstream.connections - connections).toBe(1);
-    const together = await Promise.all(Array.from({ length: 20 }, (_, i) => execute('billing', 'refund', { invoice: `par_${i}`, amount: i })));
+    const together = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => execute('billing', 'refund', { invoice: `par_${i}`, amount: i })),
+    );
     together.forEach((response, i) => expectRefunded(response, `par_${i}`));
 
     const received = fromTool(before, tags.billing).filter((h) => h.method === 'POST');
@@ -268,8 +301,11 @@ describe('calls reuse the tool’s client and its session', () => {
   test('a 2026-07-28 upstream: server/discover once, then only tools/call', async () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp-2026' } });
     const before = hits.length;
-    for (let i = 0; i < 3; i++) expectRefunded(await execute('billing', 'refund', { invoice: `n_${i}`, amount: i }), `n_${i}`);
-    const together = await Promise.all(Array.from({ length: 10 }, (_, i) => execute('billing', 'refund', { invoice: `p_${i}`, amount: i })));
+    for (let i = 0; i < 3; i++)
+      expectRefunded(await execute('billing', 'refund', { invoice: `n_${i}`, amount: i }), `n_${i}`);
+    const together = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => execute('billing', 'refund', { invoice: `p_${i}`, amount: i })),
+    );
     together.forEach((response, i) => expectRefunded(response, `p_${i}`));
     expect(methodsOf(fromTool(before, tags.billing))).toEqual(['server/discover', ...Array(13).fill('tools/call')]);
   });
@@ -277,8 +313,14 @@ describe('calls reuse the tool’s client and its session', () => {
   test('a stateless 2025 upstream (no session): one initialize, then only tools/call', async () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp-stateless' } });
     const before = hits.length;
-    for (let i = 0; i < 4; i++) expectRefunded(await execute('billing', 'refund', { invoice: `s_${i}`, amount: i }), `s_${i}`);
-    expect(methodsOf(fromTool(before, tags.billing))).toEqual(['server/discover', 'initialize', 'notifications/initialized', ...Array(4).fill('tools/call')]);
+    for (let i = 0; i < 4; i++)
+      expectRefunded(await execute('billing', 'refund', { invoice: `s_${i}`, amount: i }), `s_${i}`);
+    expect(methodsOf(fromTool(before, tags.billing))).toEqual([
+      'server/discover',
+      'initialize',
+      'notifications/initialized',
+      ...Array(4).fill('tools/call'),
+    ]);
   });
 
   test.each(['/mcp', '/mcp-2026'])(
@@ -288,16 +330,22 @@ describe('calls reuse the tool’s client and its session', () => {
       await execute('billing');
       spans.reset();
       const before = hits.length;
-      const responses = await Promise.all(Array.from({ length: 6 }, (_, i) => execute('billing', 'refund', { invoice: `tr_${i}`, amount: i })));
+      const responses = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => execute('billing', 'refund', { invoice: `tr_${i}`, amount: i })),
+      );
       const calls = callsFrom(before, tags.billing);
       expect(calls).toHaveLength(6);
       for (const response of responses) {
         const interactionId = response.body.interaction_id;
-        const span = spans.getFinishedSpans().find((s) => s.name === 'tools/call refund' && s.attributes['agw.interaction_id'] === interactionId)!;
+        const span = spans
+          .getFinishedSpans()
+          .find((s) => s.name === 'tools/call refund' && s.attributes['agw.interaction_id'] === interactionId)!;
         expect(span.attributes['mcp.protocol.version']).toBe(path === '/mcp' ? '2025-11-25' : '2026-07-28');
         const own = calls.filter((h) => h.headers['x-interaction-id'] === interactionId);
         expect(own).toHaveLength(1);
-        expect(JSON.parse(own[0].body).params.arguments.invoice).toBe(response.body.result.data.structuredContent.invoice);
+        expect(JSON.parse(own[0].body).params.arguments.invoice).toBe(
+          response.body.result.data.structuredContent.invoice,
+        );
         expect(own[0].headers.traceparent).toBe(`00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
       }
     },
@@ -331,7 +379,13 @@ describe('reconnecting', () => {
     await startUpstream();
     expectRefunded(await execute('billing', 'refund', { invoice: 'again', amount: 4 }), 'again');
     const retried = fromTool(mid, tags.billing).filter((h) => h.method === 'POST');
-    expect(methodsOf(retried)).toEqual(['tools/call', 'server/discover', 'initialize', 'notifications/initialized', 'tools/call']);
+    expect(methodsOf(retried)).toEqual([
+      'tools/call',
+      'server/discover',
+      'initialize',
+      'notifications/initialized',
+      'tools/call',
+    ]);
     expect(sessionOf(retried[0])).toBe(sessionOf(received[3]));
     expect(sessionOf(retried[4])).not.toBe(sessionOf(retried[0]));
     expect(stateful.sessions.has(sessionOf(retried[4])!)).toBe(true);
@@ -355,7 +409,13 @@ describe('reconnecting', () => {
     const before = hits.length;
     expectRefunded(await execute('billing', 'refund', { invoice: 'e2', amount: 2 }), 'e2');
     const received = fromTool(before, tags.billing).filter((h) => h.method === 'POST');
-    expect(methodsOf(received)).toEqual(['tools/call', 'server/discover', 'initialize', 'notifications/initialized', 'tools/call']);
+    expect(methodsOf(received)).toEqual([
+      'tools/call',
+      'server/discover',
+      'initialize',
+      'notifications/initialized',
+      'tools/call',
+    ]);
     expect(sessionOf(received[0])).toBe(session);
     expect(sessionOf(received[4])).not.toBe(session);
   });
@@ -368,7 +428,9 @@ describe('credentials are never shared', () => {
       crm: { path: '/mcp', headers: { authorization: 'Bearer crm-secret-2' } },
     });
     const before = hits.length;
-    const responses = await Promise.all(Array.from({ length: 16 }, (_, i) => execute(i % 2 ? 'crm' : 'billing', 'echo_headers')));
+    const responses = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => execute(i % 2 ? 'crm' : 'billing', 'echo_headers')),
+    );
     responses.forEach((response, i) => {
       expect(response.body.result.success).toBe(true);
       const seen = response.body.result.data.structuredContent.headers;
@@ -378,7 +440,9 @@ describe('credentials are never shared', () => {
     const received = hits.slice(before).filter((h) => h.path === '/mcp');
     const bySession = new Map<string, Set<string>>();
     for (const hit of received) {
-      expect(hit.headers.authorization).toBe(hit.headers['x-tool'] === tags.crm ? 'Bearer crm-secret-2' : 'Bearer billing-secret-1');
+      expect(hit.headers.authorization).toBe(
+        hit.headers['x-tool'] === tags.crm ? 'Bearer crm-secret-2' : 'Bearer billing-secret-1',
+      );
       const session = sessionOf(hit);
       if (session) bySession.set(session, (bySession.get(session) ?? new Set()).add(String(hit.headers.authorization)));
     }
@@ -387,8 +451,12 @@ describe('credentials are never shared', () => {
   });
 
   test('a tool updated with a new header value: the next call uses it on a new session, and the old session is ended', async () => {
-    const { org, tags, ids, execute } = await toolsOrg(t, { billing: { path: '/mcp', headers: { authorization: 'Bearer old-value' } } });
-    expect((await execute('billing', 'echo_headers')).body.result.data.structuredContent.headers.authorization).toBe('Bearer old-value');
+    const { org, tags, ids, execute } = await toolsOrg(t, {
+      billing: { path: '/mcp', headers: { authorization: 'Bearer old-value' } },
+    });
+    expect((await execute('billing', 'echo_headers')).body.result.data.structuredContent.headers.authorization).toBe(
+      'Bearer old-value',
+    );
     const oldSession = sessionOf(callsFrom(0, tags.billing)[0])!;
     const path = `/api/v1/orgs/${org.orgId}/tools/${ids.billing}`;
     const shown = (await t.request('GET', path, { token: org.adminToken })).body.config;
@@ -401,9 +469,17 @@ describe('credentials are never shared', () => {
     const after = await execute('billing', 'echo_headers');
     expect(after.body.result.data.structuredContent.headers.authorization).toBe('Bearer new-value');
     const received = fromTool(before, tags.billing);
-    expect(methodsOf(received.filter((h) => h.method === 'POST'))).toEqual(['server/discover', 'initialize', 'notifications/initialized', 'tools/call']);
-    for (const hit of received.filter((h) => h.method === 'POST')) expect(hit.headers.authorization).toBe('Bearer new-value');
-    expect(await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === oldSession))).toBe(true);
+    expect(methodsOf(received.filter((h) => h.method === 'POST'))).toEqual([
+      'server/discover',
+      'initialize',
+      'notifications/initialized',
+      'tools/call',
+    ]);
+    for (const hit of received.filter((h) => h.method === 'POST'))
+      expect(hit.headers.authorization).toBe('Bearer new-value');
+    expect(
+      await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === oldSession)),
+    ).toBe(true);
     expect(stateful.sessions.has(oldSession)).toBe(false);
   });
 });
@@ -415,8 +491,14 @@ describe('a call’s deadline and failures stay its own', () => {
       const { tags, execute } = await toolsOrg(t, { billing: { path, timeout_ms: 1000 } });
       expectRefunded(await execute('billing', 'refund', { invoice: 'warm', amount: 1 }), 'warm');
       const before = hits.length;
-      const [late, beside] = await Promise.all([execute('billing', 'hang'), execute('billing', 'refund', { invoice: 'beside', amount: 2 })]);
-      expect(late.body.result).toMatchObject({ success: false, error: { code: 'TOOL_TIMEOUT', message: expect.stringContaining('1000') } });
+      const [late, beside] = await Promise.all([
+        execute('billing', 'hang'),
+        execute('billing', 'refund', { invoice: 'beside', amount: 2 }),
+      ]);
+      expect(late.body.result).toMatchObject({
+        success: false,
+        error: { code: 'TOOL_TIMEOUT', message: expect.stringContaining('1000') },
+      });
       expectRefunded(beside, 'beside');
       expectRefunded(await execute('billing', 'refund', { invoice: 'next', amount: 3 }), 'next');
       const received = fromTool(before, tags.billing).filter((h) => h.method === 'POST');
@@ -425,7 +507,13 @@ describe('a call’s deadline and failures stay its own', () => {
       expect(methods.filter((m) => m === 'initialize' || m === 'server/discover')).toHaveLength(0);
       if (path === '/mcp') {
         // The 2025 family is told the request is given up; 2026-07-28 learns it from the closed request.
-        expect(await eventually(() => methodsOf(fromTool(before, tags.billing).filter((h) => h.method === 'POST')).includes('notifications/cancelled'))).toBe(true);
+        expect(
+          await eventually(() =>
+            methodsOf(fromTool(before, tags.billing).filter((h) => h.method === 'POST')).includes(
+              'notifications/cancelled',
+            ),
+          ),
+        ).toBe(true);
         expect(new Set(received.map(sessionOf)).size).toBe(1);
       }
     },
@@ -442,7 +530,9 @@ describe('the bound, idle clients and shutdown end sessions', () => {
       expectRefunded(await execute('billing', 'refund', { invoice: 'b1', amount: 1 }), 'b1');
       const billingSession = sessionOf(fromTool(before, tags.billing).at(-1)!)!;
       expectRefunded(await execute('crm', 'refund', { invoice: 'c1', amount: 1 }), 'c1');
-      expect(await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === billingSession))).toBe(true);
+      expect(
+        await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === billingSession)),
+      ).toBe(true);
       expect(stateful.sessions.has(billingSession)).toBe(false);
       const crmSession = sessionOf(fromTool(before, tags.crm).at(-1)!)!;
       expect(stateful.sessions.has(crmSession)).toBe(true);
@@ -471,7 +561,9 @@ describe('the bound, idle clients and shutdown end sessions', () => {
       const before = hits.length;
       expectRefunded(await execute('billing', 'refund', { invoice: 'i1', amount: 1 }), 'i1');
       const session = sessionOf(fromTool(before, tags.billing).at(-1)!)!;
-      expect(await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === session))).toBe(true);
+      expect(
+        await eventually(() => deletesOf(fromTool(before, tags.billing)).some((h) => sessionOf(h) === session)),
+      ).toBe(true);
       expect(stateful.sessions.has(session)).toBe(false);
     } finally {
       await idle.close();
@@ -483,7 +575,8 @@ describe('the bound, idle clients and shutdown end sessions', () => {
     try {
       const { tags, execute } = await toolsOrg(none, { billing: { path: '/mcp' } });
       const before = hits.length;
-      for (let i = 0; i < 2; i++) expectRefunded(await execute('billing', 'refund', { invoice: `z${i}`, amount: i }), `z${i}`);
+      for (let i = 0; i < 2; i++)
+        expectRefunded(await execute('billing', 'refund', { invoice: `z${i}`, amount: i }), `z${i}`);
       const once = ['server/discover', 'initialize', 'notifications/initialized', 'tools/call'];
       expect(methodsOf(fromTool(before, tags.billing).filter((h) => h.method === 'POST'))).toEqual([...once, ...once]);
       expect(await eventually(() => deletesOf(fromTool(before, tags.billing)).length === 2)).toBe(true);
@@ -509,42 +602,66 @@ describe('listUpstreamTools through the pool', () => {
     credentials: { secret: null, headers: {} },
   });
   const context = { interactionId: 'definitions' };
-  const callOf = (name: string) => ({ svc_id: 's', agent_id: 'a', interaction_id: `call-${unique()}`, action: { type: 'x', tool: name, params: {} } });
-  const names = ['checked', 'tool_0_1', 'tool_0_2', 'tool_1_0', 'tool_1_1', 'tool_1_2', 'tool_2_0', 'tool_2_1', 'tool_2_2'];
+  const callOf = (name: string) => ({
+    svc_id: 's',
+    agent_id: 'a',
+    interaction_id: `call-${unique()}`,
+    action: { type: 'x', tool: name, params: {} },
+  });
+  const names = [
+    'checked',
+    'tool_0_1',
+    'tool_0_2',
+    'tool_1_0',
+    'tool_1_1',
+    'tool_1_2',
+    'tool_2_0',
+    'tool_2_1',
+    'tool_2_2',
+  ];
   const lists = Array(3).fill('tools/list');
 
   test.each([
     ['/paged-2025/3', ['server/discover', 'initialize', 'notifications/initialized'], 1],
     ['/paged-2026/3', ['server/discover'], 0],
-  ])('%s: every page of the list (by cursor), read anew each time; on the tool’s client once a call made one, else on one of its own', (path, connecting, deletes) =>
-    withPool(async (pool) => {
-      const before = hits.length;
-      const alone = await listUpstreamTools(pool, upstreamAt(path), context);
-      expect(alone.ok && alone.tools.map((tool) => tool.name)).toEqual(names);
-      // A read of definitions takes no place in the pool: its client is closed (its session ended).
-      expect(pool.size).toBe(0);
-      expect(await eventually(() => deletesOf(hits.slice(before).filter((h) => h.path === path)).length === deletes)).toBe(true);
-      expect(methodsOf(posts(before, path))).toEqual([...connecting, ...lists]);
+  ])(
+    '%s: every page of the list (by cursor), read anew each time; on the tool’s client once a call made one, else on one of its own',
+    (path, connecting, deletes) =>
+      withPool(async (pool) => {
+        const before = hits.length;
+        const alone = await listUpstreamTools(pool, upstreamAt(path), context);
+        expect(alone.ok && alone.tools.map((tool) => tool.name)).toEqual(names);
+        // A read of definitions takes no place in the pool: its client is closed (its session ended).
+        expect(pool.size).toBe(0);
+        expect(
+          await eventually(() => deletesOf(hits.slice(before).filter((h) => h.path === path)).length === deletes),
+        ).toBe(true);
+        expect(methodsOf(posts(before, path))).toEqual([...connecting, ...lists]);
 
-      expect(await runMcp(pool, upstreamAt(path), callOf('tool_1_0'))).toMatchObject({ success: true });
-      const reused = hits.length;
-      // The 2026-07-28 server said its list may be kept a minute: the second read asks all the same.
-      expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
-      expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
-      const read = posts(reused, path);
-      expect(methodsOf(read)).toEqual([...lists, ...lists]);
-      expect(read.map((h) => JSON.parse(h.body).params?.cursor)).toEqual([undefined, '1', '2', undefined, '1', '2']);
-    }),
+        expect(await runMcp(pool, upstreamAt(path), callOf('tool_1_0'))).toMatchObject({ success: true });
+        const reused = hits.length;
+        // The 2026-07-28 server said its list may be kept a minute: the second read asks all the same.
+        expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
+        expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(alone);
+        const read = posts(reused, path);
+        expect(methodsOf(read)).toEqual([...lists, ...lists]);
+        expect(read.map((h) => JSON.parse(h.body).params?.cursor)).toEqual([undefined, '1', '2', undefined, '1', '2']);
+      }),
   );
 
-  test.each(['/paged-2025/3', '/paged-2026/3'])('%s: a listed output schema is not held against later calls on the same client', (path) =>
-    withPool(async (pool) => {
-      expect(await runMcp(pool, upstreamAt(path), callOf('tool_2_0'))).toMatchObject({ success: true });
-      await listUpstreamTools(pool, upstreamAt(path), context);
-      const before = hits.length;
-      expect(await runMcp(pool, upstreamAt(path), callOf('checked'))).toEqual({ success: true, data: uncheckedResult });
-      expect(methodsOf(posts(before, path))).toEqual(['tools/call']);
-    }),
+  test.each(['/paged-2025/3', '/paged-2026/3'])(
+    '%s: a listed output schema is not held against later calls on the same client',
+    (path) =>
+      withPool(async (pool) => {
+        expect(await runMcp(pool, upstreamAt(path), callOf('tool_2_0'))).toMatchObject({ success: true });
+        await listUpstreamTools(pool, upstreamAt(path), context);
+        const before = hits.length;
+        expect(await runMcp(pool, upstreamAt(path), callOf('checked'))).toEqual({
+          success: true,
+          data: uncheckedResult,
+        });
+        expect(methodsOf(posts(before, path))).toEqual(['tools/call']);
+      }),
   );
 
   test(`more than ${MAX_TOOL_LIST_PAGES} pages: TOOL_RESPONSE_INVALID, and the tool’s client serves the next list`, () =>
@@ -552,19 +669,27 @@ describe('listUpstreamTools through the pool', () => {
       const path = `/paged-2025/${MAX_TOOL_LIST_PAGES + 1}`;
       expect(await runMcp(pool, upstreamAt(path), callOf('tool_0_1'))).toMatchObject({ success: true });
       const tooMany = await listUpstreamTools(pool, upstreamAt(path), context);
-      expect(tooMany).toEqual({ ok: false, error: { code: 'TOOL_RESPONSE_INVALID', message: `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools` } });
+      expect(tooMany).toEqual({
+        ok: false,
+        error: {
+          code: 'TOOL_RESPONSE_INVALID',
+          message: `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools`,
+        },
+      });
       const before = hits.length;
       expect(await listUpstreamTools(pool, upstreamAt(path), context)).toEqual(tooMany);
       expect(methodsOf(posts(before, path))).toEqual(Array(MAX_TOOL_LIST_PAGES).fill('tools/list'));
-    }),
-  );
+    }));
 });
 
 describe('the pool’s bookkeeping (createClientPool)', () => {
   /** A client that counts its closes. */
-  const client = () => ({ closes: 0, async close() {
-    this.closes++;
-  } });
+  const client = () => ({
+    closes: 0,
+    async close() {
+      this.closes++;
+    },
+  });
   type Counted = ReturnType<typeof client>;
 
   test('the least recently used client leaves first; a client in use closes when its last call ends', () => {

@@ -50,10 +50,14 @@ const late = lateAnswers();
 /** The tools every upstream server offers. */
 function upstreamServer(): McpServer {
   const server = new McpServer({ name: 'upstream', version: '1.0.0' });
-  server.registerTool('refund', { inputSchema: { invoice: z.string(), amount: z.number() } }, async ({ invoice, amount }) => ({
-    content: [{ type: 'text', text: `refunded ${amount} on ${invoice}` }],
-    structuredContent: { refund_id: 'rf_1', invoice, amount },
-  }));
+  server.registerTool(
+    'refund',
+    { inputSchema: { invoice: z.string(), amount: z.number() } },
+    async ({ invoice, amount }) => ({
+      content: [{ type: 'text', text: `refunded ${amount} on ${invoice}` }],
+      structuredContent: { refund_id: 'rf_1', invoice, amount },
+    }),
+  );
   server.registerTool('echo_args', { inputSchema: z.object({}).passthrough() }, async (args) => ({
     content: [{ type: 'text', text: 'echo' }],
     structuredContent: { tool: 'echo_args', arguments: args },
@@ -83,7 +87,9 @@ function upstreamServer(): McpServer {
 function strictServer(): Server {
   const server = new Server({ name: 'strict', version: '1.0.0' }, { capabilities: { tools: {} } });
   // It lists a tool it no longer has (removed after the gateway read the list): the call reaches it.
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({
+    tools: [{ name: 'missing', inputSchema: { type: 'object' } }],
+  }));
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -93,11 +99,18 @@ function strictServer(): Server {
 /** The same tools on the SDK v2's McpServer, for the 2026-07-28 upstreams. */
 function upstreamServerV2(): McpServerV2 {
   const server = new McpServerV2({ name: 'upstream-2026', version: '1.0.0' });
-  server.registerTool('refund', { inputSchema: z.object({ invoice: z.string(), amount: z.number() }) }, async ({ invoice, amount }) => ({
-    content: [{ type: 'text', text: `refunded ${amount} on ${invoice}` }],
-    structuredContent: { refund_id: 'rf_2', invoice, amount },
+  server.registerTool(
+    'refund',
+    { inputSchema: z.object({ invoice: z.string(), amount: z.number() }) },
+    async ({ invoice, amount }) => ({
+      content: [{ type: 'text', text: `refunded ${amount} on ${invoice}` }],
+      structuredContent: { refund_id: 'rf_2', invoice, amount },
+    }),
+  );
+  server.registerTool('fail', {}, async () => ({
+    content: [{ type: 'text', text: 'declined in 2026' }],
+    isError: true,
   }));
-  server.registerTool('fail', {}, async () => ({ content: [{ type: 'text', text: 'declined in 2026' }], isError: true }));
   server.registerTool('hang', {}, late.answer);
   server.registerTool('huge', {}, async () => ({ content: [{ type: 'text', text: 'h'.repeat(1536 * 1024) }] }));
   server.registerTool('echo_headers', {}, async (ctx) => ({
@@ -110,7 +123,9 @@ function upstreamServerV2(): McpServerV2 {
 /** A 2026-07-28 server answering an unknown tool with a JSON-RPC error, as the specification asks. */
 function strictServerV2(): ServerV2 {
   const server = new ServerV2({ name: 'strict-2026', version: '1.0.0' }, { capabilities: { tools: {} } });
-  server.setRequestHandler('tools/list', async () => ({ tools: [{ name: 'missing', inputSchema: { type: 'object' } }] }));
+  server.setRequestHandler('tools/list', async () => ({
+    tools: [{ name: 'missing', inputSchema: { type: 'object' } }],
+  }));
   server.setRequestHandler('tools/call', async (request) => {
     throw new ServerProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
   });
@@ -128,7 +143,12 @@ const stateful = statefulEndpoint(upstreamServer);
 const statefulSessions = stateful.sessions;
 
 /** Stateless with JSON answers: a new server and transport per request. */
-async function serveStateless(req: http.IncomingMessage, res: http.ServerResponse, body: unknown, server: McpServer | Server) {
+async function serveStateless(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  body: unknown,
+  server: McpServer | Server,
+) {
   const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
   res.on('close', () => void transport.close());
   await server.connect(transport);
@@ -194,8 +214,22 @@ afterAll(async () => {
 
 const toolsPath = (org: OrgFixture) => `/api/v1/orgs/${org.orgId}/tools`;
 const local = (path: string) => `http://127.0.0.1:${port}${path}`;
-const mcpTool = (config: Record<string, unknown>) => ({ connector: 'mcp', config: { timeout_ms: 5000, allow_private_network: true, ...config } });
-const upstreamTools = ['refund', 'echo_args', 'fail', 'throws', 'hang', 'huge', 'deep', 'echo_headers', 'missing', 'anything'];
+const mcpTool = (config: Record<string, unknown>) => ({
+  connector: 'mcp',
+  config: { timeout_ms: 5000, allow_private_network: true, ...config },
+});
+const upstreamTools = [
+  'refund',
+  'echo_args',
+  'fail',
+  'throws',
+  'hang',
+  'huge',
+  'deep',
+  'echo_headers',
+  'missing',
+  'anything',
+];
 
 /** An org with an active agent allowed billing:<each upstream tool>, a gateway key and (optionally) a tool. */
 async function gatewayOrg(tool?: { connector: string; config: Record<string, unknown> }) {
@@ -211,7 +245,10 @@ async function gatewayOrg(tool?: { connector: string; config: Record<string, unk
   );
   let toolId: string | undefined;
   if (tool) {
-    const created = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: 'billing', ...tool } });
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'billing', ...tool },
+    });
     if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
     toolId = created.body.tool_id;
   }
@@ -242,7 +279,8 @@ async function expectToolFailure(response: { status: number; body: any }, code: 
   await expectRecorded(response.body.interaction_id);
 }
 
-const toolCallsTo = (path: string) => hitsTo(path).filter((h) => h.method === 'POST' && h.body.includes('"tools/call"'));
+const toolCallsTo = (path: string) =>
+  hitsTo(path).filter((h) => h.method === 'POST' && h.body.includes('"tools/call"'));
 
 // ---------------------------------------------------------------------------------------------
 
@@ -255,7 +293,11 @@ describe('mcp tool CRUD', () => {
   test('201 with its shape; header values are write-only ("[redacted]") in the answer, GET, list and audit log; no secret field', async () => {
     const created = await t.request('POST', toolsPath(org), {
       token: org.adminToken,
-      body: { action_type: 'crm', connector: 'mcp', config: { url: 'https://mcp.example.com/mcp', timeout_ms: 2500, headers: HEADERS, tool: 'crm.update_v2' } },
+      body: {
+        action_type: 'crm',
+        connector: 'mcp',
+        config: { url: 'https://mcp.example.com/mcp', timeout_ms: 2500, headers: HEADERS, tool: 'crm.update_v2' },
+      },
     });
     expect(created.status).toBe(201);
     expect(created.body).toEqual({
@@ -280,7 +322,9 @@ describe('mcp tool CRUD', () => {
     expect(read.body).toEqual(created.body);
     const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
     expect(list.body.items).toContainEqual(created.body);
-    const audit = await t.database.db.sql.query<{ after: any }>('SELECT after FROM audit_logs WHERE target_id = $1', [created.body.tool_id]);
+    const audit = await t.database.db.sql.query<{ after: any }>('SELECT after FROM audit_logs WHERE target_id = $1', [
+      created.body.tool_id,
+    ]);
     expect(audit[0].after.config).toEqual(created.body.config);
     // Kept apart from `config`, as an http tool's are (sealed there when a KEY_ENCRYPTION_KEY is configured).
     const [row] = await t.database.db.sql.query<{ secret_headers: Record<string, string>; config: unknown }>(
@@ -299,7 +343,13 @@ describe('mcp tool CRUD', () => {
       body: { action_type: 'defaults', connector: 'mcp', config: { url: 'https://mcp.example.com/' } },
     });
     expect(created.status).toBe(201);
-    expect(created.body.config).toEqual({ url: 'https://mcp.example.com/', timeout_ms: 10000, headers: {}, allow_private_network: false, tool: null });
+    expect(created.body.config).toEqual({
+      url: 'https://mcp.example.com/',
+      timeout_ms: 10000,
+      headers: {},
+      allow_private_network: false,
+      tool: null,
+    });
   });
 
   test.each([
@@ -323,7 +373,11 @@ describe('mcp tool CRUD', () => {
     const before = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
     const response = await t.request('POST', toolsPath(org), {
       token: org.adminToken,
-      body: { action_type: `v-${Math.random().toString(36).slice(2, 8)}`, connector: 'mcp', config: { url: 'https://mcp.example.com/', ...change } },
+      body: {
+        action_type: `v-${Math.random().toString(36).slice(2, 8)}`,
+        connector: 'mcp',
+        config: { url: 'https://mcp.example.com/', ...change },
+      },
     });
     expect(response.status).toBe(422);
     expect(response.body.error.code).toBe('VALIDATION_ERROR');
@@ -351,12 +405,18 @@ describe('mcp tool CRUD', () => {
     const shown = (await t.request('GET', path, { token: own.adminToken })).body.config;
     expect(shown.headers).toEqual({ Authorization: '[redacted]', 'x-tenant': '[redacted]' });
 
-    const roundTrip = await t.request('PATCH', path, { token: own.adminToken, body: { config: { ...shown, timeout_ms: 4000 } } });
+    const roundTrip = await t.request('PATCH', path, {
+      token: own.adminToken,
+      body: { config: { ...shown, timeout_ms: 4000 } },
+    });
     expect(roundTrip.status).toBe(200);
     expect(roundTrip.body.config).toEqual({ ...shown, timeout_ms: 4000 });
     const kept = await execute('echo_headers');
     expect(kept.body.result.success).toBe(true);
-    expect(kept.body.result.data.structuredContent.headers).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'] });
+    expect(kept.body.result.data.structuredContent.headers).toMatchObject({
+      authorization: HEADERS.Authorization,
+      'x-tenant': HEADERS['x-tenant'],
+    });
 
     const changed = await t.request('PATCH', path, {
       token: own.adminToken,
@@ -377,7 +437,9 @@ describe('mcp tool CRUD', () => {
   });
 
   test('PATCH of the url to loopback without allow_private_network: 422, the tool unchanged', async () => {
-    const { org: own, toolId } = await gatewayOrg(mcpTool({ url: 'https://mcp.example.com/', allow_private_network: false }));
+    const { org: own, toolId } = await gatewayOrg(
+      mcpTool({ url: 'https://mcp.example.com/', allow_private_network: false }),
+    );
     const path = `${toolsPath(own)}/${toolId}`;
     const before = (await t.request('GET', path, { token: own.adminToken })).body;
     const patched = await t.request('PATCH', path, { token: own.adminToken, body: { config: { url: local('/mcp') } } });
@@ -427,7 +489,10 @@ describe('execution through the gateway', () => {
     const response = await execute('refund', { invoice: 'inv_9', amount: 3 });
     expect(response.body.result).toEqual({
       success: true,
-      data: { content: [{ type: 'text', text: 'refunded 3 on inv_9' }], structuredContent: { refund_id: 'rf_1', invoice: 'inv_9', amount: 3 } },
+      data: {
+        content: [{ type: 'text', text: 'refunded 3 on inv_9' }],
+        structuredContent: { refund_id: 'rf_1', invoice: 'inv_9', amount: 3 },
+      },
       error: null,
     });
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -435,7 +500,12 @@ describe('execution through the gateway', () => {
     // tools/call: nothing else.
     const received = hitsTo('/mcp-stateless').slice(before);
     expect(received.map((h) => h.method)).toEqual(['POST', 'POST', 'POST', 'POST']);
-    expect(received.map((h) => JSON.parse(h.body).method)).toEqual(['server/discover', 'initialize', 'notifications/initialized', 'tools/call']);
+    expect(received.map((h) => JSON.parse(h.body).method)).toEqual([
+      'server/discover',
+      'initialize',
+      'notifications/initialized',
+      'tools/call',
+    ]);
     expect(received[3].headers['mcp-protocol-version']).toBe('2025-11-25');
     expect(received[3].headers['mcp-method']).toBeUndefined();
   });
@@ -487,7 +557,10 @@ describe('execution through the gateway', () => {
 
   test('configured headers cannot stand in for the protocol’s own (session id, accept, content type)', async () => {
     const { execute } = await gatewayOrg(
-      mcpTool({ url: local('/mcp-stateless'), headers: { 'Mcp-Session-Id': 'forged-session', Accept: 'text/plain', 'x-kept': 'yes' } }),
+      mcpTool({
+        url: local('/mcp-stateless'),
+        headers: { 'Mcp-Session-Id': 'forged-session', Accept: 'text/plain', 'x-kept': 'yes' },
+      }),
     );
     const response = await execute('echo_headers');
     expect(response.body.result.success).toBe(true);
@@ -529,7 +602,11 @@ describe('execution through the gateway', () => {
       expect(response.status).toBe(200);
       expect(response.body).toMatchObject({ decision: 'deny', executed: false, result: null });
       expect(response.body.reasons).toEqual([
-        { code: 'TOOL_NOT_FOUND_UPSTREAM', message: expect.stringContaining('"missing"'), details: { tool: 'missing' } },
+        {
+          code: 'TOOL_NOT_FOUND_UPSTREAM',
+          message: expect.stringContaining('"missing"'),
+          details: { tool: 'missing' },
+        },
       ]);
       expect(toolCallsTo('/mcp').length).toBe(callsBefore);
       const [record] = await t.database.db.sql.query<{ status: string; executed: boolean }>(
@@ -619,15 +696,23 @@ describe('execution through the gateway', () => {
       ['127.0.0.1 (literal)', () => local('/mcp')],
       ['localhost (resolves to loopback)', () => `http://localhost:${port}/mcp`],
       ['[::ffff:127.0.0.1] (IPv4-mapped loopback)', () => `http://[::ffff:127.0.0.1]:${port}/mcp`],
-    ])('%s without allow_private_network: TOOL_ADDRESS_REFUSED and the upstream counts no request', async (_label, url) => {
-      const { toolId, execute } = await gatewayOrg(mcpTool({ url: 'https://mcp.example.com/placeholder', allow_private_network: false }));
-      await t.database.db.sql.query(`UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`, [toolId, url()]);
-      const before = hits.length;
-      const response = await execute('refund');
-      await expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
-      expect(response.body.result.data).toEqual({});
-      expect(hits.length).toBe(before);
-    });
+    ])(
+      '%s without allow_private_network: TOOL_ADDRESS_REFUSED and the upstream counts no request',
+      async (_label, url) => {
+        const { toolId, execute } = await gatewayOrg(
+          mcpTool({ url: 'https://mcp.example.com/placeholder', allow_private_network: false }),
+        );
+        await t.database.db.sql.query(
+          `UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`,
+          [toolId, url()],
+        );
+        const before = hits.length;
+        const response = await execute('refund');
+        await expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
+        expect(response.body.result.data).toEqual({});
+        expect(hits.length).toBe(before);
+      },
+    );
   });
 });
 
@@ -641,7 +726,10 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
     expect(response.status).toBe(200);
     expect(response.body.result).toEqual({
       success: true,
-      data: { content: [{ type: 'text', text: 'refunded 7 on inv_26' }], structuredContent: { refund_id: 'rf_2', invoice: 'inv_26', amount: 7 } },
+      data: {
+        content: [{ type: 'text', text: 'refunded 7 on inv_26' }],
+        structuredContent: { refund_id: 'rf_2', invoice: 'inv_26', amount: 7 },
+      },
       error: null,
     });
     await expectRecorded(response.body.interaction_id);
@@ -651,7 +739,11 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
     expect(methodsOf(received)).toEqual(['server/discover', 'tools/call']);
     const [probe, call] = received;
     expect(probe.headers).toMatchObject({ 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'server/discover' });
-    expect(call.headers).toMatchObject({ 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'refund' });
+    expect(call.headers).toMatchObject({
+      'mcp-protocol-version': '2026-07-28',
+      'mcp-method': 'tools/call',
+      'mcp-name': 'refund',
+    });
     expect(JSON.parse(call.body).params).toMatchObject({
       name: 'refund',
       arguments: { invoice: 'inv_26', amount: 7 },
@@ -659,7 +751,20 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
     });
     expect(call.headers['x-interaction-id']).toBe(response.body.interaction_id);
     // Only the configured headers and the protocol's own, never the agent's.
-    const allowed = new Set(['host', 'connection', 'content-length', 'content-type', 'accept', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'user-agent', 'x-interaction-id', 'authorization', 'x-tenant']);
+    const allowed = new Set([
+      'host',
+      'connection',
+      'content-length',
+      'content-type',
+      'accept',
+      'mcp-protocol-version',
+      'mcp-method',
+      'mcp-name',
+      'user-agent',
+      'x-interaction-id',
+      'authorization',
+      'x-tenant',
+    ]);
     for (const hit of received) {
       expect(Object.keys(hit.headers).filter((name) => !allowed.has(name))).toEqual([]);
       expect(hit.headers.authorization).toBe(HEADERS.Authorization);
@@ -679,7 +784,11 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
     const echoed = await execute('echo_headers');
     expect(echoed.body.result.success).toBe(true);
     const seen = echoed.body.result.data.structuredContent.headers;
-    expect(seen).toMatchObject({ authorization: HEADERS.Authorization, 'x-tenant': HEADERS['x-tenant'], 'mcp-name': 'echo_headers' });
+    expect(seen).toMatchObject({
+      authorization: HEADERS.Authorization,
+      'x-tenant': HEADERS['x-tenant'],
+      'mcp-name': 'echo_headers',
+    });
     expect(seen['x-api-key']).toBeUndefined();
     expect(seen['x-agent-secret']).toBeUndefined();
     // The second call reuses the tool's client: what the probe found is still known.
@@ -688,8 +797,20 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
 
   describe('failures are results, as with the 2025 family', () => {
     test.each([
-      ['the tool reports isError: TOOL_ERROR with its text', '/mcp-2026-only', 'fail', 'TOOL_ERROR', 'declined in 2026'],
-      ['an unknown tool answered with a JSON-RPC error: TOOL_MCP_ERROR', '/mcp-2026-strict', 'missing', 'TOOL_MCP_ERROR', 'The MCP server answered error -32602: Unknown tool: missing'],
+      [
+        'the tool reports isError: TOOL_ERROR with its text',
+        '/mcp-2026-only',
+        'fail',
+        'TOOL_ERROR',
+        'declined in 2026',
+      ],
+      [
+        'an unknown tool answered with a JSON-RPC error: TOOL_MCP_ERROR',
+        '/mcp-2026-strict',
+        'missing',
+        'TOOL_MCP_ERROR',
+        'The MCP server answered error -32602: Unknown tool: missing',
+      ],
     ] as const)('%s', async (_label, path, tool, code, message) => {
       const { execute } = await gatewayOrg(mcpTool({ url: local(path) }));
       const response = await execute(tool);
@@ -716,8 +837,14 @@ describe('2026-07-28 upstreams (the SDK v2 server): server/discover, then tools/
 
 describe('result mapping (pure)', () => {
   test('structuredContent only when the upstream gave it', () => {
-    expect(resultOfToolCall({ content: [{ type: 'text', text: 'ok' }] })).toEqual({ success: true, data: { content: [{ type: 'text', text: 'ok' }] } });
-    expect(resultOfToolCall({ content: [], structuredContent: { a: 1 } })).toEqual({ success: true, data: { content: [], structuredContent: { a: 1 } } });
+    expect(resultOfToolCall({ content: [{ type: 'text', text: 'ok' }] })).toEqual({
+      success: true,
+      data: { content: [{ type: 'text', text: 'ok' }] },
+    });
+    expect(resultOfToolCall({ content: [], structuredContent: { a: 1 } })).toEqual({
+      success: true,
+      data: { content: [], structuredContent: { a: 1 } },
+    });
   });
 
   test('isError without text content: TOOL_ERROR with a default message and the content as data', () => {

@@ -61,23 +61,34 @@ async function connect(svcId: string, key: string | null, headers: Record<string
 }
 
 /** The SDK v2 client, pinned to 2026-07-28 (`server/discover`, no initialize) or, by default, the 2025 family. */
-async function connectV2(svcId: string, key: string, revision: '2026-07-28' | 'legacy' = '2026-07-28'): Promise<ClientV2> {
+async function connectV2(
+  svcId: string,
+  key: string,
+  revision: '2026-07-28' | 'legacy' = '2026-07-28',
+): Promise<ClientV2> {
   const client = new ClientV2(
     { name: 'test-agent-v2', version: '1.0.0' },
     revision === 'legacy' ? {} : { versionNegotiation: { mode: { pin: revision } } },
   );
-  await client.connect(new TransportV2(new URL(`${base}/mcp/${svcId}`), { requestInit: { headers: { 'X-API-Key': key } } }));
+  await client.connect(
+    new TransportV2(new URL(`${base}/mcp/${svcId}`), { requestInit: { headers: { 'X-API-Key': key } } }),
+  );
   open.push(client);
   return client;
 }
 
-const call = (client: Client | ClientV2, name: string, args: Record<string, unknown> = {}, meta?: Record<string, unknown>) =>
-  client.callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }) as Promise<CallToolResult>;
+const call = (
+  client: Client | ClientV2,
+  name: string,
+  args: Record<string, unknown> = {},
+  meta?: Record<string, unknown>,
+) => client.callTool({ name, arguments: args, ...(meta ? { _meta: meta } : {}) }) as Promise<CallToolResult>;
 
 const reasonCodes = (result: CallToolResult) =>
   (result.structuredContent as { reasons: { code: string }[] }).reasons.map((reason) => reason.code);
 
-const interactionOf = (result: CallToolResult) => (result._meta as Record<string, string>)['agent-gateway/interaction_id'];
+const interactionOf = (result: CallToolResult) =>
+  (result._meta as Record<string, string>)['agent-gateway/interaction_id'];
 
 async function recordOf(interactionId: string) {
   const record = await t.request('GET', `/api/v1/records/${interactionId}`, { token: org.adminToken });
@@ -118,7 +129,11 @@ describe('initialize and tools/list', () => {
         jsonrpc: '2.0',
         id: 1,
         method: 'initialize',
-        params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+        params: {
+          protocolVersion: LATEST_PROTOCOL_VERSION,
+          capabilities: {},
+          clientInfo: { name: 'raw', version: '1' },
+        },
       }),
       { 'x-api-key': agent.key },
     );
@@ -143,9 +158,23 @@ describe('initialize and tools/list', () => {
 
   test('an unconditional enforced deny hides its capability; a conditional or shadow one does not', async () => {
     const other = await readyAgent(t, org);
-    const hidden = await createPolicy({ name: `no refunds ${other.svcId}`, effect: 'deny', target: { svc_ids: [other.svcId], capabilities: ['billing:refund'] } });
-    await createPolicy({ name: `big reads ${other.svcId}`, effect: 'deny', condition: 'params.amount > 10', target: { svc_ids: [other.svcId], capabilities: ['billing:read'] } });
-    await createPolicy({ name: `shadow ${other.svcId}`, effect: 'deny', mode: 'shadow', target: { svc_ids: [other.svcId] } });
+    const hidden = await createPolicy({
+      name: `no refunds ${other.svcId}`,
+      effect: 'deny',
+      target: { svc_ids: [other.svcId], capabilities: ['billing:refund'] },
+    });
+    await createPolicy({
+      name: `big reads ${other.svcId}`,
+      effect: 'deny',
+      condition: 'params.amount > 10',
+      target: { svc_ids: [other.svcId], capabilities: ['billing:read'] },
+    });
+    await createPolicy({
+      name: `shadow ${other.svcId}`,
+      effect: 'deny',
+      mode: 'shadow',
+      target: { svc_ids: [other.svcId] },
+    });
     const client = await connect(other.svcId, other.key);
     expect((await client.listTools()).tools.map((tool) => tool.name)).toEqual(['billing__read']);
     // The hidden tool is still decided if called: denied by the policy, with a record.
@@ -153,8 +182,13 @@ describe('initialize and tools/list', () => {
     expect(denied.isError).toBe(true);
     expect(reasonCodes(denied)).toEqual(['POLICY_DENIED']);
     expect((await recordOf(interactionOf(denied))).status).toBe('denied');
-    expect((await t.request('DELETE', `/api/v1/policies/${hidden.policy_id}`, { token: org.adminToken })).status).toBe(204);
-    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect((await t.request('DELETE', `/api/v1/policies/${hidden.policy_id}`, { token: org.adminToken })).status).toBe(
+      204,
+    );
+    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual([
+      'billing__read',
+      'billing__refund',
+    ]);
   });
 
   test('an agent acquired in the marketplace: its tools are described by the template’s operations', async () => {
@@ -172,14 +206,20 @@ describe('initialize and tools/list', () => {
       },
     });
     expect(created.status).toBe(201);
-    expect((await t.request('POST', `/manifests/${created.body.id}/publish`, { token: publisher.adminToken, body: {} })).status).toBe(200);
+    expect(
+      (await t.request('POST', `/manifests/${created.body.id}/publish`, { token: publisher.adminToken, body: {} }))
+        .status,
+    ).toBe(200);
     const bought = await t.request('POST', '/marketplace/purchase', {
       token: buyer.adminToken,
       body: { manifest_id: created.body.id, payment_method: 'free', agent_id: 'acquired-refunds' },
     });
     expect(bought.status).toBe(201);
     const manifestId = bought.body.manifest.manifest_id;
-    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, { token: buyer.adminToken, body: {} });
+    const approved = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/manifests/${manifestId}/approve`, {
+      token: buyer.adminToken,
+      body: {},
+    });
     expect(approved.status).toBe(200);
     const tool = await t.request('POST', `/api/v1/orgs/${buyer.orgId}/tools`, {
       token: buyer.adminToken,
@@ -213,12 +253,22 @@ describe('tools/call: the execute decision', () => {
     expect(result.structuredContent).toEqual({ ok: true });
     expect(result.content).toEqual([{ type: 'text', text: JSON.stringify({ ok: true }) }]);
     const record = await recordOf(interactionOf(result));
-    expect(record).toMatchObject({ status: 'approved', executed: true, channel: 'mcp', capability: 'billing:read', agent_id: agent.svcId });
+    expect(record).toMatchObject({
+      status: 'approved',
+      executed: true,
+      channel: 'mcp',
+      capability: 'billing:read',
+      agent_id: agent.svcId,
+    });
     // The same action over REST and GraphQL names those channels.
     const rest = await execute(t, agent);
     expect((await recordOf(rest.body.interaction_id)).channel).toBe('rest');
     const graphql = await t.graphql(
-      'mutation($a: GatewayActionInput!) { gateway_execute(svc_id: "' + agent.svcId + '", agent_id: "' + agent.svcId + '", action: $a) { interaction_id } }',
+      'mutation($a: GatewayActionInput!) { gateway_execute(svc_id: "' +
+        agent.svcId +
+        '", agent_id: "' +
+        agent.svcId +
+        '", action: $a) { interaction_id } }',
       { a: { type: 'billing', tool: 'read', params: {} } },
       { apiKey: agent.key },
     );
@@ -230,17 +280,30 @@ describe('tools/call: the execute decision', () => {
     const client = await connect(agent.svcId, agent.key);
     const denied = await call(client, 'billing__delete');
     expect(denied.isError).toBe(true);
-    expect(denied.structuredContent).toMatchObject({ decision: 'deny', approval_id: null, interaction_id: interactionOf(denied) });
+    expect(denied.structuredContent).toMatchObject({
+      decision: 'deny',
+      approval_id: null,
+      interaction_id: interactionOf(denied),
+    });
     expect(reasonCodes(denied)).toEqual(['CAPABILITY_NOT_APPROVED']);
     expect((denied.content as { text: string }[])[0].text).toMatch(/denied[\s\S]*CAPABILITY_NOT_APPROVED: /);
-    expect(await recordOf(interactionOf(denied))).toMatchObject({ status: 'denied', channel: 'mcp', capability: 'billing:delete' });
+    expect(await recordOf(interactionOf(denied))).toMatchObject({
+      status: 'denied',
+      channel: 'mcp',
+      capability: 'billing:delete',
+    });
   });
 
   test('a name that stands for no capability is a JSON-RPC invalid-params error, not a crash', async () => {
     const agent = await readyAgent(t, org);
     const client = await connect(agent.svcId, agent.key);
-    await expect(call(client, 'Not:A:Tool')).rejects.toMatchObject({ code: -32602, message: expect.stringContaining('Unknown tool') });
-    await expect(call(client, 'billing__read', {}, { 'agent-gateway/approval_id': 42 })).rejects.toMatchObject({ code: -32602 });
+    await expect(call(client, 'Not:A:Tool')).rejects.toMatchObject({
+      code: -32602,
+      message: expect.stringContaining('Unknown tool'),
+    });
+    await expect(call(client, 'billing__read', {}, { 'agent-gateway/approval_id': 42 })).rejects.toMatchObject({
+      code: -32602,
+    });
   });
 
   test('approval round trip: the first call asks a human, the approved call with _meta approval_id runs once', async () => {
@@ -257,14 +320,25 @@ describe('tools/call: the execute decision', () => {
     expect(approvalId).toEqual(expect.any(String));
     expect((asked.content as { text: string }[])[0].text).toContain(`"agent-gateway/approval_id": "${approvalId}"`);
     // Not yet approved: still denied.
-    expect((await call(client, 'billing__refund', { amount: 25 }, { 'agent-gateway/approval_id': approvalId })).isError).toBe(true);
-    const approved = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, { token: org.adminToken, body: {} });
+    expect(
+      (await call(client, 'billing__refund', { amount: 25 }, { 'agent-gateway/approval_id': approvalId })).isError,
+    ).toBe(true);
+    const approved = await t.request('POST', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}/approve`, {
+      token: org.adminToken,
+      body: {},
+    });
     expect(approved.status).toBe(200);
     // Other arguments are another action: the approval does not cover them.
-    expect((await call(client, 'billing__refund', { amount: 9999 }, { 'agent-gateway/approval_id': approvalId })).isError).toBe(true);
+    expect(
+      (await call(client, 'billing__refund', { amount: 9999 }, { 'agent-gateway/approval_id': approvalId })).isError,
+    ).toBe(true);
     const done = await call(client, 'billing__refund', { amount: 25 }, { 'agent-gateway/approval_id': approvalId });
     expect(done.isError).toBe(false);
-    expect(await recordOf(interactionOf(done))).toMatchObject({ status: 'approved', approval_id: approvalId, channel: 'mcp' });
+    expect(await recordOf(interactionOf(done))).toMatchObject({
+      status: 'approved',
+      approval_id: approvalId,
+      channel: 'mcp',
+    });
     const again = await call(client, 'billing__refund', { amount: 25 }, { 'agent-gateway/approval_id': approvalId });
     expect(again.isError).toBe(true);
   });
@@ -281,9 +355,9 @@ describe('tools/call: the execute decision', () => {
     expect(issued.status).toBe(201);
     const allowed = await call(client, 'billing__read', {}, { 'agent-gateway/capability_token': issued.body.token });
     expect(allowed.isError).toBe(false);
-    expect(reasonCodes(await call(client, 'billing__refund', {}, { 'agent-gateway/capability_token': issued.body.token }))).toEqual([
-      'CAPABILITY_NOT_IN_TOKEN',
-    ]);
+    expect(
+      reasonCodes(await call(client, 'billing__refund', {}, { 'agent-gateway/capability_token': issued.body.token })),
+    ).toEqual(['CAPABILITY_NOT_IN_TOKEN']);
   });
 
   test('budget exhaustion: the hourly limit answers isError with the limit and when to retry', async () => {
@@ -304,7 +378,12 @@ describe('tools/call: the execute decision', () => {
 
   test('a policy denial on the arguments: POLICY_DENIED naming the policy; other arguments pass', async () => {
     const agent = await readyAgent(t, org);
-    await createPolicy({ name: `refunds over 100 ${agent.svcId}`, effect: 'deny', condition: 'params.amount > 100', target: { svc_ids: [agent.svcId] } });
+    await createPolicy({
+      name: `refunds over 100 ${agent.svcId}`,
+      effect: 'deny',
+      condition: 'params.amount > 100',
+      target: { svc_ids: [agent.svcId] },
+    });
     const client = await connect(agent.svcId, agent.key);
     const denied = await call(client, 'billing__refund', { amount: 500 });
     expect(reasonCodes(denied)).toEqual(['POLICY_DENIED']);
@@ -314,7 +393,12 @@ describe('tools/call: the execute decision', () => {
 
   test('the MCP channel is a fact policies can test', async () => {
     const agent = await readyAgent(t, org);
-    await createPolicy({ name: `no mcp ${agent.svcId}`, effect: 'deny', condition: 'request.channel == "mcp"', target: { svc_ids: [agent.svcId] } });
+    await createPolicy({
+      name: `no mcp ${agent.svcId}`,
+      effect: 'deny',
+      condition: 'request.channel == "mcp"',
+      target: { svc_ids: [agent.svcId] },
+    });
     const client = await connect(agent.svcId, agent.key);
     expect(reasonCodes(await call(client, 'billing__read'))).toEqual(['POLICY_DENIED']);
     expect((await execute(t, agent)).body.decision).toBe('allow');
@@ -342,7 +426,11 @@ describe('tools/call: the execute decision', () => {
     expect(exported.status).toBe(200);
     const lines = exported.text.trim().split('\n');
     const verify = (text: string[]) => verifyExport(createInterface({ input: Readable.from(text.join('\n')) }));
-    expect(await verify(lines)).toMatchObject({ ok: true, count: 3, channels: { mcp: 2, rest: 1, graphql: 0, none: 0 } });
+    expect(await verify(lines)).toMatchObject({
+      ok: true,
+      count: 3,
+      channels: { mcp: 2, rest: 1, graphql: 0, none: 0 },
+    });
     const tampered = [...lines];
     const line = JSON.parse(tampered[1]);
     expect(line.body.channel).toBe('mcp');
@@ -360,10 +448,22 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
   });
 
   const recordCount = async (svcId: string) =>
-    Number((await t.database.db.sql.query<{ n: string }>('SELECT count(*) AS n FROM interaction_records WHERE svc_id = $1', [svcId]))[0].n);
+    Number(
+      (
+        await t.database.db.sql.query<{ n: string }>(
+          'SELECT count(*) AS n FROM interaction_records WHERE svc_id = $1',
+          [svcId],
+        )
+      )[0].n,
+    );
 
   /** A 2026-07-28 request as the v2 client sends it: the `_meta` envelope and the three headers. */
-  function modernRequest(method: string, params: Record<string, unknown> = {}, headers: Record<string, string | null> = {}, revision = MODERN) {
+  function modernRequest(
+    method: string,
+    params: Record<string, unknown> = {},
+    headers: Record<string, string | null> = {},
+    revision = MODERN,
+  ) {
     const envelope = {
       'io.modelcontextprotocol/protocolVersion': revision,
       'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' },
@@ -371,10 +471,20 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     };
     const name = typeof params.name === 'string' ? { 'mcp-name': params.name } : {};
     const sent: Record<string, string> = {};
-    for (const [header, value] of Object.entries({ 'x-api-key': agent.key, 'mcp-protocol-version': revision, 'mcp-method': method, ...name, ...headers })) {
+    for (const [header, value] of Object.entries({
+      'x-api-key': agent.key,
+      'mcp-protocol-version': revision,
+      'mcp-method': method,
+      ...name,
+      ...headers,
+    })) {
       if (value !== null) sent[header] = value;
     }
-    return post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 7, method, params: { ...params, _meta: envelope } }), sent);
+    return post(
+      `/mcp/${agent.svcId}`,
+      JSON.stringify({ jsonrpc: '2.0', id: 7, method, params: { ...params, _meta: envelope } }),
+      sent,
+    );
   }
 
   test('discover and initialize: the v2 client on 2026-07-28, the v1 client and the unpinned v2 client on 2025-11-25', async () => {
@@ -386,7 +496,11 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     const discovered = await modernRequest('server/discover');
     expect(discovered.status).toBe(200);
     expect(discovered.headers.get('mcp-session-id')).toBeNull();
-    expect((await discovered.json()).result).toMatchObject({ supportedVersions: [MODERN], capabilities: { tools: {} }, resultType: 'complete' });
+    expect((await discovered.json()).result).toMatchObject({
+      supportedVersions: [MODERN],
+      capabilities: { tools: {} },
+      resultType: 'complete',
+    });
 
     const v1 = await connect(agent.svcId, agent.key);
     expect(v1.getServerVersion()).toMatchObject({ name: 'agent-gateway' });
@@ -407,7 +521,11 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     expect(older).not.toHaveProperty('cacheScope');
     expect(unpinned).not.toHaveProperty('cacheScope');
     const raw = await (await modernRequest('tools/list')).json();
-    expect(raw.result).toMatchObject({ cacheScope: 'private', ttlMs: 0, tools: [{ name: 'billing__read' }, { name: 'billing__refund' }] });
+    expect(raw.result).toMatchObject({
+      cacheScope: 'private',
+      ttlMs: 0,
+      tools: [{ name: 'billing__read' }, { name: 'billing__refund' }],
+    });
     // A key limited to other agents: its own (empty) list, private as well.
     const { key } = await createKey(t, org, ['gateway:execute'], { svc_ids: ['someone-else'] });
     expect(await (await connectV2(agent.svcId, key)).listTools()).toMatchObject({ tools: [], cacheScope: 'private' });
@@ -421,13 +539,34 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     };
     for (const [label, client] of Object.entries(clients)) {
       const allowed = await call(client, 'billing__read', { invoice: label });
-      expect({ label, isError: allowed.isError, data: allowed.structuredContent }).toEqual({ label, isError: false, data: { ok: true } });
-      expect(await recordOf(interactionOf(allowed))).toMatchObject({ status: 'approved', executed: true, channel: 'mcp', capability: 'billing:read' });
+      expect({ label, isError: allowed.isError, data: allowed.structuredContent }).toEqual({
+        label,
+        isError: false,
+        data: { ok: true },
+      });
+      expect(await recordOf(interactionOf(allowed))).toMatchObject({
+        status: 'approved',
+        executed: true,
+        channel: 'mcp',
+        capability: 'billing:read',
+      });
       const denied = await call(client, 'billing__delete', { invoice: label });
-      expect({ label, isError: denied.isError, reasons: reasonCodes(denied) }).toEqual({ label, isError: true, reasons: ['CAPABILITY_NOT_APPROVED'] });
-      expect(await recordOf(interactionOf(denied))).toMatchObject({ status: 'denied', executed: false, channel: 'mcp', capability: 'billing:delete' });
+      expect({ label, isError: denied.isError, reasons: reasonCodes(denied) }).toEqual({
+        label,
+        isError: true,
+        reasons: ['CAPABILITY_NOT_APPROVED'],
+      });
+      expect(await recordOf(interactionOf(denied))).toMatchObject({
+        status: 'denied',
+        executed: false,
+        channel: 'mcp',
+        capability: 'billing:delete',
+      });
       // A name that spells no capability: the JSON-RPC error of 0038, in both revisions.
-      await expect(call(client, 'Not:A:Tool')).rejects.toMatchObject({ code: -32602, message: expect.stringContaining('Unknown tool') });
+      await expect(call(client, 'Not:A:Tool')).rejects.toMatchObject({
+        code: -32602,
+        message: expect.stringContaining('Unknown tool'),
+      });
     }
   });
 
@@ -435,12 +574,32 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     const before = await recordCount(agent.svcId);
     const callParams = { name: 'billing__read', arguments: { invoice: 'never' } };
     const refusals = [
-      ['no Mcp-Method', await modernRequest('tools/call', callParams, { 'mcp-method': null }), /Mcp-Method header is absent/],
-      ['Mcp-Method tools/list on a tools/call', await modernRequest('tools/call', callParams, { 'mcp-method': 'tools/list' }), /body names method tools\/call but the Mcp-Method header names tools\/list/],
+      [
+        'no Mcp-Method',
+        await modernRequest('tools/call', callParams, { 'mcp-method': null }),
+        /Mcp-Method header is absent/,
+      ],
+      [
+        'Mcp-Method tools/list on a tools/call',
+        await modernRequest('tools/call', callParams, { 'mcp-method': 'tools/list' }),
+        /body names method tools\/call but the Mcp-Method header names tools\/list/,
+      ],
       ['no Mcp-Name', await modernRequest('tools/call', callParams, { 'mcp-name': null }), /Mcp-Name header is absent/],
-      ['Mcp-Name of another tool', await modernRequest('tools/call', callParams, { 'mcp-name': 'billing__refund' }), /params.name="billing__read" but the Mcp-Name header names "billing__refund"/],
-      ['no MCP-Protocol-Version', await modernRequest('tools/call', callParams, { 'mcp-protocol-version': null }), /MCP-Protocol-Version header is absent/],
-      ['MCP-Protocol-Version of the 2025 family', await modernRequest('tools/call', callParams, { 'mcp-protocol-version': '2025-11-25' }), /MCP-Protocol-Version header names 2025-11-25/],
+      [
+        'Mcp-Name of another tool',
+        await modernRequest('tools/call', callParams, { 'mcp-name': 'billing__refund' }),
+        /params.name="billing__read" but the Mcp-Name header names "billing__refund"/,
+      ],
+      [
+        'no MCP-Protocol-Version',
+        await modernRequest('tools/call', callParams, { 'mcp-protocol-version': null }),
+        /MCP-Protocol-Version header is absent/,
+      ],
+      [
+        'MCP-Protocol-Version of the 2025 family',
+        await modernRequest('tools/call', callParams, { 'mcp-protocol-version': '2025-11-25' }),
+        /MCP-Protocol-Version header names 2025-11-25/,
+      ],
     ] as const;
     for (const [label, response, message] of refusals) {
       const body = await response.json();
@@ -460,36 +619,58 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     const callParams = { name: 'billing__read', arguments: {} };
     const unsupported = await modernRequest('tools/call', callParams, {}, '2027-01-01');
     expect(unsupported.status).toBe(400);
-    expect((await unsupported.json()).error).toMatchObject({ code: -32022, data: { supported: [MODERN], requested: '2027-01-01' } });
-    // The 2026-07-28 header without the envelope it requires.
-    const noEnvelope = await post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: callParams }), {
-      'x-api-key': agent.key,
-      'mcp-protocol-version': MODERN,
-      'mcp-method': 'tools/call',
-      'mcp-name': 'billing__read',
+    expect((await unsupported.json()).error).toMatchObject({
+      code: -32022,
+      data: { supported: [MODERN], requested: '2027-01-01' },
     });
+    // The 2026-07-28 header without the envelope it requires.
+    const noEnvelope = await post(
+      `/mcp/${agent.svcId}`,
+      JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: callParams }),
+      {
+        'x-api-key': agent.key,
+        'mcp-protocol-version': MODERN,
+        'mcp-method': 'tools/call',
+        'mcp-name': 'billing__read',
+      },
+    );
     expect(noEnvelope.status).toBe(400);
-    expect((await noEnvelope.json()).error).toMatchObject({ code: -32602, message: expect.stringContaining('envelope') });
+    expect((await noEnvelope.json()).error).toMatchObject({
+      code: -32602,
+      message: expect.stringContaining('envelope'),
+    });
     for (const method of ['prompts/list', 'no/such-method', 'initialize']) {
       const unknown = await modernRequest(method);
       expect({ method, status: unknown.status }).toEqual({ method, status: 404 });
       expect((await unknown.json()).error.code).toBe(-32601);
     }
     // The 2025 family answers an unknown method in-band, as before; an unsupported revision with 400.
-    const older = await post(`/mcp/${agent.svcId}`, JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'no/such-method', params: {} }), {
-      'x-api-key': agent.key,
-      'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
-    });
+    const older = await post(
+      `/mcp/${agent.svcId}`,
+      JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'no/such-method', params: {} }),
+      {
+        'x-api-key': agent.key,
+        'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+      },
+    );
     expect(older.status).toBe(200);
     expect((await older.json()).error.code).toBe(-32601);
-    const ancient = await post(`/mcp/${agent.svcId}`, listRequest, { 'x-api-key': agent.key, 'mcp-protocol-version': '1999-01-01' });
+    const ancient = await post(`/mcp/${agent.svcId}`, listRequest, {
+      'x-api-key': agent.key,
+      'mcp-protocol-version': '1999-01-01',
+    });
     expect(ancient.status).toBe(400);
     // Batches are the SDK's to route: of the 2025 family, served there; with a 2026-07-28 element, refused.
-    const batch = (params: Record<string, unknown>) => JSON.stringify([{ jsonrpc: '2.0', id: 10, method: 'tools/list', params }]);
+    const batch = (params: Record<string, unknown>) =>
+      JSON.stringify([{ jsonrpc: '2.0', id: 10, method: 'tools/list', params }]);
     const olderBatch = await post(`/mcp/${agent.svcId}`, batch({}), { 'x-api-key': agent.key });
     expect(olderBatch.status).toBe(200);
     expect(JSON.stringify(await olderBatch.json())).toContain('billing__read');
-    const modernBatch = await post(`/mcp/${agent.svcId}`, batch({ _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN } }), { 'x-api-key': agent.key });
+    const modernBatch = await post(
+      `/mcp/${agent.svcId}`,
+      batch({ _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN } }),
+      { 'x-api-key': agent.key },
+    );
     expect(modernBatch.status).toBe(400);
     expect((await modernBatch.json()).error.code).toBe(-32600);
     expect(await recordCount(agent.svcId)).toBe(before);
@@ -498,7 +679,9 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
   test('2026-07-28 at the HTTP edge: the same key, Origin and method rules', async () => {
     const noKey = await modernRequest('tools/list', {}, { 'x-api-key': null });
     expect(noKey.status).toBe(401);
-    expect(noKey.headers.get('www-authenticate')).toBe(`Bearer resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}", scope="mcp:tools"`);
+    expect(noKey.headers.get('www-authenticate')).toBe(
+      `Bearer resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}", scope="mcp:tools"`,
+    );
     expect((await noKey.json()).error.code).toBe(-32001);
     const bearer = await modernRequest('tools/list', {}, { 'x-api-key': null, authorization: `Bearer ${agent.key}` });
     expect(bearer.status).toBe(200);
@@ -543,25 +726,44 @@ describe('MCP all the way: an agent on /mcp, its action forwarded by the mcp con
     const toolsPath = `/api/v1/orgs/${fresh.orgId}/tools`;
     const bad = await t.request('POST', toolsPath, {
       token: fresh.adminToken,
-      body: { action_type: 'crm', connector: 'mcp', config: { url: upstreamUrl, allow_private_network: true, description: '', input_schema: { type: 'string' } } },
+      body: {
+        action_type: 'crm',
+        connector: 'mcp',
+        config: { url: upstreamUrl, allow_private_network: true, description: '', input_schema: { type: 'string' } },
+      },
     });
     expect(bad.status).toBe(422);
-    expect(bad.body.error.details.errors.map((e: { field: string }) => e.field).sort()).toEqual(['config.description', 'config.input_schema']);
+    expect(bad.body.error.details.errors.map((e: { field: string }) => e.field).sort()).toEqual([
+      'config.description',
+      'config.input_schema',
+    ]);
     const created = await t.request('POST', toolsPath, {
       token: fresh.adminToken,
       body: {
         action_type: 'crm',
         connector: 'mcp',
-        config: { url: upstreamUrl, allow_private_network: true, description: 'Look a customer up in the CRM.', input_schema: inputSchema },
+        config: {
+          url: upstreamUrl,
+          allow_private_network: true,
+          description: 'Look a customer up in the CRM.',
+          input_schema: inputSchema,
+        },
       },
     });
     expect(created.status).toBe(201);
-    expect(created.body.config).toMatchObject({ description: 'Look a customer up in the CRM.', input_schema: inputSchema });
+    expect(created.body.config).toMatchObject({
+      description: 'Look a customer up in the CRM.',
+      input_schema: inputSchema,
+    });
     const agent = await readyAgent(t, fresh, { capabilities: ['crm:lookup'], tool: false });
 
     const client = await connect(agent.svcId, agent.key);
     expect((await client.listTools()).tools).toEqual([
-      expect.objectContaining({ name: 'crm__lookup', description: 'Look a customer up in the CRM.', inputSchema: inputSchema }),
+      expect.objectContaining({
+        name: 'crm__lookup',
+        description: 'Look a customer up in the CRM.',
+        inputSchema: inputSchema,
+      }),
     ]);
     upstreamHeaders.length = 0;
     const result = await call(client, 'crm__lookup', { customer: 'c-42' });
@@ -582,7 +784,11 @@ describe('MCP all the way: an agent on /mcp, its action forwarded by the mcp con
 
     const exported = await t.request('GET', '/api/v1/records/export', { token: fresh.adminToken });
     const lines = exported.text.trim().split('\n');
-    expect(await verifyExport(createInterface({ input: Readable.from(lines.join('\n')) }))).toMatchObject({ ok: true, count: 2, channels: { mcp: 2 } });
+    expect(await verifyExport(createInterface({ input: Readable.from(lines.join('\n')) }))).toMatchObject({
+      ok: true,
+      count: 2,
+      channels: { mcp: 2 },
+    });
   });
 });
 
@@ -597,11 +803,16 @@ describe('the HTTP edge', () => {
     const none = await post(`/mcp/${agent.svcId}`, listRequest, {});
     expect(none.status).toBe(401);
     expect(none.headers.get('www-authenticate')).toBe(`Bearer ${metadata}, scope="mcp:tools"`);
-    const attempts: Record<string, string>[] = [{ 'x-api-key': 'agk_wrong' }, { authorization: `Bearer ${org.adminToken}` }];
+    const attempts: Record<string, string>[] = [
+      { 'x-api-key': 'agk_wrong' },
+      { authorization: `Bearer ${org.adminToken}` },
+    ];
     for (const headers of attempts) {
       const response = await post(`/mcp/${agent.svcId}`, listRequest, headers);
       expect(response.status).toBe(401);
-      expect(response.headers.get('www-authenticate')).toMatch(new RegExp(`^Bearer ${metadata}, scope="mcp:tools", error="invalid_token", error_description="[^"]+"$`));
+      expect(response.headers.get('www-authenticate')).toMatch(
+        new RegExp(`^Bearer ${metadata}, scope="mcp:tools", error="invalid_token", error_description="[^"]+"$`),
+      );
       expect((await response.json()).error.code).toBe(-32001);
     }
     await expect(connect(agent.svcId, 'agk_wrong')).rejects.toThrow();
@@ -620,7 +831,10 @@ describe('the HTTP edge', () => {
   });
 
   test('Origin: refused unless allow-listed (DNS rebinding); clients without one are unaffected', async () => {
-    const refused = await post(`/mcp/${agent.svcId}`, listRequest, { 'x-api-key': agent.key, origin: 'http://evil.example' });
+    const refused = await post(`/mcp/${agent.svcId}`, listRequest, {
+      'x-api-key': agent.key,
+      origin: 'http://evil.example',
+    });
     expect(refused.status).toBe(403);
     expect((await refused.json()).error.message).toContain('http://evil.example');
     const allowed = await post(`/mcp/${agent.svcId}`, listRequest, { 'x-api-key': agent.key, origin: ALLOWED_ORIGIN });
@@ -630,7 +844,10 @@ describe('the HTTP edge', () => {
 
   test('GET and DELETE: 405 with Allow: POST (stateless, no stream, no session)', async () => {
     for (const method of ['GET', 'DELETE', 'PUT']) {
-      const response = await fetch(`${base}/mcp/${agent.svcId}`, { method, headers: { 'x-api-key': agent.key, accept: 'text/event-stream' } });
+      const response = await fetch(`${base}/mcp/${agent.svcId}`, {
+        method,
+        headers: { 'x-api-key': agent.key, accept: 'text/event-stream' },
+      });
       expect(response.status).toBe(405);
       expect(response.headers.get('allow')).toBe('POST');
     }
@@ -639,13 +856,23 @@ describe('the HTTP edge', () => {
   test('hostile bodies: 413 over the REST limit, 400 for broken JSON or JSON-RPC, 406/415 for wrong media types, never 500', async () => {
     const path = `/mcp/${agent.svcId}`;
     const auth = { 'x-api-key': agent.key };
-    const huge = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'billing__read', arguments: { pad: 'x'.repeat(1024 * 1024) } } });
+    const huge = JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'billing__read', arguments: { pad: 'x'.repeat(1024 * 1024) } },
+    });
     expect((await post(path, huge, auth)).status).toBe(413);
     expect((await post(path, '{"jsonrpc": "2.0", "id": 1, "method":', auth)).status).toBe(400);
     expect((await post(path, '{"hello": "world"}', auth)).status).toBe(400);
     expect((await post(path, listRequest, { ...auth, accept: 'application/json' })).status).toBe(406);
     expect((await post(path, listRequest, { ...auth, 'content-type': 'text/plain' })).status).toBe(415);
-    const deep = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'billing__read', arguments: JSON.parse('{"a":'.repeat(200) + '1' + '}'.repeat(200)) } });
+    const deep = JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'billing__read', arguments: JSON.parse('{"a":'.repeat(200) + '1' + '}'.repeat(200)) },
+    });
     const deepAnswer = await post(path, deep, auth);
     expect(deepAnswer.status).toBe(200);
     expect((await deepAnswer.json()).error.code).toBe(-32602);
@@ -655,7 +882,10 @@ describe('the HTTP edge', () => {
       method: 'tools/call',
       params: { name: 'billing__read', arguments: {}, _meta: { 'agent-gateway/approval_id': 'a\u0000b' } },
     });
-    expect((await (await post(path, nulMeta, auth)).json()).error).toMatchObject({ code: -32602, data: { code: 'VALIDATION_ERROR' } });
+    expect((await (await post(path, nulMeta, auth)).json()).error).toMatchObject({
+      code: -32602,
+      data: { code: 'VALIDATION_ERROR' },
+    });
     for (const bad of ['/mcp/', '/mcp/Not_An_Agent', '/mcp/a/b', '/mcp/%E0%A4%A']) {
       expect((await post(bad, listRequest, auth)).status).toBe(404);
     }

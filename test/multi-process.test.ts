@@ -91,10 +91,13 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
 
     const { key, keyId } = await createKey(first, org, ['logs:read']);
     expect((await second.request('GET', '/api/v1/records', { apiKey: key })).status).toBe(200);
-    expect((await first.request('DELETE', `/api/v1/orgs/${org.orgId}/api-keys/${keyId}`, { token: org.adminToken })).status).toBe(204);
+    expect(
+      (await first.request('DELETE', `/api/v1/orgs/${org.orgId}/api-keys/${keyId}`, { token: org.adminToken })).status,
+    ).toBe(204);
     const deletedAt = Date.now();
     let status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
-    while (status !== 401 && Date.now() - deletedAt < 1000) status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
+    while (status !== 401 && Date.now() - deletedAt < 1000)
+      status = (await second.request('GET', '/api/v1/records', { apiKey: key })).status;
     expect(status).toBe(401);
   }, 60_000);
 
@@ -104,11 +107,14 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const client = await connectClient(first, PUBLIC_URL, org.adminToken, agent.svcId);
     // The second process verifies the token and caches its grant.
     expect((await mcpRequest(second, agent.svcId, client.accessToken)).status).toBe(200);
-    const revoked = await first.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${client.grantId}`, { token: org.adminToken });
+    const revoked = await first.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${client.grantId}`, {
+      token: org.adminToken,
+    });
     expect(revoked.status).toBe(204);
     const revokedAt = Date.now();
     let status = (await mcpRequest(second, agent.svcId, client.accessToken)).status;
-    while (status !== 401 && Date.now() - revokedAt < 1000) status = (await mcpRequest(second, agent.svcId, client.accessToken)).status;
+    while (status !== 401 && Date.now() - revokedAt < 1000)
+      status = (await mcpRequest(second, agent.svcId, client.accessToken)).status;
     expect(status).toBe(401);
   }, 60_000);
 
@@ -117,7 +123,9 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const agent = await readyAgent(first, org);
     const keyOf = async (service: Service) => {
       const executed = await execute(service, agent);
-      return (await service.request('GET', `/api/v1/records/${executed.body.interaction_id}`, { token: org.adminToken })).body.key_id as string;
+      return (
+        await service.request('GET', `/api/v1/records/${executed.body.interaction_id}`, { token: org.adminToken })
+      ).body.key_id as string;
     };
     const oldKid = await keyOf(second);
 
@@ -166,21 +174,31 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     expect(allowed).toHaveLength(9);
     const limited = results.filter((r) => r.status === 429);
     expect(limited).toHaveLength(31);
-    expect(limited[0].body.error.details).toEqual({ limit: 9, period: '86400s', current: 9, policy_id: policy.body.policy_id });
+    expect(limited[0].body.error.details).toEqual({
+      limit: 9,
+      period: '86400s',
+      current: 9,
+      policy_id: policy.body.policy_id,
+    });
   }, 60_000);
 
   test('a policy created, changed and deleted through one process applies on the other within a second', async () => {
     const org = await signUp(first);
     const agent = await readyAgent(first, org);
     expect((await execute(second, agent)).body.decision).toBe('allow');
-    const untilWithinASecond = async (expected: (body: { decision: string; reasons: { code: string }[] }) => boolean) => {
+    const untilWithinASecond = async (
+      expected: (body: { decision: string; reasons: { code: string }[] }) => boolean,
+    ) => {
       const changedAt = Date.now();
       let decision = await execute(second, agent);
       while (!expected(decision.body) && Date.now() - changedAt < 1000) decision = await execute(second, agent);
       expect(expected(decision.body)).toBe(true);
     };
 
-    const created = await first.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'stop', effect: 'deny' } });
+    const created = await first.request('POST', '/api/v1/policies', {
+      token: org.adminToken,
+      body: { name: 'stop', effect: 'deny' },
+    });
     expect(created.status).toBe(201);
     await untilWithinASecond((body) => body.reasons[0]?.code === 'POLICY_DENIED');
 
@@ -191,9 +209,14 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     expect(replaced.body.version).toBe(2);
     await untilWithinASecond((body) => body.decision === 'allow');
 
-    await first.request('PUT', `/api/v1/policies/${created.body.policy_id}`, { token: org.adminToken, body: { name: 'stop', effect: 'deny' } });
+    await first.request('PUT', `/api/v1/policies/${created.body.policy_id}`, {
+      token: org.adminToken,
+      body: { name: 'stop', effect: 'deny' },
+    });
     await untilWithinASecond((body) => body.reasons[0]?.code === 'POLICY_DENIED');
-    const deleted = await first.request('DELETE', `/api/v1/policies/${created.body.policy_id}`, { token: org.adminToken });
+    const deleted = await first.request('DELETE', `/api/v1/policies/${created.body.policy_id}`, {
+      token: org.adminToken,
+    });
     expect(deleted.status).toBe(204);
     await untilWithinASecond((body) => body.decision === 'allow');
   }, 60_000);
@@ -209,10 +232,15 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
       expect(expected(decision.body)).toBe(true);
     };
 
-    const deactivated = await first.request('DELETE', `/api/v1/agents/${agent.svcId}?reason=leaked`, { token: org.adminToken });
+    const deactivated = await first.request('DELETE', `/api/v1/agents/${agent.svcId}?reason=leaked`, {
+      token: org.adminToken,
+    });
     expect(deactivated.status).toBe(204);
     await until((body) => body.reasons[0]?.code === 'AGENT_DEACTIVATED');
-    const reactivated = await first.request('POST', `/api/v1/agents/${agent.svcId}/reactivate`, { token: org.adminToken, body: {} });
+    const reactivated = await first.request('POST', `/api/v1/agents/${agent.svcId}/reactivate`, {
+      token: org.adminToken,
+      body: {},
+    });
     expect(reactivated.status).toBe(200);
     await until((body) => body.decision === 'allow');
   }, 60_000);
@@ -221,7 +249,10 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const org = await signUp(first);
     const email = `refresh-${org.slug}@example.test`;
     const password = 'a password for the refresh test';
-    const created = await first.request('POST', `/api/v1/orgs/${org.orgId}/users`, { token: org.adminToken, body: { email, password, role: 'viewer' } });
+    const created = await first.request('POST', `/api/v1/orgs/${org.orgId}/users`, {
+      token: org.adminToken,
+      body: { email, password, role: 'viewer' },
+    });
     expect(created.status).toBe(201);
     const login = await first.request('POST', '/api/v1/auth/login', { body: { email, password } });
     expect(login.status).toBe(200);
@@ -229,7 +260,10 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     const readOrg = (service: Service, token: string) => service.request('GET', `/api/v1/orgs/${org.orgId}`, { token });
     const rotate = (service: Service, token: string) =>
       service.request('POST', '/graphql', {
-        body: { query: 'mutation ($t: String!) { refresh_session(refresh_token: $t) { token refresh_token } }', variables: { t: token } },
+        body: {
+          query: 'mutation ($t: String!) { refresh_session(refresh_token: $t) { token refresh_token } }',
+          variables: { t: token },
+        },
       });
     expect((await readOrg(second, accessToken)).status).toBe(200);
 

@@ -55,7 +55,11 @@ test('a document that names itself is the client it describes, fetched once and 
     client: {
       client_id: `${docBase}/good.json`,
       kind: 'metadata_document',
-      registration: { client_name: 'Doc client', redirect_uris: ['http://127.0.0.1:5555/callback'], logo_uri: 'https://client.example/logo.png' },
+      registration: {
+        client_name: 'Doc client',
+        redirect_uris: ['http://127.0.0.1:5555/callback'],
+        logo_uri: 'https://client.example/logo.png',
+      },
     },
   });
   expect(await resolve(t, `${docBase}/good.json`)).toEqual(first);
@@ -64,11 +68,28 @@ test('a document that names itself is the client it describes, fetched once and 
 
 test.each([
   ['/other-id.json', () => serveJson('/other-id.json', document('/someone-else.json')), /does not name itself/],
-  ['/bad-redirect.json', () => serveJson('/bad-redirect.json', document('/bad-redirect.json', { redirect_uris: ['http://client.example/cb'] })), /refused: .*loopback/],
-  ['/secret.json', () => serveJson('/secret.json', document('/secret.json', { token_endpoint_auth_method: 'client_secret_basic' })), /public/],
+  [
+    '/bad-redirect.json',
+    () =>
+      serveJson('/bad-redirect.json', document('/bad-redirect.json', { redirect_uris: ['http://client.example/cb'] })),
+    /refused: .*loopback/,
+  ],
+  [
+    '/secret.json',
+    () => serveJson('/secret.json', document('/secret.json', { token_endpoint_auth_method: 'client_secret_basic' })),
+    /public/,
+  ],
   ['/not-json.json', () => served.set('/not-json.json', (res) => res.writeHead(200).end('<html>')), /not JSON/],
-  ['/big.json', () => serveJson('/big.json', document('/big.json', { client_uri: `https://client.example/${'x'.repeat(6000)}` })), /exceeds 5120 bytes/],
-  ['/moved.json', () => served.set('/moved.json', (res) => res.writeHead(302, { location: '/good.json' }).end()), /redirect \(302\)/],
+  [
+    '/big.json',
+    () => serveJson('/big.json', document('/big.json', { client_uri: `https://client.example/${'x'.repeat(6000)}` })),
+    /exceeds 5120 bytes/,
+  ],
+  [
+    '/moved.json',
+    () => served.set('/moved.json', (res) => res.writeHead(302, { location: '/good.json' }).end()),
+    /redirect \(302\)/,
+  ],
   ['/missing.json', () => undefined, /answered 404/],
 ])('%s is refused with a reason', async (path, setUp, reason) => {
   setUp();
@@ -82,7 +103,9 @@ test.each([
 test('a document that does not answer in time is refused after the time cap', async () => {
   served.set('/slow.json', () => undefined);
   const started = Date.now();
-  expect(await resolve(t, `${docBase}/slow.json`)).toEqual({ unknown: expect.stringMatching(/No response within 3000 ms/) });
+  expect(await resolve(t, `${docBase}/slow.json`)).toEqual({
+    unknown: expect.stringMatching(/No response within 3000 ms/),
+  });
   // The cap is 3 s; a generous upper bound only catches a hang.
   expect(Date.now() - started).toBeLessThan(20_000);
 });
@@ -95,28 +118,46 @@ test('a URL without a path is refused before anything is fetched', async () => {
 
 test('without OAUTH_CLIENT_METADATA_LOOPBACK: an http client id is not a URL client, and an https one on a private address is never fetched', async () => {
   serveJson('/strict.json', document('/strict.json'));
-  expect(await resolve(strict, `${docBase}/strict.json`)).toEqual({ unknown: expect.stringMatching(/not registered here/) });
+  expect(await resolve(strict, `${docBase}/strict.json`)).toEqual({
+    unknown: expect.stringMatching(/not registered here/),
+  });
   const port = (documents.address() as AddressInfo).port;
   for (const host of ['127.0.0.1', '10.0.0.1', '[::1]', '169.254.169.254']) {
     const outcome = await resolve(strict, `https://${host}:${port}/strict.json`);
-    expect({ host, outcome }).toEqual({ host, outcome: { unknown: expect.stringMatching(/could not be fetched: .*(private|loopback|link-local|reserved)/i) } });
+    expect({ host, outcome }).toEqual({
+      host,
+      outcome: { unknown: expect.stringMatching(/could not be fetched: .*(private|loopback|link-local|reserved)/i) },
+    });
   }
   expect(hitsOf('/strict.json')).toBe(0);
 });
 
 test('a registered client resolves from the database; an unknown id does not', async () => {
-  const registered = await t.request('POST', '/oauth/register', { body: { client_name: 'reg', redirect_uris: ['https://reg.example/cb'] } });
+  const registered = await t.request('POST', '/oauth/register', {
+    body: { client_name: 'reg', redirect_uris: ['https://reg.example/cb'] },
+  });
   expect(await resolve(t, registered.body.client_id)).toEqual({
-    client: { client_id: registered.body.client_id, kind: 'registered', registration: { client_name: 'reg', redirect_uris: ['https://reg.example/cb'] } },
+    client: {
+      client_id: registered.body.client_id,
+      kind: 'registered',
+      registration: { client_name: 'reg', redirect_uris: ['https://reg.example/cb'] },
+    },
   });
   expect(await resolve(t, 'agc_nope')).toEqual({ unknown: expect.stringMatching(/not registered/) });
 });
 
 test('the authorization endpoint counts the documents it fetches per client address (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS); a kept one costs nothing', async () => {
-  const limited = await startTestApp({ OAUTH_CLIENT_METADATA_LOOPBACK: 'true', OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: '3' }, { db: t.database.db });
+  const limited = await startTestApp(
+    { OAUTH_CLIENT_METADATA_LOOPBACK: 'true', OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: '3' },
+    { db: t.database.db },
+  );
   try {
     const authorize = (path: string, clientAddress: string) =>
-      limited.request('GET', `/oauth/authorize?${new URLSearchParams({ client_id: `${docBase}${path}`, redirect_uri: 'http://127.0.0.1:5555/callback' })}`, { clientAddress });
+      limited.request(
+        'GET',
+        `/oauth/authorize?${new URLSearchParams({ client_id: `${docBase}${path}`, redirect_uri: 'http://127.0.0.1:5555/callback' })}`,
+        { clientAddress },
+      );
     for (const path of ['/counted-1.json', '/counted-2.json', '/counted-3.json']) {
       serveJson(path, document(path));
       // Known client and redirect URI, no PKCE: back to the client with invalid_request, after the fetch.
@@ -126,7 +167,10 @@ test('the authorization endpoint counts the documents it fetches per client addr
     serveJson('/counted-4.json', document('/counted-4.json'));
     const refused = await authorize('/counted-4.json', '198.51.100.20');
     expect(refused.status).toBe(429);
-    expect(refused.body).toEqual({ error: 'temporarily_unavailable', error_description: expect.stringMatching(/metadata documents/) });
+    expect(refused.body).toEqual({
+      error: 'temporarily_unavailable',
+      error_description: expect.stringMatching(/metadata documents/),
+    });
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(hitsOf('/counted-4.json')).toBe(0);
     expect((await authorize('/counted-4.json', '198.51.100.21')).status).toBe(302);

@@ -20,7 +20,12 @@ import { UnauthorizedError as UnauthorizedV1 } from '@modelcontextprotocol/sdk/c
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport as TransportV1 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { OAuthClientInformationFull, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
-import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2, UnauthorizedError as UnauthorizedV2, type OAuthClientProvider as ProviderV2 } from '@modelcontextprotocol/client';
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as TransportV2,
+  UnauthorizedError as UnauthorizedV2,
+  type OAuthClientProvider as ProviderV2,
+} from '@modelcontextprotocol/client';
 import { startTestApp, type TestApp } from './support/app.js';
 import { chromiumTests, eventually, screenshot, submitSignIn, watchedPage } from './support/console.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
@@ -89,7 +94,13 @@ async function callbackServer() {
   return {
     url: `http://127.0.0.1:${port}/callback`,
     arrivals,
-    next: async (count: number) => (await eventually(() => arrivals.length, (n) => n >= count)) >= count ? arrivals[count - 1] : undefined,
+    next: async (count: number) =>
+      (await eventually(
+        () => arrivals.length,
+        (n) => n >= count,
+      )) >= count
+        ? arrivals[count - 1]
+        : undefined,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
 }
@@ -112,7 +123,13 @@ class MemoryProvider {
     return this.lastState;
   }
   get clientMetadata() {
-    return { client_name: 'SDK test client', redirect_uris: [this.redirectUrl], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' };
+    return {
+      client_name: 'SDK test client',
+      redirect_uris: [this.redirectUrl],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    };
   }
   clientInformation() {
     return this.information;
@@ -147,7 +164,8 @@ class MemoryProvider {
 }
 
 const recordsOf = async (svcId: string) =>
-  (await t.request('GET', `/api/v1/records?agent_id=${svcId}&limit=200`, { token: org.adminToken })).body.items as Array<{ channel: string; decision: string }>;
+  (await t.request('GET', `/api/v1/records?agent_id=${svcId}&limit=200`, { token: org.adminToken })).body
+    .items as Array<{ channel: string; decision: string }>;
 
 test('SDK v1 (2025-11-25): auth() from the 401 through registration and the consent page to a tool call; a refused token is refreshed; a revoked grant is refused, its refresh too', async () => {
   const agent = await readyAgent(t, org);
@@ -163,11 +181,18 @@ test('SDK v1 (2025-11-25): auth() from the 401 through registration and the cons
     expect(answer?.get('iss')).toBe(base);
     expect(answer?.get('state')).toBe(provider.lastState);
     await transport.finishAuth(answer!.get('code')!);
-    expect(provider.saved).toMatchObject({ token_type: expect.stringMatching(/^bearer$/i), scope: 'mcp:tools', refresh_token: expect.stringMatching(/^ort_/) });
+    expect(provider.saved).toMatchObject({
+      token_type: expect.stringMatching(/^bearer$/i),
+      scope: 'mcp:tools',
+      refresh_token: expect.stringMatching(/^ort_/),
+    });
 
     const client = new ClientV1({ name: 'sdk-v1', version: '1.0.0' });
     await client.connect(new TransportV1(endpoint, { authProvider: provider as unknown as ProviderV1 }));
-    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual([
+      'billing__read',
+      'billing__refund',
+    ]);
     expect((await client.callTool({ name: 'billing__read', arguments: { invoice: 'inv-1' } })).isError).toBe(false);
 
     // An access token the gateway refuses: the SDK refreshes with its refresh token, once, and goes on.
@@ -180,9 +205,16 @@ test('SDK v1 (2025-11-25): auth() from the 401 through registration and the cons
     expect(provider.opened).toHaveLength(1);
 
     // The operator revokes the grant: the next call is refused, and so is the refresh the SDK tries.
-    const grants = (await t.request('GET', `/api/v1/agents/${agent.svcId}/grants`, { token: org.adminToken })).body.items;
+    const grants = (await t.request('GET', `/api/v1/agents/${agent.svcId}/grants`, { token: org.adminToken })).body
+      .items;
     expect(grants).toEqual([expect.objectContaining({ client_name: 'SDK test client', approved_by: operator.email })]);
-    expect((await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${grants[0].grant_id}`, { token: org.adminToken })).status).toBe(204);
+    expect(
+      (
+        await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${grants[0].grant_id}`, {
+          token: org.adminToken,
+        })
+      ).status,
+    ).toBe(204);
     provider.open = async () => undefined;
     const refusal = await again.callTool({ name: 'billing__read', arguments: { invoice: 'inv-3' } }).then(
       () => 'answered',
@@ -209,7 +241,11 @@ test('SDK v2 on 2026-07-28: the same flow; finishAuth checks the issuer the redi
     expect(answer?.get('iss')).toBe(base);
     expect(answer?.get('state')).toBe(provider.lastState);
     // A redirect that names another issuer (a mix-up) is refused before the code is spent ...
-    const mixedUp = new URLSearchParams({ code: answer!.get('code')!, state: answer!.get('state')!, iss: 'https://other-issuer.example' });
+    const mixedUp = new URLSearchParams({
+      code: answer!.get('code')!,
+      state: answer!.get('state')!,
+      iss: 'https://other-issuer.example',
+    });
     await expect(transport.finishAuth(mixedUp)).rejects.toThrow();
     // ... so the real one still works.
     await transport.finishAuth(answer!);
@@ -219,7 +255,10 @@ test('SDK v2 on 2026-07-28: the same flow; finishAuth checks the issuer the redi
     const connected = new TransportV2(endpoint, { authProvider: provider as unknown as ProviderV2 });
     await client.connect(connected);
     expect(connected.protocolVersion).toBe('2026-07-28');
-    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual([
+      'billing__read',
+      'billing__refund',
+    ]);
     expect((await client.callTool({ name: 'billing__read', arguments: { invoice: 'inv-1' } })).isError).toBe(false);
     expect((await recordsOf(agent.svcId)).filter((r) => r.channel === 'mcp' && r.decision === 'allow')).toHaveLength(1);
     await client.close();
@@ -240,26 +279,55 @@ test('mcp-remote, as a desktop host runs it: it discovers, registers, opens the 
   const stderr: string[] = [];
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [path.join(root, 'node_modules/mcp-remote/dist/proxy.js'), `${base}/mcp/${agent.svcId}`, String(callbackPort), '--host', '127.0.0.1', '--allow-http'],
-    env: { ...process.env, BROWSER: browser, MCP_REMOTE_CONFIG_DIR: path.join(scratch, 'config'), DISPLAY: '', XDG_CURRENT_DESKTOP: '' } as Record<string, string>,
+    args: [
+      path.join(root, 'node_modules/mcp-remote/dist/proxy.js'),
+      `${base}/mcp/${agent.svcId}`,
+      String(callbackPort),
+      '--host',
+      '127.0.0.1',
+      '--allow-http',
+    ],
+    env: {
+      ...process.env,
+      BROWSER: browser,
+      MCP_REMOTE_CONFIG_DIR: path.join(scratch, 'config'),
+      DISPLAY: '',
+      XDG_CURRENT_DESKTOP: '',
+    } as Record<string, string>,
     stderr: 'pipe',
   });
   transport.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
   const client = new ClientV1({ name: 'desktop-host', version: '1.0.0' });
   try {
     const connecting = client.connect(transport);
-    const url = await eventually(() => (existsSync(opened) ? readFileSync(opened, 'utf8') : ''), (text) => text.length > 0, 30_000);
-    expect({ url, stderr: url ? '' : stderr.join('') }).toEqual({ url: expect.stringMatching(new RegExp(`^${base}/oauth/authorize\\?`)), stderr: '' });
+    const url = await eventually(
+      () => (existsSync(opened) ? readFileSync(opened, 'utf8') : ''),
+      (text) => text.length > 0,
+      30_000,
+    );
+    expect({ url, stderr: url ? '' : stderr.join('') }).toEqual({
+      url: expect.stringMatching(new RegExp(`^${base}/oauth/authorize\\?`)),
+      stderr: '',
+    });
     const asked = new URL(url).searchParams;
     expect(asked.get('redirect_uri')).toBe(`http://127.0.0.1:${callbackPort}/oauth/callback`);
     expect(asked.get('resource')).toBe(`${base}/mcp/${agent.svcId}`);
     await consentInBrowser(url, agent, 'mcp-remote');
     await connecting;
-    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual([
+      'billing__read',
+      'billing__refund',
+    ]);
     const result = await client.callTool({ name: 'billing__read', arguments: { invoice: 'inv-9' } });
     expect(result.isError).toBe(false);
-    const grants = (await t.request('GET', `/api/v1/agents/${agent.svcId}/grants`, { token: org.adminToken })).body.items;
-    expect(grants).toEqual([expect.objectContaining({ client_id: expect.stringMatching(/^agc_/), redirect_uri: `http://127.0.0.1:${callbackPort}/oauth/callback` })]);
+    const grants = (await t.request('GET', `/api/v1/agents/${agent.svcId}/grants`, { token: org.adminToken })).body
+      .items;
+    expect(grants).toEqual([
+      expect.objectContaining({
+        client_id: expect.stringMatching(/^agc_/),
+        redirect_uri: `http://127.0.0.1:${callbackPort}/oauth/callback`,
+      }),
+    ]);
   } finally {
     await client.close();
     rmSync(scratch, { recursive: true, force: true });

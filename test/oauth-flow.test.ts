@@ -49,15 +49,28 @@ afterAll(async () => {
 const MCP_HEADERS = { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
 const mcp = (svcId: string, token: string, body?: Record<string, unknown>) => mcpRequest(t, svcId, token, body);
 
-const callTool = (svcId: string, token: string, name = 'billing__read', args: Record<string, unknown> = { invoice: 'inv-1' }) =>
-  mcp(svcId, token, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name, arguments: args } });
+const callTool = (
+  svcId: string,
+  token: string,
+  name = 'billing__read',
+  args: Record<string, unknown> = { invoice: 'inv-1' },
+) => mcp(svcId, token, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name, arguments: args } });
 
-const grantsOf = (svcId: string, token = org.adminToken) => t.request('GET', `/api/v1/agents/${svcId}/grants`, { token });
+const grantsOf = (svcId: string, token = org.adminToken) =>
+  t.request('GET', `/api/v1/agents/${svcId}/grants`, { token });
 
 async function auditOf(action: string) {
-  const response = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=${action}&limit=200`, { token: org.adminToken });
+  const response = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=${action}&limit=200`, {
+    token: org.adminToken,
+  });
   expect(response.status).toBe(200);
-  return response.body.items as Array<{ actor: { type: string; id: string | null; label: string }; target: { type: string; id: string }; before: any; after: any; reason: string | null }>;
+  return response.body.items as Array<{
+    actor: { type: string; id: string | null; label: string };
+    target: { type: string; id: string };
+    before: any;
+    after: any;
+    reason: string | null;
+  }>;
 }
 
 describe('the authorization endpoint', () => {
@@ -84,29 +97,52 @@ describe('the authorization endpoint', () => {
       ['unknown client', { ...valid, client_id: 'agc_unknown' }, /not known/],
       ['a NUL in the client id', { ...valid, client_id: 'agc_\u0000' }, /not known/],
       ['a client id of 100,000 characters', { ...valid, client_id: `agc_${'a'.repeat(100_000)}` }, /not known/],
-      ['a metadata document URL with a control character', { ...valid, client_id: 'https://client.example/doc\u0001.json' }, /control characters/],
+      [
+        'a metadata document URL with a control character',
+        { ...valid, client_id: 'https://client.example/doc\u0001.json' },
+        /control characters/,
+      ],
       ['no client', { ...valid, client_id: undefined }, /client_id is missing/],
       ['no redirect_uri', { ...valid, redirect_uri: undefined }, /no redirect_uri/],
       ['open redirect', { ...valid, redirect_uri: 'https://evil.example/steal' }, /not one the client registered/],
-      ['another path on the same host', { ...valid, redirect_uri: 'http://127.0.0.1:33418/other' }, /not one the client registered/],
-      ['repeated', `${authorizeUrl(valid)}&redirect_uri=${encodeURIComponent('https://evil.example/')}`, /redirect_uri is repeated/],
+      [
+        'another path on the same host',
+        { ...valid, redirect_uri: 'http://127.0.0.1:33418/other' },
+        /not one the client registered/,
+      ],
+      [
+        'repeated',
+        `${authorizeUrl(valid)}&redirect_uri=${encodeURIComponent('https://evil.example/')}`,
+        /redirect_uri is repeated/,
+      ],
     ];
     for (const [name, params, message] of cases) {
       const url = typeof params === 'string' ? params : authorizeUrl(params);
       const page = await t.request('GET', url, { headers: { accept: 'text/html' } });
-      expect({ name, status: page.status, location: page.headers.get('location') }).toEqual({ name, status: 400, location: null });
+      expect({ name, status: page.status, location: page.headers.get('location') }).toEqual({
+        name,
+        status: 400,
+        location: null,
+      });
       expect({ name, type: page.headers.get('content-type') }).toEqual({ name, type: 'text/html; charset=utf-8' });
       expect(page.text).toMatch(message);
       const program = await t.request('GET', url);
-      expect({ name, body: program.body }).toEqual({ name, body: { error: 'invalid_request', error_description: expect.stringMatching(message) } });
+      expect({ name, body: program.body }).toEqual({
+        name,
+        body: { error: 'invalid_request', error_description: expect.stringMatching(message) },
+      });
     }
   });
 
   test('a loopback redirect URI may use any port (RFC 8252 §7.3); the answer goes to the port asked for', async () => {
-    const params = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge, { redirect_uri: 'http://127.0.0.1:51234/callback' });
+    const params = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge, {
+      redirect_uri: 'http://127.0.0.1:51234/callback',
+    });
     expect((await t.request('GET', authorizeUrl(params))).headers.get('location')).toMatch(/^\/console\/authorize\?/);
     const decided = await decide(t, org.adminToken, params, false);
-    expect(decided.body.data.decide_oauth_authorization.redirect_to).toMatch(/^http:\/\/127\.0\.0\.1:51234\/callback\?/);
+    expect(decided.body.data.decide_oauth_authorization.redirect_to).toMatch(
+      /^http:\/\/127\.0\.0\.1:51234\/callback\?/,
+    );
   });
 
   test('once client and redirect URI are known, every other problem goes back to the client with state and iss (RFC 9207)', async () => {
@@ -158,7 +194,14 @@ describe('consent', () => {
     const response = await t.graphql(DESCRIBE, params, { token: org.adminToken });
     expect(response.body.errors).toBeUndefined();
     expect(response.body.data.oauth_authorization_request).toEqual({
-      client: { client_id: clientId, name: 'Claude (test)', kind: 'registered', client_uri: null, redirect_uri: REDIRECT_URI, redirect_host: '127.0.0.1:33418' },
+      client: {
+        client_id: clientId,
+        name: 'Claude (test)',
+        kind: 'registered',
+        client_uri: null,
+        redirect_uri: REDIRECT_URI,
+        redirect_host: '127.0.0.1:33418',
+      },
       agent: { agent_id: agent.svcId, name: 'Test agent', status: 'active' },
       agent_id: agent.svcId,
       resource: `${publicUrl}/mcp/${agent.svcId}`,
@@ -172,19 +215,30 @@ describe('consent', () => {
     const viewer = await addUser(t, org, 'viewer');
     const params = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge);
     const view = await t.graphql(DESCRIBE, params, { token: viewer.token });
-    expect(view.body.data.oauth_authorization_request).toMatchObject({ can_allow: false, refusal: expect.stringMatching(/viewer/) });
+    expect(view.body.data.oauth_authorization_request).toMatchObject({
+      can_allow: false,
+      refusal: expect.stringMatching(/viewer/),
+    });
     const allowed = await decide(t, viewer.token, params, true);
     expect(allowed.body.errors[0].extensions.code).toBe('FORBIDDEN');
     expect(allowed.status).toBe(403);
     const denied = await decide(t, viewer.token, params, false);
-    expect(redirectAnswer(denied.body.data.decide_oauth_authorization.redirect_to)).toMatchObject({ error: 'access_denied', state: params.state, iss: publicUrl });
+    expect(redirectAnswer(denied.body.data.decide_oauth_authorization.redirect_to)).toMatchObject({
+      error: 'access_denied',
+      state: params.state,
+      iss: publicUrl,
+    });
   });
 
   test('an org without that agent cannot allow; nothing of the other org’s agent is shown', async () => {
     const other = await signUp(t, 'oauth-other');
     const params = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge);
     const view = await t.graphql(DESCRIBE, params, { token: other.adminToken });
-    expect(view.body.data.oauth_authorization_request).toMatchObject({ agent: null, can_allow: false, refusal: expect.stringMatching(/no agent/) });
+    expect(view.body.data.oauth_authorization_request).toMatchObject({
+      agent: null,
+      can_allow: false,
+      refusal: expect.stringMatching(/no agent/),
+    });
     const allowed = await decide(t, other.adminToken, params, true);
     expect(allowed.body.errors[0].extensions.code).toBe('FORBIDDEN');
   });
@@ -195,7 +249,12 @@ describe('consent', () => {
     const denied = await decide(t, org.adminToken, params, false);
     const location = denied.body.data.decide_oauth_authorization.redirect_to;
     expect(location.startsWith(`${REDIRECT_URI}?`)).toBe(true);
-    expect(redirectAnswer(location)).toEqual({ error: 'access_denied', error_description: expect.any(String), state: params.state, iss: publicUrl });
+    expect(redirectAnswer(location)).toEqual({
+      error: 'access_denied',
+      error_description: expect.any(String),
+      state: params.state,
+      iss: publicUrl,
+    });
     expect((await grantsOf(agent.svcId)).body.total).toBe(before);
   });
 
@@ -203,10 +262,16 @@ describe('consent', () => {
     const params = authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge);
     const anonymous = await t.graphql(DESCRIBE, params);
     expect(anonymous.body.errors[0].extensions.code).toBe('AUTHENTICATION_REQUIRED');
-    const withKey = await t.request('POST', '/graphql', { apiKey: agent.key, body: { query: DESCRIBE, variables: params } });
+    const withKey = await t.request('POST', '/graphql', {
+      apiKey: agent.key,
+      body: { query: DESCRIBE, variables: params },
+    });
     expect(withKey.body.errors[0].extensions.code).toBe('FORBIDDEN');
     const tampered = await decide(t, org.adminToken, { ...params, redirect_uri: 'https://evil.example/' }, true);
-    expect(tampered.body.errors[0]).toMatchObject({ extensions: { code: 'BAD_REQUEST' }, message: expect.stringMatching(/not one the client registered/) });
+    expect(tampered.body.errors[0]).toMatchObject({
+      extensions: { code: 'BAD_REQUEST' },
+      message: expect.stringMatching(/not one the client registered/),
+    });
   });
 });
 
@@ -275,7 +340,10 @@ describe('tokens', () => {
     expect(missing.body).toEqual({ error: 'invalid_request', error_description: 'code_verifier is required' });
     const wrong = await exchange(code, pkce().verifier);
     expect(wrong.status).toBe(400);
-    expect(wrong.body).toEqual({ error: 'invalid_grant', error_description: 'code_verifier does not match the code_challenge' });
+    expect(wrong.body).toEqual({
+      error: 'invalid_grant',
+      error_description: 'code_verifier does not match the code_challenge',
+    });
     const afterwards = await exchange(code, verifier);
     expect(afterwards.body.error).toBe('invalid_grant');
   });
@@ -290,7 +358,10 @@ describe('tokens', () => {
     for (const [override, error, message] of cases) {
       const { code, verifier } = await codeFor();
       const response = await exchange(code, verifier, override);
-      expect({ override, body: response.body }).toEqual({ override, body: { error, error_description: expect.stringMatching(message) } });
+      expect({ override, body: response.body }).toEqual({
+        override,
+        body: { error, error_description: expect.stringMatching(message) },
+      });
     }
   });
 
@@ -300,11 +371,20 @@ describe('tokens', () => {
     expect(first.status).toBe(200);
     expect((await callTool(agent.svcId, first.body.access_token)).status).toBe(200);
     const second = await exchange(code, verifier);
-    expect(second.body).toEqual({ error: 'invalid_grant', error_description: expect.stringMatching(/already used.*revoked/) });
+    expect(second.body).toEqual({
+      error: 'invalid_grant',
+      error_description: expect.stringMatching(/already used.*revoked/),
+    });
     const refused = await callTool(agent.svcId, first.body.access_token);
     expect(refused.status).toBe(401);
-    expect(refused.headers.get('www-authenticate')).toMatch(/error="invalid_token", error_description="The grant of this access token has been revoked"/);
-    const refresh = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.body.refresh_token, client_id: clientId });
+    expect(refused.headers.get('www-authenticate')).toMatch(
+      /error="invalid_token", error_description="The grant of this access token has been revoked"/,
+    );
+    const refresh = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: first.body.refresh_token,
+      client_id: clientId,
+    });
     expect(refresh.body.error).toBe('invalid_grant');
     const { grant_id } = decodeJwt(first.body.access_token);
     const revoked = (await auditOf('oauth.grant_revoked')).find((e) => e.target.id === grant_id);
@@ -324,32 +404,56 @@ describe('tokens', () => {
     const { code, verifier } = await codeFor();
     const first = (await exchange(code, verifier)).body;
     const answers = await Promise.all(
-      Array.from({ length: 5 }, () => tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId })),
+      Array.from({ length: 5 }, () =>
+        tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId }),
+      ),
     );
     expect(answers.map((a) => a.status).sort()).toEqual([200, 400, 400, 400, 400]);
     const winner = answers.find((a) => a.status === 200)!;
-    const next = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: winner.body.refresh_token, client_id: clientId });
+    const next = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: winner.body.refresh_token,
+      client_id: clientId,
+    });
     expect(next.body).toEqual({ error: 'invalid_grant', error_description: expect.stringMatching(/revoked/) });
   });
 
   test('an expired code is refused', async () => {
     const { code, verifier } = await codeFor();
     await t.database.db.sql.query(`UPDATE oauth_codes SET expires_at = now() - interval '1 second'`);
-    expect((await exchange(code, verifier)).body).toEqual({ error: 'invalid_grant', error_description: 'The authorization code has expired' });
+    expect((await exchange(code, verifier)).body).toEqual({
+      error: 'invalid_grant',
+      error_description: 'The authorization code has expired',
+    });
   });
 
   test('refresh tokens rotate; presenting a used one revokes the grant and every token of it', async () => {
     const { code, verifier } = await codeFor();
     const first = (await exchange(code, verifier)).body;
-    const rotated = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId });
+    const rotated = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: first.refresh_token,
+      client_id: clientId,
+    });
     expect(rotated.status).toBe(200);
     expect(rotated.body.refresh_token).not.toBe(first.refresh_token);
     expect(decodeJwt(rotated.body.access_token).grant_id).toBe(decodeJwt(first.access_token).grant_id);
     expect((await callTool(agent.svcId, rotated.body.access_token)).status).toBe(200);
-    const reused = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId });
-    expect(reused.body).toEqual({ error: 'invalid_grant', error_description: expect.stringMatching(/already used.*revoked/) });
+    const reused = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: first.refresh_token,
+      client_id: clientId,
+    });
+    expect(reused.body).toEqual({
+      error: 'invalid_grant',
+      error_description: expect.stringMatching(/already used.*revoked/),
+    });
     expect((await callTool(agent.svcId, rotated.body.access_token)).status).toBe(401);
-    const next = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: rotated.body.refresh_token, client_id: clientId });
+    const next = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: rotated.body.refresh_token,
+      client_id: clientId,
+    });
     expect(next.body).toEqual({ error: 'invalid_grant', error_description: expect.stringMatching(/revoked/) });
   });
 
@@ -357,9 +461,19 @@ describe('tokens', () => {
     const { code, verifier } = await codeFor();
     const first = (await exchange(code, verifier)).body;
     const other = await registerClient(t);
-    const refused = await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: other });
-    expect(refused.body).toEqual({ error: 'invalid_grant', error_description: 'The refresh token was issued to another client' });
-    expect((await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId })).status).toBe(200);
+    const refused = await tokenRequest(t, {
+      grant_type: 'refresh_token',
+      refresh_token: first.refresh_token,
+      client_id: other,
+    });
+    expect(refused.body).toEqual({
+      error: 'invalid_grant',
+      error_description: 'The refresh token was issued to another client',
+    });
+    expect(
+      (await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: first.refresh_token, client_id: clientId }))
+        .status,
+    ).toBe(200);
   });
 
   test('malformed requests get OAuth errors: wrong media type, repeated or missing fields, unknown grant types', async () => {
@@ -369,10 +483,23 @@ describe('tokens', () => {
       body: 'grant_type=refresh_token&refresh_token=a&refresh_token=b&client_id=x',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
-    expect(repeated.body).toEqual({ error: 'invalid_request', error_description: 'The parameter refresh_token is repeated' });
+    expect(repeated.body).toEqual({
+      error: 'invalid_request',
+      error_description: 'The parameter refresh_token is repeated',
+    });
     expect((await tokenRequest(t, { grant_type: 'password' })).body.error).toBe('unsupported_grant_type');
     expect((await tokenRequest(t, {})).body.error).toBe('invalid_request');
-    expect((await tokenRequest(t, { grant_type: 'authorization_code', code: 'x', redirect_uri: REDIRECT_URI, client_id: clientId, code_verifier: pkce().verifier })).body).toEqual({
+    expect(
+      (
+        await tokenRequest(t, {
+          grant_type: 'authorization_code',
+          code: 'x',
+          redirect_uri: REDIRECT_URI,
+          client_id: clientId,
+          code_verifier: pkce().verifier,
+        })
+      ).body,
+    ).toEqual({
       error: 'invalid_grant',
       error_description: expect.stringMatching(/malformed/),
     });
@@ -390,7 +517,10 @@ describe('access tokens at the MCP endpoint', () => {
   test('list and call the agent’s tools; the call is decided and recorded like any other, naming the grant where a key would be', async () => {
     const listed = await mcp(agent.svcId, connected.accessToken);
     expect(listed.status).toBe(200);
-    expect(listed.body.result.tools.map((tool: { name: string }) => tool.name).sort()).toEqual(['billing__read', 'billing__refund']);
+    expect(listed.body.result.tools.map((tool: { name: string }) => tool.name).sort()).toEqual([
+      'billing__read',
+      'billing__refund',
+    ]);
     const called = await callTool(agent.svcId, connected.accessToken);
     expect(called.body.result.isError).toBe(false);
     const interactionId = called.body.result._meta['agent-gateway/interaction_id'];
@@ -400,12 +530,18 @@ describe('access tokens at the MCP endpoint', () => {
 
   test('the access token never reaches the tool: an http tool gets its own headers and the signed body only', async () => {
     const hits: Hit[] = [];
-    const receiver = await startRecordingServer(hits, (_hit, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
+    const receiver = await startRecordingServer(hits, (_hit, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'),
+    );
     try {
       const owner = await signUp(t, 'oauth-http');
       const tool = await t.request('POST', `/api/v1/orgs/${owner.orgId}/tools`, {
         token: owner.adminToken,
-        body: { action_type: 'crm', connector: 'http', config: { url: `${receiver.base}/tool`, allow_private_network: true, headers: { 'x-tool-key': 'own' } } },
+        body: {
+          action_type: 'crm',
+          connector: 'http',
+          config: { url: `${receiver.base}/tool`, allow_private_network: true, headers: { 'x-tool-key': 'own' } },
+        },
       });
       expect(tool.status).toBe(201);
       const crmAgent = await readyAgent(t, owner, { capabilities: ['crm:lookup'], tool: false });
@@ -429,12 +565,18 @@ describe('access tokens at the MCP endpoint', () => {
       server.registerTool('lookup', {}, async () => ({ content: [{ type: 'text', text: 'gold' }] }));
       return server;
     });
-    const receiver = await startRecordingServer(hits, (hit, res, req) => serveWithWebHandler(upstream.fetch, hit, req, res));
+    const receiver = await startRecordingServer(hits, (hit, res, req) =>
+      serveWithWebHandler(upstream.fetch, hit, req, res),
+    );
     try {
       const owner = await signUp(t, 'oauth-upstream');
       const tool = await t.request('POST', `/api/v1/orgs/${owner.orgId}/tools`, {
         token: owner.adminToken,
-        body: { action_type: 'crm', connector: 'mcp', config: { url: `${receiver.base}/mcp`, allow_private_network: true, headers: { 'x-upstream-key': 'own' } } },
+        body: {
+          action_type: 'crm',
+          connector: 'mcp',
+          config: { url: `${receiver.base}/mcp`, allow_private_network: true, headers: { 'x-upstream-key': 'own' } },
+        },
       });
       expect(tool.status).toBe(201);
       const crmAgent = await readyAgent(t, owner, { capabilities: ['crm:lookup'], tool: false });
@@ -453,12 +595,17 @@ describe('access tokens at the MCP endpoint', () => {
   });
 
   test('an approval the grant asks for names the grant as who asked', async () => {
-    const needsHuman = await readyAgent(t, org, { capabilities: ['billing:read'], constraints: { max_actions_per_hour: 100, max_actions_per_day: 100, require_human_approval: ['billing:read'] } });
+    const needsHuman = await readyAgent(t, org, {
+      capabilities: ['billing:read'],
+      constraints: { max_actions_per_hour: 100, max_actions_per_day: 100, require_human_approval: ['billing:read'] },
+    });
     const client = await connectClient(t, publicUrl, org.adminToken, needsHuman.svcId);
     const called = await callTool(needsHuman.svcId, client.accessToken);
     const approvalId = called.body.result.structuredContent.approval_id;
     expect(approvalId).toBeTruthy();
-    const approval = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, { token: org.adminToken });
+    const approval = await t.request('GET', `/api/v1/orgs/${org.orgId}/approvals/${approvalId}`, {
+      token: org.adminToken,
+    });
     expect(approval.body.requested_by).toBe(client.grantId);
   });
 
@@ -491,7 +638,14 @@ describe('access tokens at the MCP endpoint', () => {
     const expired = await signAccessToken(
       await t.app.services.keys.activeKey('oauth'),
       publicUrl,
-      { aud: claims.aud as string, sub: claims.sub!, org_id: org.orgId, client_id: connected.clientId, scope: 'mcp:tools', grant_id: connected.grantId },
+      {
+        aud: claims.aud as string,
+        sub: claims.sub!,
+        org_id: org.orgId,
+        client_id: connected.clientId,
+        scope: 'mcp:tools',
+        grant_id: connected.grantId,
+      },
       'oat_expired',
       Date.now() - 2 * 3600 * 1000,
     );
@@ -524,39 +678,79 @@ describe('grants', () => {
       created_at: expect.any(String),
       last_used_at: expect.any(String),
     });
-    expect((await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: viewer.token })).status).toBe(403);
+    expect(
+      (await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: viewer.token }))
+        .status,
+    ).toBe(403);
     const operator = await addUser(t, org, 'operator');
-    const revoked = await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: operator.token });
+    const revoked = await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, {
+      token: operator.token,
+    });
     expect(revoked.status).toBe(204);
-    expect((await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: operator.token })).status).toBe(404);
-    expect((await grantsOf(agent.svcId)).body.items.map((g: { grant_id: string }) => g.grant_id)).not.toContain(connected.grantId);
+    expect(
+      (
+        await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, {
+          token: operator.token,
+        })
+      ).status,
+    ).toBe(404);
+    expect((await grantsOf(agent.svcId)).body.items.map((g: { grant_id: string }) => g.grant_id)).not.toContain(
+      connected.grantId,
+    );
     expect((await mcp(agent.svcId, connected.accessToken)).status).toBe(401);
-    expect((await tokenRequest(t, { grant_type: 'refresh_token', refresh_token: connected.refreshToken, client_id: connected.clientId })).body.error).toBe('invalid_grant');
+    expect(
+      (
+        await tokenRequest(t, {
+          grant_type: 'refresh_token',
+          refresh_token: connected.refreshToken,
+          client_id: connected.clientId,
+        })
+      ).body.error,
+    ).toBe('invalid_grant');
     const created = (await auditOf('oauth.grant_created')).find((e) => e.target.id === connected.grantId);
-    expect(created).toMatchObject({ actor: { type: 'user', label: org.adminEmail }, after: { svc_id: agent.svcId, client_id: connected.clientId, scope: 'mcp:tools' } });
+    expect(created).toMatchObject({
+      actor: { type: 'user', label: org.adminEmail },
+      after: { svc_id: agent.svcId, client_id: connected.clientId, scope: 'mcp:tools' },
+    });
     const gone = (await auditOf('oauth.grant_revoked')).find((e) => e.target.id === connected.grantId);
-    expect(gone).toMatchObject({ actor: { type: 'user', label: operator.email }, before: { client_id: connected.clientId } });
+    expect(gone).toMatchObject({
+      actor: { type: 'user', label: operator.email },
+      before: { client_id: connected.clientId },
+    });
   });
 
   test('the first grant of a client in an org records oauth.client_registered, once', async () => {
     const clientId = await registerClient(t, [REDIRECT_URI], 'Once');
     for (let i = 0; i < 2; i += 1) {
       const { challenge } = pkce();
-      const decided = await decide(t, org.adminToken, authorizationParams(publicUrl, clientId, agent.svcId, challenge), true);
+      const decided = await decide(
+        t,
+        org.adminToken,
+        authorizationParams(publicUrl, clientId, agent.svcId, challenge),
+        true,
+      );
       expect(decided.body.errors).toBeUndefined();
     }
     const registered = (await auditOf('oauth.client_registered')).filter((e) => e.target.id === clientId);
-    expect(registered).toEqual([expect.objectContaining({ after: { client_name: 'Once', kind: 'registered', redirect_uris: [REDIRECT_URI] } })]);
+    expect(registered).toEqual([
+      expect.objectContaining({ after: { client_name: 'Once', kind: 'registered', redirect_uris: [REDIRECT_URI] } }),
+    ]);
   });
 
   test('RFC 7009: the client revokes with its refresh or access token; unknown tokens are 200 too; another client’s is refused', async () => {
     const byRefresh = await connectClient(t, publicUrl, org.adminToken, agent.svcId);
     const revoke = (fields: Record<string, string>) =>
-      t.request('POST', '/oauth/revoke', { body: form(fields), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      t.request('POST', '/oauth/revoke', {
+        body: form(fields),
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
     const refused = await revoke({ token: byRefresh.refreshToken, client_id: 'agc_someone_else' });
     expect(refused.body.error).toBe('invalid_request');
     expect((await mcp(agent.svcId, byRefresh.accessToken)).status).toBe(200);
-    expect((await revoke({ token: byRefresh.refreshToken, client_id: byRefresh.clientId, token_type_hint: 'refresh_token' })).status).toBe(200);
+    expect(
+      (await revoke({ token: byRefresh.refreshToken, client_id: byRefresh.clientId, token_type_hint: 'refresh_token' }))
+        .status,
+    ).toBe(200);
     expect((await mcp(agent.svcId, byRefresh.accessToken)).status).toBe(401);
     const byAccess = await connectClient(t, publicUrl, org.adminToken, agent.svcId);
     expect((await revoke({ token: byAccess.accessToken })).status).toBe(200);
@@ -564,7 +758,10 @@ describe('grants', () => {
     expect((await revoke({ token: 'ort_unknown' })).status).toBe(200);
     expect((await revoke({ token: byAccess.accessToken })).status).toBe(200);
     const entry = (await auditOf('oauth.grant_revoked')).find((e) => e.target.id === byAccess.grantId);
-    expect(entry).toMatchObject({ actor: { type: 'oauth_grant', id: byAccess.grantId, label: 'Test MCP client' }, reason: 'revoked by the client (RFC 7009)' });
+    expect(entry).toMatchObject({
+      actor: { type: 'oauth_grant', id: byAccess.grantId, label: 'Test MCP client' },
+      reason: 'revoked by the client (RFC 7009)',
+    });
   });
 
   test('deactivating the agent revokes its grants (counted in its audit entry)', async () => {
@@ -585,7 +782,13 @@ describe('grants', () => {
     const other = await signUp(t, 'oauth-foreign');
     expect((await grantsOf(agent.svcId, other.adminToken)).status).toBe(404);
     const connected = await connectClient(t, publicUrl, org.adminToken, agent.svcId);
-    expect((await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, { token: other.adminToken })).status).toBe(404);
+    expect(
+      (
+        await t.request('DELETE', `/api/v1/agents/${agent.svcId}/grants/${connected.grantId}`, {
+          token: other.adminToken,
+        })
+      ).status,
+    ).toBe(404);
     expect((await mcp(agent.svcId, connected.accessToken)).status).toBe(200);
   });
 });
@@ -597,12 +800,29 @@ test('with the database gone: the authorization, token and revocation endpoints 
   try {
     const clientId = await registerClient(broken);
     await broken.database.db.close();
-    const unavailable = { error: 'temporarily_unavailable', error_description: expect.stringMatching(/cannot reach its database/) };
-    const authorize = await broken.request('GET', authorizeUrl(authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge)));
+    const unavailable = {
+      error: 'temporarily_unavailable',
+      error_description: expect.stringMatching(/cannot reach its database/),
+    };
+    const authorize = await broken.request(
+      'GET',
+      authorizeUrl(authorizationParams(publicUrl, clientId, agent.svcId, pkce().challenge)),
+    );
     expect({ status: authorize.status, body: authorize.body }).toEqual({ status: 503, body: unavailable });
-    const refreshed = await tokenRequest(broken, { grant_type: 'refresh_token', refresh_token: connected.refreshToken, client_id: connected.clientId });
-    expect({ status: refreshed.status, body: refreshed.body, retry: refreshed.headers.get('retry-after') }).toEqual({ status: 503, body: unavailable, retry: '2' });
-    const revoked = await broken.request('POST', '/oauth/revoke', { body: form({ token: connected.refreshToken }), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const refreshed = await tokenRequest(broken, {
+      grant_type: 'refresh_token',
+      refresh_token: connected.refreshToken,
+      client_id: connected.clientId,
+    });
+    expect({ status: refreshed.status, body: refreshed.body, retry: refreshed.headers.get('retry-after') }).toEqual({
+      status: 503,
+      body: unavailable,
+      retry: '2',
+    });
+    const revoked = await broken.request('POST', '/oauth/revoke', {
+      body: form({ token: connected.refreshToken }),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expect({ status: revoked.status, body: revoked.body }).toEqual({ status: 503, body: unavailable });
     const called = await mcpRequest(broken, agent.svcId, connected.accessToken);
     expect(called.status).toBe(503);

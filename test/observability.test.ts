@@ -1,5 +1,5 @@
 import { mkdtemp, rm } from 'node:fs/promises';
-import http from 'node:http';
+import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -79,7 +79,12 @@ afterAll(async () => {
 
 const scrape = async () => parseExposition((await telemetry.scrape()).text);
 
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string, deadlineMs = 10_000): Promise<T> {
+async function eventually<T>(
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  what: string,
+  deadlineMs = 10_000,
+): Promise<T> {
   const until = Date.now() + deadlineMs;
   for (;;) {
     const value = await read();
@@ -93,7 +98,13 @@ async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean
 // Fixtures
 
 /** A tools/call of the 2025 family or, with `revision` 2026-07-28, with its `_meta` envelope and headers. */
-const mcpCall = (agent: AgentFixture, name: string, args: Record<string, unknown>, headers: Record<string, string> = {}, revision = LATEST_PROTOCOL_VERSION) => {
+const mcpCall = (
+  agent: AgentFixture,
+  name: string,
+  args: Record<string, unknown>,
+  headers: Record<string, string> = {},
+  revision = LATEST_PROTOCOL_VERSION,
+) => {
   const modern = revision === '2026-07-28';
   const envelope = {
     'io.modelcontextprotocol/protocolVersion': revision,
@@ -108,7 +119,12 @@ const mcpCall = (agent: AgentFixture, name: string, args: Record<string, unknown
       ...(modern ? { 'mcp-method': 'tools/call', 'mcp-name': name } : {}),
       ...headers,
     },
-    body: { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name, arguments: args, ...(modern ? { _meta: envelope } : {}) } },
+    body: {
+      jsonrpc: '2.0',
+      id: 7,
+      method: 'tools/call',
+      params: { name, arguments: args, ...(modern ? { _meta: envelope } : {}) },
+    },
   });
 };
 
@@ -120,22 +136,39 @@ async function createPolicy(org: OrgFixture, body: Record<string, unknown>) {
 async function httpTool(org: OrgFixture, actionType: string, pathOnReceiver: string) {
   const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
-    body: { action_type: actionType, connector: 'http', config: { url: `${receiverBase}${pathOnReceiver}`, allow_private_network: true } },
+    body: {
+      action_type: actionType,
+      connector: 'http',
+      config: { url: `${receiverBase}${pathOnReceiver}`, allow_private_network: true },
+    },
   });
   if (created.status !== 201) throw new Error(`tool failed: ${created.status} ${created.text}`);
 }
 
-const shipment = (agent: AgentFixture) => ({ svc_id: agent.svcId, agent_id: agent.svcId, action: { type: 'shipping', tool: 'create', params: { parcel: 1 } } });
+const shipment = (agent: AgentFixture) => ({
+  svc_id: agent.svcId,
+  agent_id: agent.svcId,
+  action: { type: 'shipping', tool: 'create', params: { parcel: 1 } },
+});
 
 const spans = () => exporter.getFinishedSpans();
 const childrenOf = (parent: ReadableSpan) =>
-  spans().filter((s) => s.parentSpanContext?.spanId === parent.spanContext().spanId && s.spanContext().traceId === parent.spanContext().traceId);
+  spans().filter(
+    (s) =>
+      s.parentSpanContext?.spanId === parent.spanContext().spanId &&
+      s.spanContext().traceId === parent.spanContext().traceId,
+  );
 const only = (found: ReadableSpan[], what: string): ReadableSpan => {
-  if (found.length !== 1) throw new Error(`expected one ${what}, got ${found.length}: ${found.map((s) => s.name).join(', ')}`);
+  if (found.length !== 1)
+    throw new Error(`expected one ${what}, got ${found.length}: ${found.map((s) => s.name).join(', ')}`);
   return found[0];
 };
 /** The server span of the request that answered with this X-Request-Id. */
-const requestSpan = (requestId: string) => only(spans().filter((s) => s.attributes['agw.request_id'] === requestId), `request span ${requestId}`);
+const requestSpan = (requestId: string) =>
+  only(
+    spans().filter((s) => s.attributes['agw.request_id'] === requestId),
+    `request span ${requestId}`,
+  );
 const traceparentPattern = /^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$/;
 
 // ---------------------------------------------------------------------------------------------
@@ -145,10 +178,26 @@ describe('metrics', () => {
     const org = await signUp(t, 'obs-metrics');
     const agent = await readyAgent(t, org);
     // Evaluated on every billing call: one never matches, one fails (no amount: fails closed, shadow).
-    await createPolicy(org, { name: 'big refunds', effect: 'deny', mode: 'shadow', target: { capabilities: ['billing:*'] }, condition: 'has(params.amount) && params.amount > 100' });
-    await createPolicy(org, { name: 'broken', effect: 'deny', mode: 'shadow', target: { capabilities: ['billing:*'] }, condition: 'params.amount > 100' });
+    await createPolicy(org, {
+      name: 'big refunds',
+      effect: 'deny',
+      mode: 'shadow',
+      target: { capabilities: ['billing:*'] },
+      condition: 'has(params.amount) && params.amount > 100',
+    });
+    await createPolicy(org, {
+      name: 'broken',
+      effect: 'deny',
+      mode: 'shadow',
+      target: { capabilities: ['billing:*'] },
+      condition: 'params.amount > 100',
+    });
     // Only refunds: a human is asked (a pending approval, an approval.requested webhook).
-    await createPolicy(org, { name: 'refunds need a human', effect: 'require_approval', target: { capabilities: ['billing:refund'] } });
+    await createPolicy(org, {
+      name: 'refunds need a human',
+      effect: 'require_approval',
+      target: { capabilities: ['billing:refund'] },
+    });
     const webhook = await t.request('POST', `/api/v1/orgs/${org.orgId}/webhooks`, {
       token: org.adminToken,
       body: { url: `${receiverBase}/hook`, events: ['approval.requested'], allow_private_network: true },
@@ -166,7 +215,11 @@ describe('metrics', () => {
     expect(denied.body.reasons.map((r: { code: string }) => r.code)).toEqual(['APPROVAL_REQUIRED']);
     const unknown = await t.request('GET', `/api/v1/no-such-route/${org.orgId}`, { token: org.adminToken });
     expect(unknown.status).toBe(404);
-    await eventually(scrape, (now) => delta(before, now, 'agw_webhook_deliveries_total', { outcome: 'delivered' }) >= 1, 'the webhook delivery');
+    await eventually(
+      scrape,
+      (now) => delta(before, now, 'agw_webhook_deliveries_total', { outcome: 'delivered' }) >= 1,
+      'the webhook delivery',
+    );
 
     const after = await scrape();
     const d = (name: string, labels: Record<string, string> = {}) => delta(before, after, name, labels);
@@ -183,18 +236,39 @@ describe('metrics', () => {
     expect(d('agw_http_requests_total', { method: 'GET', route: 'unmatched', status: '404' })).toBe(1);
 
     // Decisions: once each, under the first reason (none for an allow), by channel and mode.
-    expect(d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'rest', mode: 'execute' })).toBe(3);
-    expect(d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'rest', mode: 'evaluate' })).toBe(2);
-    expect(d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'mcp', mode: 'execute' })).toBe(1);
-    expect(d('agw_gateway_decisions_total', { decision: 'deny', reason: 'APPROVAL_REQUIRED', channel: 'rest', mode: 'execute' })).toBe(1);
-    expect(d('agw_gateway_denial_reasons_total', { reason: 'APPROVAL_REQUIRED', channel: 'rest', mode: 'execute' })).toBe(1);
-    const decisions = after.filter((s) => s.name === 'agw_gateway_decisions_total').reduce((sum, s) => sum + s.value, 0);
-    expect(decisions - before.filter((s) => s.name === 'agw_gateway_decisions_total').reduce((sum, s) => sum + s.value, 0)).toBe(7);
+    expect(
+      d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'rest', mode: 'execute' }),
+    ).toBe(3);
+    expect(
+      d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'rest', mode: 'evaluate' }),
+    ).toBe(2);
+    expect(
+      d('agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'mcp', mode: 'execute' }),
+    ).toBe(1);
+    expect(
+      d('agw_gateway_decisions_total', {
+        decision: 'deny',
+        reason: 'APPROVAL_REQUIRED',
+        channel: 'rest',
+        mode: 'execute',
+      }),
+    ).toBe(1);
+    expect(
+      d('agw_gateway_denial_reasons_total', { reason: 'APPROVAL_REQUIRED', channel: 'rest', mode: 'execute' }),
+    ).toBe(1);
+    const decisions = after
+      .filter((s) => s.name === 'agw_gateway_decisions_total')
+      .reduce((sum, s) => sum + s.value, 0);
+    expect(
+      decisions - before.filter((s) => s.name === 'agw_gateway_decisions_total').reduce((sum, s) => sum + s.value, 0),
+    ).toBe(7);
 
     // Policy evaluations: the two shadow policies on all 7 billing calls, the approval policy on the refund only.
     expect(d('agw_policy_evaluations_total', { effect: 'deny', mode: 'shadow', result: 'not_matched' })).toBe(7);
     expect(d('agw_policy_evaluations_total', { effect: 'deny', mode: 'shadow', result: 'condition_error' })).toBe(7);
-    expect(d('agw_policy_evaluations_total', { effect: 'require_approval', mode: 'enforce', result: 'matched' })).toBe(1);
+    expect(d('agw_policy_evaluations_total', { effect: 'require_approval', mode: 'enforce', result: 'matched' })).toBe(
+      1,
+    );
     expect(d('agw_policy_evaluations_total', { effect: 'deny', mode: 'shadow', result: 'matched' })).toBe(0);
 
     // Tool calls of the 4 allowed executions; a record for each execution (the denial's too).
@@ -212,7 +286,8 @@ describe('metrics', () => {
     const { text } = await telemetry.scrape();
     const labelValues = [...new Set(parseExposition(text).flatMap((sample) => Object.values(sample.labels)))];
     expect(labelValues).toContain('/api/v1/orgs/:org_id/webhooks');
-    const ids = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b(int|apr|whk|whd|evt|tool|pol|key|req)_|agent-|no-such-route|inv-/i;
+    const ids =
+      /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b(int|apr|whk|whd|evt|tool|pol|key|req)_|agent-|no-such-route|inv-/i;
     expect(labelValues.filter((value) => ids.test(value))).toEqual([]);
     expect(text).not.toContain(org.orgId);
     expect(text).not.toContain(agent.svcId);
@@ -227,14 +302,26 @@ describe('metrics', () => {
     await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
       token: org.adminToken,
       // Nothing listens there: the tool is unreachable.
-      body: { action_type: 'crm', connector: 'http', config: { url: 'http://127.0.0.1:9/none', allow_private_network: true } },
+      body: {
+        action_type: 'crm',
+        connector: 'http',
+        config: { url: 'http://127.0.0.1:9/none', allow_private_network: true },
+      },
     });
     const before = await scrape();
-    const response = await execute(t, agent, { svc_id: agent.svcId, agent_id: agent.svcId, action: { type: 'crm', tool: 'update', params: {} } });
+    const response = await execute(t, agent, {
+      svc_id: agent.svcId,
+      agent_id: agent.svcId,
+      action: { type: 'crm', tool: 'update', params: {} },
+    });
     expect(response.body.result.error.code).toBe('TOOL_UNREACHABLE');
     const after = await scrape();
-    expect(delta(before, after, 'agw_tool_call_duration_seconds_count', { connector: 'http', outcome: 'TOOL_UNREACHABLE' })).toBe(1);
-    expect(delta(before, after, 'agw_tool_call_duration_seconds_count', { connector: 'http', outcome: 'success' })).toBe(0);
+    expect(
+      delta(before, after, 'agw_tool_call_duration_seconds_count', { connector: 'http', outcome: 'TOOL_UNREACHABLE' }),
+    ).toBe(1);
+    expect(
+      delta(before, after, 'agw_tool_call_duration_seconds_count', { connector: 'http', outcome: 'success' }),
+    ).toBe(0);
   });
 
   test('/metrics is served by its own listener only, never on the public port', async () => {
@@ -251,8 +338,21 @@ describe('metrics', () => {
       expect(response.status).toBe(200);
       expect(response.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
       const after = parseExposition(await response.text());
-      expect(delta(before, after, 'agw_http_requests_total', { method: 'POST', route: '/api/v1/gateway/evaluate', status: '200' })).toBe(1);
-      expect(delta(before, after, 'agw_gateway_decisions_total', { decision: 'allow', reason: 'none', channel: 'rest', mode: 'evaluate' })).toBe(1);
+      expect(
+        delta(before, after, 'agw_http_requests_total', {
+          method: 'POST',
+          route: '/api/v1/gateway/evaluate',
+          status: '200',
+        }),
+      ).toBe(1);
+      expect(
+        delta(before, after, 'agw_gateway_decisions_total', {
+          decision: 'allow',
+          reason: 'none',
+          channel: 'rest',
+          mode: 'evaluate',
+        }),
+      ).toBe(1);
       expect((await fetch(`${base}/`)).status).toBe(404);
       expect((await fetch(`${base}/metrics/x`)).status).toBe(404);
       expect((await fetch(`${base}/metrics`, { method: 'POST' })).status).toBe(405);
@@ -274,9 +374,16 @@ describe('metrics', () => {
       const agent = await readyAgent(quiet, org, { capabilities: ['billing:read', 'shipping:create'] });
       await quiet.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
         token: org.adminToken,
-        body: { action_type: 'shipping', connector: 'http', config: { url: `${receiverBase}/untraced`, allow_private_network: true } },
+        body: {
+          action_type: 'shipping',
+          connector: 'http',
+          config: { url: `${receiverBase}/untraced`, allow_private_network: true },
+        },
       });
-      const response = await quiet.request('POST', '/api/v1/gateway/execute', { apiKey: agent.key, body: shipment(agent) });
+      const response = await quiet.request('POST', '/api/v1/gateway/execute', {
+        apiKey: agent.key,
+        body: shipment(agent),
+      });
       expect(response.body.result.success).toBe(true);
       const untraced = hits.filter((h) => h.path === '/untraced');
       expect(untraced).toHaveLength(1);
@@ -308,7 +415,10 @@ describe('traces', () => {
       'http.route': '/api/v1/gateway/execute',
       'http.response.status_code': 200,
     });
-    const decision = only(childrenOf(request).filter((s) => s.name === 'gateway execute'), 'decision span');
+    const decision = only(
+      childrenOf(request).filter((s) => s.name === 'gateway execute'),
+      'decision span',
+    );
     expect(decision.attributes).toMatchObject({
       'agw.mode': 'execute',
       'agw.channel': 'rest',
@@ -319,33 +429,55 @@ describe('traces', () => {
       'agw.capability': 'billing:read',
     });
     const children = childrenOf(decision);
-    const tool = only(children.filter((s) => s.name === 'execute_tool billing:read'), 'tool call span');
-    expect(tool.attributes).toMatchObject({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'billing:read', 'agw.connector': 'mock' });
-    const record = only(children.filter((s) => s.name === 'record append'), 'record append span');
-    expect(record.attributes).toMatchObject({ 'agw.interaction_id': response.body.interaction_id, 'agw.decision': 'allow' });
+    const tool = only(
+      children.filter((s) => s.name === 'execute_tool billing:read'),
+      'tool call span',
+    );
+    expect(tool.attributes).toMatchObject({
+      'gen_ai.operation.name': 'execute_tool',
+      'gen_ai.tool.name': 'billing:read',
+      'agw.connector': 'mock',
+    });
+    const record = only(
+      children.filter((s) => s.name === 'record append'),
+      'record append span',
+    );
+    expect(record.attributes).toMatchObject({
+      'agw.interaction_id': response.body.interaction_id,
+      'agw.decision': 'allow',
+    });
     for (const span of [decision, tool, record]) expect(span.spanContext().traceId).toBe(request.spanContext().traceId);
   });
 
-  test.each([LATEST_PROTOCOL_VERSION, '2026-07-28'])('an MCP tools/call (%s): the server span `tools/call billing__read` with MCP attributes, the decision its child', async (revision) => {
-    const org = await signUp(t, 'obs-mcp');
-    const agent = await readyAgent(t, org);
-    exporter.reset();
-    const response = await mcpCall(agent, 'billing__read', { invoice: 'inv-3' }, {}, revision);
-    expect(response.body.result.isError).toBe(false);
-    const request = requestSpan(response.headers.get('x-request-id')!);
-    expect(request.name).toBe('POST /mcp/:svc_id');
-    const call = only(childrenOf(request).filter((s) => s.name === 'tools/call billing__read'), 'MCP server span');
-    expect(call.kind).toBe(SpanKind.SERVER);
-    expect(call.attributes).toMatchObject({
-      'mcp.method.name': 'tools/call',
-      'gen_ai.tool.name': 'billing__read',
-      'gen_ai.operation.name': 'execute_tool',
-      'mcp.protocol.version': revision,
-      'jsonrpc.request.id': '7',
-    });
-    const decision = only(childrenOf(call).filter((s) => s.name === 'gateway execute'), 'decision span');
-    expect(decision.attributes['agw.channel']).toBe('mcp');
-  });
+  test.each([LATEST_PROTOCOL_VERSION, '2026-07-28'])(
+    'an MCP tools/call (%s): the server span `tools/call billing__read` with MCP attributes, the decision its child',
+    async (revision) => {
+      const org = await signUp(t, 'obs-mcp');
+      const agent = await readyAgent(t, org);
+      exporter.reset();
+      const response = await mcpCall(agent, 'billing__read', { invoice: 'inv-3' }, {}, revision);
+      expect(response.body.result.isError).toBe(false);
+      const request = requestSpan(response.headers.get('x-request-id')!);
+      expect(request.name).toBe('POST /mcp/:svc_id');
+      const call = only(
+        childrenOf(request).filter((s) => s.name === 'tools/call billing__read'),
+        'MCP server span',
+      );
+      expect(call.kind).toBe(SpanKind.SERVER);
+      expect(call.attributes).toMatchObject({
+        'mcp.method.name': 'tools/call',
+        'gen_ai.tool.name': 'billing__read',
+        'gen_ai.operation.name': 'execute_tool',
+        'mcp.protocol.version': revision,
+        'jsonrpc.request.id': '7',
+      });
+      const decision = only(
+        childrenOf(call).filter((s) => s.name === 'gateway execute'),
+        'decision span',
+      );
+      expect(decision.attributes['agw.channel']).toBe('mcp');
+    },
+  );
 
   test('an http tool receives the traceparent of its tool call span, in the request’s trace', async () => {
     const org = await signUp(t, 'obs-http');
@@ -356,8 +488,14 @@ describe('traces', () => {
     expect(response.body.result).toMatchObject({ success: true, data: { shipped: true } });
 
     const request = requestSpan(response.headers.get('x-request-id')!);
-    const decision = only(childrenOf(request).filter((s) => s.name === 'gateway execute'), 'decision span');
-    const tool = only(childrenOf(decision).filter((s) => s.name === 'execute_tool shipping:create'), 'tool call span');
+    const decision = only(
+      childrenOf(request).filter((s) => s.name === 'gateway execute'),
+      'decision span',
+    );
+    const tool = only(
+      childrenOf(decision).filter((s) => s.name === 'execute_tool shipping:create'),
+      'tool call span',
+    );
     expect(tool.kind).toBe(SpanKind.CLIENT);
     const hit = hits.filter((h) => h.path === '/ship').at(-1)!;
     const [, traceId, parentId] = traceparentPattern.exec(String(hit.headers.traceparent)) ?? [];
@@ -367,41 +505,62 @@ describe('traces', () => {
 
   test.each([
     // The server/discover probe (refused), initialize, notifications/initialized, tools/call.
-    ['/mcp-upstream', LATEST_PROTOCOL_VERSION, ['server/discover', 'initialize', 'notifications/initialized', 'tools/call']],
+    [
+      '/mcp-upstream',
+      LATEST_PROTOCOL_VERSION,
+      ['server/discover', 'initialize', 'notifications/initialized', 'tools/call'],
+    ],
     ['/mcp-upstream-2026', '2026-07-28', ['server/discover', 'tools/call']],
-  ])('an mcp tool (%s, %s): the client span `tools/call {upstream tool}` with MCP attributes, its traceparent on every upstream request', async (path, revision, methods) => {
-    const org = await signUp(t, 'obs-upstream');
-    const agent = await readyAgent(t, org, { capabilities: ['billing:read', 'crm:find'] });
-    const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
-      token: org.adminToken,
-      body: { action_type: 'crm', connector: 'mcp', config: { url: `${receiverBase}${path}`, tool: 'lookup', allow_private_network: true } },
-    });
-    expect(created.status).toBe(201);
-    exporter.reset();
-    const before = hits.length;
-    const response = await execute(t, agent, { svc_id: agent.svcId, agent_id: agent.svcId, action: { type: 'crm', tool: 'find', params: {} } });
-    expect(response.body.result).toMatchObject({ success: true });
+  ])(
+    'an mcp tool (%s, %s): the client span `tools/call {upstream tool}` with MCP attributes, its traceparent on every upstream request',
+    async (path, revision, methods) => {
+      const org = await signUp(t, 'obs-upstream');
+      const agent = await readyAgent(t, org, { capabilities: ['billing:read', 'crm:find'] });
+      const created = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+        token: org.adminToken,
+        body: {
+          action_type: 'crm',
+          connector: 'mcp',
+          config: { url: `${receiverBase}${path}`, tool: 'lookup', allow_private_network: true },
+        },
+      });
+      expect(created.status).toBe(201);
+      exporter.reset();
+      const before = hits.length;
+      const response = await execute(t, agent, {
+        svc_id: agent.svcId,
+        agent_id: agent.svcId,
+        action: { type: 'crm', tool: 'find', params: {} },
+      });
+      expect(response.body.result).toMatchObject({ success: true });
 
-    const request = requestSpan(response.headers.get('x-request-id')!);
-    const decision = only(childrenOf(request).filter((s) => s.name === 'gateway execute'), 'decision span');
-    const tool = only(childrenOf(decision).filter((s) => s.name === 'tools/call lookup'), 'MCP client span');
-    expect(tool.kind).toBe(SpanKind.CLIENT);
-    expect(tool.attributes).toMatchObject({
-      'mcp.method.name': 'tools/call',
-      'gen_ai.tool.name': 'lookup',
-      'gen_ai.operation.name': 'execute_tool',
-      'mcp.protocol.version': revision,
-      'agw.connector': 'mcp',
-    });
-    // Each request of the exchange carries the tool call span's context.
-    const upstream = hits.slice(before).filter((h) => h.path === path && h.method === 'POST');
-    expect(upstream.map((h) => JSON.parse(h.body).method)).toEqual(methods);
-    for (const hit of upstream) {
-      const [, traceId, parentId] = traceparentPattern.exec(String(hit.headers.traceparent)) ?? [];
-      expect(traceId).toBe(request.spanContext().traceId);
-      expect(parentId).toBe(tool.spanContext().spanId);
-    }
-  });
+      const request = requestSpan(response.headers.get('x-request-id')!);
+      const decision = only(
+        childrenOf(request).filter((s) => s.name === 'gateway execute'),
+        'decision span',
+      );
+      const tool = only(
+        childrenOf(decision).filter((s) => s.name === 'tools/call lookup'),
+        'MCP client span',
+      );
+      expect(tool.kind).toBe(SpanKind.CLIENT);
+      expect(tool.attributes).toMatchObject({
+        'mcp.method.name': 'tools/call',
+        'gen_ai.tool.name': 'lookup',
+        'gen_ai.operation.name': 'execute_tool',
+        'mcp.protocol.version': revision,
+        'agw.connector': 'mcp',
+      });
+      // Each request of the exchange carries the tool call span's context.
+      const upstream = hits.slice(before).filter((h) => h.path === path && h.method === 'POST');
+      expect(upstream.map((h) => JSON.parse(h.body).method)).toEqual(methods);
+      for (const hit of upstream) {
+        const [, traceId, parentId] = traceparentPattern.exec(String(hit.headers.traceparent)) ?? [];
+        expect(traceId).toBe(request.spanContext().traceId);
+        expect(parentId).toBe(tool.spanContext().spanId);
+      }
+    },
+  );
 
   test('an incoming traceparent is continued: the request span is its child, and the trace goes on to the tool', async () => {
     const org = await signUp(t, 'obs-incoming');
@@ -427,7 +586,11 @@ describe('traces', () => {
   test('a webhook delivery carries the traceparent of its own span, a trace of its own', async () => {
     const org = await signUp(t, 'obs-webhook');
     const agent = await readyAgent(t, org);
-    await createPolicy(org, { name: 'refunds need a human', effect: 'require_approval', target: { capabilities: ['billing:refund'] } });
+    await createPolicy(org, {
+      name: 'refunds need a human',
+      effect: 'require_approval',
+      target: { capabilities: ['billing:refund'] },
+    });
     await t.request('POST', `/api/v1/orgs/${org.orgId}/webhooks`, {
       token: org.adminToken,
       body: { url: `${receiverBase}/hook-traced`, events: ['approval.requested'], allow_private_network: true },
@@ -447,7 +610,10 @@ describe('traces', () => {
     );
     expect(delivery!.kind).toBe(SpanKind.CLIENT);
     expect(delivery!.parentSpanContext).toBeUndefined();
-    expect(delivery!.attributes).toMatchObject({ 'agw.webhook.event': 'approval.requested', 'http.response.status_code': 200 });
+    expect(delivery!.attributes).toMatchObject({
+      'agw.webhook.event': 'approval.requested',
+      'http.response.status_code': 200,
+    });
     const [, traceId, parentId] = traceparentPattern.exec(String(hit!.headers.traceparent)) ?? [];
     expect(traceId).toBe(delivery!.spanContext().traceId);
     expect(parentId).toBe(delivery!.spanContext().spanId);
@@ -458,7 +624,8 @@ describe('traces', () => {
     const sampledTelemetry = createTelemetry({
       spanExporter: sampledExporter,
       spanProcessor: 'simple',
-      sampler: parseEnv({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' }).tracesSampler,
+      sampler: parseEnv({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' })
+        .tracesSampler,
     });
     const sampled = await startTestApp({}, { telemetry: sampledTelemetry });
     try {
@@ -487,10 +654,17 @@ describe('traces', () => {
 
 test('OTEL_TRACES_SAMPLER and its argument are checked at start', () => {
   expect(parseEnv({}).tracesSampler).toEqual({ name: 'parentbased_always_on', ratio: 1 });
-  expect(parseEnv({ OTEL_TRACES_SAMPLER: 'TraceIdRatio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracesSampler).toEqual({ name: 'traceidratio', ratio: 0.25 });
+  expect(parseEnv({ OTEL_TRACES_SAMPLER: 'TraceIdRatio', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracesSampler).toEqual({
+    name: 'traceidratio',
+    ratio: 0.25,
+  });
   expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'sometimes' })).toThrow(/OTEL_TRACES_SAMPLER must be one of always_on/);
-  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '1.5' })).toThrow(/from 0 to 1/);
-  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: 'half' })).toThrow(/from 0 to 1/);
+  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '1.5' })).toThrow(
+    /from 0 to 1/,
+  );
+  expect(() => parseEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: 'half' })).toThrow(
+    /from 0 to 1/,
+  );
 });
 
 describe('the service process', () => {
@@ -498,13 +672,18 @@ describe('the service process', () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'agw-metrics-'));
     try {
       const metricsPort = await freePort();
-      const service = startService(await freePort(), { dataDir, env: { METRICS_PORT: String(metricsPort), METRICS_HOST: '127.0.0.1' } });
+      const service = startService(await freePort(), {
+        dataDir,
+        env: { METRICS_PORT: String(metricsPort), METRICS_HOST: '127.0.0.1' },
+      });
       await waitReady(service);
       const metrics = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       expect(metrics.status).toBe(200);
       const samples = parseExposition(await metrics.text());
       // The readiness polls were counted.
-      expect(valueOf(samples, 'agw_http_requests_total', { method: 'GET', route: '/readyz', status: '200' })).toBeGreaterThanOrEqual(1);
+      expect(
+        valueOf(samples, 'agw_http_requests_total', { method: 'GET', route: '/readyz', status: '200' }),
+      ).toBeGreaterThanOrEqual(1);
       expect((await service.request('GET', '/metrics')).status).toBe(404);
       service.child.kill('SIGTERM');
       expect((await waitExit(service)).code).toBe(0);

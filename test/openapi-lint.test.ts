@@ -43,7 +43,8 @@ async function lint(document: unknown): Promise<LintReport> {
   return JSON.parse(stdout) as LintReport;
 }
 
-const summary = (report: LintReport) => report.problems.map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`);
+const summary = (report: LintReport) =>
+  report.problems.map((p) => `${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`);
 
 test('the served document is clean under the recommended rules', async () => {
   const served = await t.request('GET', '/openapi.json');

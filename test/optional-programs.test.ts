@@ -26,12 +26,15 @@ const suites = [
   { file: 'test/console.firefox.test.ts', variable: 'FIREFOX_PATH', install: 'apt-get install firefox-esr' },
 ];
 
-test.each(suites)('$file without its browser is skipped with a notice naming `$install`', ({ file, variable, install }) => {
-  const run = jestWithout(file, { [variable]: '/nonexistent/browser' });
-  expect(run.output).toContain(`install it with \`${install}\``);
-  expect(run.output).toMatch(/Tests:\s+\d+ skipped, \d+ total/);
-  expect(run.status).toBe(0);
-});
+test.each(suites)(
+  '$file without its browser is skipped with a notice naming `$install`',
+  ({ file, variable, install }) => {
+    const run = jestWithout(file, { [variable]: '/nonexistent/browser' });
+    expect(run.output).toContain(`install it with \`${install}\``);
+    expect(run.output).toMatch(/Tests:\s+\d+ skipped, \d+ total/);
+    expect(run.status).toBe(0);
+  },
+);
 
 test('with CI set, a browser suite without its browser fails', () => {
   const run = jestWithout('test/console.e2e.test.ts', { CHROMIUM_PATH: '/nonexistent/browser', CI: '1' });

@@ -133,7 +133,9 @@ test('Swagger UI at /docs loads only from this origin, and "Try it out" sends no
   // Try it out on GET /api/v1/records, signed in as the org's admin, every field left as it is.
   await page.evaluate((token) => {
     const ui = (window as unknown as { ui: { authActions: { authorize(auth: unknown): void } } }).ui;
-    ui.authActions.authorize({ bearerAuth: { name: 'bearerAuth', schema: { type: 'http', scheme: 'bearer' }, value: token } });
+    ui.authActions.authorize({
+      bearerAuth: { name: 'bearerAuth', schema: { type: 'http', scheme: 'bearer' }, value: token },
+    });
   }, org.adminToken);
   await operation.locator('.opblock-summary').click();
   await operation.getByRole('button', { name: 'Try it out' }).click();

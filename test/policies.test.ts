@@ -28,21 +28,30 @@ afterAll(() => t.close());
 
 const create = (body: Record<string, unknown>, as: RequestOptions = { token: org.adminToken }) =>
   t.request('POST', '/api/v1/policies', { ...as, body });
-const read = (id: string, as: RequestOptions = { token: org.adminToken }) => t.request('GET', `/api/v1/policies/${id}`, as);
+const read = (id: string, as: RequestOptions = { token: org.adminToken }) =>
+  t.request('GET', `/api/v1/policies/${id}`, as);
 const replace = (id: string, body: Record<string, unknown>, as: RequestOptions = { token: org.adminToken }) =>
   t.request('PUT', `/api/v1/policies/${id}`, { ...as, body });
-const remove = (id: string, as: RequestOptions = { token: org.adminToken }) => t.request('DELETE', `/api/v1/policies/${id}`, as);
-const list = (query = '', as: RequestOptions = { token: org.adminToken }) => t.request('GET', `/api/v1/policies${query}`, as);
+const remove = (id: string, as: RequestOptions = { token: org.adminToken }) =>
+  t.request('DELETE', `/api/v1/policies/${id}`, as);
+const list = (query = '', as: RequestOptions = { token: org.adminToken }) =>
+  t.request('GET', `/api/v1/policies${query}`, as);
 
 /** A created policy's id; fails the test when the create does not answer 201. */
 async function created(body: Record<string, unknown>, as?: RequestOptions): Promise<string> {
   const response = await create(body, as);
-  expect({ status: response.status, body: response.body }).toEqual({ status: 201, body: expect.objectContaining({ policy_id: expect.any(String) }) });
+  expect({ status: response.status, body: response.body }).toEqual({
+    status: 201,
+    body: expect.objectContaining({ policy_id: expect.any(String) }),
+  });
   return response.body.policy_id;
 }
 
 function expectValidationError(response: TestResponse, fields: string[]) {
-  expect({ status: response.status, code: response.body?.error?.code }).toEqual({ status: 422, code: 'VALIDATION_ERROR' });
+  expect({ status: response.status, code: response.body?.error?.code }).toEqual({
+    status: 422,
+    code: 'VALIDATION_ERROR',
+  });
   expect(response.body.error.details.errors.map((e: { field: string }) => e.field).sort()).toEqual([...fields].sort());
 }
 
@@ -145,22 +154,54 @@ describe('validation: 422 VALIDATION_ERROR naming each field', () => {
     ['a description over 2000 characters', { name: 'x', effect: 'deny', description: long(2001) }, ['description']],
     ['a message over 500 characters', { name: 'x', effect: 'deny', message: long(501) }, ['message']],
     ['a rate_limit policy without rate_limit', { name: 'x', effect: 'rate_limit' }, ['rate_limit']],
-    ['rate_limit on a deny policy', { name: 'x', effect: 'deny', rate_limit: { limit: 1, window_seconds: 60, per: 'org' } }, ['rate_limit']],
-    ['a zero limit', { name: 'x', effect: 'rate_limit', rate_limit: { limit: 0, window_seconds: 60, per: 'org' } }, ['rate_limit.limit']],
+    [
+      'rate_limit on a deny policy',
+      { name: 'x', effect: 'deny', rate_limit: { limit: 1, window_seconds: 60, per: 'org' } },
+      ['rate_limit'],
+    ],
+    [
+      'a zero limit',
+      { name: 'x', effect: 'rate_limit', rate_limit: { limit: 0, window_seconds: 60, per: 'org' } },
+      ['rate_limit.limit'],
+    ],
     [
       'a window over a day',
       { name: 'x', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 86401, per: 'org' } },
       ['rate_limit.window_seconds'],
     ],
-    ['an unknown counter scope', { name: 'x', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 60, per: 'team' } }, ['rate_limit.per']],
-    ['an unknown rate_limit field', { name: 'x', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 60, per: 'org', burst: 2 } }, ['rate_limit.burst']],
+    [
+      'an unknown counter scope',
+      { name: 'x', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 60, per: 'team' } },
+      ['rate_limit.per'],
+    ],
+    [
+      'an unknown rate_limit field',
+      { name: 'x', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 60, per: 'org', burst: 2 } },
+      ['rate_limit.burst'],
+    ],
     ['an unknown target field', { name: 'x', effect: 'deny', target: { teams: ['a'] } }, ['target.teams']],
     ['an empty svc_ids list', { name: 'x', effect: 'deny', target: { svc_ids: [] } }, ['target.svc_ids']],
-    ['an invalid agent id', { name: 'x', effect: 'deny', target: { svc_ids: ['billing-agent', 'Billing_Agent'] } }, ['target.svc_ids[1]']],
+    [
+      'an invalid agent id',
+      { name: 'x', effect: 'deny', target: { svc_ids: ['billing-agent', 'Billing_Agent'] } },
+      ['target.svc_ids[1]'],
+    ],
     ['a repeated agent id', { name: 'x', effect: 'deny', target: { svc_ids: ['a-1', 'a-1'] } }, ['target.svc_ids[1]']],
-    ['a capability without an action', { name: 'x', effect: 'deny', target: { capabilities: ['billing:*', 'billing'] } }, ['target.capabilities[1]']],
-    ['a partial wildcard', { name: 'x', effect: 'deny', target: { capabilities: ['bill*:read'] } }, ['target.capabilities[0]']],
-    ['a non-string capability', { name: 'x', effect: 'deny', target: { capabilities: [42] } }, ['target.capabilities[0]']],
+    [
+      'a capability without an action',
+      { name: 'x', effect: 'deny', target: { capabilities: ['billing:*', 'billing'] } },
+      ['target.capabilities[1]'],
+    ],
+    [
+      'a partial wildcard',
+      { name: 'x', effect: 'deny', target: { capabilities: ['bill*:read'] } },
+      ['target.capabilities[0]'],
+    ],
+    [
+      'a non-string capability',
+      { name: 'x', effect: 'deny', target: { capabilities: [42] } },
+      ['target.capabilities[0]'],
+    ],
     [
       'over 100 capability patterns',
       { name: 'x', effect: 'deny', target: { capabilities: Array.from({ length: 101 }, (_, i) => `d${i}:*`) } },
@@ -179,24 +220,37 @@ describe('validation: 422 VALIDATION_ERROR naming each field', () => {
 
   const conditionCases: [string, string, RegExp, { line: number; column: number } | null][] = [
     ['a syntax error', 'params.amount >', /^at line 1, column 16: /, { line: 1, column: 16 }],
-    ['a syntax error on line 2', "agent.id == 'x' &&\n  (params.amount > )", /^at line 2, column 20: Unexpected token/, { line: 2, column: 20 }],
+    [
+      'a syntax error on line 2',
+      "agent.id == 'x' &&\n  (params.amount > )",
+      /^at line 2, column 20: Unexpected token/,
+      { line: 2, column: 20 },
+    ],
     ['an int result', '1 + 2', /boolean expression, not int/, { line: 1, column: 1 }],
     ['a string result', '"x"', /boolean expression, not string/, { line: 1, column: 1 }],
     ['an unknown variable', 'foo == 1', /Unknown variable: foo/, { line: 1, column: 1 }],
     ['a regular expression', "agent.name.matches('^(a+)+$')", /`matches`\) are not allowed/, { line: 1, column: 1 }],
-    ['a nested comprehension', 'params.items.exists(i, params.tags.exists(t, t == i))', /inside another comprehension/, { line: 1, column: 24 }],
+    [
+      'a nested comprehension',
+      'params.items.exists(i, params.tags.exists(t, t == i))',
+      /inside another comprehension/,
+      { line: 1, column: 24 },
+    ],
     ['over 4,096 characters', `${'params.a > 1 && '.repeat(300)}true`, /at most 4096 characters/, null],
     ['an empty condition', '', /must not be empty/, null],
   ];
 
-  test.each(conditionCases)('a condition with %s names the condition and where', async (_, condition, message, position) => {
-    const response = await create({ name: uniqueName('cond'), effect: 'deny', condition });
-    expectValidationError(response, ['condition']);
-    const [error] = response.body.error.details.errors;
-    expect(error.message).toMatch(message);
-    if (position) expect(error.position).toEqual({ offset: expect.any(Number), ...position });
-    else expect(error).not.toHaveProperty('position');
-  });
+  test.each(conditionCases)(
+    'a condition with %s names the condition and where',
+    async (_, condition, message, position) => {
+      const response = await create({ name: uniqueName('cond'), effect: 'deny', condition });
+      expectValidationError(response, ['condition']);
+      const [error] = response.body.error.details.errors;
+      expect(error.message).toMatch(message);
+      if (position) expect(error.position).toEqual({ offset: expect.any(Number), ...position });
+      else expect(error).not.toHaveProperty('position');
+    },
+  );
 
   test('conditions over params (dyn) and every variable are accepted', async () => {
     const condition =
@@ -215,10 +269,22 @@ describe('validation: 422 VALIDATION_ERROR naming each field', () => {
   });
 
   test('over GraphQL the same 422 carries the position in extensions.details', async () => {
-    const response = await t.graphql(print(CreatePolicyDocument), { name: uniqueName('gql'), effect: 'deny', condition: 'params.x >' }, { token: org.adminToken });
+    const response = await t.graphql(
+      print(CreatePolicyDocument),
+      { name: uniqueName('gql'), effect: 'deny', condition: 'params.x >' },
+      { token: org.adminToken },
+    );
     expect(response.body.errors[0].extensions).toMatchObject({
       code: 'VALIDATION_ERROR',
-      details: { errors: [{ field: 'condition', message: expect.stringMatching(/^at line 1, column 11: /), position: { offset: 10, line: 1, column: 11 } }] },
+      details: {
+        errors: [
+          {
+            field: 'condition',
+            message: expect.stringMatching(/^at line 1, column 11: /),
+            position: { offset: 10, line: 1, column: 11 },
+          },
+        ],
+      },
     });
   });
 });
@@ -226,7 +292,10 @@ describe('validation: 422 VALIDATION_ERROR naming each field', () => {
 describe('list', () => {
   let filtered: OrgFixture;
   const ids: Record<'c' | 'a' | 'b' | 'd', string> = { a: '', b: '', c: '', d: '' };
-  const names = (response: TestResponse) => response.body.items.map((p: { policy_id: string }) => Object.entries(ids).find(([, id]) => id === p.policy_id)?.[0]);
+  const names = (response: TestResponse) =>
+    response.body.items.map(
+      (p: { policy_id: string }) => Object.entries(ids).find(([, id]) => id === p.policy_id)?.[0],
+    );
   const listed = (query: string) => list(query, { token: filtered.adminToken });
 
   beforeAll(async () => {
@@ -234,12 +303,30 @@ describe('list', () => {
     const as = { token: filtered.adminToken };
     // Priority first, then name: c (5), a and b (10, by name), d (500).
     ids.a = await created({ name: 'a deny', priority: 10, effect: 'deny', target: { svc_ids: ['agent-a'] } }, as);
-    ids.b = await created({ name: 'b approval', priority: 10, effect: 'require_approval', mode: 'shadow', target: { svc_ids: ['agent-b'] } }, as);
-    ids.c = await created(
-      { name: 'c limit', priority: 5, effect: 'rate_limit', enabled: false, rate_limit: { limit: 3, window_seconds: 60, per: 'org' } },
+    ids.b = await created(
+      {
+        name: 'b approval',
+        priority: 10,
+        effect: 'require_approval',
+        mode: 'shadow',
+        target: { svc_ids: ['agent-b'] },
+      },
       as,
     );
-    ids.d = await created({ name: 'd deletes', priority: 500, effect: 'deny', mode: 'shadow', target: { capabilities: ['*:delete'] } }, as);
+    ids.c = await created(
+      {
+        name: 'c limit',
+        priority: 5,
+        effect: 'rate_limit',
+        enabled: false,
+        rate_limit: { limit: 3, window_seconds: 60, per: 'org' },
+      },
+      as,
+    );
+    ids.d = await created(
+      { name: 'd deletes', priority: 500, effect: 'deny', mode: 'shadow', target: { capabilities: ['*:delete'] } },
+      as,
+    );
   });
 
   test.each([
@@ -290,8 +377,11 @@ describe('list', () => {
   });
 
   test("GraphQL organization.policies answers what REST does, filters included; another org's viewer gets 404", async () => {
-    const run = <R, V extends Record<string, unknown>>(doc: TypedDocumentNode<R, V>, variables: V, as: RequestOptions) =>
-      t.graphql<{ data: R | null; errors?: { extensions: { code: string } }[] }>(print(doc), variables, as);
+    const run = <R, V extends Record<string, unknown>>(
+      doc: TypedDocumentNode<R, V>,
+      variables: V,
+      as: RequestOptions,
+    ) => t.graphql<{ data: R | null; errors?: { extensions: { code: string } }[] }>(print(doc), variables, as);
     for (const [variables, query] of [
       [{ orgId: filtered.orgId }, ''],
       [{ orgId: filtered.orgId, effect: 'deny' as const, svcId: 'agent-b' }, '?effect=deny&svc_id=agent-b'],
@@ -368,9 +458,15 @@ describe('replace (PUT) and delete', () => {
     expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
     expect(responses.map((r) => r.body.version).sort()).toEqual([2, 3, 4, 5, 6]);
     expect((await read(id)).body.version).toBe(6);
-    const audits = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_id=${id}&action=policy.updated`, { token: org.adminToken });
+    const audits = await t.request(
+      'GET',
+      `/api/v1/orgs/${org.orgId}/audit-logs?target_id=${id}&action=policy.updated`,
+      { token: org.adminToken },
+    );
     // Each update recorded the version it replaced.
-    expect(audits.body.items.map((a: { before: { version: number } }) => a.before.version).sort()).toEqual([1, 2, 3, 4, 5]);
+    expect(audits.body.items.map((a: { before: { version: number } }) => a.before.version).sort()).toEqual([
+      1, 2, 3, 4, 5,
+    ]);
   });
 
   test('DELETE is 204 without a body; the policy is then gone for GET, PUT and DELETE', async () => {
@@ -419,7 +515,9 @@ describe(`at most ${MAX_POLICIES_PER_ORG} policies per org`, () => {
     const full = await signUp(t, 'pol-race');
     const as = { token: full.adminToken };
     await fill(full, MAX_POLICIES_PER_ORG - 1);
-    const responses = await Promise.all(Array.from({ length: 4 }, (_, i) => create({ name: `racer ${i}`, effect: 'deny' }, as)));
+    const responses = await Promise.all(
+      Array.from({ length: 4 }, (_, i) => create({ name: `racer ${i}`, effect: 'deny' }, as)),
+    );
     expect(responses.map((r) => r.status).sort()).toEqual([201, 422, 422, 422]);
     expect((await list('?limit=1', as)).body.total).toBe(MAX_POLICIES_PER_ORG);
   });
@@ -432,11 +530,19 @@ describe('audit', () => {
     const replaced = await replace(id, { ...fullPolicy(), name: createdBody.name });
     expect((await remove(id)).status).toBe(204);
 
-    const audits = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_type=policy&target_id=${id}`, { token: org.adminToken });
+    const audits = await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?target_type=policy&target_id=${id}`, {
+      token: org.adminToken,
+    });
     expect(audits.status).toBe(200);
     const withoutTimestamps = ({ created_at: _c, updated_at: _u, ...rest }: Record<string, unknown>) => rest;
     expect(
-      audits.body.items.map((a: Record<string, unknown>) => ({ action: a.action, actor: a.actor, target: a.target, before: a.before, after: a.after })),
+      audits.body.items.map((a: Record<string, unknown>) => ({
+        action: a.action,
+        actor: a.actor,
+        target: a.target,
+        before: a.before,
+        after: a.after,
+      })),
     ).toEqual([
       {
         action: 'policy.deleted',
@@ -484,14 +590,27 @@ describe('who may do what', () => {
       await replace(policyId, { name: uniqueName('viewer'), effect: 'deny' }, viewer),
       await remove(policyId, viewer),
     ]) {
-      expect({ status: response.status, body: response.body }).toEqual({ status: 403, body: { detail: { code: 'FORBIDDEN', message: expect.any(String) } } });
+      expect({ status: response.status, body: response.body }).toEqual({
+        status: 403,
+        body: { detail: { code: 'FORBIDDEN', message: expect.any(String) } },
+      });
     }
     expect((await read(policyId)).body.version).toBe(1);
   });
 
   test('an API key, whatever its scopes, gets 403 FORBIDDEN: policies are bearer-only', async () => {
-    const { key } = await createKey(t, org, ['manifests:read', 'manifests:write', 'logs:read', 'approvals:write', 'gateway:execute']);
-    for (const response of [await list('', { apiKey: key }), await read(policyId, { apiKey: key }), await create({ name: uniqueName('key'), effect: 'deny' }, { apiKey: key })]) {
+    const { key } = await createKey(t, org, [
+      'manifests:read',
+      'manifests:write',
+      'logs:read',
+      'approvals:write',
+      'gateway:execute',
+    ]);
+    for (const response of [
+      await list('', { apiKey: key }),
+      await read(policyId, { apiKey: key }),
+      await create({ name: uniqueName('key'), effect: 'deny' }, { apiKey: key }),
+    ]) {
       expect({ status: response.status, code: response.body.detail?.code }).toEqual({ status: 403, code: 'FORBIDDEN' });
     }
   });
@@ -514,18 +633,51 @@ describe('active(orgId): what the gateway applies', () => {
     const policies = t.app.services.policies;
     expect(await policies.active(own.orgId)).toEqual([]);
     const limited = await created(
-      { name: 'limit', priority: 50, effect: 'rate_limit', rate_limit: { limit: 3, window_seconds: 60, per: 'api_key' }, target: { svc_ids: ['agent-a'] } },
+      {
+        name: 'limit',
+        priority: 50,
+        effect: 'rate_limit',
+        rate_limit: { limit: 3, window_seconds: 60, per: 'api_key' },
+        target: { svc_ids: ['agent-a'] },
+      },
       as,
     );
-    const denied = await created({ name: 'deny big', priority: 1, effect: 'deny', condition: 'params.amount > 1000', target: { capabilities: ['billing:*'] }, message: 'too big' }, as);
+    const denied = await created(
+      {
+        name: 'deny big',
+        priority: 1,
+        effect: 'deny',
+        condition: 'params.amount > 1000',
+        target: { capabilities: ['billing:*'] },
+        message: 'too big',
+      },
+      as,
+    );
     await created({ name: 'disabled', priority: 0, effect: 'deny', enabled: false }, as);
 
     const active = await policies.active(own.orgId);
     expect(active.map((p) => p.id)).toEqual([denied, limited]);
-    expect(active[0]).toMatchObject({ name: 'deny big', version: 1, mode: 'enforce', effect: 'deny', svcIds: null, capabilities: ['billing:*'], rateLimit: null, message: 'too big' });
-    expect(active[1]).toMatchObject({ svcIds: ['agent-a'], capabilities: null, condition: null, rateLimit: { limit: 3, windowSeconds: 60, per: 'api_key' } });
+    expect(active[0]).toMatchObject({
+      name: 'deny big',
+      version: 1,
+      mode: 'enforce',
+      effect: 'deny',
+      svcIds: null,
+      capabilities: ['billing:*'],
+      rateLimit: null,
+      message: 'too big',
+    });
+    expect(active[1]).toMatchObject({
+      svcIds: ['agent-a'],
+      capabilities: null,
+      condition: null,
+      rateLimit: { limit: 3, windowSeconds: 60, per: 'api_key' },
+    });
     expect(runCondition(active[0].condition!, facts())).toEqual({ matched: true, error: null });
-    expect(runCondition(active[0].condition!, facts({ params: { amount: 5 } }))).toEqual({ matched: false, error: null });
+    expect(runCondition(active[0].condition!, facts({ params: { amount: 5 } }))).toEqual({
+      matched: false,
+      error: null,
+    });
 
     // A write empties the cache at once in the writing process.
     expect((await remove(limited, as)).status).toBe(204);
@@ -544,7 +696,9 @@ describe('active(orgId): what the gateway applies', () => {
     expect(reloaded).not.toBe(before);
     expect(reloaded.condition).toBe(before.condition);
 
-    expect((await replace(id, { name: 'cond', effect: 'deny', condition: "agent.team == 'ops'" }, as)).status).toBe(200);
+    expect((await replace(id, { name: 'cond', effect: 'deny', condition: "agent.team == 'ops'" }, as)).status).toBe(
+      200,
+    );
     const [replaced] = await policies.active(own.orgId);
     expect(replaced.version).toBe(2);
     expect(replaced.condition).not.toBe(before.condition);
@@ -560,6 +714,9 @@ describe('active(orgId): what the gateway applies', () => {
     );
     const [broken] = await t.app.services.policies.active(own.orgId);
     expect(broken.condition).not.toBeNull();
-    expect(runCondition(broken.condition!, facts())).toEqual({ matched: true, error: expect.stringMatching(/does not compile/) });
+    expect(runCondition(broken.condition!, facts())).toEqual({
+      matched: true,
+      error: expect.stringMatching(/does not compile/),
+    });
   });
 });

@@ -27,21 +27,33 @@ describe('refused at save', () => {
   const quadratic = 'params.l.all(x, x in params.l)';
   const refusal = {
     field: 'condition',
-    message: expect.stringMatching(/^at line 1, column 22: `in` over `params\.l` inside `all` is not allowed: .* the square of the params$/),
+    message: expect.stringMatching(
+      /^at line 1, column 22: `in` over `params\.l` inside `all` is not allowed: .* the square of the params$/,
+    ),
     position: { offset: 21, line: 1, column: 22 },
   };
 
   test('REST: 422 on `condition`, naming the construct and where it is', async () => {
     const org = await signUp(t, 'cost');
-    const response = await t.request('POST', '/api/v1/policies', { token: org.adminToken, body: { name: 'quadratic', effect: 'deny', condition: quadratic } });
+    const response = await t.request('POST', '/api/v1/policies', {
+      token: org.adminToken,
+      body: { name: 'quadratic', effect: 'deny', condition: quadratic },
+    });
     expect(response.status).toBe(422);
     expect(response.body.error).toMatchObject({ code: 'VALIDATION_ERROR', details: { errors: [refusal] } });
   });
 
   test('GraphQL: the same 422 in extensions', async () => {
     const org = await signUp(t, 'cost');
-    const response = await t.graphql(print(CreatePolicyDocument), { name: 'quadratic', effect: 'deny', condition: quadratic }, { token: org.adminToken });
-    expect(response.body.errors[0].extensions).toMatchObject({ code: 'VALIDATION_ERROR', details: { errors: [refusal] } });
+    const response = await t.graphql(
+      print(CreatePolicyDocument),
+      { name: 'quadratic', effect: 'deny', condition: quadratic },
+      { token: org.adminToken },
+    );
+    expect(response.body.errors[0].extensions).toMatchObject({
+      code: 'VALIDATION_ERROR',
+      details: { errors: [refusal] },
+    });
   });
 });
 
@@ -76,8 +88,18 @@ describe('a heavy condition of one org, flooded with big params', () => {
       return { org, agent: await readyAgent(t, org) };
     };
     [a, b] = [await world('flooder'), await world('neighbour')];
-    await createPolicy(a.org, { name: 'heavy', effect: 'deny', target: { capabilities: ['billing:refund'] }, condition: heavy });
-    await createPolicy(a.org, { name: 'cheap', effect: 'deny', target: { capabilities: ['billing:read'] }, condition: cheap });
+    await createPolicy(a.org, {
+      name: 'heavy',
+      effect: 'deny',
+      target: { capabilities: ['billing:refund'] },
+      condition: heavy,
+    });
+    await createPolicy(a.org, {
+      name: 'cheap',
+      effect: 'deny',
+      target: { capabilities: ['billing:read'] },
+      condition: cheap,
+    });
     await createPolicy(b.org, { name: 'big refunds', effect: 'deny', condition: 'params.amount > 1000' });
     // 40,000 distinct integers: ≈224 KiB of params. Serialized once, so the flood costs the test little.
     const l = Array.from({ length: 40_000 }, (_, i) => i * 7);
@@ -113,7 +135,10 @@ describe('a heavy condition of one org, flooded with big params', () => {
     try {
       if (body) await floodFlowing;
       const counted = floodRequests;
-      while (!done && (latencies.length < samples || (body && floodRequests < counted + 8 && latencies.length < 10 * samples))) {
+      while (
+        !done &&
+        (latencies.length < samples || (body && floodRequests < counted + 8 && latencies.length < 10 * samples))
+      ) {
         const started = performance.now();
         const response = await evaluate(t, b.agent, actionBody(b.agent, 'read', { amount: 5 }));
         latencies.push(performance.now() - started);
@@ -130,8 +155,13 @@ describe('a heavy condition of one org, flooded with big params', () => {
     const response = await evaluateA(bigRefund);
     expect(response.status).toBe(200);
     expect(response.body.decision).toBe('deny');
-    expect(response.body.policies).toEqual([expect.objectContaining({ name: 'heavy', condition_error: 'evaluation budget exceeded' })]);
-    expect(response.body.reasons[0]).toMatchObject({ code: 'POLICY_DENIED', details: { condition_error: 'evaluation budget exceeded' } });
+    expect(response.body.policies).toEqual([
+      expect.objectContaining({ name: 'heavy', condition_error: 'evaluation budget exceeded' }),
+    ]);
+    expect(response.body.reasons[0]).toMatchObject({
+      code: 'POLICY_DENIED',
+      details: { condition_error: 'evaluation budget exceeded' },
+    });
   });
 
   /** The fastest of `rounds` evaluates of A's, one at a time: what one costs without the noise of a loaded machine. */
@@ -152,8 +182,16 @@ describe('a heavy condition of one org, flooded with big params', () => {
     const flooded = await phase(bigRefund);
     const alone = { cheap: await fastest(bigRead), heavy: await fastest(bigRefund) };
     const ms = (samples: number[], q: number) => +quantile(samples, q).toFixed(1);
-    const summary = (p: Phase) => ({ p50: ms(p.latencies, 0.5), p90: ms(p.latencies, 0.9), samples: p.latencies.length, floodRequests: p.floodRequests });
-    const report = JSON.stringify({ b: { idle: summary(idle), control: summary(control), flooded: summary(flooded) }, aAlone: alone });
+    const summary = (p: Phase) => ({
+      p50: ms(p.latencies, 0.5),
+      p90: ms(p.latencies, 0.9),
+      samples: p.latencies.length,
+      floodRequests: p.floodRequests,
+    });
+    const report = JSON.stringify({
+      b: { idle: summary(idle), control: summary(control), flooded: summary(flooded) },
+      aAlone: alone,
+    });
     const holds = (claim: boolean) => expect([report, claim]).toEqual([report, true]);
     // One of A's evaluates costs what its big body costs (≈10–30 ms here), not what its condition
     // would without the budget (≈0.6 s more).

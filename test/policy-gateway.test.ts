@@ -57,7 +57,15 @@ describe('deny', () => {
       },
     ]);
     expect(big.body.policies).toEqual([
-      { policy_id: policy.policy_id, name: 'big refunds', version: 1, effect: 'deny', mode: 'enforce', condition_error: null, rate_limit_exceeded: null },
+      {
+        policy_id: policy.policy_id,
+        name: 'big refunds',
+        version: 1,
+        effect: 'deny',
+        mode: 'enforce',
+        condition_error: null,
+        rate_limit_exceeded: null,
+      },
     ]);
 
     const integer = await execute(t, agent, refund(agent, { amount: 501 }));
@@ -71,10 +79,17 @@ describe('deny', () => {
 
   test('shadow: reported in the decision and the record, never applied', async () => {
     const { org, agent } = await world();
-    const policy = await createPolicy(org, { name: 'try it', effect: 'deny', mode: 'shadow', condition: 'params.amount > 500' });
+    const policy = await createPolicy(org, {
+      name: 'try it',
+      effect: 'deny',
+      mode: 'shadow',
+      condition: 'params.amount > 500',
+    });
     const big = await execute(t, agent, refund(agent, { amount: 900 }));
     expect(big.body).toMatchObject({ decision: 'allow', executed: true, reasons: [] });
-    expect(big.body.policies).toEqual([expect.objectContaining({ policy_id: policy.policy_id, effect: 'deny', mode: 'shadow' })]);
+    expect(big.body.policies).toEqual([
+      expect.objectContaining({ policy_id: policy.policy_id, effect: 'deny', mode: 'shadow' }),
+    ]);
     const record = await t.request('GET', `/api/v1/records/${big.body.interaction_id}`, { token: org.adminToken });
     expect(record.body.policies).toEqual(big.body.policies);
   });
@@ -84,7 +99,9 @@ describe('deny', () => {
     await createPolicy(org, { name: 'coupons', effect: 'deny', condition: 'params.coupon.size() > 10' });
     const denied = await execute(t, agent, refund(agent, { amount: 1 }));
     expect(codes(denied.body)).toEqual(['POLICY_DENIED']);
-    expect(denied.body.reasons[0].message).toMatch(/^Denied by policy "coupons" \(its condition failed: .*coupon.*; policies fail closed\)$/);
+    expect(denied.body.reasons[0].message).toMatch(
+      /^Denied by policy "coupons" \(its condition failed: .*coupon.*; policies fail closed\)$/,
+    );
     expect(denied.body.policies[0].condition_error).toMatch(/coupon/);
     // has() is how an operator tests for an optional field.
     await t.request('PUT', `/api/v1/policies/${denied.body.policies[0].policy_id}`, {
@@ -107,12 +124,22 @@ describe('deny', () => {
       effect: 'deny',
       condition: `key.prefix == "${keyPrefix}" && request.mode == "execute" && request.channel == "rest" && agent.id == "${agent.svcId}"`,
     });
-    await createPolicy(org, { name: 'never on a weekday 7', effect: 'deny', condition: 'request.weekday == 7 || request.hour > 23' });
-    await createPolicy(org, { name: 'keys that may evaluate', effect: 'deny', condition: '!("gateway:evaluate" in key.scopes)' });
+    await createPolicy(org, {
+      name: 'never on a weekday 7',
+      effect: 'deny',
+      condition: 'request.weekday == 7 || request.hour > 23',
+    });
+    await createPolicy(org, {
+      name: 'keys that may evaluate',
+      effect: 'deny',
+      condition: '!("gateway:evaluate" in key.scopes)',
+    });
     const withOther = { ...agent, key: other.key };
     expect(codes((await execute(t, withOther)).body)).toEqual(['POLICY_DENIED']);
     const executeOnly = { ...agent, key: (await createKey(t, org, ['gateway:execute'])).key };
-    expect((await execute(t, executeOnly)).body.reasons).toEqual([expect.objectContaining({ code: 'POLICY_DENIED', message: 'Denied by policy "keys that may evaluate"' })]);
+    expect((await execute(t, executeOnly)).body.reasons).toEqual([
+      expect.objectContaining({ code: 'POLICY_DENIED', message: 'Denied by policy "keys that may evaluate"' }),
+    ]);
     // Evaluate is the test bench: same policies, but request.mode is "evaluate" here.
     expect((await evaluate(t, withOther)).body).toMatchObject({ decision: 'allow', policies: [] });
     expect((await execute(t, agent)).body).toMatchObject({ decision: 'allow', policies: [] });
@@ -135,7 +162,10 @@ describe('require_approval', () => {
       {
         code: 'APPROVAL_REQUIRED',
         message: '"billing:refund" needs a human approval (policy "refunds over 500" requires it)',
-        details: { policies: [{ policy_id: policy.policy_id, name: 'refunds over 500', version: 1 }], approval_id: asked.body.approval_id },
+        details: {
+          policies: [{ policy_id: policy.policy_id, name: 'refunds over 500', version: 1 }],
+          approval_id: asked.body.approval_id,
+        },
       },
     ]);
     const approvalPath = `/api/v1/orgs/${org.orgId}/approvals/${asked.body.approval_id}`;
@@ -147,7 +177,10 @@ describe('require_approval', () => {
     expect(approved.body).toMatchObject({ decision: 'allow', executed: true, approval_id: asked.body.approval_id });
     expect(matched(approved.body)).toEqual(['refunds over 500']);
     // Below the threshold, no human.
-    expect((await execute(t, agent, refund(agent, { amount: 20 }))).body).toMatchObject({ decision: 'allow', approval_id: null });
+    expect((await execute(t, agent, refund(agent, { amount: 20 }))).body).toMatchObject({
+      decision: 'allow',
+      approval_id: null,
+    });
   });
 
   test('shadow: reported, no human asked', async () => {
@@ -155,7 +188,9 @@ describe('require_approval', () => {
     await createPolicy(org, { name: 'would ask', effect: 'require_approval', mode: 'shadow' });
     const done = await execute(t, agent, refund(agent, { amount: 600 }));
     expect(done.body).toMatchObject({ decision: 'allow', executed: true, approval_id: null });
-    expect(done.body.policies).toEqual([expect.objectContaining({ name: 'would ask', effect: 'require_approval', mode: 'shadow' })]);
+    expect(done.body.policies).toEqual([
+      expect.objectContaining({ name: 'would ask', effect: 'require_approval', mode: 'shadow' }),
+    ]);
   });
 });
 
@@ -173,7 +208,9 @@ describe('rate_limit', () => {
     for (let i = 0; i < 3; i += 1) {
       const ok = await execute(t, agent);
       expect(ok.body).toMatchObject({ decision: 'allow', executed: true });
-      expect(ok.body.policies).toEqual([expect.objectContaining({ policy_id: policy.policy_id, effect: 'rate_limit', rate_limit_exceeded: false })]);
+      expect(ok.body.policies).toEqual([
+        expect.objectContaining({ policy_id: policy.policy_id, effect: 'rate_limit', rate_limit_exceeded: false }),
+      ]);
     }
     const limited = await execute(t, agent);
     expect(limited.status).toBe(429);
@@ -189,10 +226,14 @@ describe('rate_limit', () => {
     expect(Number(limited.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(Number(limited.headers.get('retry-after'))).toBeLessThanOrEqual(3600);
 
-    const records = await t.request('GET', `/api/v1/records?agent_id=${agent.svcId}&status=denied`, { token: org.adminToken });
+    const records = await t.request('GET', `/api/v1/records?agent_id=${agent.svcId}&status=denied`, {
+      token: org.adminToken,
+    });
     expect(records.body.items).toHaveLength(1);
     expect(records.body.items[0].reasons).toEqual([expect.objectContaining({ code: 'POLICY_VIOLATION' })]);
-    expect(records.body.items[0].policies).toEqual([expect.objectContaining({ policy_id: policy.policy_id, rate_limit_exceeded: true })]);
+    expect(records.body.items[0].policies).toEqual([
+      expect.objectContaining({ policy_id: policy.policy_id, rate_limit_exceeded: true }),
+    ]);
     // Evaluate reports the full window as a reason (no 429: it decides nothing).
     const bench = await evaluate(t, agent);
     expect(bench.status).toBe(200);
@@ -204,18 +245,33 @@ describe('rate_limit', () => {
 
   test('20 concurrent executes against a limit of 7 allow exactly 7', async () => {
     const { org, agent } = await world();
-    await createPolicy(org, { name: 'seven', effect: 'rate_limit', rate_limit: { limit: 7, window_seconds: 86400, per: 'org' } });
+    await createPolicy(org, {
+      name: 'seven',
+      effect: 'rate_limit',
+      rate_limit: { limit: 7, window_seconds: 86400, per: 'org' },
+    });
     await evaluate(t, agent);
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => execute(t, agent, actionBody(agent, 'read', { i }))));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => execute(t, agent, actionBody(agent, 'read', { i }))),
+    );
     expect(results.filter((r) => r.status === 200 && r.body.decision === 'allow')).toHaveLength(7);
     expect(results.filter((r) => r.status === 429)).toHaveLength(13);
   });
 
   test('only otherwise-allowed actions count: denied ones leave the limit untouched', async () => {
     const { org, agent } = await world();
-    await createPolicy(org, { name: 'two', effect: 'rate_limit', rate_limit: { limit: 2, window_seconds: 60, per: 'agent' } });
-    await createPolicy(org, { name: 'no big ones', effect: 'deny', condition: 'has(params.amount) && params.amount > 100' });
-    for (let i = 0; i < 4; i += 1) expect(codes((await execute(t, agent, refund(agent, { amount: 500 }))).body)).toEqual(['POLICY_DENIED']);
+    await createPolicy(org, {
+      name: 'two',
+      effect: 'rate_limit',
+      rate_limit: { limit: 2, window_seconds: 60, per: 'agent' },
+    });
+    await createPolicy(org, {
+      name: 'no big ones',
+      effect: 'deny',
+      condition: 'has(params.amount) && params.amount > 100',
+    });
+    for (let i = 0; i < 4; i += 1)
+      expect(codes((await execute(t, agent, refund(agent, { amount: 500 }))).body)).toEqual(['POLICY_DENIED']);
     // An action the manifest does not approve is denied before anything counts.
     expect(codes((await execute(t, agent, actionBody(agent, 'delete'))).body)).toEqual(['CAPABILITY_NOT_APPROVED']);
     expect((await execute(t, agent)).body.decision).toBe('allow');
@@ -225,14 +281,22 @@ describe('rate_limit', () => {
 
   test('per api_key counts each key apart; per org shares one count between agents', async () => {
     const { org, agent } = await world();
-    await createPolicy(org, { name: 'per key', effect: 'rate_limit', rate_limit: { limit: 1, window_seconds: 3600, per: 'api_key' } });
+    await createPolicy(org, {
+      name: 'per key',
+      effect: 'rate_limit',
+      rate_limit: { limit: 1, window_seconds: 3600, per: 'api_key' },
+    });
     const second = { ...agent, key: (await createKey(t, org, ['gateway:execute'])).key };
     expect((await execute(t, agent)).body.decision).toBe('allow');
     expect((await execute(t, agent)).status).toBe(429);
     expect((await execute(t, second)).body.decision).toBe('allow');
 
     const { org: shared, agent: first } = await world();
-    await createPolicy(shared, { name: 'per org', effect: 'rate_limit', rate_limit: { limit: 2, window_seconds: 3600, per: 'org' } });
+    await createPolicy(shared, {
+      name: 'per org',
+      effect: 'rate_limit',
+      rate_limit: { limit: 2, window_seconds: 3600, per: 'org' },
+    });
     const other = await readyAgent(t, shared);
     expect((await execute(t, first)).body.decision).toBe('allow');
     expect((await execute(t, other)).body.decision).toBe('allow');
@@ -242,7 +306,12 @@ describe('rate_limit', () => {
 
   test('shadow: counted and reported as exceeded, never refused', async () => {
     const { org, agent } = await world();
-    await createPolicy(org, { name: 'would limit', effect: 'rate_limit', mode: 'shadow', rate_limit: { limit: 1, window_seconds: 3600, per: 'agent' } });
+    await createPolicy(org, {
+      name: 'would limit',
+      effect: 'rate_limit',
+      mode: 'shadow',
+      rate_limit: { limit: 1, window_seconds: 3600, per: 'agent' },
+    });
     const results = [];
     for (let i = 0; i < 3; i += 1) results.push(await execute(t, agent));
     expect(results.map((r) => [r.status, r.body.decision, r.body.policies[0].rate_limit_exceeded])).toEqual([
@@ -257,7 +326,12 @@ describe('the decision lists every matched policy', () => {
   test('in priority order (lower first), shadow ones included, disabled ones left out; GraphQL answers the same', async () => {
     const { org, agent } = await world();
     await createPolicy(org, { name: 'late', effect: 'deny', mode: 'shadow', priority: 300 });
-    await createPolicy(org, { name: 'early', effect: 'rate_limit', priority: 10, rate_limit: { limit: 100, window_seconds: 60, per: 'agent' } });
+    await createPolicy(org, {
+      name: 'early',
+      effect: 'rate_limit',
+      priority: 10,
+      rate_limit: { limit: 100, window_seconds: 60, per: 'agent' },
+    });
     await createPolicy(org, { name: 'middle', effect: 'require_approval', mode: 'shadow', priority: 100 });
     await createPolicy(org, { name: 'b-tie', effect: 'deny', mode: 'shadow', priority: 100 });
     await createPolicy(org, { name: 'off', effect: 'deny', enabled: false, priority: 0 });
@@ -275,8 +349,19 @@ describe('the decision lists every matched policy', () => {
       { apiKey: agent.key },
     );
     expect(graphql.body.errors).toBeUndefined();
-    expect(graphql.body.data.gateway_evaluate.policies.map((p: { name: string }) => p.name)).toEqual(['early', 'b-tie', 'middle', 'late']);
-    expect(graphql.body.data.gateway_evaluate.policies[0]).toEqual({ name: 'early', effect: 'rate_limit', mode: 'enforce', version: 1, rate_limit_exceeded: false });
+    expect(graphql.body.data.gateway_evaluate.policies.map((p: { name: string }) => p.name)).toEqual([
+      'early',
+      'b-tie',
+      'middle',
+      'late',
+    ]);
+    expect(graphql.body.data.gateway_evaluate.policies[0]).toEqual({
+      name: 'early',
+      effect: 'rate_limit',
+      mode: 'enforce',
+      version: 1,
+      rate_limit_exceeded: false,
+    });
   });
 });
 
@@ -341,18 +426,29 @@ describe('records with policies', () => {
   test('old and new records verify online and in an offline export; editing a recorded match breaks the hash', async () => {
     const { org, agent } = await world();
     const legacy = await appendLegacyRecord(org, agent.svcId);
-    await createPolicy(org, { name: 'watch refunds', effect: 'deny', mode: 'shadow', target: { capabilities: ['billing:refund'] } });
+    await createPolicy(org, {
+      name: 'watch refunds',
+      effect: 'deny',
+      mode: 'shadow',
+      target: { capabilities: ['billing:refund'] },
+    });
     const withMatch = await execute(t, agent, refund(agent, { amount: 5 }));
     const withoutMatch = await execute(t, agent);
     expect(matched(withMatch.body)).toEqual(['watch refunds']);
 
     for (const id of [legacy, withMatch.body.interaction_id, withoutMatch.body.interaction_id]) {
       const verified = await t.request('GET', `/api/v1/records/${id}/verify`, { token: org.adminToken });
-      expect(verified.body).toEqual({ record_id: id, valid: true, checks: { hash: true, signature: true, chain: true } });
+      expect(verified.body).toEqual({
+        record_id: id,
+        valid: true,
+        checks: { hash: true, signature: true, chain: true },
+      });
     }
     const legacyRecord = await t.request('GET', `/api/v1/records/${legacy}`, { token: org.adminToken });
     expect(legacyRecord.body.policies).toBeNull();
-    const newRecord = await t.request('GET', `/api/v1/records/${withoutMatch.body.interaction_id}`, { token: org.adminToken });
+    const newRecord = await t.request('GET', `/api/v1/records/${withoutMatch.body.interaction_id}`, {
+      token: org.adminToken,
+    });
     expect(newRecord.body.policies).toEqual([]);
 
     const exported = await t.request('GET', '/api/v1/records/export', { token: org.adminToken });
@@ -377,10 +473,18 @@ describe('records with policies', () => {
     const line = JSON.parse(tampered[2]);
     line.body.policies = [];
     tampered[2] = JSON.stringify(line);
-    expect(await verify(tampered)).toMatchObject({ ok: false, line: 3, reason: expect.stringMatching(/^hash mismatch/) });
+    expect(await verify(tampered)).toMatchObject({
+      ok: false,
+      line: 3,
+      reason: expect.stringMatching(/^hash mismatch/),
+    });
     // So is removing it in the database.
-    await t.database.db.sql.query("UPDATE interaction_records SET policies = '[]' WHERE id = $1", [withMatch.body.interaction_id]);
-    const broken = await t.request('GET', `/api/v1/records/${withMatch.body.interaction_id}/verify`, { token: org.adminToken });
+    await t.database.db.sql.query("UPDATE interaction_records SET policies = '[]' WHERE id = $1", [
+      withMatch.body.interaction_id,
+    ]);
+    const broken = await t.request('GET', `/api/v1/records/${withMatch.body.interaction_id}/verify`, {
+      token: org.adminToken,
+    });
     expect(broken.body).toMatchObject({ valid: false, checks: { hash: false } });
   });
 });

@@ -25,7 +25,11 @@ afterAll(async () => {
 });
 
 function run(...args: string[]) {
-  const result = spawnSync(process.execPath, ['scripts/prisma-generate.mjs', ...args], { cwd: project, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+  const result = spawnSync(process.execPath, ['scripts/prisma-generate.mjs', ...args], {
+    cwd: project,
+    encoding: 'utf8',
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -37,10 +41,16 @@ test('the postinstall without the Prisma CLI skips generation and says why', () 
   expect(run('--if-installed')).toEqual({
     code: 0,
     stdout: '',
-    stderr: expect.stringMatching(/^prisma generate skipped: the Prisma CLI \(a dev dependency\) is not installed; .*npm run build\)\n$/),
+    stderr: expect.stringMatching(
+      /^prisma generate skipped: the Prisma CLI \(a dev dependency\) is not installed; .*npm run build\)\n$/,
+    ),
   });
 });
 
 test('`npm run generate` without the Prisma CLI fails and says why', () => {
-  expect(run()).toEqual({ code: 1, stdout: '', stderr: expect.stringContaining('prisma generate cannot run: the Prisma CLI (a dev dependency) is not installed') });
+  expect(run()).toEqual({
+    code: 1,
+    stdout: '',
+    stderr: expect.stringContaining('prisma generate cannot run: the Prisma CLI (a dev dependency) is not installed'),
+  });
 });

@@ -42,7 +42,8 @@ async function tempDataDir(): Promise<string> {
 const startReady = (dataDir: string) => startReadyService({ dataDir });
 
 function expectStatus(response: TestResponse, status: number, what: string) {
-  if (response.status !== status) throw new Error(`${what}: expected ${status}, got ${response.status} ${response.text}`);
+  if (response.status !== status)
+    throw new Error(`${what}: expected ${status}, got ${response.status} ${response.text}`);
 }
 
 async function login(service: Service, email: string): Promise<string> {
@@ -104,90 +105,102 @@ afterAll(async () => {
 }, 30_000);
 
 describe('start-up', () => {
-  test('logs the URLs and the database in one line, and answers /healthz and /readyz', async () => {
-    const dataDir = await tempDataDir();
-    const service = await startReady(dataDir);
-    const base = `http://localhost:${service.port}`;
+  test(
+    'logs the URLs and the database in one line, and answers /healthz and /readyz',
+    async () => {
+      const dataDir = await tempDataDir();
+      const service = await startReady(dataDir);
+      const base = `http://localhost:${service.port}`;
 
-    const startLines = service.logs.filter(
-      (line) =>
-        typeof line.msg === 'string' &&
-        line.msg.includes(base) &&
-        line.msg.includes(`${base}/graphql`) &&
-        line.msg.includes(`${base}/docs`) &&
-        line.msg.includes('pglite') &&
-        line.msg.includes(dataDir),
-    );
-    expect(startLines).toHaveLength(1);
-    // Embedded PGlite in the temp DATA_DIR even when the suite itself runs with DATABASE_URL.
-    expect(startLines[0]).toMatchObject({
-      level: 30,
-      graphiql: `${base}/graphql`,
-      docs: `${base}/docs`,
-      database: `pglite ${dataDir}`,
-    });
+      const startLines = service.logs.filter(
+        (line) =>
+          typeof line.msg === 'string' &&
+          line.msg.includes(base) &&
+          line.msg.includes(`${base}/graphql`) &&
+          line.msg.includes(`${base}/docs`) &&
+          line.msg.includes('pglite') &&
+          line.msg.includes(dataDir),
+      );
+      expect(startLines).toHaveLength(1);
+      // Embedded PGlite in the temp DATA_DIR even when the suite itself runs with DATABASE_URL.
+      expect(startLines[0]).toMatchObject({
+        level: 30,
+        graphiql: `${base}/graphql`,
+        docs: `${base}/docs`,
+        database: `pglite ${dataDir}`,
+      });
 
-    const health = await service.request('GET', '/healthz');
-    expect(health.status).toBe(200);
-    expect(health.body).toEqual({ status: 'ok' });
+      const health = await service.request('GET', '/healthz');
+      expect(health.status).toBe(200);
+      expect(health.body).toEqual({ status: 'ok' });
 
-    const ready = await service.request('GET', '/readyz');
-    expect(ready.status).toBe(200);
-    expect(ready.body).toEqual({ status: 'ok', checks: { database: true } });
-  }, TEST_TIMEOUT_MS);
+      const ready = await service.request('GET', '/readyz');
+      expect(ready.status).toBe(200);
+      expect(ready.body).toEqual({ status: 'ok', checks: { database: true } });
+    },
+    TEST_TIMEOUT_MS,
+  );
 });
 
 describe('restarts on the same DATA_DIR', () => {
-  test('committed data survives SIGKILL, and the next start does not re-apply migrations', async () => {
-    const dataDir = await tempDataDir();
-    const first = await startReady(dataDir);
-    const seeded = await seed(first);
+  test(
+    'committed data survives SIGKILL, and the next start does not re-apply migrations',
+    async () => {
+      const dataDir = await tempDataDir();
+      const first = await startReady(dataDir);
+      const seeded = await seed(first);
 
-    first.child.kill('SIGKILL');
-    expect(await waitExit(first)).toEqual({ code: null, signal: 'SIGKILL' });
+      first.child.kill('SIGKILL');
+      expect(await waitExit(first)).toEqual({ code: null, signal: 'SIGKILL' });
 
-    // A second migration run on the same database would fail (CREATE TABLE of existing tables)
-    // and the service would exit before it is ready.
-    const second = await startReady(dataDir);
-    await expectSeeded(second, seeded);
-    expect(second.logs.filter((line) => line.level >= 50)).toEqual([]);
+      // A second migration run on the same database would fail (CREATE TABLE of existing tables)
+      // and the service would exit before it is ready.
+      const second = await startReady(dataDir);
+      await expectSeeded(second, seeded);
+      expect(second.logs.filter((line) => line.level >= 50)).toEqual([]);
 
-    // Each migration is recorded once, finished; read with the service stopped (PGlite is
-    // single-process), after a second SIGKILL.
-    second.child.kill('SIGKILL');
-    await waitExit(second);
-    const pglite = await PGlite.create(dataDir);
-    try {
-      const { rows } = await pglite.query<{ migration_name: string; finished: boolean }>(
-        'SELECT migration_name, finished_at IS NOT NULL AS finished FROM "_prisma_migrations" ORDER BY migration_name',
-      );
-      const expected = (await readMigrations()).map((m) => ({ migration_name: m.name, finished: true }));
-      expect(rows).toEqual(expected);
-      const orgs = await pglite.query('SELECT slug FROM organizations WHERE id = $1', [seeded.orgId]);
-      expect(orgs.rows).toEqual([{ slug: seeded.slug }]);
-    } finally {
-      await pglite.close();
-    }
-  }, TEST_TIMEOUT_MS);
+      // Each migration is recorded once, finished; read with the service stopped (PGlite is
+      // single-process), after a second SIGKILL.
+      second.child.kill('SIGKILL');
+      await waitExit(second);
+      const pglite = await PGlite.create(dataDir);
+      try {
+        const { rows } = await pglite.query<{ migration_name: string; finished: boolean }>(
+          'SELECT migration_name, finished_at IS NOT NULL AS finished FROM "_prisma_migrations" ORDER BY migration_name',
+        );
+        const expected = (await readMigrations()).map((m) => ({ migration_name: m.name, finished: true }));
+        expect(rows).toEqual(expected);
+        const orgs = await pglite.query('SELECT slug FROM organizations WHERE id = $1', [seeded.orgId]);
+        expect(orgs.rows).toEqual([{ slug: seeded.slug }]);
+      } finally {
+        await pglite.close();
+      }
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  test('SIGTERM stops the service cleanly, and the next start has the data', async () => {
-    const dataDir = await tempDataDir();
-    const first = await startReady(dataDir);
-    const seeded = await seed(first);
+  test(
+    'SIGTERM stops the service cleanly, and the next start has the data',
+    async () => {
+      const dataDir = await tempDataDir();
+      const first = await startReady(dataDir);
+      const seeded = await seed(first);
 
-    first.child.kill('SIGTERM');
-    expect(await waitExit(first)).toEqual({ code: 0, signal: null });
-    expect(first.logs.map((line) => line.msg)).toContain('stopped');
+      first.child.kill('SIGTERM');
+      expect(await waitExit(first)).toEqual({ code: 0, signal: null });
+      expect(first.logs.map((line) => line.msg)).toContain('stopped');
 
-    const second = await startReady(dataDir);
-    await expectSeeded(second, seeded);
+      const second = await startReady(dataDir);
+      await expectSeeded(second, seeded);
 
-    // And once more after a clean stop of the restarted service.
-    second.child.kill('SIGTERM');
-    expect(await waitExit(second)).toEqual({ code: 0, signal: null });
-    const third = await startReady(dataDir);
-    await expectSeeded(third, seeded);
-  }, TEST_TIMEOUT_MS);
+      // And once more after a clean stop of the restarted service.
+      second.child.kill('SIGTERM');
+      expect(await waitExit(second)).toEqual({ code: 0, signal: null });
+      const third = await startReady(dataDir);
+      await expectSeeded(third, seeded);
+    },
+    TEST_TIMEOUT_MS,
+  );
 });
 
 /** The refusal a second process on a DATA_DIR gets, naming the holder. */
@@ -208,63 +221,75 @@ function rotateKeys(dataDir: string) {
 }
 
 describe('one process per DATA_DIR', () => {
-  test('a second service on it exits non-zero naming the holder, the first keeps serving, and after kill -9 of the first a new one starts', async () => {
-    const dataDir = await tempDataDir();
-    const first = await startReady(dataDir);
-    const seeded = await seed(first);
+  test(
+    'a second service on it exits non-zero naming the holder, the first keeps serving, and after kill -9 of the first a new one starts',
+    async () => {
+      const dataDir = await tempDataDir();
+      const first = await startReady(dataDir);
+      const seeded = await seed(first);
 
-    const second = startService(await freePort(), { dataDir });
-    expect(await waitExit(second, 60_000)).toEqual({ code: 1, signal: null });
-    const refusal = second.logs.find((line) => line.level >= 50);
-    expect(refusal?.msg).toContain(`cannot start: ${inUse(dataDir, first)}`);
-    expect(refusal?.msg).toContain('set DATABASE_URL to run several processes on PostgreSQL');
+      const second = startService(await freePort(), { dataDir });
+      expect(await waitExit(second, 60_000)).toEqual({ code: 1, signal: null });
+      const refusal = second.logs.find((line) => line.level >= 50);
+      expect(refusal?.msg).toContain(`cannot start: ${inUse(dataDir, first)}`);
+      expect(refusal?.msg).toContain('set DATABASE_URL to run several processes on PostgreSQL');
 
-    // The first one was not disturbed: it still reads and writes.
-    await expectSeeded(first, seeded);
-    const more = await seed(first);
+      // The first one was not disturbed: it still reads and writes.
+      await expectSeeded(first, seeded);
+      const more = await seed(first);
 
-    // kill -9 leaves no stale lock behind.
-    first.child.kill('SIGKILL');
-    await waitExit(first);
-    const third = await startReady(dataDir);
-    await expectSeeded(third, more);
-  }, TEST_TIMEOUT_MS);
+      // kill -9 leaves no stale lock behind.
+      first.child.kill('SIGKILL');
+      await waitExit(first);
+      const third = await startReady(dataDir);
+      await expectSeeded(third, more);
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  test('of two services started at the same moment on a new DATA_DIR, exactly one serves', async () => {
-    const dataDir = await tempDataDir();
-    const [portA, portB] = [await freePort(), await freePort()];
-    const both = [startService(portA, { dataDir }), startService(portB, { dataDir })];
-    const outcomes = await Promise.all(
-      both.map((service) =>
-        Promise.race([
-          waitReady(service).then(() => 'serving' as const),
-          service.exited.then(() => 'refused' as const),
-        ]).catch(() => 'refused' as const),
-      ),
-    );
-    expect([...outcomes].sort()).toEqual(['refused', 'serving']);
-    const winner = both[outcomes.indexOf('serving')];
-    const loser = both[outcomes.indexOf('refused')];
-    expect(await waitExit(loser, 60_000)).toEqual({ code: 1, signal: null });
-    expect(loser.logs.find((line) => line.level >= 50)?.msg).toContain(`cannot start: ${inUse(dataDir, winner)}`);
-    await seed(winner);
-  }, TEST_TIMEOUT_MS);
+  test(
+    'of two services started at the same moment on a new DATA_DIR, exactly one serves',
+    async () => {
+      const dataDir = await tempDataDir();
+      const [portA, portB] = [await freePort(), await freePort()];
+      const both = [startService(portA, { dataDir }), startService(portB, { dataDir })];
+      const outcomes = await Promise.all(
+        both.map((service) =>
+          Promise.race([
+            waitReady(service).then(() => 'serving' as const),
+            service.exited.then(() => 'refused' as const),
+          ]).catch(() => 'refused' as const),
+        ),
+      );
+      expect([...outcomes].sort()).toEqual(['refused', 'serving']);
+      const winner = both[outcomes.indexOf('serving')];
+      const loser = both[outcomes.indexOf('refused')];
+      expect(await waitExit(loser, 60_000)).toEqual({ code: 1, signal: null });
+      expect(loser.logs.find((line) => line.level >= 50)?.msg).toContain(`cannot start: ${inUse(dataDir, winner)}`);
+      await seed(winner);
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  test('`agent-gateway rotate-keys` refuses it while a service runs on it, and rotates once the service stopped', async () => {
-    const dataDir = await tempDataDir();
-    const service = await startReady(dataDir);
+  test(
+    '`agent-gateway rotate-keys` refuses it while a service runs on it, and rotates once the service stopped',
+    async () => {
+      const dataDir = await tempDataDir();
+      const service = await startReady(dataDir);
 
-    const refused = rotateKeys(dataDir);
-    expect(refused.status).toBe(2);
-    expect(refused.stderr).toContain(`agent-gateway: ${inUse(dataDir, service)}`);
-    expect(refused.stdout).toBe('');
-    expect((await service.request('GET', '/readyz')).status).toBe(200);
+      const refused = rotateKeys(dataDir);
+      expect(refused.status).toBe(2);
+      expect(refused.stderr).toContain(`agent-gateway: ${inUse(dataDir, service)}`);
+      expect(refused.stdout).toBe('');
+      expect((await service.request('GET', '/readyz')).status).toBe(200);
 
-    service.child.kill('SIGTERM');
-    expect(await waitExit(service)).toEqual({ code: 0, signal: null });
-    const rotated = rotateKeys(dataDir);
-    expect(rotated.stderr).toBe('');
-    expect(rotated.status).toBe(0);
-    expect(rotated.stdout).toMatch(/^record: new active key \S+\n$/);
-  }, TEST_TIMEOUT_MS);
+      service.child.kill('SIGTERM');
+      expect(await waitExit(service)).toEqual({ code: 0, signal: null });
+      const rotated = rotateKeys(dataDir);
+      expect(rotated.stderr).toBe('');
+      expect(rotated.status).toBe(0);
+      expect(rotated.stdout).toMatch(/^record: new active key \S+\n$/);
+    },
+    TEST_TIMEOUT_MS,
+  );
 });

@@ -43,7 +43,10 @@ export function expectedLines(block: string): string[] {
 
 /** An expected line matches an output line whole; `…` matches any run of characters. */
 export function lineMatches(expected: string, line: string): boolean {
-  const pattern = expected.split('…').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*');
+  const pattern = expected
+    .split('…')
+    .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+    .join('.*');
   return new RegExp(`^${pattern}$`).test(line);
 }
 
@@ -202,7 +205,12 @@ describe('the walkthrough (docs/walkthrough.md)', () => {
       expect(approval.status).toBe(200);
       expect(approval.body.status).toBe('consumed');
       const records = await service.request('GET', '/api/v1/records?limit=10', { token: variables.TOKEN });
-      expect(records.body.items.map((r: { decision: string }) => r.decision)).toEqual(['allow', 'deny', 'deny', 'allow']);
+      expect(records.body.items.map((r: { decision: string }) => r.decision)).toEqual([
+        'allow',
+        'deny',
+        'deny',
+        'allow',
+      ]);
     },
     TEST_TIMEOUT_MS,
   );

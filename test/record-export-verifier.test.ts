@@ -7,7 +7,12 @@ import { generateKeyPairSync, randomUUID, type KeyObject } from 'node:crypto';
 import type { JWK } from 'jose';
 import { canonicalHash } from '../src/lib/canonical-json.js';
 import { GENESIS_HASH, recordHashOf, signRecordHash, type RecordBody } from '../src/modules/record/record-chain.js';
-import { RECORDS_EXPORT_FORMAT, signHeader, verifyExport, type ExportHeader } from '../src/modules/record/record-export.js';
+import {
+  RECORDS_EXPORT_FORMAT,
+  signHeader,
+  verifyExport,
+  type ExportHeader,
+} from '../src/modules/record/record-export.js';
 
 interface Key {
   kid: string;
@@ -48,7 +53,13 @@ function chain(n: number, signer: (seq: number) => Key, org = () => orgId) {
     };
     const recordHash = recordHashOf(body);
     prev = recordHash;
-    return { type: 'record', body, params, record_hash: recordHash, signature: signRecordHash(recordHash, signer(i + 1).privateKey) };
+    return {
+      type: 'record',
+      body,
+      params,
+      record_hash: recordHash,
+      signature: signRecordHash(recordHash, signer(i + 1).privateKey),
+    };
   });
 }
 
@@ -85,17 +96,33 @@ const b = newKey('record_b');
 test('records signed by two keys (a rotation) verify when the header carries both', async () => {
   const records = chain(6, (seq) => (seq <= 3 ? a : b));
   const result = await verifyExport(linesOf(file(records, b, [a, b])));
-  expect(result).toMatchObject({ ok: true, count: 6, keyIds: ['record_a', 'record_b'], reachesHead: true, fromGenesis: true });
+  expect(result).toMatchObject({
+    ok: true,
+    count: 6,
+    keyIds: ['record_a', 'record_b'],
+    reachesHead: true,
+    fromGenesis: true,
+  });
 });
 
 test('a record signed by a key the header does not carry is an unknown key', async () => {
   const records = chain(6, (seq) => (seq <= 3 ? a : b));
   const result = await verifyExport(linesOf(file(records, a, [a])));
-  expect(result).toEqual({ ok: false, line: 5, seq: 4, recordId: 'int_3', reason: expect.stringMatching(/^unknown key: record_b/) });
+  expect(result).toEqual({
+    ok: false,
+    line: 5,
+    seq: 4,
+    recordId: 'int_3',
+    reason: expect.stringMatching(/^unknown key: record_b/),
+  });
 });
 
 test("another org's record is refused even when correctly signed", async () => {
-  const records = chain(3, () => a, () => randomUUID());
+  const records = chain(
+    3,
+    () => a,
+    () => randomUUID(),
+  );
   const result = await verifyExport(linesOf(file(records, a, [a])));
   expect(result).toMatchObject({ ok: false, line: 2, seq: 1, reason: expect.stringMatching(/^record of another org/) });
 });
@@ -116,16 +143,32 @@ test('a file that stops before the head verifies without claiming the head', asy
 test('records past the chain head, or a head that is not the last record, fail', async () => {
   const records = chain(5, () => a);
   const pastHead = file(records, a, [a], { chain_head: { seq: 4, head_hash: records[3].record_hash } });
-  expect(await verifyExport(linesOf(pastHead))).toMatchObject({ ok: false, seq: 5, reason: expect.stringMatching(/past the chain head/) });
+  expect(await verifyExport(linesOf(pastHead))).toMatchObject({
+    ok: false,
+    seq: 5,
+    reason: expect.stringMatching(/past the chain head/),
+  });
   const wrongHead = file(records, a, [a], { chain_head: { seq: 5, head_hash: records[3].record_hash } });
-  expect(await verifyExport(linesOf(wrongHead))).toMatchObject({ ok: false, seq: 5, reason: expect.stringMatching(/^chain head mismatch/) });
+  expect(await verifyExport(linesOf(wrongHead))).toMatchObject({
+    ok: false,
+    seq: 5,
+    reason: expect.stringMatching(/^chain head mismatch/),
+  });
 });
 
 test('a header signed by a key outside its JWKS, an empty file and blank lines are reported', async () => {
   const records = chain(2, () => a);
-  expect(await verifyExport(linesOf(file(records, b, [a])))).toMatchObject({ ok: false, line: 1, reason: expect.stringMatching(/^header: unknown key/) });
+  expect(await verifyExport(linesOf(file(records, b, [a])))).toMatchObject({
+    ok: false,
+    line: 1,
+    reason: expect.stringMatching(/^header: unknown key/),
+  });
   expect(await verifyExport(linesOf([]))).toMatchObject({ ok: false, reason: expect.stringMatching(/empty/) });
   const lines = file(records, a, [a]);
   expect(await verifyExport(linesOf([...lines, '', '']))).toMatchObject({ ok: true });
-  expect(await verifyExport(linesOf([lines[0], '', lines[1], lines[2]]))).toMatchObject({ ok: false, line: 2, reason: 'malformed line: blank line' });
+  expect(await verifyExport(linesOf([lines[0], '', lines[1], lines[2]]))).toMatchObject({
+    ok: false,
+    line: 2,
+    reason: 'malformed line: blank line',
+  });
 });

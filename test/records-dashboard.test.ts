@@ -13,7 +13,11 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-const constraints = { max_actions_per_hour: 1000, max_actions_per_day: 10000, require_human_approval: ['billing:refund'] };
+const constraints = {
+  max_actions_per_hour: 1000,
+  max_actions_per_day: 10000,
+  require_human_approval: ['billing:refund'],
+};
 const ready = () => readyAgent(t, org, { capabilities: ['billing:read', 'billing:refund'], constraints });
 
 async function dashboard(limit: number) {
@@ -61,11 +65,20 @@ test('records with their manifest and approval cost the same statements for 5 it
     if (item.svc_id === 'ghost-agent') {
       expect(item.manifest).toBeNull();
     } else {
-      expect(item.manifest).toMatchObject({ manifest_id: manifests.get(item.svc_id), svc_id: item.svc_id, status: 'active', version: '1.0' });
+      expect(item.manifest).toMatchObject({
+        manifest_id: manifests.get(item.svc_id),
+        svc_id: item.svc_id,
+        status: 'active',
+        version: '1.0',
+      });
     }
     if (item.approval_id) {
       const row = approvalById.get(item.approval_id)!;
-      expect(item.approval).toEqual({ approval_id: item.approval_id, status: row.status, capability: 'billing:refund' });
+      expect(item.approval).toEqual({
+        approval_id: item.approval_id,
+        status: row.status,
+        capability: 'billing:refund',
+      });
     } else {
       expect(item.approval).toBeNull();
     }
@@ -82,18 +95,29 @@ test("a record's manifest is the version approved most recently before it, also 
   const before = await act(agent, 'read');
   const next = manifestPayload({ svcId: agent.svcId, capabilities: ['billing:read', 'billing:refund'], constraints });
   (next.agent as { version: string }).version = '2.0.0';
-  const registered = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, { token: org.adminToken, body: next });
-  expect(registered.status).toBe(201);
-  const approved = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${registered.body.manifest_id}/approve`, {
+  const registered = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests`, {
     token: org.adminToken,
-    body: {},
+    body: next,
   });
+  expect(registered.status).toBe(201);
+  const approved = await t.request(
+    'POST',
+    `/api/v1/orgs/${org.orgId}/manifests/${registered.body.manifest_id}/approve`,
+    {
+      token: org.adminToken,
+      body: {},
+    },
+  );
   expect(approved.status).toBe(200);
   const after = await act(agent, 'read');
   const { records } = await dashboard(100);
   const byId = new Map(records.items.map((r: { record_id: string }) => [r.record_id, r]));
-  expect(byId.get(before.interaction_id)).toMatchObject({ manifest: { manifest_id: agent.manifestId, status: 'superseded' } });
-  expect(byId.get(after.interaction_id)).toMatchObject({ manifest: { manifest_id: registered.body.manifest_id, status: 'active' } });
+  expect(byId.get(before.interaction_id)).toMatchObject({
+    manifest: { manifest_id: agent.manifestId, status: 'superseded' },
+  });
+  expect(byId.get(after.interaction_id)).toMatchObject({
+    manifest: { manifest_id: registered.body.manifest_id, status: 'active' },
+  });
 });
 
 test('the relations stay out of the REST record shapes', async () => {

@@ -89,7 +89,9 @@ describe('GET /records/export', () => {
   test('a signed header with the record keys and the chain head, then every record in seq order', async () => {
     const response = await exportText();
     expect(response.headers.get('content-type')).toBe('application/x-ndjson; charset=utf-8');
-    expect(response.headers.get('content-disposition')).toMatch(/^attachment; filename="records-[0-9a-f-]{36}-\d{8}T\d{6}Z\.jsonl"$/);
+    expect(response.headers.get('content-disposition')).toMatch(
+      /^attachment; filename="records-[0-9a-f-]{36}-\d{8}T\d{6}Z\.jsonl"$/,
+    );
     const [header, ...records] = lines(response.text).map((line) => JSON.parse(line));
     const jwks = await t.request('GET', '/.well-known/jwks.json');
     const recordKeys = jwks.body.keys.filter((k: { kid: string }) => k.kid.startsWith('record_'));
@@ -120,7 +122,11 @@ describe('GET /records/export', () => {
     for (const line of [records[0], records[3], records[39]]) {
       const shown = await t.request('GET', `/api/v1/records/${line.body.record_id}`, { token: org.adminToken });
       expect(Object.keys(line).sort()).toEqual(['body', 'params', 'record_hash', 'signature', 'type']);
-      expect(line).toMatchObject({ type: 'record', record_hash: shown.body.record_hash, signature: shown.body.signature });
+      expect(line).toMatchObject({
+        type: 'record',
+        record_hash: shown.body.record_hash,
+        signature: shown.body.signature,
+      });
       expect(line.params).toEqual(shown.body.action.params);
       expect(line.body).toMatchObject({
         record_id: shown.body.record_id,
@@ -143,29 +149,46 @@ describe('GET /records/export', () => {
   });
 
   test('from and to select a contiguous seq range; bad values are 422 naming the parameter', async () => {
-    const all = lines((await exportText()).text).slice(1).map((line) => JSON.parse(line));
+    const all = lines((await exportText()).text)
+      .slice(1)
+      .map((line) => JSON.parse(line));
     const from = all[10].body.created_at;
     const to = all[30].body.created_at;
-    const ranged = lines((await exportText(`?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`)).text).map((l) =>
-      JSON.parse(l),
+    const ranged = lines((await exportText(`?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`)).text).map(
+      (l) => JSON.parse(l),
     );
     const [header, ...records] = ranged;
     const expected = all.filter((r) => r.body.created_at >= from && r.body.created_at < to);
     expect(records).toEqual(expected);
-    expect(header).toMatchObject({ from, to, count: expected.length, first_seq: expected[0].body.seq, last_seq: expected.at(-1).body.seq });
-    for (const [query, field] of [['from=later', 'from'], [`from=${to}&to=${from}`, 'to']]) {
+    expect(header).toMatchObject({
+      from,
+      to,
+      count: expected.length,
+      first_seq: expected[0].body.seq,
+      last_seq: expected.at(-1).body.seq,
+    });
+    for (const [query, field] of [
+      ['from=later', 'from'],
+      [`from=${to}&to=${from}`, 'to'],
+    ]) {
       const response = await t.request('GET', `/api/v1/records/export?${query}`, { token: org.adminToken });
       expect(response.status).toBe(422);
       expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([field]);
     }
   });
 
-  test("an org without records exports a header only; records of other orgs never appear", async () => {
+  test('an org without records exports a header only; records of other orgs never appear', async () => {
     const empty = await signUp(t, 'no-records');
     const response = await exportText('', empty.adminToken);
     const [header, ...rest] = lines(response.text).map((line) => JSON.parse(line));
     expect(rest).toEqual([]);
-    expect(header).toMatchObject({ org_id: empty.orgId, count: 0, first_seq: null, last_seq: null, chain_head: { seq: 0 } });
+    expect(header).toMatchObject({
+      org_id: empty.orgId,
+      count: 0,
+      first_seq: null,
+      last_seq: null,
+      chain_head: { seq: 0 },
+    });
     const file = await saved(response.text);
     const result = await verify(file);
     expect(result).toMatchObject({ code: 0 });
@@ -219,7 +242,10 @@ describe('GET /records/export', () => {
     expect(header).toMatchObject({ count: 1500, last_seq: 1500, chain_head: { seq: 1500 } });
     expect(records.length).toBe(1500);
     expect(records.at(-1).record_hash).toBe(header.chain_head.head_hash);
-    const [head] = await t.database.db.sql.query<{ seq: string }>('SELECT seq::text AS seq FROM record_chain_heads WHERE org_id = $1', [busy.orgId]);
+    const [head] = await t.database.db.sql.query<{ seq: string }>(
+      'SELECT seq::text AS seq FROM record_chain_heads WHERE org_id = $1',
+      [busy.orgId],
+    );
     expect(Number(head.seq)).toBe(1505);
     expect((await verify(await saved(received))).code).toBe(0);
   });
@@ -269,7 +295,9 @@ describe('agent-gateway verify', () => {
     const result = await verify(await saved(tampered));
     expect(result.code).toBe(1);
     const { seq, record_id: id } = record(12);
-    expect(result.stderr).toBe(`FAILED: line 13, record seq ${seq} (${id}): params mismatch: params do not hash to body.params_hash\n`);
+    expect(result.stderr).toBe(
+      `FAILED: line 13, record seq ${seq} (${id}): params mismatch: params do not hash to body.params_hash\n`,
+    );
   });
 
   test('a flipped executed flag fails with a hash mismatch', async () => {
@@ -284,7 +312,9 @@ describe('agent-gateway verify', () => {
     all.splice(20, 1);
     const result = await verify(await saved(`${all.join('\n')}\n`));
     expect(result.code).toBe(1);
-    expect(result.stderr).toBe(`FAILED: line 21, record seq 21 (${record(21).record_id}): broken link: seq 21 follows seq 19\n`);
+    expect(result.stderr).toBe(
+      `FAILED: line 21, record seq 21 (${record(21).record_id}): broken link: seq 21 follows seq 19\n`,
+    );
   });
 
   test('records swapped or a removed last line fail too', async () => {
@@ -309,7 +339,12 @@ describe('agent-gateway verify', () => {
   test("a tampered JWKS or count in the header fails at the header's signature", async () => {
     const header = JSON.parse(lines(text)[0]);
     const x: string = header.jwks.keys[0].x;
-    const changedKey = editLine(text, 0, new RegExp(`"x":"${x}"`), () => `"x":"${x[0] === 'A' ? 'B' : 'A'}${x.slice(1)}"`);
+    const changedKey = editLine(
+      text,
+      0,
+      new RegExp(`"x":"${x}"`),
+      () => `"x":"${x[0] === 'A' ? 'B' : 'A'}${x.slice(1)}"`,
+    );
     const byKey = await verify(await saved(changedKey));
     expect(byKey.code).toBe(1);
     expect(byKey.stderr).toMatch(/^FAILED: line 1: header: /);
@@ -323,7 +358,10 @@ describe('agent-gateway verify', () => {
     const published = await t.request('GET', '/.well-known/jwks.json');
     const pinned = await saved(JSON.stringify(published.body), 'jwks.json');
     expect((await verify(file, '--jwks', pinned)).code).toBe(0);
-    const stranger = await saved(JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: 'A'.repeat(43), kid: 'record_other' }] }), 'other.json');
+    const stranger = await saved(
+      JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: 'A'.repeat(43), kid: 'record_other' }] }),
+      'other.json',
+    );
     const result = await verify(file, '--jwks', stranger);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/header: key record_\S+ is not one of the trusted keys/);
@@ -343,14 +381,28 @@ describe('agent-gateway verify', () => {
     // emitted modules resolve their dependencies from its node_modules as an installed package does).
     const out = join(root, '.scratch', `build-${randomBytes(4).toString('hex')}`);
     try {
-      const built = await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', out]);
+      const built = await run(process.execPath, [
+        join(root, 'node_modules/typescript/bin/tsc'),
+        '-p',
+        'tsconfig.build.json',
+        '--outDir',
+        out,
+      ]);
       expect(built).toMatchObject({ code: 0, stderr: '' });
       const cli = join(out, 'cli/agent-gateway.js');
       expect((await readFile(cli, 'utf8')).split('\n')[0]).toBe('#!/usr/bin/env node');
       const ok = await run(process.execPath, [cli, 'verify', file]);
       expect(ok.code).toBe(0);
       expect(ok.stdout).toContain('OK: 40 records');
-      const bad = await run(process.execPath, [cli, 'verify', await saved(editLine(text, 2, /"executed":(true|false)/, (m) => (m.endsWith('true') ? '"executed":false' : '"executed":true')))]);
+      const bad = await run(process.execPath, [
+        cli,
+        'verify',
+        await saved(
+          editLine(text, 2, /"executed":(true|false)/, (m) =>
+            m.endsWith('true') ? '"executed":false' : '"executed":true',
+          ),
+        ),
+      ]);
       expect(bad.code).toBe(1);
       expect(bad.stderr).toContain('record seq 2');
       const pkg = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));

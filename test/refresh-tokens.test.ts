@@ -56,7 +56,12 @@ async function expectRefused(refreshToken: unknown, message: RegExp) {
   const response = await refreshSession(refreshToken);
   expect(response.status).toBe(401);
   expect(response.body.data).toBeNull();
-  expect(response.body.errors).toEqual([expect.objectContaining({ message: expect.stringMatching(message), extensions: expect.objectContaining({ code: 'INVALID_TOKEN' }) })]);
+  expect(response.body.errors).toEqual([
+    expect.objectContaining({
+      message: expect.stringMatching(message),
+      extensions: expect.objectContaining({ code: 'INVALID_TOKEN' }),
+    }),
+  ]);
 }
 
 /** The status of a bearer read of the org: 200 while the access token works, 401 once revoked. */
@@ -127,8 +132,14 @@ describe('refresh_session', () => {
     expect(await orgReadStatus(org, first.accessToken)).toBe(401);
     expect(await orgReadStatus(org, second.token)).toBe(401);
     const refused = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: second.token });
-    expect(refused.body.detail).toEqual({ code: 'INVALID_TOKEN', message: expect.stringMatching(/session .* revoked/) });
-    expect(await familyRow(familyOf(first.accessToken))).toMatchObject({ revoked_at: expect.any(Date), revoked_reason: 'refresh_token_reused' });
+    expect(refused.body.detail).toEqual({
+      code: 'INVALID_TOKEN',
+      message: expect.stringMatching(/session .* revoked/),
+    });
+    expect(await familyRow(familyOf(first.accessToken))).toMatchObject({
+      revoked_at: expect.any(Date),
+      revoked_reason: 'refresh_token_reused',
+    });
 
     // The same user's other login is untouched.
     expect(await orgReadStatus(org, org.adminToken)).toBe(200);
@@ -167,18 +178,20 @@ describe('refresh_session', () => {
     expect(await orgReadStatus(org, accessToken)).toBe(401);
     expect(await familyRow(familyOf(accessToken))).toMatchObject({ revoked_reason: 'refresh_token_reused' });
     // Exactly one successor was ever stored: the one conditional UPDATE let one rotation through.
-    const [{ n }] = await t.database.db.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM refresh_tokens WHERE family_id = $1', [
-      familyOf(accessToken),
-    ]);
+    const [{ n }] = await t.database.db.sql.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM refresh_tokens WHERE family_id = $1',
+      [familyOf(accessToken)],
+    );
     expect(n).toBe(2);
   });
 
   test('an expired refresh token is refused without revoking its family', async () => {
     const org = await signUp(t);
     const { accessToken, refreshToken } = await login(org.adminEmail);
-    await t.database.db.sql.query("UPDATE refresh_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = $1", [
-      sha256Hex(refreshToken),
-    ]);
+    await t.database.db.sql.query(
+      "UPDATE refresh_tokens SET expires_at = now() - interval '1 second' WHERE token_hash = $1",
+      [sha256Hex(refreshToken)],
+    );
     await expectRefused(refreshToken, /expired/);
     // Expiry is not theft: the access token of the family keeps working until its own expiry.
     expect(await orgReadStatus(org, accessToken)).toBe(200);
@@ -186,7 +199,14 @@ describe('refresh_session', () => {
 
   test('unknown, malformed and non-string refresh tokens are refused with 4xx, never 500', async () => {
     await expectRefused(`agr_${'A'.repeat(43)}`, /unknown/);
-    for (const malformed of ['', 'agr_', `agr_${'A'.repeat(42)}`, `agr_${'A'.repeat(44)}`, `agw_${'A'.repeat(43)}`, `agr_${'A'.repeat(42)}=`]) {
+    for (const malformed of [
+      '',
+      'agr_',
+      `agr_${'A'.repeat(42)}`,
+      `agr_${'A'.repeat(44)}`,
+      `agw_${'A'.repeat(43)}`,
+      `agr_${'A'.repeat(42)}=`,
+    ]) {
       await expectRefused(malformed, /malformed/);
     }
     // A megabyte of token text (the body stays under the 1 MiB limit): refused before hashing or a read.
@@ -199,7 +219,10 @@ describe('refresh_session', () => {
 
     for (const notAString of [42, { token: 'agr_x' }, ['agr_x'], null, true]) {
       const response = await refreshSession(notAString);
-      expect({ value: notAString, status: response.status >= 400 && response.status < 500 }).toEqual({ value: notAString, status: true });
+      expect({ value: notAString, status: response.status >= 400 && response.status < 500 }).toEqual({
+        value: notAString,
+        status: true,
+      });
       expect(response.body.data ?? null).toBeNull();
       expect(response.body.errors?.length).toBeGreaterThan(0);
     }
@@ -208,7 +231,7 @@ describe('refresh_session', () => {
     expect(missing.status).toBeLessThan(500);
   });
 
-  test("a refresh token whose user was deleted, or whose org is gone, is refused", async () => {
+  test('a refresh token whose user was deleted, or whose org is gone, is refused', async () => {
     const org = await signUp(t);
     const user = await addUser(t, org, 'operator');
     const userSession = await login(user.email);
@@ -277,10 +300,13 @@ describe('logout and the bearer refresh', () => {
 describe('session_login', () => {
   test('answers {token, refresh_token, expires, user} with expires an hour ahead; a wrong password is 401 like login', async () => {
     const org = await signUp(t);
-    const response = await t.graphql<GraphQlBody<{ session_login: Rotated & { user: Record<string, string> } }>>(SESSION_LOGIN, {
-      email: org.adminEmail,
-      password: PASSWORD,
-    });
+    const response = await t.graphql<GraphQlBody<{ session_login: Rotated & { user: Record<string, string> } }>>(
+      SESSION_LOGIN,
+      {
+        email: org.adminEmail,
+        password: PASSWORD,
+      },
+    );
     expect(response.status).toBe(200);
     expect(response.body.errors).toBeUndefined();
     const session = response.body.data!.session_login;
@@ -295,14 +321,21 @@ describe('session_login', () => {
     expect(await orgReadStatus(org, session.token)).toBe(200);
     expect(familyOf((await rotated(session.refresh_token)).token)).toBe(familyOf(session.token));
 
-    const wrong = await t.graphql<GraphQlBody<unknown>>(SESSION_LOGIN, { email: org.adminEmail, password: 'not the password' }, { clientAddress: '198.51.100.77' });
+    const wrong = await t.graphql<GraphQlBody<unknown>>(
+      SESSION_LOGIN,
+      { email: org.adminEmail, password: 'not the password' },
+      { clientAddress: '198.51.100.77' },
+    );
     const wrongRest = await t.request('POST', '/api/v1/auth/login', {
       body: { email: org.adminEmail, password: 'not the password' },
       clientAddress: '198.51.100.77',
     });
     expect(wrong.status).toBe(401);
     expect(wrongRest.status).toBe(401);
-    expect(wrong.body.errors?.[0]).toMatchObject({ message: wrongRest.body.detail.message, extensions: { code: 'INVALID_TOKEN' } });
+    expect(wrong.body.errors?.[0]).toMatchObject({
+      message: wrongRest.body.detail.message,
+      extensions: { code: 'INVALID_TOKEN' },
+    });
   });
 });
 
@@ -312,12 +345,18 @@ describe('maintenance', () => {
     const live = await login(org.adminEmail);
     const expired = await login(org.adminEmail);
     const expiredFamily = familyOf(expired.accessToken);
-    await t.database.db.sql.query("UPDATE refresh_tokens SET expires_at = now() - interval '1 day' WHERE family_id = $1", [expiredFamily]);
-    await t.database.db.sql.query("UPDATE session_families SET expires_at = now() - interval '1 day' WHERE id = $1", [expiredFamily]);
-    await t.app.services.sessions.prune();
-    const families = await t.database.db.sql.query<{ id: string }>('SELECT id FROM session_families WHERE id = ANY($1::text[])', [
-      [expiredFamily, familyOf(live.accessToken)],
+    await t.database.db.sql.query(
+      "UPDATE refresh_tokens SET expires_at = now() - interval '1 day' WHERE family_id = $1",
+      [expiredFamily],
+    );
+    await t.database.db.sql.query("UPDATE session_families SET expires_at = now() - interval '1 day' WHERE id = $1", [
+      expiredFamily,
     ]);
+    await t.app.services.sessions.prune();
+    const families = await t.database.db.sql.query<{ id: string }>(
+      'SELECT id FROM session_families WHERE id = ANY($1::text[])',
+      [[expiredFamily, familyOf(live.accessToken)]],
+    );
     expect(families.map((f) => f.id)).toEqual([familyOf(live.accessToken)]);
     await expectRefused(expired.refreshToken, /unknown/);
     // A pruned family can no longer vouch for its access tokens: they are refused, not trusted.
@@ -342,7 +381,11 @@ describe('the unprefixed session routes (docs/decisions/0021-templates-and-marke
 
     const rotated = await t.request('POST', '/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
     expect(rotated.status).toBe(200);
-    expect(rotated.body).toEqual({ token: expect.any(String), refresh_token: expect.stringMatching(refreshTokenFormat), expires: expect.any(String) });
+    expect(rotated.body).toEqual({
+      token: expect.any(String),
+      refresh_token: expect.stringMatching(refreshTokenFormat),
+      expires: expect.any(String),
+    });
     expect(rotated.body.refresh_token).not.toBe(login.body.refresh_token);
     expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: rotated.body.token })).status).toBe(200);
 
@@ -350,18 +393,25 @@ describe('the unprefixed session routes (docs/decisions/0021-templates-and-marke
     expect(reused.status).toBe(401);
     expect(reused.body.detail).toMatchObject({ code: 'INVALID_TOKEN' });
     expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: rotated.body.token })).status).toBe(401);
-    expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: rotated.body.refresh_token } })).status).toBe(401);
+    expect(
+      (await t.request('POST', '/auth/refresh', { body: { refresh_token: rotated.body.refresh_token } })).status,
+    ).toBe(401);
   });
 
   test('bad input: wrong password 401, missing or non-string refresh_token 422, not JSON 400', async () => {
     const org = await signUp(t);
-    expect((await t.request('POST', '/auth/login', { body: { email: org.adminEmail, password: 'wrong password!' } })).status).toBe(401);
+    expect(
+      (await t.request('POST', '/auth/login', { body: { email: org.adminEmail, password: 'wrong password!' } })).status,
+    ).toBe(401);
     const missing = await t.request('POST', '/auth/refresh', { body: {} });
     expect(missing.status).toBe(422);
     expect(missing.body.error.details.errors).toEqual([expect.objectContaining({ field: 'refresh_token' })]);
     expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: 42 } })).status).toBe(422);
     expect((await t.request('POST', '/auth/refresh', { body: { refresh_token: 'agr_nope' } })).status).toBe(401);
-    const notJson = await t.request('POST', '/auth/refresh', { body: '{', headers: { 'content-type': 'application/json' } });
+    const notJson = await t.request('POST', '/auth/refresh', {
+      body: '{',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(notJson.status).toBe(400);
   });
 });
@@ -394,7 +444,10 @@ describe('refresh throttling per client address', () => {
     const org = await signUp(t);
     const { refreshToken } = await login(org.adminEmail);
     expect((await refreshFrom(address, refreshToken)).status).toBe(429);
-    const [row] = await t.database.db.sql.query<{ used_at: Date | null }>('SELECT used_at FROM refresh_tokens WHERE token_hash = $1', [sha256Hex(refreshToken)]);
+    const [row] = await t.database.db.sql.query<{ used_at: Date | null }>(
+      'SELECT used_at FROM refresh_tokens WHERE token_hash = $1',
+      [sha256Hex(refreshToken)],
+    );
     expect(row.used_at).toBeNull();
     expect((await refreshFrom('198.18.10.2', refreshToken)).status).toBe(200);
   });

@@ -72,7 +72,10 @@ afterAll(async () => {
 /** An app instance on the shared database with this environment; closing it leaves the database. */
 async function startApp(env: Record<string, string>): Promise<TestApp> {
   const handle = await reopenTestDatabase(database);
-  const app = await startTestApp({ WEBHOOK_POLL_MS: '20', WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '1', ...env }, { db: handle.db });
+  const app = await startTestApp(
+    { WEBHOOK_POLL_MS: '20', WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '1', ...env },
+    { db: handle.db },
+  );
   return {
     ...app,
     async close() {
@@ -108,14 +111,20 @@ interface Configured {
   headers: Record<string, string>;
 }
 
-async function configure(app: TestApp, webhookSecret = `whsec-${randomBytes(12).toString('hex')}`): Promise<Configured> {
+async function configure(
+  app: TestApp,
+  webhookSecret = `whsec-${randomBytes(12).toString('hex')}`,
+): Promise<Configured> {
   const n = ++counter;
   const org = await signUp(app, 'atrest');
   const agent = await readyAgent(app, org, { tool: false });
   const toolPath = `/tool/${n}`;
   const hookPath = `/hook/${n}`;
   const toolSecret = `tool-secret-${randomBytes(12).toString('hex')}`;
-  const headers = { Authorization: `Bearer header-token-${randomBytes(8).toString('hex')}`, 'x-api-key': `header-key-${randomBytes(8).toString('hex')}` };
+  const headers = {
+    Authorization: `Bearer header-token-${randomBytes(8).toString('hex')}`,
+    'x-api-key': `header-key-${randomBytes(8).toString('hex')}`,
+  };
   const tool = await app.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
     body: {
@@ -127,10 +136,25 @@ async function configure(app: TestApp, webhookSecret = `whsec-${randomBytes(12).
   expect(tool.status).toBe(201);
   const webhook = await app.request('POST', `/api/v1/orgs/${org.orgId}/webhooks`, {
     token: org.adminToken,
-    body: { url: `http://127.0.0.1:${port}${hookPath}`, events: ['approval.decided'], secret: webhookSecret, allow_private_network: true },
+    body: {
+      url: `http://127.0.0.1:${port}${hookPath}`,
+      events: ['approval.decided'],
+      secret: webhookSecret,
+      allow_private_network: true,
+    },
   });
   expect(webhook.status).toBe(201);
-  return { org, agent, toolId: tool.body.tool_id, webhookId: webhook.body.webhook_id, toolPath, hookPath, toolSecret, webhookSecret, headers };
+  return {
+    org,
+    agent,
+    toolId: tool.body.tool_id,
+    webhookId: webhook.body.webhook_id,
+    toolPath,
+    hookPath,
+    toolSecret,
+    webhookSecret,
+    headers,
+  };
 }
 
 const hmac = (secret: string, hit: Hit, timestampHeader: string) =>
@@ -139,7 +163,11 @@ const hmac = (secret: string, hit: Hit, timestampHeader: string) =>
 /** A gateway call through `app` reaches the tool with its headers, signed with its secret. */
 async function expectToolCallWorks(app: TestApp, c: Configured) {
   const before = hitsTo(c.toolPath).length;
-  const response = await execute(app, c.agent, { svc_id: c.agent.svcId, agent_id: c.agent.svcId, action: { type: 'billing', tool: 'refund', params: {} } });
+  const response = await execute(app, c.agent, {
+    svc_id: c.agent.svcId,
+    agent_id: c.agent.svcId,
+    action: { type: 'billing', tool: 'refund', params: {} },
+  });
   expect(response.status).toBe(200);
   expect(response.body.result).toMatchObject({ success: true, data: { ok: true } });
   const received = hitsTo(c.toolPath);
@@ -152,7 +180,9 @@ async function expectToolCallWorks(app: TestApp, c: Configured) {
 
 /** The delivery of a new event, sent by whichever dispatcher runs now. */
 async function deliverEvent(c: Configured) {
-  await database.db.sql.transaction((tx) => enqueueWebhookEvent(tx, c.org.orgId, 'approval.decided', { approval_id: `apr_${++counter}` }));
+  await database.db.sql.transaction((tx) =>
+    enqueueWebhookEvent(tx, c.org.orgId, 'approval.decided', { approval_id: `apr_${++counter}` }),
+  );
   wakeWebhookDispatchers();
   const until = Date.now() + 15_000;
   for (;;) {
@@ -172,7 +202,9 @@ async function expectDeliveryWorks(c: Configured) {
   expect(await deliverEvent(c)).toEqual({ status: 'delivered', last_error: null });
   const received = hitsTo(c.hookPath);
   expect(received).toHaveLength(before + 1);
-  expect(received[before].headers['x-webhook-signature']).toBe(hmac(c.webhookSecret, received[before], 'x-webhook-timestamp'));
+  expect(received[before].headers['x-webhook-signature']).toBe(
+    hmac(c.webhookSecret, received[before], 'x-webhook-timestamp'),
+  );
 }
 
 interface StoredSecrets {
@@ -182,9 +214,16 @@ interface StoredSecrets {
 }
 
 async function storedSecrets(c: Configured): Promise<StoredSecrets> {
-  const [tool] = await database.db.sql.query<StoredSecrets['tool']>('SELECT secret, secret_headers, config FROM tools WHERE id = $1', [c.toolId]);
-  const [webhook] = await database.db.sql.query<StoredSecrets['webhook']>('SELECT secret FROM webhooks WHERE id = $1', [c.webhookId]);
-  const signingKeys = await database.db.sql.query<StoredSecrets['signingKeys'][number]>('SELECT private_key, encrypted FROM signing_keys');
+  const [tool] = await database.db.sql.query<StoredSecrets['tool']>(
+    'SELECT secret, secret_headers, config FROM tools WHERE id = $1',
+    [c.toolId],
+  );
+  const [webhook] = await database.db.sql.query<StoredSecrets['webhook']>('SELECT secret FROM webhooks WHERE id = $1', [
+    c.webhookId,
+  ]);
+  const signingKeys = await database.db.sql.query<StoredSecrets['signingKeys'][number]>(
+    'SELECT private_key, encrypted FROM signing_keys',
+  );
   return { tool, webhook, signingKeys };
 }
 
@@ -197,9 +236,11 @@ async function expectAllSealedWith(c: Configured, key: Buffer) {
   for (const value of Object.values(stored.tool.secret_headers!)) expect(value).toMatch(sealed);
   expect(stored.webhook.secret).toMatch(sealed);
   expect(stored.signingKeys.length).toBeGreaterThan(0);
-  for (const row of stored.signingKeys) expect(row).toEqual({ private_key: expect.stringMatching(sealed), encrypted: true });
+  for (const row of stored.signingKeys)
+    expect(row).toEqual({ private_key: expect.stringMatching(sealed), encrypted: true });
   const text = JSON.stringify(stored);
-  for (const plain of [c.toolSecret, c.webhookSecret, ...Object.values(c.headers), 'PRIVATE KEY']) expect(text).not.toContain(plain);
+  for (const plain of [c.toolSecret, c.webhookSecret, ...Object.values(c.headers), 'PRIVATE KEY'])
+    expect(text).not.toContain(plain);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,11 +283,19 @@ describe('with KEY_ENCRYPTION_KEY', () => {
       await expectDeliveryWorks(c);
 
       const counts = await reencryptSecrets(database.db.sql, new SecretBox(FIRST_KEY));
-      expect(counts).toEqual({ signingKeys: expect.any(Number), tools: expect.any(Number), webhooks: expect.any(Number) });
+      expect(counts).toEqual({
+        signingKeys: expect.any(Number),
+        tools: expect.any(Number),
+        webhooks: expect.any(Number),
+      });
       expect(counts.signingKeys).toBeGreaterThan(0);
       expect(counts.tools).toBeGreaterThanOrEqual(1);
       await expectAllSealedWith(c, FIRST_KEY);
-      expect(await reencryptSecrets(database.db.sql, new SecretBox(FIRST_KEY))).toEqual({ signingKeys: 0, tools: 0, webhooks: 0 });
+      expect(await reencryptSecrets(database.db.sql, new SecretBox(FIRST_KEY))).toEqual({
+        signingKeys: 0,
+        tools: 0,
+        webhooks: 0,
+      });
     });
     // A fresh instance (nothing cached) reads the re-sealed rows.
     await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async (app) => {
@@ -276,7 +325,10 @@ describe('with KEY_ENCRYPTION_KEY', () => {
     await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async () => {
       const before = hitsTo(c.hookPath).length;
       const delivery = await deliverEvent(c);
-      expect(delivery).toEqual({ status: 'failed', last_error: expect.stringMatching(/^SECRET_UNAVAILABLE: .*neither KEY_ENCRYPTION_KEY/) });
+      expect(delivery).toEqual({
+        status: 'failed',
+        last_error: expect.stringMatching(/^SECRET_UNAVAILABLE: .*neither KEY_ENCRYPTION_KEY/),
+      });
       expect(hitsTo(c.hookPath)).toHaveLength(before);
     });
   });
@@ -288,9 +340,17 @@ describe('with KEY_ENCRYPTION_KEY', () => {
       const foreign = new SecretBox(randomBytes(32));
       await database.db.sql.query('UPDATE tools SET secret = $2 WHERE id = $1', [c.toolId, foreign.seal(c.toolSecret)]);
       const before = hitsTo(c.toolPath).length;
-      const call = await execute(app, c.agent, { svc_id: c.agent.svcId, agent_id: c.agent.svcId, action: { type: 'billing', tool: 'refund', params: {} } });
+      const call = await execute(app, c.agent, {
+        svc_id: c.agent.svcId,
+        agent_id: c.agent.svcId,
+        action: { type: 'billing', tool: 'refund', params: {} },
+      });
       expect(call.status).toBe(200);
-      expect(call.body).toMatchObject({ decision: 'allow', executed: true, result: { success: false, error: { code: 'TOOL_CONFIG_INVALID' } } });
+      expect(call.body).toMatchObject({
+        decision: 'allow',
+        executed: true,
+        result: { success: false, error: { code: 'TOOL_CONFIG_INVALID' } },
+      });
       expect(hitsTo(c.toolPath)).toHaveLength(before);
 
       const toolUrl = `/api/v1/orgs/${c.org.orgId}/tools/${c.toolId}`;
@@ -298,7 +358,10 @@ describe('with KEY_ENCRYPTION_KEY', () => {
       expect(shown.status).toBe(200);
       expect(shown.body.config.secret).toBe('[redacted]');
       // Keeping the stored secret needs it opened: 503 saying so; giving it anew works.
-      const kept = await app.request('PATCH', toolUrl, { token: c.org.adminToken, body: { config: { ...shown.body.config, timeout_ms: 2000 } } });
+      const kept = await app.request('PATCH', toolUrl, {
+        token: c.org.adminToken,
+        body: { config: { ...shown.body.config, timeout_ms: 2000 } },
+      });
       expect(kept.status).toBe(503);
       expect(kept.body.error.message).toMatch(/cannot be decrypted/);
       const repaired = await app.request('PATCH', toolUrl, {
@@ -315,7 +378,10 @@ describe('the rotation tools', () => {
   afterEach(() => database.db.sql.query('DELETE FROM signing_keys'));
 
   test('KEY_ENCRYPTION_KEY_PREVIOUS: a comma-separated list of 32-byte keys, only beside KEY_ENCRYPTION_KEY', () => {
-    const env = parseEnv({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY), KEY_ENCRYPTION_KEY_PREVIOUS: `${hex(FIRST_KEY)}, ${FIRST_KEY.toString('base64')}` });
+    const env = parseEnv({
+      KEY_ENCRYPTION_KEY: hex(SECOND_KEY),
+      KEY_ENCRYPTION_KEY_PREVIOUS: `${hex(FIRST_KEY)}, ${FIRST_KEY.toString('base64')}`,
+    });
     expect(env.keyEncryptionKeyPrevious).toEqual([FIRST_KEY, FIRST_KEY]);
     expect(() => parseEnv({ KEY_ENCRYPTION_KEY_PREVIOUS: hex(FIRST_KEY) })).toThrow(EnvError);
     expect(() => parseEnv({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY), KEY_ENCRYPTION_KEY_PREVIOUS: 'abcd' })).toThrow(
@@ -325,28 +391,35 @@ describe('the rotation tools', () => {
 
   // The CLI opens the service's database itself: a PostgreSQL database (an in-memory PGlite is
   // this process's alone).
-  (backend === 'postgresql' ? test : test.skip)('`agent-gateway reencrypt` seals what is left in plaintext, and refuses to run without a key', async () => {
-    const c = await withApp({}, (app) => configure(app));
-    const run = (env: Record<string, string>) =>
-      spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'reencrypt'], {
-        cwd: fileURLToPath(new URL('..', import.meta.url)),
-        env: { PATH: process.env.PATH, DATABASE_URL: database.url, ...env },
-        encoding: 'utf8',
+  (backend === 'postgresql' ? test : test.skip)(
+    '`agent-gateway reencrypt` seals what is left in plaintext, and refuses to run without a key',
+    async () => {
+      const c = await withApp({}, (app) => configure(app));
+      const run = (env: Record<string, string>) =>
+        spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'reencrypt'], {
+          cwd: fileURLToPath(new URL('..', import.meta.url)),
+          env: { PATH: process.env.PATH, DATABASE_URL: database.url, ...env },
+          encoding: 'utf8',
+        });
+      const refused = run({});
+      expect(refused.status).toBe(2);
+      expect(refused.stderr).toContain('reencrypt needs KEY_ENCRYPTION_KEY');
+      // Earlier tests left rows sealed with the first key: the CLI opens them with it as a previous key.
+      const sealed = run({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY), KEY_ENCRYPTION_KEY_PREVIOUS: hex(FIRST_KEY) });
+      expect(sealed.stderr).toBe('');
+      expect(sealed.status).toBe(0);
+      expect(sealed.stdout).toMatch(
+        new RegExp(
+          `^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks rewritten\n$`,
+        ),
+      );
+      await expectAllSealedWith(c, SECOND_KEY);
+      await withApp({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY) }, async (app) => {
+        await expectToolCallWorks(app, c);
+        await expectDeliveryWorks(c);
       });
-    const refused = run({});
-    expect(refused.status).toBe(2);
-    expect(refused.stderr).toContain('reencrypt needs KEY_ENCRYPTION_KEY');
-    // Earlier tests left rows sealed with the first key: the CLI opens them with it as a previous key.
-    const sealed = run({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY), KEY_ENCRYPTION_KEY_PREVIOUS: hex(FIRST_KEY) });
-    expect(sealed.stderr).toBe('');
-    expect(sealed.status).toBe(0);
-    expect(sealed.stdout).toMatch(new RegExp(`^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks rewritten\n$`));
-    await expectAllSealedWith(c, SECOND_KEY);
-    await withApp({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY) }, async (app) => {
-      await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
-    });
-  });
+    },
+  );
 });
 
 describe('without KEY_ENCRYPTION_KEY', () => {
@@ -381,7 +454,9 @@ describe('without KEY_ENCRYPTION_KEY', () => {
       return lines.filter((line) => line.msg.includes('KEY_ENCRYPTION_KEY'));
     };
     const warned = await linesWith({});
-    expect(warned).toEqual([{ ...warned[0], level: 40, msg: expect.stringContaining('KEY_ENCRYPTION_KEY is not set') }]);
+    expect(warned).toEqual([
+      { ...warned[0], level: 40, msg: expect.stringContaining('KEY_ENCRYPTION_KEY is not set') },
+    ]);
     expect(warned[0].msg).toMatch(/plaintext/);
     expect(await linesWith({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) })).toEqual([]);
   });
@@ -410,7 +485,10 @@ describe('formats from before', () => {
     expect(await signsWith(new SecretBox(FIRST_KEY))).toBe(true);
     expect(await signsWith(new SecretBox(SECOND_KEY, [FIRST_KEY]))).toBe(true);
     await reencryptSecrets(database.db.sql, new SecretBox(SECOND_KEY, [FIRST_KEY]));
-    const [row] = await database.db.sql.query<{ private_key: string }>('SELECT private_key FROM signing_keys WHERE kid = $1', [kid]);
+    const [row] = await database.db.sql.query<{ private_key: string }>(
+      'SELECT private_key FROM signing_keys WHERE kid = $1',
+      [kid],
+    );
     expect(row.private_key).toMatch(new RegExp(`^agw:v1:${keyIdOf(SECOND_KEY)}:`));
     expect(await signsWith(new SecretBox(SECOND_KEY))).toBe(true);
     await database.db.sql.query('DELETE FROM signing_keys');
@@ -426,7 +504,9 @@ describe('formats from before', () => {
       const orgId = '6f1c1d7e-0000-4000-8000-000000000001';
       const headers = { Authorization: 'Bearer legacy-header-token', 'x-tenant': 'agw:looks-reserved' };
       const config = { url: 'https://tools.example.com/', timeout_ms: 1000, headers, allow_private_network: false };
-      await old.db.sql.exec(`INSERT INTO organizations (id, name, slug, updated_at) VALUES ('${orgId}', 'Legacy', 'legacy', now())`);
+      await old.db.sql.exec(
+        `INSERT INTO organizations (id, name, slug, updated_at) VALUES ('${orgId}', 'Legacy', 'legacy', now())`,
+      );
       await old.db.sql.query(
         "INSERT INTO tools (id, org_id, action_type, connector, config, secret, updated_at) VALUES ('tool_legacy', $1, 'billing', 'http', $2, 'legacy-tool-secret-0123', now())",
         [orgId, JSON.stringify(config)],
@@ -445,7 +525,12 @@ describe('formats from before', () => {
       ]) {
         await old.db.sql.query(
           `INSERT INTO audit_logs (id, org_id, actor_type, action, target_type, target_id, ${column}) VALUES ($1, $2, 'system', $3, 'tool', 'tool_legacy', $4)`,
-          [id, orgId, action, JSON.stringify({ action_type: 'billing', connector: 'http', config: { ...config, secret: '[redacted]' } })],
+          [
+            id,
+            orgId,
+            action,
+            JSON.stringify({ action_type: 'billing', connector: 'http', config: { ...config, secret: '[redacted]' } }),
+          ],
         );
       }
 
@@ -463,9 +548,13 @@ describe('formats from before', () => {
         },
         { id: 'tool_mock', config: { response: {} }, secret: null, secret_headers: null },
       ]);
-      const [webhook] = await old.db.sql.query<{ secret: string }>("SELECT secret FROM webhooks WHERE id = 'whk_legacy'");
+      const [webhook] = await old.db.sql.query<{ secret: string }>(
+        "SELECT secret FROM webhooks WHERE id = 'whk_legacy'",
+      );
       expect(webhook.secret).toBe('agw:plain:agw:v1:chosen-by-a-receiver');
-      const audits = await old.db.sql.query<{ before: any; after: any }>('SELECT before, after FROM audit_logs ORDER BY id');
+      const audits = await old.db.sql.query<{ before: any; after: any }>(
+        'SELECT before, after FROM audit_logs ORDER BY id',
+      );
       expect(audits.map((a) => (a.after ?? a.before).config.headers)).toEqual([
         { Authorization: '[redacted]', 'x-tenant': '[redacted]' },
         { Authorization: '[redacted]', 'x-tenant': '[redacted]' },

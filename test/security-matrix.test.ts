@@ -23,7 +23,16 @@ import {
   signUp,
   type OrgFixture,
 } from './support/fixtures.js';
-import { authorizationParams, authorizeUrl, connectClient, decide, form, pkce, registerClient, tokenRequest } from './support/oauth.js';
+import {
+  authorizationParams,
+  authorizeUrl,
+  connectClient,
+  decide,
+  form,
+  pkce,
+  registerClient,
+  tokenRequest,
+} from './support/oauth.js';
 
 /** Everything the rows need: two orgs, org A's users by role, org B's admin. */
 interface World {
@@ -82,7 +91,11 @@ const newTool = async (w: World) => {
 const newMcpTool = async (w: World) => {
   const created = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools`, {
     token: w.orgA.adminToken,
-    body: { action_type: `t-${unique()}`, connector: 'mcp', config: { url: 'http://127.0.0.1:9/mcp', allow_private_network: true, timeout_ms: 1000 } },
+    body: {
+      action_type: `t-${unique()}`,
+      connector: 'mcp',
+      config: { url: 'http://127.0.0.1:9/mcp', allow_private_network: true, timeout_ms: 1000 },
+    },
   });
   return { tool_id: created.body.tool_id as string };
 };
@@ -90,7 +103,11 @@ const newMcpTool = async (w: World) => {
 const newApproval = async (w: World) => {
   const asked = await w.t.request('POST', '/api/v1/gateway/execute', {
     apiKey: w.humanAgentKeyA,
-    body: { svc_id: w.humanAgentA, agent_id: w.humanAgentA, action: { type: 'billing', tool: 'refund', params: { ref: unique() } } },
+    body: {
+      svc_id: w.humanAgentA,
+      agent_id: w.humanAgentA,
+      action: { type: 'billing', tool: 'refund', params: { ref: unique() } },
+    },
   });
   return { approval_id: asked.body.approval_id as string };
 };
@@ -121,7 +138,10 @@ const newTemplate = async (w: World, price = '0') => {
 /** A fresh agent of org A, registered by its admin (agent routes have no org in the path). */
 const newAgent = async (w: World) => {
   const agent_id = `agent-${unique()}`;
-  const created = await w.t.request('POST', '/api/v1/agents', { token: w.orgA.adminToken, body: { agent_id, name: 'Matrix agent' } });
+  const created = await w.t.request('POST', '/api/v1/agents', {
+    token: w.orgA.adminToken,
+    body: { agent_id, name: 'Matrix agent' },
+  });
   expect(created.status).toBe(201);
   return { agent_id };
 };
@@ -201,7 +221,8 @@ const matrix: Row[] = [
     roles: admins,
     keyScopes: [],
     body: () => ({ name: `key ${unique()}`, scopes: ['logs:read', 'manifests:read'], expires_in_days: 30 }),
-    check: (r) => expect(r.body).toMatchObject({ key: expect.stringMatching(/^agw_/), scopes: ['logs:read', 'manifests:read'] }),
+    check: (r) =>
+      expect(r.body).toMatchObject({ key: expect.stringMatching(/^agw_/), scopes: ['logs:read', 'manifests:read'] }),
   },
   {
     method: 'DELETE',
@@ -358,7 +379,12 @@ const matrix: Row[] = [
     roles: managers,
     keyScopes: [],
     params: newMcpTool,
-    check: (r) => expect(r.body).toMatchObject({ connector: 'mcp', definitions: [], definitions_error: expect.stringMatching(/^TOOL_UNREACHABLE/) }),
+    check: (r) =>
+      expect(r.body).toMatchObject({
+        connector: 'mcp',
+        definitions: [],
+        definitions_error: expect.stringMatching(/^TOOL_UNREACHABLE/),
+      }),
   },
   {
     method: 'POST',
@@ -397,7 +423,11 @@ const matrix: Row[] = [
     roles: managers,
     keyScopes: [],
     body: () => ({ url: `https://hooks.example.com/${unique()}`, events: ['approval.requested'] }),
-    check: (r) => expect(r.body).toMatchObject({ webhook_id: expect.stringMatching(/^whk_/), secret: expect.stringMatching(/^whsec_/) }),
+    check: (r) =>
+      expect(r.body).toMatchObject({
+        webhook_id: expect.stringMatching(/^whk_/),
+        secret: expect.stringMatching(/^whsec_/),
+      }),
   },
   {
     method: 'GET',
@@ -517,7 +547,8 @@ const matrix: Row[] = [
     roles: userRoles,
     keyScopes: [],
     params: newTemplate,
-    check: (r) => expect(r.body).toMatchObject({ manifest: { status: 'draft' }, operations: [{ capability: 'billing:read' }] }),
+    check: (r) =>
+      expect(r.body).toMatchObject({ manifest: { status: 'draft' }, operations: [{ capability: 'billing:read' }] }),
   },
   {
     method: 'POST',
@@ -547,7 +578,12 @@ const matrix: Row[] = [
     roles: ['admin'],
     keyScopes: [],
     body: (w) => ({ manifest_id: w.freeTemplateA, payment_method: 'free', agent_id: `bought-${unique()}` }),
-    check: (r) => expect(r.body).toMatchObject({ transaction_id: expect.stringMatching(/^txn_/), status: 'completed', manifest: { status: 'pending' } }),
+    check: (r) =>
+      expect(r.body).toMatchObject({
+        transaction_id: expect.stringMatching(/^txn_/),
+        status: 'completed',
+        manifest: { status: 'pending' },
+      }),
   },
   {
     method: 'GET',
@@ -585,7 +621,8 @@ const matrix: Row[] = [
     ok: 200,
     roles: userRoles,
     keyScopes: [],
-    check: (r) => expect(r.body).toMatchObject({ manifests: expect.any(Array), filters: { categories: expect.any(Array) } }),
+    check: (r) =>
+      expect(r.body).toMatchObject({ manifests: expect.any(Array), filters: { categories: expect.any(Array) } }),
   },
   {
     method: 'GET',
@@ -610,7 +647,13 @@ const matrix: Row[] = [
     roles: managers,
     keyScopes: ['manifests:write'],
     body: () => ({ agent_id: `agent-${unique()}`, name: 'Registered', labels: { env: 'test' } }),
-    check: (r) => expect(r.body).toMatchObject({ status: 'active', name: 'Registered', labels: { env: 'test' }, current_manifest: null }),
+    check: (r) =>
+      expect(r.body).toMatchObject({
+        status: 'active',
+        name: 'Registered',
+        labels: { env: 'test' },
+        current_manifest: null,
+      }),
   },
   {
     method: 'GET',
@@ -734,7 +777,10 @@ const matrix: Row[] = [
     keyScopes: ['logs:export'],
     contentType: 'application/x-ndjson; charset=utf-8',
     check: (r, w) => {
-      const entries = r.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+      const entries = r.text
+        .trimEnd()
+        .split('\n')
+        .map((line) => JSON.parse(line));
       expect(entries.map((e) => e.action)).toContain('org.created');
       for (const entry of entries) expect(entry.org_id).toBe(w.orgA.orgId);
     },
@@ -747,7 +793,10 @@ const matrix: Row[] = [
     keyScopes: ['logs:export'],
     contentType: 'application/x-ndjson; charset=utf-8',
     check: (r, w) => {
-      const [header, ...records] = r.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+      const [header, ...records] = r.text
+        .trimEnd()
+        .split('\n')
+        .map((line) => JSON.parse(line));
       expect(header).toMatchObject({ type: 'header', org_id: w.orgA.orgId, count: records.length });
       expect(records.map((x) => x.body.record_id)).toContain(w.recordA);
     },
@@ -789,7 +838,8 @@ const matrix: Row[] = [
     roles: userRoles,
     keyScopes: ['approvals:read'],
     params: newApproval,
-    check: (r, w) => expect(r.body).toMatchObject({ status: 'pending', svc_id: w.humanAgentA, capability: 'billing:refund' }),
+    check: (r, w) =>
+      expect(r.body).toMatchObject({ status: 'pending', svc_id: w.humanAgentA, capability: 'billing:refund' }),
   },
   {
     method: 'POST',
@@ -899,7 +949,10 @@ beforeAll(async () => {
     t,
     orgA,
     'active',
-    manifestPayload({ capabilities: ['billing:read'], constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000 } }),
+    manifestPayload({
+      capabilities: ['billing:read'],
+      constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000 },
+    }),
   );
   w.agentA = agent.svcId;
   const tool = await t.request('POST', `/api/v1/orgs/${orgA.orgId}/tools`, {
@@ -919,13 +972,19 @@ beforeAll(async () => {
     'active',
     manifestPayload({
       capabilities: ['billing:refund'],
-      constraints: { max_actions_per_hour: 10000, max_actions_per_day: 10000, require_human_approval: ['billing:refund'] },
+      constraints: {
+        max_actions_per_hour: 10000,
+        max_actions_per_day: 10000,
+        require_human_approval: ['billing:refund'],
+      },
     }),
   );
   w.humanAgentA = humanAgent.svcId;
   w.humanAgentKeyA = (await createKey(t, orgA, ['gateway:execute'], { svc_ids: [humanAgent.svcId] })).key;
   w.freeTemplateA = (await newTemplate(w)).id;
-  expect((await t.request('POST', `/manifests/${w.freeTemplateA}/publish`, { token: orgA.adminToken, body: {} })).status).toBe(200);
+  expect(
+    (await t.request('POST', `/manifests/${w.freeTemplateA}/publish`, { token: orgA.adminToken, body: {} })).status,
+  ).toBe(200);
 });
 
 afterAll(async () => {
@@ -957,7 +1016,13 @@ async function prepare(row: Row, orgId = w.orgA.orgId) {
 }
 
 /** A refusal: exact status and envelope, and no write happened (every write is audited). */
-async function expectRefused(row: Row, credentials: RequestOptions, status: 401 | 403 | 404, code: string, orgId?: string) {
+async function expectRefused(
+  row: Row,
+  credentials: RequestOptions,
+  status: 401 | 403 | 404,
+  code: string,
+  orgId?: string,
+) {
   const { path, body } = await prepare(row, orgId);
   const before = await auditCount();
   const response = await w.t.request(row.method, path, { ...credentials, body });
@@ -990,7 +1055,11 @@ function tamperSignature(token: string): string {
 }
 
 /** Credentials that must never authenticate. Built per test: each needs a little setup. */
-const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'INVALID_TOKEN'; make: () => Promise<RequestOptions> }[] = [
+const rejectedCredentials: {
+  name: string;
+  code: 'AUTHENTICATION_REQUIRED' | 'INVALID_TOKEN';
+  make: () => Promise<RequestOptions>;
+}[] = [
   { name: 'no credentials', code: 'AUTHENTICATION_REQUIRED', make: async () => ({}) },
   { name: 'garbage bearer token', code: 'INVALID_TOKEN', make: async () => ({ token: 'not-a-jwt' }) },
   { name: 'garbage API key', code: 'INVALID_TOKEN', make: async () => ({ apiKey: 'agw_garbage' }) },
@@ -999,7 +1068,11 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
     code: 'INVALID_TOKEN',
     make: async () => ({ apiKey: generateApiKey().key }),
   },
-  { name: 'Basic authorization', code: 'INVALID_TOKEN', make: async () => ({ headers: { authorization: 'Basic xxx' } }) },
+  {
+    name: 'Basic authorization',
+    code: 'INVALID_TOKEN',
+    make: async () => ({ headers: { authorization: 'Basic xxx' } }),
+  },
   {
     name: 'both a bearer token and an API key',
     code: 'INVALID_TOKEN',
@@ -1008,7 +1081,11 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
       apiKey: (await createKey(w.t, w.orgA, [...apiKeyScopes])).key,
     }),
   },
-  { name: 'expired bearer token', code: 'INVALID_TOKEN', make: async () => ({ token: await bearer(w.usersA.admin, -60) }) },
+  {
+    name: 'expired bearer token',
+    code: 'INVALID_TOKEN',
+    make: async () => ({ token: await bearer(w.usersA.admin, -60) }),
+  },
   {
     name: 'bearer token with a tampered signature',
     code: 'INVALID_TOKEN',
@@ -1049,7 +1126,9 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
     code: 'INVALID_TOKEN',
     make: async () => {
       const { keyId, key } = await createKey(w.t, w.orgA, [...apiKeyScopes]);
-      await w.t.database.db.sql.query(`UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1`, [keyId]);
+      await w.t.database.db.sql.query(`UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1`, [
+        keyId,
+      ]);
       return { apiKey: key };
     },
   },
@@ -1058,7 +1137,13 @@ const rejectedCredentials: { name: string; code: 'AUTHENTICATION_REQUIRED' | 'IN
 describe('the matrix covers every route', () => {
   // SOFA routes and streamed routes alike.
   const declaredRoutes = () =>
-    [...restRoutes.values(), ...streamRoutes] as { method: string; path: string; mount?: 'root'; auth: readonly string[]; status?: number }[];
+    [...restRoutes.values(), ...streamRoutes] as {
+      method: string;
+      path: string;
+      mount?: 'root';
+      auth: readonly string[];
+      status?: number;
+    }[];
   const rootOf = (r: { mount?: 'root'; root?: true }) => r.mount === 'root' || r.root === true;
 
   test('rows = declared routes that need credentials; open routes = declared routes without', () => {
@@ -1071,7 +1156,9 @@ describe('the matrix covers every route', () => {
   });
 
   test.each(matrix)('$method $route: success status and security schemes agree with its declaration', (row) => {
-    const declared = declaredRoutes().find((r) => r.method === row.method && r.path === row.route && rootOf(r) === rootOf(row))!;
+    const declared = declaredRoutes().find(
+      (r) => r.method === row.method && r.path === row.route && rootOf(r) === rootOf(row),
+    )!;
     expect(declared.status ?? 200).toBe(row.ok);
     const schemes = [...(row.keyScopes.length ? ['apiKey'] : []), ...(row.roles.length ? ['bearer'] : [])];
     expect([...declared.auth].sort()).toEqual(schemes);
@@ -1094,7 +1181,9 @@ describe.each(matrix)('$method $route', (row) => {
   });
 
   const lackingScopes = apiKeyScopes.filter((scope) => !row.keyScopes.includes(scope));
-  const lacking = row.keyScopes.length ? `every scope but ${row.keyScopes.join(', ')}` : 'every scope (keys are never allowed)';
+  const lacking = row.keyScopes.length
+    ? `every scope but ${row.keyScopes.join(', ')}`
+    : 'every scope (keys are never allowed)';
   if (lackingScopes.length) {
     test(`API key of the org with ${lacking} → 403 FORBIDDEN`, async () => {
       const { key } = await createKey(w.t, w.orgA, lackingScopes);
@@ -1153,17 +1242,26 @@ describe('open routes work without credentials', () => {
   });
 
   test('GET /healthz, /readyz and /.well-known/jwks.json → 200 as documented', async () => {
-    for (const path of ['/healthz', '/readyz', '/.well-known/jwks.json']) expect((await w.t.request('GET', path)).status).toBe(200);
+    for (const path of ['/healthz', '/readyz', '/.well-known/jwks.json'])
+      expect((await w.t.request('GET', path)).status).toBe(200);
   });
 
   test('the OAuth metadata documents → 200 without credentials, and POST /oauth/register → 201 as documented', async () => {
-    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/oauth-protected-resource/mcp/matrix-agent']) {
+    for (const path of [
+      '/.well-known/oauth-authorization-server',
+      '/.well-known/oauth-protected-resource/mcp/matrix-agent',
+    ]) {
       expect((await w.t.request('GET', path)).status).toBe(200);
     }
-    const registered = await w.t.request('POST', '/oauth/register', { body: { redirect_uris: ['http://127.0.0.1:7777/cb'] } });
+    const registered = await w.t.request('POST', '/oauth/register', {
+      body: { redirect_uris: ['http://127.0.0.1:7777/cb'] },
+    });
     expect(registered.status).toBe(201);
     // Credentials change nothing here: an operator's token does not make a registration anything more.
-    const withToken = await w.t.request('POST', '/oauth/register', { token: w.orgA.adminToken, body: { redirect_uris: ['http://127.0.0.1:7777/cb'] } });
+    const withToken = await w.t.request('POST', '/oauth/register', {
+      token: w.orgA.adminToken,
+      body: { redirect_uris: ['http://127.0.0.1:7777/cb'] },
+    });
     expect(withToken.status).toBe(201);
     expect(withToken.body.client_id).not.toBe(registered.body.client_id);
   });
@@ -1172,10 +1270,17 @@ describe('open routes work without credentials', () => {
     const publicUrl = w.t.app.services.env.publicUrl;
     const clientId = await registerClient(w.t);
     const { challenge } = pkce();
-    const authorized = await w.t.request('GET', authorizeUrl(authorizationParams(publicUrl, clientId, w.agentA, challenge)));
+    const authorized = await w.t.request(
+      'GET',
+      authorizeUrl(authorizationParams(publicUrl, clientId, w.agentA, challenge)),
+    );
     expect(authorized.status).toBe(302);
     const client = await connectClient(w.t, publicUrl, w.orgA.adminToken, w.agentA);
-    const rotated = await tokenRequest(w.t, { grant_type: 'refresh_token', refresh_token: client.refreshToken, client_id: client.clientId });
+    const rotated = await tokenRequest(w.t, {
+      grant_type: 'refresh_token',
+      refresh_token: client.refreshToken,
+      client_id: client.clientId,
+    });
     expect(rotated.status).toBe(200);
     const revoked = await w.t.request('POST', '/oauth/revoke', {
       body: form({ token: rotated.body.refresh_token, client_id: client.clientId }),
@@ -1198,6 +1303,11 @@ describe('open routes work without credentials', () => {
 describe('the OpenAPI document describes what the routes answer', () => {
   test('every operation has answered a 2xx this document validates (a generated client would accept it)', () => {
     // The matrix ran every route's positive case through the validating client above.
-    expect(checker.operations().filter((id) => !checker.covered.has(id)).sort()).toEqual([]);
+    expect(
+      checker
+        .operations()
+        .filter((id) => !checker.covered.has(id))
+        .sort(),
+    ).toEqual([]);
   });
 });

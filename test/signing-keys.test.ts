@@ -36,9 +36,10 @@ test('rotation makes a new active key while tokens signed with the retired one k
   for (const token of [org.adminToken, fresh]) {
     expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token })).status).toBe(200);
   }
-  const [retired] = await t.database.db.sql.query<{ retired_at: Date | null }>('SELECT retired_at FROM signing_keys WHERE kid = $1', [
-    before,
-  ]);
+  const [retired] = await t.database.db.sql.query<{ retired_at: Date | null }>(
+    'SELECT retired_at FROM signing_keys WHERE kid = $1',
+    [before],
+  );
   expect(retired.retired_at).not.toBeNull();
 });
 
@@ -46,7 +47,8 @@ test('after a record key rotation by a second app instance, new records use the 
   const org = await signUp(t);
   const agent = await readyAgent(t, org);
   const before = await execute(t, agent);
-  const oldKid = (await t.request('GET', `/api/v1/records/${before.body.interaction_id}`, { token: org.adminToken })).body.key_id;
+  const oldKid = (await t.request('GET', `/api/v1/records/${before.body.interaction_id}`, { token: org.adminToken }))
+    .body.key_id;
 
   // A second app instance on the same database (its own key store) rotates the record key;
   // test/multi-process.test.ts does it from another OS process with the CLI.

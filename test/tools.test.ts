@@ -1,7 +1,13 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedAddress, isRefusedHost } from '../src/lib/address-policy.js';
+import {
+  AddressRefusedError,
+  checkLiteralHost,
+  guardedLookup,
+  isRefusedAddress,
+  isRefusedHost,
+} from '../src/lib/address-policy.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { addUser, createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
@@ -92,11 +98,17 @@ async function gatewayOrg(tool?: { connector: string; config: Record<string, unk
     t,
     org,
     'active',
-    manifestPayload({ capabilities: ['billing:read', 'billing:refund'], constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 } }),
+    manifestPayload({
+      capabilities: ['billing:read', 'billing:refund'],
+      constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 },
+    }),
   );
   let toolId: string | undefined;
   if (tool) {
-    const created = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: 'billing', ...tool } });
+    const created = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'billing', ...tool },
+    });
     if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
     toolId = created.body.tool_id;
   }
@@ -182,10 +194,16 @@ describe('tool CRUD', () => {
     const read = await t.request('GET', `${toolsPath(org)}/${created.body.tool_id}`, { token: org.adminToken });
     expect(read.body.config).toEqual(created.body.config);
     const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
-    const graphql = await t.graphql(`query($org: ID!) { tools(org_id: $org) { items { tool_id config } } }`, { org: org.orgId }, { token: org.adminToken });
+    const graphql = await t.graphql(
+      `query($org: ID!) { tools(org_id: $org) { items { tool_id config } } }`,
+      { org: org.orgId },
+      { token: org.adminToken },
+    );
     expect(graphql.status).toBe(200);
     expect(graphql.text).toContain(created.body.tool_id);
-    const audit = await t.database.db.sql.query<{ after: any }>('SELECT * FROM audit_logs WHERE target_id = $1', [created.body.tool_id]);
+    const audit = await t.database.db.sql.query<{ after: any }>('SELECT * FROM audit_logs WHERE target_id = $1', [
+      created.body.tool_id,
+    ]);
     expect(audit).toHaveLength(1);
     expect(audit[0].after.config).toEqual(created.body.config);
     // The audit log as a viewer and a logs:read key read it, and its export.
@@ -198,7 +216,14 @@ describe('tool CRUD', () => {
     ];
     expect(auditViews.map((r) => r.status)).toEqual([200, 200, 200]);
     expect(auditViews[0].text).toContain(created.body.tool_id);
-    for (const text of [created.text, read.text, list.text, graphql.text, JSON.stringify(audit), ...auditViews.map((r) => r.text)]) {
+    for (const text of [
+      created.text,
+      read.text,
+      list.text,
+      graphql.text,
+      JSON.stringify(audit),
+      ...auditViews.map((r) => r.text),
+    ]) {
       for (const secret of WRITE_ONLY_VALUES) expect(text).not.toContain(secret);
     }
   });
@@ -248,12 +273,21 @@ describe('tool CRUD', () => {
 
     const renamed = await t.request('PATCH', path, { token: org.adminToken, body: { action_type: 'patched' } });
     expect(renamed.status).toBe(200);
-    expect(renamed.body).toMatchObject({ tool_id: created.body.tool_id, action_type: 'patched', config: created.body.config });
+    expect(renamed.body).toMatchObject({
+      tool_id: created.body.tool_id,
+      action_type: 'patched',
+      config: created.body.config,
+    });
     expect(renamed.body.config.secret).toBe('[redacted]');
-    const [row] = await t.database.db.sql.query<{ secret: string | null }>('SELECT secret FROM tools WHERE id = $1', [created.body.tool_id]);
+    const [row] = await t.database.db.sql.query<{ secret: string | null }>('SELECT secret FROM tools WHERE id = $1', [
+      created.body.tool_id,
+    ]);
     expect(row.secret).toBe(SECRET);
 
-    const replaced = await t.request('PATCH', path, { token: org.adminToken, body: { config: { url: 'https://b.example.com/x' } } });
+    const replaced = await t.request('PATCH', path, {
+      token: org.adminToken,
+      body: { config: { url: 'https://b.example.com/x' } },
+    });
     expect(replaced.status).toBe(200);
     expect(replaced.body.config).toEqual({
       url: 'https://b.example.com/x',
@@ -264,14 +298,23 @@ describe('tool CRUD', () => {
     });
     expect((await t.request('GET', path, { token: org.adminToken })).body.config).toEqual(replaced.body.config);
 
-    const toMock = await t.request('PATCH', path, { token: org.adminToken, body: { connector: 'mock', config: { response: { via: 'mock' } } } });
+    const toMock = await t.request('PATCH', path, {
+      token: org.adminToken,
+      body: { connector: 'mock', config: { response: { via: 'mock' } } },
+    });
     expect(toMock.status).toBe(200);
     expect(toMock.body).toMatchObject({ connector: 'mock', config: { response: { via: 'mock' } } });
 
-    const invalid = await t.request('PATCH', path, { token: org.adminToken, body: { connector: 'http', config: { url: 'gopher://x' } } });
+    const invalid = await t.request('PATCH', path, {
+      token: org.adminToken,
+      body: { connector: 'http', config: { url: 'gopher://x' } },
+    });
     expect(invalid.status).toBe(422);
     expect(invalid.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['config.url']);
-    expect((await t.request('GET', path, { token: org.adminToken })).body).toMatchObject({ connector: 'mock', action_type: 'patched' });
+    expect((await t.request('GET', path, { token: org.adminToken })).body).toMatchObject({
+      connector: 'mock',
+      action_type: 'patched',
+    });
   });
 
   test('PATCH to an action type another tool has: 409 CONFLICT, nothing changes', async () => {
@@ -285,7 +328,10 @@ describe('tool CRUD', () => {
       body: { action_type: 'mover', connector: 'http', config: { url: 'https://c.example.com/', secret: SECRET } },
     });
     expect(mover.status).toBe(201);
-    const clash = await t.request('PATCH', `${toolsPath(org)}/${mover.body.tool_id}`, { token: org.adminToken, body: { action_type: 'taken' } });
+    const clash = await t.request('PATCH', `${toolsPath(org)}/${mover.body.tool_id}`, {
+      token: org.adminToken,
+      body: { action_type: 'taken' },
+    });
     expect(clash.status).toBe(409);
     expect(clash.body.error.code).toBe('CONFLICT');
     const read = await t.request('GET', `${toolsPath(org)}/${mover.body.tool_id}`, { token: org.adminToken });
@@ -303,21 +349,37 @@ describe('tool CRUD', () => {
       body: { action_type: 'mock-renamed' },
     });
     expect(renamed.status).toBe(200);
-    expect(renamed.body).toMatchObject({ action_type: 'mock-renamed', connector: 'mock', config: { response: { kept: true } } });
+    expect(renamed.body).toMatchObject({
+      action_type: 'mock-renamed',
+      connector: 'mock',
+      config: { response: { kept: true } },
+    });
   });
 
   test('PATCH with the config as GET shows it ("[redacted]") keeps the secret and header values; given values replace them', async () => {
-    const { org: own, toolId, execute } = await gatewayOrg(httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }));
+    const {
+      org: own,
+      toolId,
+      execute,
+    } = await gatewayOrg(
+      httpTool({ url: local('/ok'), secret: SECRET, headers: HEADERS, allow_private_network: true }),
+    );
     const path = `${toolsPath(own)}/${toolId}`;
     const lastHit = () => hitsTo('/ok')[hitsTo('/ok').length - 1];
     const signedWith = (secret: string) => {
       const hit = lastHit();
-      return hit.headers['x-signature'] === `sha256=${createHmac('sha256', secret).update(`${hit.headers['x-timestamp']}.${hit.body}`).digest('hex')}`;
+      return (
+        hit.headers['x-signature'] ===
+        `sha256=${createHmac('sha256', secret).update(`${hit.headers['x-timestamp']}.${hit.body}`).digest('hex')}`
+      );
     };
 
     // Read, change the timeout, write back: what is "[redacted]" stays as it was.
     const shown = (await t.request('GET', path, { token: own.adminToken })).body.config;
-    const roundTrip = await t.request('PATCH', path, { token: own.adminToken, body: { config: { ...shown, timeout_ms: 3000 } } });
+    const roundTrip = await t.request('PATCH', path, {
+      token: own.adminToken,
+      body: { config: { ...shown, timeout_ms: 3000 } },
+    });
     expect(roundTrip.status).toBe(200);
     expect(roundTrip.body.config).toEqual({ ...shown, timeout_ms: 3000 });
     expect((await execute()).body.result.success).toBe(true);
@@ -338,7 +400,9 @@ describe('tool CRUD', () => {
     expect(signedWith(newSecret)).toBe(true);
 
     // Without config everything is kept.
-    expect((await t.request('PATCH', path, { token: own.adminToken, body: { action_type: 'billing' } })).status).toBe(200);
+    expect((await t.request('PATCH', path, { token: own.adminToken, body: { action_type: 'billing' } })).status).toBe(
+      200,
+    );
     expect((await execute()).body.result.success).toBe(true);
     expect(lastHit().headers.authorization).toBe('Bearer tok-rotated-99887766');
     expect(signedWith(newSecret)).toBe(true);
@@ -359,7 +423,11 @@ describe('tool CRUD', () => {
   });
 
   test.each([
-    ['"[redacted]" for a header the tool does not have', { headers: { 'x-other': '[redacted]' } }, 'config.headers.x-other'],
+    [
+      '"[redacted]" for a header the tool does not have',
+      { headers: { 'x-other': '[redacted]' } },
+      'config.headers.x-other',
+    ],
     ['"[redacted]" for a secret the tool does not have', { secret: '[redacted]' }, 'config.secret'],
     ['a header name with a space', { headers: { 'x bad': 'v' } }, 'config.headers.x bad'],
     ['a header value with a line break', { headers: { 'x-injected': 'v\r\nx-evil: 1' } }, 'config.headers.x-injected'],
@@ -367,10 +435,17 @@ describe('tool CRUD', () => {
   ])('%s: 422 naming it, the tool unchanged', async (_label, change, field) => {
     const created = await t.request('POST', toolsPath(org), {
       token: org.adminToken,
-      body: { action_type: `h-${Math.random().toString(36).slice(2, 8)}`, connector: 'http', config: { url: 'https://tools.example.com/' } },
+      body: {
+        action_type: `h-${Math.random().toString(36).slice(2, 8)}`,
+        connector: 'http',
+        config: { url: 'https://tools.example.com/' },
+      },
     });
     const path = `${toolsPath(org)}/${created.body.tool_id}`;
-    const response = await t.request('PATCH', path, { token: org.adminToken, body: { config: { url: 'https://tools.example.com/', ...change } } });
+    const response = await t.request('PATCH', path, {
+      token: org.adminToken,
+      body: { config: { url: 'https://tools.example.com/', ...change } },
+    });
     expect(response.status).toBe(422);
     expect(response.body.error.details.errors).toEqual([{ field, message: expect.any(String) }]);
     expect((await t.request('GET', path, { token: org.adminToken })).body).toEqual(created.body);
@@ -385,14 +460,21 @@ describe('tool CRUD', () => {
     const deleted = await t.request('DELETE', path, { token: org.adminToken });
     expect(deleted.status).toBe(204);
     expect(deleted.text).toBe('');
-    for (const [method, body] of [['GET', undefined], ['PATCH', { action_type: 'x' }], ['DELETE', undefined]] as const) {
+    for (const [method, body] of [
+      ['GET', undefined],
+      ['PATCH', { action_type: 'x' }],
+      ['DELETE', undefined],
+    ] as const) {
       const response = await t.request(method, path, { token: org.adminToken, body });
       expect(response.status).toBe(404);
       expect(response.body.error.code).toBe('NOT_FOUND');
     }
     const list = await t.request('GET', toolsPath(org), { token: org.adminToken });
     expect(list.body.items.map((i: { tool_id: string }) => i.tool_id)).not.toContain(created.body.tool_id);
-    const again = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: 'gone', connector: 'mock', config: {} } });
+    const again = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: 'gone', connector: 'mock', config: {} },
+    });
     expect(again.status).toBe(201);
   });
 
@@ -432,9 +514,17 @@ describe('tool CRUD', () => {
     ['timeout_ms 0', { config: { url: 'https://tools.example.com/', timeout_ms: 0 } }, 'config.timeout_ms'],
     ['timeout_ms 60001', { config: { url: 'https://tools.example.com/', timeout_ms: 60001 } }, 'config.timeout_ms'],
     ['timeout_ms 1.5', { config: { url: 'https://tools.example.com/', timeout_ms: 1.5 } }, 'config.timeout_ms'],
-    ['a 15-character secret', { config: { url: 'https://tools.example.com/', secret: '0123456789abcde' } }, 'config.secret'],
+    [
+      'a 15-character secret',
+      { config: { url: 'https://tools.example.com/', secret: '0123456789abcde' } },
+      'config.secret',
+    ],
     ['a non-string header', { config: { url: 'https://tools.example.com/', headers: { 'x-n': 1 } } }, 'config.headers'],
-    ['a non-boolean allow_private_network', { config: { url: 'https://tools.example.com/', allow_private_network: 'yes' } }, 'config.allow_private_network'],
+    [
+      'a non-boolean allow_private_network',
+      { config: { url: 'https://tools.example.com/', allow_private_network: 'yes' } },
+      'config.allow_private_network',
+    ],
     ['an unknown http config field', { config: { url: 'https://tools.example.com/', method: 'GET' } }, 'config.method'],
     ['an unknown mock config field', { connector: 'mock', config: { response: {}, delay: 5 } }, 'config.delay'],
   ])('%s: 422 naming the field', async (_label, override, field) => {
@@ -457,7 +547,10 @@ describe('tool CRUD', () => {
       ['edge-1', { url: 'https://tools.example.com/', timeout_ms: 1 }],
       ['edge-2', { url: 'https://tools.example.com/', timeout_ms: 60000, secret: '0123456789abcdef' }],
     ] as const) {
-      const response = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: actionType, connector: 'http', config } });
+      const response = await t.request('POST', toolsPath(org), {
+        token: org.adminToken,
+        body: { action_type: actionType, connector: 'http', config },
+      });
       expect(response.status).toBe(201);
       expect(response.body.config.timeout_ms).toBe(config.timeout_ms);
     }
@@ -476,7 +569,11 @@ describe('execution through the gateway', () => {
 
   test('a deleted tool is not configured any more', async () => {
     const { org, toolId, execute } = await gatewayOrg({ connector: 'mock', config: { response: { ok: true } } });
-    expect((await execute()).body).toMatchObject({ decision: 'allow', executed: true, result: { success: true, data: { ok: true } } });
+    expect((await execute()).body).toMatchObject({
+      decision: 'allow',
+      executed: true,
+      result: { success: true, data: { ok: true } },
+    });
     expect((await t.request('DELETE', `${toolsPath(org)}/${toolId}`, { token: org.adminToken })).status).toBe(204);
     const after = await execute();
     expect(after.body.decision).toBe('deny');
@@ -583,7 +680,9 @@ describe('execution through the gateway', () => {
     });
 
     test('the receiver is slower than timeout_ms 200: TOOL_TIMEOUT, well before the receiver answers', async () => {
-      const { execute } = await gatewayOrg(httpTool({ url: local('/slow'), timeout_ms: 200, allow_private_network: true }));
+      const { execute } = await gatewayOrg(
+        httpTool({ url: local('/slow'), timeout_ms: 200, allow_private_network: true }),
+      );
       const started = Date.now();
       const response = await execute();
       const elapsed = Date.now() - started;
@@ -606,7 +705,9 @@ describe('execution through the gateway', () => {
       await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
       const deadPort = (closed.address() as AddressInfo).port;
       await new Promise<void>((resolve) => closed.close(() => resolve()));
-      const { execute } = await gatewayOrg(httpTool({ url: `http://127.0.0.1:${deadPort}/`, allow_private_network: true }));
+      const { execute } = await gatewayOrg(
+        httpTool({ url: `http://127.0.0.1:${deadPort}/`, allow_private_network: true }),
+      );
       expectToolFailure(await execute(), 'TOOL_UNREACHABLE');
     });
   });
@@ -632,8 +733,13 @@ describe('execution through the gateway', () => {
 
     test.each(cases)('%s: TOOL_ADDRESS_REFUSED and the receiver counts no request', async (_label, url) => {
       const before = hits.length;
-      const { toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/placeholder', timeout_ms: 5000 }));
-      await t.database.db.sql.query(`UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`, [toolId, url()]);
+      const { toolId, execute } = await gatewayOrg(
+        httpTool({ url: 'https://tools.example.com/placeholder', timeout_ms: 5000 }),
+      );
+      await t.database.db.sql.query(
+        `UPDATE tools SET config = jsonb_set(config, '{url}', to_jsonb($2::text)) WHERE id = $1`,
+        [toolId, url()],
+      );
       const started = Date.now();
       const response = await execute();
       expectToolFailure(response, 'TOOL_ADDRESS_REFUSED');
@@ -692,23 +798,28 @@ describe('address policy when saving (SSRF): the rule webhooks follow, 422 on co
   let n = 0;
   const nextActionType = () => `ssrf-${++n}`;
 
-  test.each(refusedUrls)('%s without allow_private_network: 422 on config.url, nothing saved or sent; accepted with it', async (_label, url) => {
-    const before = hits.length;
-    const total = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
-    const refused = await t.request('POST', toolsPath(org), {
-      token: org.adminToken,
-      body: { action_type: nextActionType(), ...httpTool({ url: url(), secret: SECRET }) },
-    });
-    expect(refused.status).toBe(422);
-    expect(refused.body.error.details.errors).toEqual([{ field: 'config.url', message: expect.stringContaining('allow_private_network') }]);
-    expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(total);
-    const allowed = await t.request('POST', toolsPath(org), {
-      token: org.adminToken,
-      body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
-    });
-    expect(allowed.status).toBe(201);
-    expect(hits.length).toBe(before);
-  });
+  test.each(refusedUrls)(
+    '%s without allow_private_network: 422 on config.url, nothing saved or sent; accepted with it',
+    async (_label, url) => {
+      const before = hits.length;
+      const total = (await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total;
+      const refused = await t.request('POST', toolsPath(org), {
+        token: org.adminToken,
+        body: { action_type: nextActionType(), ...httpTool({ url: url(), secret: SECRET }) },
+      });
+      expect(refused.status).toBe(422);
+      expect(refused.body.error.details.errors).toEqual([
+        { field: 'config.url', message: expect.stringContaining('allow_private_network') },
+      ]);
+      expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(total);
+      const allowed = await t.request('POST', toolsPath(org), {
+        token: org.adminToken,
+        body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
+      });
+      expect(allowed.status).toBe(201);
+      expect(hits.length).toBe(before);
+    },
+  );
 
   test.each([
     ['a public IPv4 address', 'http://93.184.216.34/'],
@@ -717,18 +828,30 @@ describe('address policy when saving (SSRF): the rule webhooks follow, 422 on co
     ['public IPv6', 'http://[2606:4700:4700::1111]/'],
     ['a name', 'https://tools.example.com/'],
   ])('%s is saved without allow_private_network', async (_label, url) => {
-    const saved = await t.request('POST', toolsPath(org), { token: org.adminToken, body: { action_type: nextActionType(), ...httpTool({ url }) } });
+    const saved = await t.request('POST', toolsPath(org), {
+      token: org.adminToken,
+      body: { action_type: nextActionType(), ...httpTool({ url }) },
+    });
     expect(saved.status).toBe(201);
   });
 
   test('PATCH to a private URL is 422 and keeps the tool; a refused save leaves the action unconfigured and the receiver untouched', async () => {
-    const { org: gatewayOrgFixture, toolId, execute } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/' }));
+    const {
+      org: gatewayOrgFixture,
+      toolId,
+      execute,
+    } = await gatewayOrg(httpTool({ url: 'https://tools.example.com/' }));
     const path = `${toolsPath(gatewayOrgFixture)}/${toolId}`;
     const before = hits.length;
-    const patched = await t.request('PATCH', path, { token: gatewayOrgFixture.adminToken, body: { config: { url: local('/ok') } } });
+    const patched = await t.request('PATCH', path, {
+      token: gatewayOrgFixture.adminToken,
+      body: { config: { url: local('/ok') } },
+    });
     expect(patched.status).toBe(422);
     expect(patched.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['config.url']);
-    expect((await t.request('GET', path, { token: gatewayOrgFixture.adminToken })).body.config.url).toBe('https://tools.example.com/');
+    expect((await t.request('GET', path, { token: gatewayOrgFixture.adminToken })).body.config.url).toBe(
+      'https://tools.example.com/',
+    );
 
     expect((await t.request('DELETE', path, { token: gatewayOrgFixture.adminToken })).status).toBe(204);
     const refused = await t.request('POST', toolsPath(gatewayOrgFixture), {
@@ -846,7 +969,9 @@ describe('address policy (pure functions)', () => {
   test('guardedLookup refuses a name that resolves only to loopback, unless private networks are allowed', async () => {
     const resolve = (allowPrivate: boolean, all: boolean) =>
       new Promise<{ error: Error | null; address: unknown }>((done) =>
-        guardedLookup(allowPrivate)('localhost', { all } as never, (error: Error | null, address: unknown) => done({ error, address })),
+        guardedLookup(allowPrivate)('localhost', { all } as never, (error: Error | null, address: unknown) =>
+          done({ error, address }),
+        ),
       );
     for (const all of [false, true]) {
       const refused = await resolve(false, all);

@@ -18,14 +18,20 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-const graphqlWording = /String!|Int!|Boolean!|"\$|Variable |of required type|cannot represent|does not exist in|not defined by type|non-nullable|Expected type/;
+const graphqlWording =
+  /String!|Int!|Boolean!|"\$|Variable |of required type|cannot represent|does not exist in|not defined by type|non-nullable|Expected type/;
 const problems = (body: { error: { details: { errors: { field: string; message: string }[] } } }) =>
   body.error.details.errors.map((e) => `${e.field}: ${e.message}`);
 
 test('missing, mistyped, null and unknown fields are all listed at once, in plain words', async () => {
   const created = await t.request('POST', '/api/v1/orgs', { body: { name: 42, slug: true, admin_email: null } });
   expect(created.status).toBe(422);
-  expect(problems(created.body)).toEqual(['name: must be a string', 'slug: must be a string', 'admin_email: must not be null', 'admin_password: required']);
+  expect(problems(created.body)).toEqual([
+    'name: must be a string',
+    'slug: must be a string',
+    'admin_email: must not be null',
+    'admin_password: required',
+  ]);
   const policy = await t.request('POST', '/api/v1/policies', {
     token: org.adminToken,
     body: { name: 'p', effect: 'forbid', target: { bogus: 1 }, rate_limit: { limit: 'a' } },
@@ -38,24 +44,39 @@ test('missing, mistyped, null and unknown fields are all listed at once, in plai
     'rate_limit.window_seconds: required',
   ]);
   const manifest = await createManifest(t, org);
-  const rejected = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${manifest.manifestId}/reject`, { token: org.adminToken, body: {} });
-  expect(rejected.body).toEqual({ error: { code: 'VALIDATION_ERROR', message: 'The request body is invalid', details: { errors: [{ field: 'reason', message: 'required' }] } } });
+  const rejected = await t.request('POST', `/api/v1/orgs/${org.orgId}/manifests/${manifest.manifestId}/reject`, {
+    token: org.adminToken,
+    body: {},
+  });
+  expect(rejected.body).toEqual({
+    error: {
+      code: 'VALIDATION_ERROR',
+      message: 'The request body is invalid',
+      details: { errors: [{ field: 'reason', message: 'required' }] },
+    },
+  });
 });
 
 describe('no route speaks GraphQL to a REST client', () => {
   const routes = [...restRoutes.values()].filter((route) => !route.bodyArg);
-  test.each(routes.map((route) => ({ label: `${route.method} ${publicPath(route)}`, route })))('$label', async ({ route }) => {
-    const path = publicPath(route)
-      .replace(':org_id', org.orgId)
-      .replace(/:[a-z_]+/g, () => randomUUID());
-    // Every argument of the wrong shape at once: objects where scalars go, and nothing where one is required.
-    for (const body of [{}, { name: { x: 1 }, limit: 'many', reason: 7, events: 5, scopes: {}, connector: [], config: 'x', enabled: 'yes' }]) {
-      const response = await t.request(route.method, route.method === 'GET' ? `${path}?limit=x` : path, {
-        token: org.adminToken,
-        body: route.method === 'GET' ? undefined : body,
-      });
-      expect(response.status).toBeLessThan(500);
-      expect(response.text).not.toMatch(graphqlWording);
-    }
-  });
+  test.each(routes.map((route) => ({ label: `${route.method} ${publicPath(route)}`, route })))(
+    '$label',
+    async ({ route }) => {
+      const path = publicPath(route)
+        .replace(':org_id', org.orgId)
+        .replace(/:[a-z_]+/g, () => randomUUID());
+      // Every argument of the wrong shape at once: objects where scalars go, and nothing where one is required.
+      for (const body of [
+        {},
+        { name: { x: 1 }, limit: 'many', reason: 7, events: 5, scopes: {}, connector: [], config: 'x', enabled: 'yes' },
+      ]) {
+        const response = await t.request(route.method, route.method === 'GET' ? `${path}?limit=x` : path, {
+          token: org.adminToken,
+          body: route.method === 'GET' ? undefined : body,
+        });
+        expect(response.status).toBeLessThan(500);
+        expect(response.text).not.toMatch(graphqlWording);
+      }
+    },
+  );
 });

@@ -1,5 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import http from 'node:http';
+import type http from 'node:http';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 import { sqlConnectionOf } from '../src/db/prisma-sql.js';
 import {
@@ -118,8 +118,11 @@ async function createWebhook(org: OrgFixture, body: Record<string, unknown>) {
 }
 
 /** A webhook to the local receiver at `path` (allowed to reach 127.0.0.1). */
-const localWebhook = (org: OrgFixture, path: string, events: WebhookEvent[] = ['approval.requested', 'approval.decided']) =>
-  createWebhook(org, { url: local(path), events, allow_private_network: true });
+const localWebhook = (
+  org: OrgFixture,
+  path: string,
+  events: WebhookEvent[] = ['approval.requested', 'approval.decided'],
+) => createWebhook(org, { url: local(path), events, allow_private_network: true });
 
 /** What the approvals code does: enqueue inside its transaction, wake the dispatcher after the commit. */
 async function publish(orgId: string, event: WebhookEvent, data: Record<string, unknown>) {
@@ -127,7 +130,12 @@ async function publish(orgId: string, event: WebhookEvent, data: Record<string, 
   wakeWebhookDispatchers();
 }
 
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string, deadlineMs = 20_000): Promise<T> {
+async function eventually<T>(
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  what: string,
+  deadlineMs = 20_000,
+): Promise<T> {
   const until = Date.now() + deadlineMs;
   for (;;) {
     const value = await read();
@@ -138,7 +146,9 @@ async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean
 }
 
 const listDeliveries = async (org: OrgFixture, webhookId: string, query = '') => {
-  const response = await t.request('GET', `${webhooksPath(org)}/${webhookId}/deliveries${query}`, { token: org.adminToken });
+  const response = await t.request('GET', `${webhooksPath(org)}/${webhookId}/deliveries${query}`, {
+    token: org.adminToken,
+  });
   expect(response.status).toBe(200);
   return response.body as { items: any[]; total: number };
 };
@@ -153,7 +163,9 @@ const settled = (org: OrgFixture, webhookId: string, count = 1) =>
 
 function verifySignature(hit: Hit, secret: string): boolean {
   const timestamp = hit.headers['x-webhook-timestamp'] as string;
-  const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(`${timestamp}.${hit.body}`).digest('hex')}`);
+  const expected = Buffer.from(
+    `sha256=${createHmac('sha256', secret).update(`${timestamp}.${hit.body}`).digest('hex')}`,
+  );
   const given = Buffer.from(String(hit.headers['x-webhook-signature']));
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
@@ -196,16 +208,27 @@ describe('webhook CRUD', () => {
     expect(read.body).toEqual(withoutSecret);
     const list = await t.request('GET', webhooksPath(org), { token: org.adminToken });
     expect(list.body.items).toContainEqual(withoutSecret);
-    const patched = await t.request('PATCH', `${webhooksPath(org)}/${id}`, { token: org.adminToken, body: { active: false } });
+    const patched = await t.request('PATCH', `${webhooksPath(org)}/${id}`, {
+      token: org.adminToken,
+      body: { active: false },
+    });
     expect(patched.status).toBe(200);
-    const graphql = await t.graphql(`query($org: ID!) { webhooks(org_id: $org) { items { webhook_id url } } }`, { org: org.orgId }, { token: org.adminToken });
+    const graphql = await t.graphql(
+      `query($org: ID!) { webhooks(org_id: $org) { items { webhook_id url } } }`,
+      { org: org.orgId },
+      { token: org.adminToken },
+    );
     expect(graphql.text).toContain(id);
     for (const response of [read, list, patched, graphql]) {
       expect(response.text).not.toContain(secret);
       expect(response.text).not.toContain('"secret"');
     }
     // The type has no secret field at all outside the create response.
-    const asking = await t.graphql(`query($org: ID!, $id: ID!) { webhook(org_id: $org, webhook_id: $id) { secret } }`, { org: org.orgId, id }, { token: org.adminToken });
+    const asking = await t.graphql(
+      `query($org: ID!, $id: ID!) { webhook(org_id: $org, webhook_id: $id) { secret } }`,
+      { org: org.orgId, id },
+      { token: org.adminToken },
+    );
     expect(asking.body.errors?.[0].message).toMatch(/Cannot query field "secret"/);
 
     const [row] = await t.database.db.sql.query<{ secret: string }>('SELECT secret FROM webhooks WHERE id = $1', [id]);
@@ -226,7 +249,13 @@ describe('webhook CRUD', () => {
     const secret = 'a-receiver-chosen-secret';
     const created = await t.request('POST', webhooksPath(org), {
       token: org.adminToken,
-      body: { url: local('/ok/crud'), events: ['approval.decided', 'approval.requested'], secret, allow_private_network: true, active: false },
+      body: {
+        url: local('/ok/crud'),
+        events: ['approval.decided', 'approval.requested'],
+        secret,
+        allow_private_network: true,
+        active: false,
+      },
     });
     expect(created.status).toBe(201);
     expect(created.body).toMatchObject({
@@ -244,19 +273,33 @@ describe('webhook CRUD', () => {
   test('PATCH changes the fields given, rotates the secret without showing it, and audits before/after', async () => {
     const first = 'first-secret-0123456789';
     const second = 'second-secret-0123456789';
-    const created = await createWebhook(org, { url: 'https://a.example.com/', events: ['approval.requested'], secret: first });
+    const created = await createWebhook(org, {
+      url: 'https://a.example.com/',
+      events: ['approval.requested'],
+      secret: first,
+    });
     const path = `${webhooksPath(org)}/${created.webhook_id}`;
 
-    const renamed = await t.request('PATCH', path, { token: org.adminToken, body: { url: 'https://b.example.com/hook', events: ['approval.decided'] } });
+    const renamed = await t.request('PATCH', path, {
+      token: org.adminToken,
+      body: { url: 'https://b.example.com/hook', events: ['approval.decided'] },
+    });
     expect(renamed.status).toBe(200);
-    expect(renamed.body).toMatchObject({ webhook_id: created.webhook_id, url: 'https://b.example.com/hook', events: ['approval.decided'], active: true });
+    expect(renamed.body).toMatchObject({
+      webhook_id: created.webhook_id,
+      url: 'https://b.example.com/hook',
+      events: ['approval.decided'],
+      active: true,
+    });
     expect(renamed.body).not.toHaveProperty('secret');
 
     const rotated = await t.request('PATCH', path, { token: org.adminToken, body: { secret: second } });
     expect(rotated.status).toBe(200);
     expect(rotated.body).toMatchObject({ url: 'https://b.example.com/hook', events: ['approval.decided'] });
     expect(rotated.text).not.toContain(second);
-    const [row] = await t.database.db.sql.query<{ secret: string }>('SELECT secret FROM webhooks WHERE id = $1', [created.webhook_id]);
+    const [row] = await t.database.db.sql.query<{ secret: string }>('SELECT secret FROM webhooks WHERE id = $1', [
+      created.webhook_id,
+    ]);
     expect(row.secret).toBe(second);
 
     const audits = await auditRows(org, created.webhook_id);
@@ -278,7 +321,9 @@ describe('webhook CRUD', () => {
     const deleted = await t.request('DELETE', path, { token: org.adminToken });
     expect(deleted.status).toBe(204);
     expect(deleted.text).toBe('');
-    const rows = await t.database.db.sql.query('SELECT id FROM webhook_deliveries WHERE webhook_id = $1', [created.webhook_id]);
+    const rows = await t.database.db.sql.query('SELECT id FROM webhook_deliveries WHERE webhook_id = $1', [
+      created.webhook_id,
+    ]);
     expect(rows).toEqual([]);
     for (const [method, suffix, body] of [
       ['GET', '', undefined],
@@ -287,16 +332,26 @@ describe('webhook CRUD', () => {
       ['GET', '/deliveries', undefined],
     ] as const) {
       const response = await t.request(method, `${path}${suffix}`, { token: org.adminToken, body });
-      expect({ method, suffix, status: response.status, code: response.body.error.code }).toEqual({ method, suffix, status: 404, code: 'NOT_FOUND' });
+      expect({ method, suffix, status: response.status, code: response.body.error.code }).toEqual({
+        method,
+        suffix,
+        status: 404,
+        code: 'NOT_FOUND',
+      });
     }
-    expect((await auditRows(org, created.webhook_id)).map((a) => a.action)).toEqual(['webhook.created', 'webhook.deleted']);
+    expect((await auditRows(org, created.webhook_id)).map((a) => a.action)).toEqual([
+      'webhook.created',
+      'webhook.deleted',
+    ]);
   });
 
   test("another org's webhook is 404 under this org's path", async () => {
     const other = await signUp(t, 'whother');
     const theirs = await createWebhook(other, { url: 'https://hooks.example.com/', events: ['approval.decided'] });
     for (const suffix of ['', '/deliveries']) {
-      const response = await t.request('GET', `${webhooksPath(org)}/${theirs.webhook_id}${suffix}`, { token: org.adminToken });
+      const response = await t.request('GET', `${webhooksPath(org)}/${theirs.webhook_id}${suffix}`, {
+        token: org.adminToken,
+      });
       expect(response.status).toBe(404);
     }
   });
@@ -324,7 +379,10 @@ describe('validation: 422 naming the field, nothing stored', () => {
     ['several problems at once', { url: 'gopher://x', events: [], secret: 'short' }, ['url', 'events', 'secret']],
   ])('%s', async (_label, override, fields) => {
     const before = await t.database.db.sql.query('SELECT id FROM webhooks WHERE org_id = $1', [org.orgId]);
-    const response = await t.request('POST', webhooksPath(org), { token: org.adminToken, body: { ...valid, ...override } });
+    const response = await t.request('POST', webhooksPath(org), {
+      token: org.adminToken,
+      body: { ...valid, ...override },
+    });
     expect(response.status).toBe(422);
     expect(response.body.error.code).toBe('VALIDATION_ERROR');
     expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(fields);
@@ -345,7 +403,10 @@ describe('validation: 422 naming the field, nothing stored', () => {
 
   test('the boundaries are accepted: a 16- and a 256-character secret', async () => {
     for (const secret of ['0123456789abcdef', 's'.repeat(256)]) {
-      const response = await t.request('POST', webhooksPath(org), { token: org.adminToken, body: { ...valid, secret } });
+      const response = await t.request('POST', webhooksPath(org), {
+        token: org.adminToken,
+        body: { ...valid, secret },
+      });
       expect(response.status).toBe(201);
       expect(response.body.secret).toBe(secret);
     }
@@ -389,25 +450,40 @@ describe('address policy (SSRF)', () => {
     ['[fec0::1] (site-local)', () => `http://[fec0::1]:${port}/ok/ssrf-site-local`],
   ];
 
-  test.each(refusedUrls)('%s without allow_private_network: 422 on url when saving; accepted with it', async (_label, url) => {
-    const refused = await t.request('POST', webhooksPath(org), { token: org.adminToken, body: { url: url(), events: ['approval.requested'] } });
-    expect(refused.status).toBe(422);
-    expect(refused.body.error.details.errors).toEqual([{ field: 'url', message: expect.stringContaining('allow_private_network') }]);
-    const allowed = await t.request('POST', webhooksPath(org), {
-      token: org.adminToken,
-      body: { url: url(), events: ['approval.requested'], allow_private_network: true, active: false },
-    });
-    expect(allowed.status).toBe(201);
-  });
+  test.each(refusedUrls)(
+    '%s without allow_private_network: 422 on url when saving; accepted with it',
+    async (_label, url) => {
+      const refused = await t.request('POST', webhooksPath(org), {
+        token: org.adminToken,
+        body: { url: url(), events: ['approval.requested'] },
+      });
+      expect(refused.status).toBe(422);
+      expect(refused.body.error.details.errors).toEqual([
+        { field: 'url', message: expect.stringContaining('allow_private_network') },
+      ]);
+      const allowed = await t.request('POST', webhooksPath(org), {
+        token: org.adminToken,
+        body: { url: url(), events: ['approval.requested'], allow_private_network: true, active: false },
+      });
+      expect(allowed.status).toBe(201);
+    },
+  );
 
   test('turning allow_private_network off on a loopback webhook is 422 on allow_private_network', async () => {
-    const created = await createWebhook(org, { url: local('/ok/ssrf-toggle'), events: ['approval.requested'], allow_private_network: true, active: false });
+    const created = await createWebhook(org, {
+      url: local('/ok/ssrf-toggle'),
+      events: ['approval.requested'],
+      allow_private_network: true,
+      active: false,
+    });
     const response = await t.request('PATCH', `${webhooksPath(org)}/${created.webhook_id}`, {
       token: org.adminToken,
       body: { allow_private_network: false },
     });
     expect(response.status).toBe(422);
-    expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['allow_private_network']);
+    expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([
+      'allow_private_network',
+    ]);
   });
 
   // A name can start resolving to a private address after it was saved (DNS rebinding), and a row
@@ -420,20 +496,34 @@ describe('address policy (SSRF)', () => {
     ['169.254.169.254', () => 'http://169.254.169.254/latest/meta-data', null],
   ];
 
-  test.each(deliveryCases)('%s at delivery time: every attempt is ADDRESS_REFUSED and the receiver gets nothing', async (_label, url, path) => {
-    const created = await createWebhook(org, { url: 'https://placeholder.example.com/', events: ['approval.decided'], active: false });
-    await t.database.db.sql.query('UPDATE webhooks SET url = $2, allow_private_network = false, active = true WHERE id = $1', [created.webhook_id, url()]);
-    await publish(org.orgId, 'approval.decided', { approval_id: 'apr_ssrf' });
-    const { items } = await settled(org, created.webhook_id);
-    expect(items[0]).toMatchObject({ status: 'failed', attempts: MAX_ATTEMPTS, last_status_code: null });
-    expect(items[0].last_error).toMatch(/^ADDRESS_REFUSED: /);
-    if (path) expect(hitsTo(path)).toHaveLength(0);
-    await t.request('DELETE', `${webhooksPath(org)}/${created.webhook_id}`, { token: org.adminToken });
-  });
+  test.each(deliveryCases)(
+    '%s at delivery time: every attempt is ADDRESS_REFUSED and the receiver gets nothing',
+    async (_label, url, path) => {
+      const created = await createWebhook(org, {
+        url: 'https://placeholder.example.com/',
+        events: ['approval.decided'],
+        active: false,
+      });
+      await t.database.db.sql.query(
+        'UPDATE webhooks SET url = $2, allow_private_network = false, active = true WHERE id = $1',
+        [created.webhook_id, url()],
+      );
+      await publish(org.orgId, 'approval.decided', { approval_id: 'apr_ssrf' });
+      const { items } = await settled(org, created.webhook_id);
+      expect(items[0]).toMatchObject({ status: 'failed', attempts: MAX_ATTEMPTS, last_status_code: null });
+      expect(items[0].last_error).toMatch(/^ADDRESS_REFUSED: /);
+      if (path) expect(hitsTo(path)).toHaveLength(0);
+      await t.request('DELETE', `${webhooksPath(org)}/${created.webhook_id}`, { token: org.adminToken });
+    },
+  );
 
   test('control: the same localhost URL with allow_private_network reaches the receiver', async () => {
     const path = `/ok/${tag('localhost-allowed')}`;
-    const created = await createWebhook(org, { url: local(path, 'localhost'), events: ['approval.decided'], allow_private_network: true });
+    const created = await createWebhook(org, {
+      url: local(path, 'localhost'),
+      events: ['approval.decided'],
+      allow_private_network: true,
+    });
     await publish(org.orgId, 'approval.decided', { approval_id: 'apr_control' });
     const { items } = await settled(org, created.webhook_id);
     expect(items[0]).toMatchObject({ status: 'delivered', attempts: 1, last_status_code: 204 });
@@ -552,14 +642,21 @@ describe('delivery', () => {
       for (let i = 0; i < backlog; i++) await enqueueWebhookEvent(tx, org.orgId, 'approval.requested', { n: i });
     });
     wakeWebhookDispatchers();
-    await eventually(async () => open.get(slowPath) ?? 0, (n) => n > 0, 'slow attempts in flight');
+    await eventually(
+      async () => open.get(slowPath) ?? 0,
+      (n) => n > 0,
+      'slow attempts in flight',
+    );
 
     const fastPath = `/ok/${tag('fair-fast')}`;
     const fast = await localWebhook(org, fastPath, ['approval.decided']);
     await publish(org.orgId, 'approval.decided', { approval_id: 'apr_fair' });
     const { items } = await settled(org, fast.webhook_id);
     expect(items[0]).toMatchObject({ status: 'delivered', attempts: 1 });
-    const waiting = await t.database.db.sql.query('SELECT id FROM webhook_deliveries WHERE webhook_id = $1 AND attempts = 0', [slow.webhook_id]);
+    const waiting = await t.database.db.sql.query(
+      'SELECT id FROM webhook_deliveries WHERE webhook_id = $1 AND attempts = 0',
+      [slow.webhook_id],
+    );
     expect(waiting.length).toBeGreaterThan(0);
     expect(mostOpen.get(slowPath)).toBeLessThanOrEqual(MAX_IN_FLIGHT_PER_WEBHOOK);
     expect(MAX_IN_FLIGHT_PER_WEBHOOK).toBeLessThan(MAX_IN_FLIGHT);
@@ -581,7 +678,12 @@ describe('delivery', () => {
     const decidedOnly = await localWebhook(org, `/ok/${name}/decided`, ['approval.decided']);
     const requestedOnly = await localWebhook(org, `/ok/${name}/requested`, ['approval.requested']);
     const both = await localWebhook(org, `/ok/${name}/both`);
-    const inactive = await createWebhook(org, { url: local(`/ok/${name}/inactive`), events: ['approval.requested'], allow_private_network: true, active: false });
+    const inactive = await createWebhook(org, {
+      url: local(`/ok/${name}/inactive`),
+      events: ['approval.requested'],
+      allow_private_network: true,
+      active: false,
+    });
     const otherOrg = await localWebhook(other, `/ok/${name}/other`);
 
     await publish(org.orgId, 'approval.requested', { approval_id: 'apr_subs' });
@@ -626,7 +728,10 @@ describe('delivery', () => {
     expect((await listDeliveries(org, webhook.webhook_id)).items[0]).toMatchObject({ status: 'pending', attempts: 0 });
     expect(hitsTo(path)).toHaveLength(0);
 
-    const resumed = await t.request('PATCH', `${webhooksPath(org)}/${webhook.webhook_id}`, { token: org.adminToken, body: { active: true } });
+    const resumed = await t.request('PATCH', `${webhooksPath(org)}/${webhook.webhook_id}`, {
+      token: org.adminToken,
+      body: { active: true },
+    });
     expect(resumed.status).toBe(200);
     const { items } = await settled(org, webhook.webhook_id);
     expect(items[0]).toMatchObject({ status: 'delivered', attempts: 1 });
@@ -653,7 +758,9 @@ describe('the outbox is transactional', () => {
     const { items } = await settled(org, webhook.webhook_id);
     expect(items.map((d) => d.payload.data)).toEqual([{ marker: 'committed' }]);
     expect(hitsTo(path).map((h) => JSON.parse(h.body).data)).toEqual([{ marker: 'committed' }]);
-    const rows = await t.database.db.sql.query(`SELECT id FROM webhook_deliveries WHERE payload->'data'->>'marker' = 'rolled-back'`);
+    const rows = await t.database.db.sql.query(
+      `SELECT id FROM webhook_deliveries WHERE payload->'data'->>'marker' = 'rolled-back'`,
+    );
     expect(rows).toEqual([]);
   });
 
@@ -683,7 +790,9 @@ describe('the outbox is transactional', () => {
     const rows = await t.database.db.sql.query('SELECT id FROM webhook_deliveries WHERE org_id = $1', [org.orgId]);
     expect(rows).toEqual([]);
     await expect(
-      t.database.db.sql.transaction((tx) => enqueueWebhookEvent(tx, org.orgId, 'manifest.approved' as WebhookEvent, {})),
+      t.database.db.sql.transaction((tx) =>
+        enqueueWebhookEvent(tx, org.orgId, 'manifest.approved' as WebhookEvent, {}),
+      ),
     ).rejects.toThrow(/Unknown webhook event/);
   });
 });
@@ -725,7 +834,8 @@ describe('listing deliveries', () => {
   beforeAll(async () => {
     org = await signUp(t, 'whlist');
     webhookId = (await localWebhook(org, `/ok/${tag('list')}`)).webhook_id;
-    for (let i = 0; i < count; i++) await publish(org.orgId, i % 2 ? 'approval.decided' : 'approval.requested', { n: i });
+    for (let i = 0; i < count; i++)
+      await publish(org.orgId, i % 2 ? 'approval.decided' : 'approval.requested', { n: i });
     await settled(org, webhookId, count);
   });
 
@@ -749,7 +859,9 @@ describe('listing deliveries', () => {
     ['?limit=abc', 'limit'],
     ['?status=sent', 'status'],
   ])('%s: 422 on %s', async (query, field) => {
-    const response = await t.request('GET', `${webhooksPath(org)}/${webhookId}/deliveries${query}`, { token: org.adminToken });
+    const response = await t.request('GET', `${webhooksPath(org)}/${webhookId}/deliveries${query}`, {
+      token: org.adminToken,
+    });
     expect(response.status).toBe(422);
     expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([field]);
   });
@@ -772,12 +884,19 @@ describe('GraphQL', () => {
   test('webhooks with their deliveries cost the same few statements for 2 webhooks as for 8', async () => {
     const small = await signUp(t, 'whgql-small');
     const large = await signUp(t, 'whgql-large');
-    for (const [org, n] of [[small, 2], [large, 8]] as const) {
+    for (const [org, n] of [
+      [small, 2],
+      [large, 8],
+    ] as const) {
       for (let i = 0; i < n; i++) await localWebhook(org, `/ok/${tag('gql')}`);
       for (let i = 0; i < 3; i++) await publish(org.orgId, 'approval.requested', { n: i });
     }
     await eventually(
-      () => t.database.db.sql.query(`SELECT count(*)::int AS n FROM webhook_deliveries WHERE org_id IN ($1, $2) AND status <> 'delivered'`, [small.orgId, large.orgId]),
+      () =>
+        t.database.db.sql.query(
+          `SELECT count(*)::int AS n FROM webhook_deliveries WHERE org_id IN ($1, $2) AND status <> 'delivered'`,
+          [small.orgId, large.orgId],
+        ),
       (rows) => (rows[0] as { n: number }).n === 0,
       'dashboard deliveries delivered',
     );
@@ -788,7 +907,9 @@ describe('GraphQL', () => {
     for (const webhook of b.data.webhooks.items) {
       expect(webhook.deliveries.total).toBe(3);
       expect(webhook.deliveries.items).toHaveLength(2);
-      expect(webhook.deliveries.items.every((d) => d.webhook_id === webhook.webhook_id && d.status === 'delivered')).toBe(true);
+      expect(
+        webhook.deliveries.items.every((d) => d.webhook_id === webhook.webhook_id && d.status === 'delivered'),
+      ).toBe(true);
       expect(webhook.failed.total).toBe(0);
     }
     // Webhook list + one page query per distinct deliveries filter (two aliases here).
@@ -801,10 +922,20 @@ describe('GraphQL', () => {
     const webhook = await localWebhook(org, `/ok/${tag('gql-one')}`);
     for (let i = 0; i < 3; i++) await publish(org.orgId, 'approval.decided', { n: i });
     const rest = await settled(org, webhook.webhook_id, 3);
-    const data = await run(WebhookWithDeliveriesDocument, { orgId: org.orgId, webhookId: webhook.webhook_id, limit: 2, offset: 1, status: 'delivered' }, org.adminToken);
+    const data = await run(
+      WebhookWithDeliveriesDocument,
+      { orgId: org.orgId, webhookId: webhook.webhook_id, limit: 2, offset: 1, status: 'delivered' },
+      org.adminToken,
+    );
     expect(data.webhook.deliveries.total).toBe(3);
-    expect(data.webhook.deliveries.items.map((d) => d.delivery_id)).toEqual(rest.items.slice(1, 3).map((d) => d.delivery_id));
-    const failed = await run(WebhookWithDeliveriesDocument, { orgId: org.orgId, webhookId: webhook.webhook_id, status: 'failed', limit: null, offset: null }, org.adminToken);
+    expect(data.webhook.deliveries.items.map((d) => d.delivery_id)).toEqual(
+      rest.items.slice(1, 3).map((d) => d.delivery_id),
+    );
+    const failed = await run(
+      WebhookWithDeliveriesDocument,
+      { orgId: org.orgId, webhookId: webhook.webhook_id, status: 'failed', limit: null, offset: null },
+      org.adminToken,
+    );
     expect(failed.webhook.deliveries).toEqual({ total: 0, items: [] });
   });
 });

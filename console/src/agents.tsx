@@ -14,7 +14,18 @@ import {
   type AgentsQuery,
 } from '../generated/graphql';
 import { canDecide, request, type SignedInUser } from './api';
-import { ConfirmButton, counted, ErrorLine, FilterField, Partial, Section, Status, Time, useAction, usePolled } from './ui';
+import {
+  ConfirmButton,
+  counted,
+  ErrorLine,
+  FilterField,
+  Partial,
+  Section,
+  Status,
+  Time,
+  useAction,
+  usePolled,
+} from './ui';
 
 type Agent = AgentsQuery['agents']['items'][number];
 type UsageWindow = Agent['usage']['hour'];
@@ -63,7 +74,12 @@ function Usage({ label, window }: { label: string; window: UsageWindow }) {
       <dd>
         {window.limit != null ? (
           <>
-            <meter min={0} max={window.limit} value={window.count} aria-label={`${label}: ${window.count} of ${window.limit}`} />{' '}
+            <meter
+              min={0}
+              max={window.limit}
+              value={window.count}
+              aria-label={`${label}: ${window.count} of ${window.limit}`}
+            />{' '}
             {window.count} / {window.limit}
           </>
         ) : (
@@ -122,13 +138,23 @@ function AgentCard({ agent, user, onChanged }: { agent: Agent; user: SignedInUse
       {agent.status === 'active' && canDecide(user) && (
         <div class="decide">
           <label for={reasonId}>Reason for deactivating</label>
-          <input id={reasonId} type="text" maxLength={1000} value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+          <input
+            id={reasonId}
+            type="text"
+            maxLength={1000}
+            value={reason}
+            onInput={(e) => setReason(e.currentTarget.value)}
+          />
           <div class="buttons">
             <button
               type="button"
               class="danger"
               disabled={action.busy}
-              onClick={() => action.run(() => request(DeactivateAgentDocument, { agent_id: agent.agent_id, reason: reason.trim() || null }))}
+              onClick={() =>
+                action.run(() =>
+                  request(DeactivateAgentDocument, { agent_id: agent.agent_id, reason: reason.trim() || null }),
+                )
+              }
             >
               Deactivate
             </button>
@@ -197,7 +223,17 @@ const hostOf = (uri: string) => {
   }
 };
 
-function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentId: string; user: SignedInUser; onRevoked: () => Promise<void> }) {
+function ClientGrant({
+  grant,
+  agentId,
+  user,
+  onRevoked,
+}: {
+  grant: Grant;
+  agentId: string;
+  user: SignedInUser;
+  onRevoked: () => Promise<void>;
+}) {
   const action = useAction(onRevoked);
   const name = grant.client_name ?? 'unnamed client';
   return (
@@ -227,7 +263,9 @@ function ClientGrant({ grant, agentId, user, onRevoked }: { grant: Grant; agentI
             question={`Revoke ${name}?`}
             tone="danger"
             busy={action.busy}
-            onConfirm={() => action.run(() => request(RevokeAgentGrantDocument, { agent_id: agentId, grant_id: grant.grant_id }))}
+            onConfirm={() =>
+              action.run(() => request(RevokeAgentGrantDocument, { agent_id: agentId, grant_id: grant.grant_id }))
+            }
           >
             Revoke {name}? Its tokens stop working at once; it must be allowed again to reconnect.
           </ConfirmButton>

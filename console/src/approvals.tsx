@@ -22,7 +22,9 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
   );
   const list = approvals.data?.approvals;
   // Pending first (what needs someone), each group newest first as the API lists them.
-  const items = list ? [...list.items].sort((a, b) => Number(b.status === 'pending') - Number(a.status === 'pending')) : [];
+  const items = list
+    ? [...list.items].sort((a, b) => Number(b.status === 'pending') - Number(a.status === 'pending'))
+    : [];
   return (
     <Section
       title="Approvals"
@@ -47,17 +49,29 @@ export function ApprovalsPage({ user }: { user: SignedInUser }) {
   );
 }
 
-function ApprovalCard({ approval, user, onDecided }: { approval: Approval; user: SignedInUser; onDecided: () => Promise<void> }) {
+function ApprovalCard({
+  approval,
+  user,
+  onDecided,
+}: {
+  approval: Approval;
+  user: SignedInUser;
+  onDecided: () => Promise<void>;
+}) {
   const [text, setText] = useState('');
   const textId = useId();
   const action = useAction(onDecided);
   const decidable = approval.status === 'pending' && canDecide(user);
   const org_id = user.org_id;
   const approve = () =>
-    action.run(() => request(ApproveApprovalDocument, { org_id, approval_id: approval.approval_id, notes: text.trim() || null }));
+    action.run(() =>
+      request(ApproveApprovalDocument, { org_id, approval_id: approval.approval_id, notes: text.trim() || null }),
+    );
   const deny = () => {
     if (!text.trim()) return action.setError('A reason is required to deny.');
-    return action.run(() => request(DenyApprovalDocument, { org_id, approval_id: approval.approval_id, reason: text.trim() }));
+    return action.run(() =>
+      request(DenyApprovalDocument, { org_id, approval_id: approval.approval_id, reason: text.trim() }),
+    );
   };
   return (
     <article class="card" aria-label={`Approval ${approval.approval_id}`} data-approval-id={approval.approval_id}>

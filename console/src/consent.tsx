@@ -46,7 +46,8 @@ const SCOPE_MEANINGS: Record<string, string> = {
 function paramsOfLocation(): { params: Params } | { problem: string } {
   const query = new URLSearchParams(location.search);
   const repeated = PARAM_NAMES.find((name) => query.getAll(name).length > 1);
-  if (repeated) return { problem: `This authorization request cannot be answered: the parameter ${repeated} is repeated.` };
+  if (repeated)
+    return { problem: `This authorization request cannot be answered: the parameter ${repeated} is repeated.` };
   return { params: Object.fromEntries(PARAM_NAMES.map((name) => [name, query.get(name)])) as Params };
 }
 
@@ -87,7 +88,8 @@ export function ConsentPage() {
     setAnswerError(undefined);
     let redirectTo: string;
     try {
-      redirectTo = (await request(DecideOAuthAuthorizationDocument, { ...parsed.params, allow })).decide_oauth_authorization.redirect_to;
+      redirectTo = (await request(DecideOAuthAuthorizationDocument, { ...parsed.params, allow }))
+        .decide_oauth_authorization.redirect_to;
     } catch (failure) {
       setAnswerError(messageOf(failure));
       setBusy(false);
@@ -118,8 +120,8 @@ export function ConsentPage() {
       {view && (
         <>
           <p class="redirect-host">
-            After your answer, the browser goes to <strong class="host">{view.client.redirect_host}</strong>. Allow only if you
-            recognise it as the application you are connecting.
+            After your answer, the browser goes to <strong class="host">{view.client.redirect_host}</strong>. Allow only
+            if you recognise it as the application you are connecting.
           </p>
           <div class="consent-parts">
             <ClientFacts client={view.client} />
@@ -174,7 +176,8 @@ function ClientFacts({ client }: { client: View['client'] }) {
       <dl class="facts">
         <dt>Name</dt>
         <dd>
-          {client.name ?? <span class="muted">unnamed client</span>} <span class="muted">(as the client calls itself)</span>
+          {client.name ?? <span class="muted">unnamed client</span>}{' '}
+          <span class="muted">(as the client calls itself)</span>
         </dd>
         <dt>Client id</dt>
         <dd>

@@ -90,7 +90,14 @@ function SignIn({ intro }: { intro?: string }) {
       {intro && <p>{intro}</p>}
       <form onSubmit={submit}>
         <label for={emailId}>Email</label>
-        <input id={emailId} type="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
+        <input
+          id={emailId}
+          type="email"
+          autoComplete="username"
+          required
+          value={email}
+          onInput={(e) => setEmail(e.currentTarget.value)}
+        />
         <label for={passwordId}>Password</label>
         <input
           id={passwordId}
@@ -207,7 +214,8 @@ function Console({ session }: { session: Session }) {
   );
 }
 
-const CONSENT_SIGN_IN = 'An MCP client asks to connect to an agent of your organization. Sign in to see the request and answer it.';
+const CONSENT_SIGN_IN =
+  'An MCP client asks to connect to an agent of your organization. Sign in to see the request and answer it.';
 
 function App() {
   const session = useSession();

@@ -31,7 +31,10 @@ export function ManifestsPage({ user }: { user: SignedInUser }) {
   );
   const list = manifests.data?.manifests;
   return (
-    <Section title="Manifests" actions={<p class="count">{list ? `${list.total} ${status || 'in all'}` : 'Loading…'}</p>}>
+    <Section
+      title="Manifests"
+      actions={<p class="count">{list ? `${list.total} ${status || 'in all'}` : 'Loading…'}</p>}
+    >
       <StatusFilter statuses={STATUSES} value={status} onChange={setStatus} />
       <ErrorLine message={manifests.error} />
       {list && <Partial shown={list.items.length} total={list.total} />}
@@ -47,7 +50,15 @@ export function ManifestsPage({ user }: { user: SignedInUser }) {
   );
 }
 
-function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: SignedInUser; onChanged: () => Promise<void> }) {
+function ManifestCard({
+  item,
+  user,
+  onChanged,
+}: {
+  item: ManifestItem;
+  user: SignedInUser;
+  onChanged: () => Promise<void>;
+}) {
   const manifest = item.manifest;
   const requested = manifest.capabilities.requested;
   const [chosen, setChosen] = useState<Set<string>>(() => new Set(requested));
@@ -81,7 +92,11 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
   };
 
   return (
-    <article class="card" aria-label={`Manifest ${item.svc_id} ${manifest.version}`} data-manifest-id={item.manifest_id}>
+    <article
+      class="card"
+      aria-label={`Manifest ${item.svc_id} ${manifest.version}`}
+      data-manifest-id={item.manifest_id}
+    >
       <header class="card-header">
         <h2>
           {item.agent.name} <code>{item.svc_id}</code>
@@ -99,7 +114,8 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
         </dd>
         <dt>Limits</dt>
         <dd>
-          {manifest.constraints?.max_actions_per_hour ?? 100} per hour, {manifest.constraints?.max_actions_per_day ?? 1000} per day
+          {manifest.constraints?.max_actions_per_hour ?? 100} per hour,{' '}
+          {manifest.constraints?.max_actions_per_day ?? 1000} per day
         </dd>
         {manifest.reason && (
           <>
@@ -113,7 +129,11 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
           <legend>Capabilities to approve</legend>
           {requested.map((capability) => (
             <label class="check">
-              <input type="checkbox" checked={chosen.has(capability)} onChange={(e) => toggle(capability, e.currentTarget.checked)} />
+              <input
+                type="checkbox"
+                checked={chosen.has(capability)}
+                onChange={(e) => toggle(capability, e.currentTarget.checked)}
+              />
               <code>{capability}</code>
               {needsHuman.has(capability) && <span class="tag">needs a human per action</span>}
             </label>
@@ -141,7 +161,11 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
       )}
       {mayChange && ['pending', 'active', 'suspended'].includes(item.status) && (
         <div class="decide">
-          <label for={textId}>{item.status === 'pending' ? 'Notes (approve) or reason (reject, revoke)' : 'Reason (or notes to reactivate)'}</label>
+          <label for={textId}>
+            {item.status === 'pending'
+              ? 'Notes (approve) or reason (reject, revoke)'
+              : 'Reason (or notes to reactivate)'}
+          </label>
           <textarea id={textId} rows={2} value={text} onInput={(e) => setText(e.currentTarget.value)} />
           <div class="buttons">
             {item.status === 'pending' && (
@@ -160,7 +184,11 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
               </>
             )}
             {item.status === 'active' && (
-              <button type="button" disabled={action.busy} onClick={withReason((reason) => request(SuspendManifestDocument, { ...ids, reason }))}>
+              <button
+                type="button"
+                disabled={action.busy}
+                onClick={withReason((reason) => request(SuspendManifestDocument, { ...ids, reason }))}
+              >
                 Suspend
               </button>
             )}
@@ -169,12 +197,19 @@ function ManifestCard({ item, user, onChanged }: { item: ManifestItem; user: Sig
                 type="button"
                 class="primary"
                 disabled={action.busy}
-                onClick={() => action.run(() => request(ReactivateManifestDocument, { ...ids, notes: text.trim() || null }))}
+                onClick={() =>
+                  action.run(() => request(ReactivateManifestDocument, { ...ids, notes: text.trim() || null }))
+                }
               >
                 Reactivate
               </button>
             )}
-            <button type="button" class="danger" disabled={action.busy} onClick={withReason((reason) => request(RevokeManifestDocument, { ...ids, reason }))}>
+            <button
+              type="button"
+              class="danger"
+              disabled={action.busy}
+              onClick={withReason((reason) => request(RevokeManifestDocument, { ...ids, reason }))}
+            >
               Revoke
             </button>
           </div>
@@ -208,7 +243,8 @@ function History({ user, manifestId }: { user: SignedInUser; manifestId: string 
         <ol class="history-list">
           {entries.map((entry) => (
             <li>
-              <Time value={entry.changed_at} /> <Status value={entry.status} /> version {entry.agent_version} by {entry.changed_by}
+              <Time value={entry.changed_at} /> <Status value={entry.status} /> version {entry.agent_version} by{' '}
+              {entry.changed_by}
               {entry.changes.length > 0 && <span class="changes"> — {entry.changes.join(', ')}</span>}
             </li>
           ))}

@@ -26,7 +26,10 @@ const MATCH_WINDOW = 200;
 
 export function PoliciesPage({ user }: { user: SignedInUser }) {
   const policies = usePolled(async () => {
-    const [list, matches] = await Promise.all([request(PoliciesDocument, { limit: 200 }), request(PolicyMatchesDocument, { limit: MATCH_WINDOW })]);
+    const [list, matches] = await Promise.all([
+      request(PoliciesDocument, { limit: 200 }),
+      request(PolicyMatchesDocument, { limit: MATCH_WINDOW }),
+    ]);
     return { list: list.policies, records: matches.records.items };
   }, 'policies');
   const [editing, setEditing] = useState<Policy | 'new' | undefined>(undefined);
@@ -120,7 +123,8 @@ function PolicyCard({ policy, records, onEdit }: { policy: Policy; records: Matc
           <ul class="history-list">
             {matched.slice(0, 5).map((record) => (
               <li>
-                <Time value={record.created_at} /> <code>{record.agent_id}</code> <code>{record.capability}</code> → {record.decision}
+                <Time value={record.created_at} /> <code>{record.agent_id}</code> <code>{record.capability}</code> →{' '}
+                {record.decision}
               </li>
             ))}
           </ul>
@@ -159,7 +163,15 @@ function ConditionProblem({ condition, problem, id }: { condition: string; probl
   );
 }
 
-function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved: () => Promise<void>; onCancel: () => void }) {
+function PolicyForm({
+  initial,
+  onSaved,
+  onCancel,
+}: {
+  initial?: Policy;
+  onSaved: () => Promise<void>;
+  onCancel: () => void;
+}) {
   const [name, setName] = useState(initial?.name ?? '');
   const [description, setDescription] = useState(initial?.description ?? '');
   const [enabled, setEnabled] = useState(initial?.enabled ?? true);
@@ -194,7 +206,10 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
       effect,
       // Whatever was typed goes to the API, which says what is wrong with it.
       priority: priority.trim() === '' ? null : Number(priority),
-      target: svc_ids.length || caps.length ? { svc_ids: svc_ids.length ? svc_ids : null, capabilities: caps.length ? caps : null } : null,
+      target:
+        svc_ids.length || caps.length
+          ? { svc_ids: svc_ids.length ? svc_ids : null, capabilities: caps.length ? caps : null }
+          : null,
       condition: condition.trim() === '' ? null : condition,
       message: message.trim() === '' ? null : message,
       rate_limit: effect === 'rate_limit' ? { limit: Number(limit), window_seconds: Number(windowSeconds), per } : null,
@@ -225,13 +240,29 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
     <form class="card policy-form" onSubmit={save} aria-label={initial ? `Edit policy ${initial.name}` : 'New policy'}>
       <h2>{initial ? `Edit ${initial.name} (version ${initial.version})` : 'New policy'}</h2>
       <label for={field('name')}>Name</label>
-      <input id={field('name')} type="text" required maxLength={100} value={name} onInput={(e) => setName(e.currentTarget.value)} />
+      <input
+        id={field('name')}
+        type="text"
+        required
+        maxLength={100}
+        value={name}
+        onInput={(e) => setName(e.currentTarget.value)}
+      />
       <label for={field('description')}>Description</label>
-      <input id={field('description')} type="text" value={description} onInput={(e) => setDescription(e.currentTarget.value)} />
+      <input
+        id={field('description')}
+        type="text"
+        value={description}
+        onInput={(e) => setDescription(e.currentTarget.value)}
+      />
       <div class="row">
         <span>
           <label for={field('effect')}>Effect</label>
-          <select id={field('effect')} value={effect} onChange={(e) => setEffect(e.currentTarget.value as PolicyEffect)}>
+          <select
+            id={field('effect')}
+            value={effect}
+            onChange={(e) => setEffect(e.currentTarget.value as PolicyEffect)}
+          >
             <option value="deny">deny</option>
             <option value="require_approval">require_approval</option>
             <option value="rate_limit">rate_limit</option>
@@ -246,7 +277,14 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
         </span>
         <span>
           <label for={field('priority')}>Priority</label>
-          <input id={field('priority')} type="number" min={0} max={1000} value={priority} onInput={(e) => setPriority(e.currentTarget.value)} />
+          <input
+            id={field('priority')}
+            type="number"
+            min={0}
+            max={1000}
+            value={priority}
+            onInput={(e) => setPriority(e.currentTarget.value)}
+          />
         </span>
         <label class="check">
           <input type="checkbox" checked={enabled} onChange={(e) => setEnabled(e.currentTarget.checked)} /> Enabled
@@ -257,15 +295,32 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
           <legend>Rate limit</legend>
           <span>
             <label for={field('limit')}>Actions</label>
-            <input id={field('limit')} type="number" min={1} value={limit} onInput={(e) => setLimit(e.currentTarget.value)} />
+            <input
+              id={field('limit')}
+              type="number"
+              min={1}
+              value={limit}
+              onInput={(e) => setLimit(e.currentTarget.value)}
+            />
           </span>
           <span>
             <label for={field('window')}>Window (seconds)</label>
-            <input id={field('window')} type="number" min={1} max={86400} value={windowSeconds} onInput={(e) => setWindowSeconds(e.currentTarget.value)} />
+            <input
+              id={field('window')}
+              type="number"
+              min={1}
+              max={86400}
+              value={windowSeconds}
+              onInput={(e) => setWindowSeconds(e.currentTarget.value)}
+            />
           </span>
           <span>
             <label for={field('per')}>Counted per</label>
-            <select id={field('per')} value={per} onChange={(e) => setPer(e.currentTarget.value as PolicyRateLimitScope)}>
+            <select
+              id={field('per')}
+              value={per}
+              onChange={(e) => setPer(e.currentTarget.value as PolicyRateLimitScope)}
+            >
               <option value="agent">agent</option>
               <option value="api_key">api_key</option>
               <option value="org">org</option>
@@ -276,7 +331,12 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
       <label for={field('svc')}>Agents (ids, comma-separated; empty: all)</label>
       <input id={field('svc')} type="text" value={svcIds} onInput={(e) => setSvcIds(e.currentTarget.value)} />
       <label for={field('caps')}>Capabilities (patterns such as billing:*; empty: all)</label>
-      <input id={field('caps')} type="text" value={capabilities} onInput={(e) => setCapabilities(e.currentTarget.value)} />
+      <input
+        id={field('caps')}
+        type="text"
+        value={capabilities}
+        onInput={(e) => setCapabilities(e.currentTarget.value)}
+      />
       <label for={field('condition')}>Condition (CEL; empty: always)</label>
       <textarea
         id={field('condition')}
@@ -288,9 +348,17 @@ function PolicyForm({ initial, onSaved, onCancel }: { initial?: Policy; onSaved:
         aria-describedby={conditionProblem ? field('condition-problem') : undefined}
         onInput={(e) => setCondition(e.currentTarget.value)}
       />
-      {conditionProblem && <ConditionProblem condition={condition} problem={conditionProblem} id={field('condition-problem')} />}
+      {conditionProblem && (
+        <ConditionProblem condition={condition} problem={conditionProblem} id={field('condition-problem')} />
+      )}
       <label for={field('message')}>Message to the agent</label>
-      <input id={field('message')} type="text" maxLength={500} value={message} onInput={(e) => setMessage(e.currentTarget.value)} />
+      <input
+        id={field('message')}
+        type="text"
+        maxLength={500}
+        value={message}
+        onInput={(e) => setMessage(e.currentTarget.value)}
+      />
       {error && (
         <div role="alert">
           <p class="error">{error}</p>

@@ -3,7 +3,14 @@
  * the audit log (who changed what, with filters).
  */
 import { useId, useState } from 'preact/hooks';
-import { AuditLogsDocument, RecordsDocument, VerifyRecordDocument, type RecordsQuery, type RecordStatus, type VerifyRecordQuery } from '../generated/graphql';
+import {
+  AuditLogsDocument,
+  RecordsDocument,
+  VerifyRecordDocument,
+  type RecordsQuery,
+  type RecordStatus,
+  type VerifyRecordQuery,
+} from '../generated/graphql';
 import { canDecide, currentToken, request, type SignedInUser } from './api';
 import { counted, ErrorLine, FilterField, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
 
@@ -27,7 +34,13 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
   const [to, setTo] = useState('');
   const [downloadError, setDownloadError] = useState<string | undefined>(undefined);
   const id = useId();
-  const filters = { agent_id: orNull(agentId), status: status || null, action: orNull(action), from: timestamp(from), to: timestamp(to) };
+  const filters = {
+    agent_id: orNull(agentId),
+    status: status || null,
+    action: orNull(action),
+    from: timestamp(from),
+    to: timestamp(to),
+  };
   const records = usePolled(() => request(RecordsDocument, { ...filters, limit: PAGE_SIZE }), JSON.stringify(filters));
   const list = records.data?.records;
 
@@ -40,10 +53,14 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
       if (filters.from) query.set('from', filters.from);
       if (filters.to) query.set('to', filters.to);
       const token = await currentToken();
-      const response = await fetch(`/api/v1/records/export?${query}`, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+      const response = await fetch(`/api/v1/records/export?${query}`, {
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      });
       if (!response.ok) {
         const body = await response.json().catch(() => undefined);
-        throw new Error(body?.error?.message ?? body?.detail?.message ?? `The export failed with HTTP ${response.status}`);
+        throw new Error(
+          body?.error?.message ?? body?.detail?.message ?? `The export failed with HTTP ${response.status}`,
+        );
       }
       const url = URL.createObjectURL(await response.blob());
       const link = document.createElement('a');
@@ -64,7 +81,11 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
         <FilterField label="Agent id" value={agentId} onChange={setAgentId} />
         <span class="field">
           <label for={`${id}-status`}>Status</label>
-          <select id={`${id}-status`} value={status} onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}>
+          <select
+            id={`${id}-status`}
+            value={status}
+            onChange={(e) => setStatus(e.currentTarget.value as RecordStatus | '')}
+          >
             <option value="">all</option>
             <option value="approved">approved</option>
             <option value="denied">denied</option>
@@ -159,8 +180,8 @@ function RecordCard({ record }: { record: RecordItem }) {
       </div>
       {verification && (
         <p class={verification.valid ? 'verified' : 'error'} role="status">
-          {verification.valid ? 'Verified' : 'NOT valid'}: signature {verification.checks.signature ? 'ok' : 'bad'}, hash{' '}
-          {verification.checks.hash ? 'ok' : 'bad'}, chain {verification.checks.chain ? 'ok' : 'bad'}
+          {verification.valid ? 'Verified' : 'NOT valid'}: signature {verification.checks.signature ? 'ok' : 'bad'},
+          hash {verification.checks.hash ? 'ok' : 'bad'}, chain {verification.checks.chain ? 'ok' : 'bad'}
         </p>
       )}
       <ErrorLine message={error} />
@@ -184,10 +205,16 @@ export function AuditPage({ user }: { user: SignedInUser }) {
     from: timestamp(from),
     to: timestamp(to),
   };
-  const entries = usePolled(() => request(AuditLogsDocument, { org_id: user.org_id, ...filters, limit: PAGE_SIZE }), JSON.stringify(filters));
+  const entries = usePolled(
+    () => request(AuditLogsDocument, { org_id: user.org_id, ...filters, limit: PAGE_SIZE }),
+    JSON.stringify(filters),
+  );
   const list = entries.data?.audit_logs;
   return (
-    <Section title="Audit log" actions={<p class="count">{list ? `${list.total} ${list.total === 1 ? 'entry' : 'entries'}` : 'Loading…'}</p>}>
+    <Section
+      title="Audit log"
+      actions={<p class="count">{list ? `${list.total} ${list.total === 1 ? 'entry' : 'entries'}` : 'Loading…'}</p>}
+    >
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Audit log filters">
         <FilterField label="Actor (email, id or key prefix)" value={actor} onChange={setActor} />
         <FilterField label="Action (e.g. manifest or manifest.approved)" value={action} onChange={setAction} />
@@ -202,8 +229,9 @@ export function AuditPage({ user }: { user: SignedInUser }) {
       <ol class="audit">
         {list?.items.map((entry) => (
           <li key={entry.audit_id} data-audit-id={entry.audit_id}>
-            <Time value={entry.created_at} /> <strong>{entry.action}</strong> by {entry.actor.label ?? entry.actor.id ?? entry.actor.type} on{' '}
-            {entry.target.type} <code>{entry.target.id}</code>
+            <Time value={entry.created_at} /> <strong>{entry.action}</strong> by{' '}
+            {entry.actor.label ?? entry.actor.id ?? entry.actor.type} on {entry.target.type}{' '}
+            <code>{entry.target.id}</code>
             {entry.reason && <>: {entry.reason}</>}
             {(entry.before != null || entry.after != null) && (
               <details>

@@ -85,13 +85,15 @@ function ToolList({ orgId }: { orgId: string }) {
       title="Tools"
       actions={
         <p class="count" aria-live="polite">
-          {list ? `${counted(list.total, 'tool')}${drift ? `, ${counted(drift, 'definition')} to review` : ''}` : 'Loading…'}
+          {list
+            ? `${counted(list.total, 'tool')}${drift ? `, ${counted(drift, 'definition')} to review` : ''}`
+            : 'Loading…'}
         </p>
       }
     >
       <p class="muted intro">
-        An mcp tool pins its upstream’s tool definitions at the first read. A definition the upstream changes, adds or drops is shown
-        here with its diff, and calls of it are denied until it is accepted.
+        An mcp tool pins its upstream’s tool definitions at the first read. A definition the upstream changes, adds or
+        drops is shown here with its diff, and calls of it are denied until it is accepted.
       </p>
       <ErrorLine message={tools.error} />
       {list && list.items.length === 0 && (
@@ -118,7 +120,12 @@ const MOVED_AGAIN =
  * Accepts the definitions as reviewed. A 409 (one moved again since) reloads the page before it
  * is reported, so the definition as it is now stands beside the reason nothing was accepted.
  */
-async function acceptDefinitions(orgId: string, toolId: string, definitions: Acceptance[], reload: () => Promise<void>): Promise<string> {
+async function acceptDefinitions(
+  orgId: string,
+  toolId: string,
+  definitions: Acceptance[],
+  reload: () => Promise<void>,
+): Promise<string> {
   try {
     await request(AcceptToolDefinitionsDocument, { org_id: orgId, tool_id: toolId, definitions });
   } catch (failure) {
@@ -191,7 +198,9 @@ function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onCha
         </h2>
         <span>
           <Status value={tool.connector} />{' '}
-          {drifting.length > 0 && <span class="status status-changed">{counted(drifting.length, 'definition')} to review</span>}
+          {drifting.length > 0 && (
+            <span class="status status-changed">{counted(drifting.length, 'definition')} to review</span>
+          )}
         </span>
       </header>
       <dl class="facts">
@@ -220,7 +229,8 @@ function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onCha
       </dl>
       {tool.definitions_error && (
         <p class="error">
-          The last read failed, and the pins stay as they were: <span class="upstream-text">{tool.definitions_error}</span>
+          The last read failed, and the pins stay as they were:{' '}
+          <span class="upstream-text">{tool.definitions_error}</span>
         </p>
       )}
       {mcp && (
@@ -230,12 +240,7 @@ function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onCha
               Refresh
             </button>
             {drifting.length > 1 && (
-              <AcceptAll
-                definitions={drifting}
-                actionType={tool.action_type}
-                busy={action.busy}
-                onAccept={acceptAll}
-              />
+              <AcceptAll definitions={drifting} actionType={tool.action_type} busy={action.busy} onAccept={acceptAll} />
             )}
           </div>
           <Outcome error={action.error} notice={action.notice} />
@@ -250,7 +255,12 @@ function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onCha
  * Accepts every definition on screen, each with the hash shown (not the API's accept-all, which
  * takes whatever the upstream has by then): what was not reviewed is not accepted.
  */
-function AcceptAll(props: { definitions: Definition[]; actionType: string; busy: boolean; onAccept: (definitions: Acceptance[]) => Promise<unknown> }) {
+function AcceptAll(props: {
+  definitions: Definition[];
+  actionType: string;
+  busy: boolean;
+  onAccept: (definitions: Acceptance[]) => Promise<unknown>;
+}) {
   const reviewed = useRef<Acceptance[]>([]);
   return (
     <ConfirmButton
@@ -262,18 +272,26 @@ function AcceptAll(props: { definitions: Definition[]; actionType: string; busy:
       onAsk={() => (reviewed.current = props.definitions.map(acceptanceOf))}
       onConfirm={() => props.onAccept(reviewed.current)}
     >
-      Accept the {props.definitions.length} definitions shown above? Agents’ MCP clients see them, and calls of them go to the upstream again.
+      Accept the {props.definitions.length} definitions shown above? Agents’ MCP clients see them, and calls of them go
+      to the upstream again.
     </ConfirmButton>
   );
 }
 
-const acceptanceOf = (definition: Definition): Acceptance => ({ name: definition.name, current_hash: definition.current_hash });
+const acceptanceOf = (definition: Definition): Acceptance => ({
+  name: definition.name,
+  current_hash: definition.current_hash,
+});
 
 type Accept = (definitions: Acceptance[]) => Promise<string>;
 
 function Definitions({ tool, onAccept, onChanged }: { tool: Tool; onAccept: Accept; onChanged: () => Promise<void> }) {
   if (tool.definitions.length === 0) {
-    return <p class="muted">{tool.definitions_checked_at ? 'No upstream definitions are kept.' : 'The upstream was not read yet.'}</p>;
+    return (
+      <p class="muted">
+        {tool.definitions_checked_at ? 'No upstream definitions are kept.' : 'The upstream was not read yet.'}
+      </p>
+    );
   }
   return (
     <>
@@ -291,12 +309,21 @@ function Definitions({ tool, onAccept, onChanged }: { tool: Tool; onAccept: Acce
 
 /** What a status means for the agents' calls. */
 const CONSEQUENCE: Record<string, string> = {
-  changed: 'The upstream shows another definition than the pinned one: calls are denied (TOOL_DEFINITION_CHANGED) until it is accepted.',
+  changed:
+    'The upstream shows another definition than the pinned one: calls are denied (TOOL_DEFINITION_CHANGED) until it is accepted.',
   new: 'The upstream lists a tool that was never accepted: calls are denied (TOOL_DEFINITION_CHANGED) until it is.',
   removed: 'The upstream no longer lists this tool: calls are denied (TOOL_NOT_FOUND_UPSTREAM). Accepting forgets it.',
 };
 
-function DefinitionItem({ definition, onAccept, onChanged }: { definition: Definition; onAccept: Accept; onChanged: () => Promise<void> }) {
+function DefinitionItem({
+  definition,
+  onAccept,
+  onChanged,
+}: {
+  definition: Definition;
+  onAccept: Accept;
+  onChanged: () => Promise<void>;
+}) {
   const action = useNoticedAction(onChanged);
   const reviewed = useRef<Acceptance>(acceptanceOf(definition));
   const group = useRef<HTMLDivElement>(null);
@@ -309,18 +336,35 @@ function DefinitionItem({ definition, onAccept, onChanged }: { definition: Defin
       return done;
     });
   return (
-    <div class="definition" role="group" aria-label={`Definition ${definition.name}`} data-definition={definition.name} ref={group} tabIndex={-1}>
+    <div
+      class="definition"
+      role="group"
+      aria-label={`Definition ${definition.name}`}
+      data-definition={definition.name}
+      ref={group}
+      tabIndex={-1}
+    >
       <p class="definition-name">
         <code class="upstream-text">{definition.name}</code> <Status value={definition.status} />
       </p>
       <dl class="facts">
         <dt>Pinned</dt>
-        <dd>{definition.pinned_hash ? <HashAt hash={definition.pinned_hash} at={definition.pinned_at} /> : 'never accepted'}</dd>
+        <dd>
+          {definition.pinned_hash ? (
+            <HashAt hash={definition.pinned_hash} at={definition.pinned_at} />
+          ) : (
+            'never accepted'
+          )}
+        </dd>
         {review && (
           <>
             <dt>Upstream now</dt>
             <dd>
-              {definition.current_hash ? <HashAt hash={definition.current_hash} at={definition.changed_at} since /> : 'not listed'}
+              {definition.current_hash ? (
+                <HashAt hash={definition.current_hash} at={definition.changed_at} since />
+              ) : (
+                'not listed'
+              )}
             </dd>
           </>
         )}
@@ -406,7 +450,13 @@ function Diff({ text }: { text: string }) {
       <figcaption>From the pinned definition (−) to the upstream’s (+)</figcaption>
       <pre>
         {diffLines(text).map((line) =>
-          line.kind === 'added' ? <ins>{line.text}</ins> : line.kind === 'removed' ? <del>{line.text}</del> : <span class={`diff-${line.kind}`}>{line.text}</span>,
+          line.kind === 'added' ? (
+            <ins>{line.text}</ins>
+          ) : line.kind === 'removed' ? (
+            <del>{line.text}</del>
+          ) : (
+            <span class={`diff-${line.kind}`}>{line.text}</span>
+          ),
         )}
       </pre>
     </figure>

@@ -63,7 +63,8 @@ export function usePolled<T>(load: () => Promise<T>, key: string): Loaded<T> {
  * reporting a problem which refusal it was; `code: false` for the message alone.
  */
 export function messageOf(failure: unknown, { code = true }: { code?: boolean } = {}): string {
-  if (failure instanceof ApiError) return code && failure.code ? `${failure.message} (${failure.code})` : failure.message;
+  if (failure instanceof ApiError)
+    return code && failure.code ? `${failure.message} (${failure.code})` : failure.message;
   return failure instanceof Error ? failure.message : String(failure);
 }
 
@@ -118,7 +119,15 @@ export function useAction(after: () => Promise<void> | void) {
   return { busy, error, setError, run };
 }
 
-export function Section({ title, children, actions }: { title: string; children: ComponentChildren; actions?: ComponentChildren }) {
+export function Section({
+  title,
+  children,
+  actions,
+}: {
+  title: string;
+  children: ComponentChildren;
+  actions?: ComponentChildren;
+}) {
   return (
     <section class="page" aria-labelledby="page-title">
       <header class="page-header">
@@ -133,7 +142,11 @@ export function Section({ title, children, actions }: { title: string; children:
 }
 
 /** A list page's status filter: each status, then `all` (the empty value). */
-export function StatusFilter<S extends string>(props: { statuses: readonly S[]; value: S | ''; onChange: (value: S | '') => void }) {
+export function StatusFilter<S extends string>(props: {
+  statuses: readonly S[];
+  value: S | '';
+  onChange: (value: S | '') => void;
+}) {
   const id = useId();
   return (
     <div class="filters">
@@ -151,7 +164,12 @@ export function StatusFilter<S extends string>(props: { statuses: readonly S[]; 
 }
 
 /** A labelled filter input of a list page; it reports each keystroke (the page decides when to load). */
-export function FilterField(props: { label: string; type?: 'text' | 'search' | 'datetime-local'; value: string; onChange: (value: string) => void }) {
+export function FilterField(props: {
+  label: string;
+  type?: 'text' | 'search' | 'datetime-local';
+  value: string;
+  onChange: (value: string) => void;
+}) {
   const id = useId();
   return (
     <span class="field">

@@ -102,7 +102,8 @@ async function verify(args: string[]): Promise<number> {
     process.stdout.write(`${describe(result)}\n`);
     return 0;
   }
-  const record = result.seq !== undefined ? `, record seq ${result.seq}${result.recordId ? ` (${result.recordId})` : ''}` : '';
+  const record =
+    result.seq !== undefined ? `, record seq ${result.seq}${result.recordId ? ` (${result.recordId})` : ''}` : '';
   process.stderr.write(`FAILED: line ${result.line}${record}: ${result.reason}\n`);
   return 1;
 }

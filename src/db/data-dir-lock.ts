@@ -34,7 +34,8 @@ interface FileLocks {
 
 // CommonJS with a native addon; loaded on first use, so PostgreSQL mode never loads it.
 let fileLocks: FileLocks | undefined;
-const loadFileLocks = (): FileLocks => (fileLocks ??= createRequire(import.meta.url)('fs-native-extensions') as FileLocks);
+const loadFileLocks = (): FileLocks =>
+  (fileLocks ??= createRequire(import.meta.url)('fs-native-extensions') as FileLocks);
 
 interface Holder {
   pid: number;
@@ -109,7 +110,9 @@ export async function lockDataDir(dataDir: string): Promise<DataDirLock> {
         continue;
       }
       await handle.truncate(0);
-      await handle.write(JSON.stringify({ pid: process.pid, host: os.hostname(), since: new Date().toISOString() }) + '\n');
+      await handle.write(
+        JSON.stringify({ pid: process.pid, host: os.hostname(), since: new Date().toISOString() }) + '\n',
+      );
       return { release: () => handle.close() };
     } catch (error) {
       await handle.close().catch(() => undefined);

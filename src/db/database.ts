@@ -7,7 +7,13 @@ import { PrismaClient } from '../generated/prisma/client.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { migrate } from './migrate.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
-import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode, type SqlConnection, type SqlDriver, type TransactionAnswer } from './sql.js';
+import {
+  DEFAULT_DATABASE_TIMEOUT_MS,
+  type PoolMode,
+  type SqlConnection,
+  type SqlDriver,
+  type TransactionAnswer,
+} from './sql.js';
 import { isDatabaseUnavailable, isLostPreparedStatement } from './unavailable.js';
 
 export type DatabaseKind = 'pglite' | 'postgresql';
@@ -150,7 +156,8 @@ function postgresDriver(
     async query<Row>(text: string, params: unknown[] = [], prepared?: string) {
       const named = naming.named && prepared !== undefined;
       try {
-        return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
+        return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params }))
+          .rows as Row[];
       } catch (error) {
         // Outside a transaction nothing ran: the statement is sent again, unnamed. Inside one, the
         // transaction is lost and transactionIf runs it again.
@@ -158,7 +165,8 @@ function postgresDriver(
           return (await client.query({ text, values: params })).rows as Row[];
         }
         if (notSent(error) && !inTransaction) {
-          return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params })).rows as Row[];
+          return (await client.query(named ? { name: prepared, text, values: params } : { text, values: params }))
+            .rows as Row[];
         }
         throw error;
       }
@@ -212,7 +220,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   const shouldMigrate = options.migrate ?? true;
   if (options.databaseUrl) {
     const timeoutMs = options.timeoutMs ?? DEFAULT_DATABASE_TIMEOUT_MS;
-    const naming: StatementNaming = { named: options.poolMode !== 'transaction', warn: options.warn ?? (() => undefined) };
+    const naming: StatementNaming = {
+      named: options.poolMode !== 'transaction',
+      warn: options.warn ?? (() => undefined),
+    };
     if (shouldMigrate) await migratePostgres(options.databaseUrl, timeoutMs, naming);
     const pool = new pg.Pool({
       connectionString: options.databaseUrl,

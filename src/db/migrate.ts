@@ -37,7 +37,10 @@ export class MigrationError extends Error {}
 
 export async function readMigrations(dir = defaultMigrationsDir): Promise<Migration[]> {
   const entries = await readdir(dir, { withFileTypes: true });
-  const names = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+  const names = entries
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
   return Promise.all(
     names.map(async (name) => {
       const sql = await readFile(path.join(dir, name, 'migration.sql'), 'utf8');
@@ -64,11 +67,15 @@ export async function migrate(driver: SqlDriver, dir = defaultMigrationsDir): Pr
   return driver.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
     await tx.exec(CREATE_MIGRATIONS_TABLE);
-    const rows = await tx.query<AppliedRow>('SELECT migration_name, checksum, finished_at, rolled_back_at FROM "_prisma_migrations"');
+    const rows = await tx.query<AppliedRow>(
+      'SELECT migration_name, checksum, finished_at, rolled_back_at FROM "_prisma_migrations"',
+    );
     const applied = new Map(rows.filter((r) => r.rolled_back_at === null).map((r) => [r.migration_name, r]));
     for (const row of applied.values()) {
       if (row.finished_at === null) {
-        throw new MigrationError(`migration ${row.migration_name} started but did not finish; resolve it before starting`);
+        throw new MigrationError(
+          `migration ${row.migration_name} started but did not finish; resolve it before starting`,
+        );
       }
     }
     const done: string[] = [];

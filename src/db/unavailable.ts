@@ -69,7 +69,11 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     seen.add(current);
     const record = current as Record<string, unknown>;
     if (saysUnavailable(record)) return true;
-    pending.push(record.cause, (record.meta as Record<string, unknown> | undefined)?.driverAdapterError, record.originalError);
+    pending.push(
+      record.cause,
+      (record.meta as Record<string, unknown> | undefined)?.driverAdapterError,
+      record.originalError,
+    );
     if (Array.isArray(record.errors)) pending.push(...record.errors);
   }
   return false;

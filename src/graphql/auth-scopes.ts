@@ -50,9 +50,7 @@ export function unauthorizedError(_parent: unknown, ctx: Context, _info: unknown
   if (thrown) return thrown;
   const state = ctx.authState;
   if (!state?.principal) {
-    return state && 'error' in state && state.error
-      ? state.error
-      : authenticationRequired();
+    return state && 'error' in state && state.error ? state.error : authenticationRequired();
   }
   return operationForbidden();
 }

@@ -104,13 +104,18 @@ function overTokenLimit(source: string | Source, limit: number): boolean {
   return true;
 }
 
-function parseWithin(source: string | Source, options: ParseOptions | undefined, limits: OperationLimits): DocumentNode {
+function parseWithin(
+  source: string | Source,
+  options: ParseOptions | undefined,
+  limits: OperationLimits,
+): DocumentNode {
   const parser = new MaxTokensParserWLexer(source, { ...options, n: limits.tokens, onAccept: [], onReject: [] });
   try {
     return parser.parseDocument();
   } catch (error) {
     // Decided by the count, not by the error: at the deepest point even building the error can overflow.
-    const overLimit = parser.tokenCount > limits.tokens || (error instanceof RangeError && overTokenLimit(source, limits.tokens));
+    const overLimit =
+      parser.tokenCount > limits.tokens || (error instanceof RangeError && overTokenLimit(source, limits.tokens));
     if (overLimit) throw reported(documentError(`Token limit of ${limits.tokens} exceeded.`));
     if (error instanceof RangeError) throw reported(tooDeep());
     if (error instanceof GraphQLError) throw reported(new AppError('BAD_REQUEST', error.message, { at: error }));
@@ -119,7 +124,8 @@ function parseWithin(source: string | Source, options: ParseOptions | undefined,
 }
 
 /** Validation rules are cached by name with the document, so each caller class names its own. */
-const named = (name: string, rule: ValidationRule): ValidationRule => Object.defineProperty(rule, 'name', { value: name });
+const named = (name: string, rule: ValidationRule): ValidationRule =>
+  Object.defineProperty(rule, 'name', { value: name });
 
 /** Literals follow the same edge rule as JSON input (no NUL, no lone surrogate, at most 64 levels). */
 function checkLiteral(value: ValueNode, field: string): void {
@@ -149,8 +155,14 @@ const SupportedOperationsRule = named('SupportedOperationsRule', (context) => ({
 const limitRules = (callerClass: CallerClass): ValidationRule[] => {
   const limits = operationLimits[callerClass];
   return [
-    named(`MaxDepthRule_${callerClass}`, maxDepthRule({ n: limits.depth, ignoreIntrospection: true, onAccept: [], onReject: [throwLimitError] })),
-    named(`MaxAliasesRule_${callerClass}`, maxAliasesRule({ n: limits.aliases, onAccept: [], onReject: [throwLimitError] })),
+    named(
+      `MaxDepthRule_${callerClass}`,
+      maxDepthRule({ n: limits.depth, ignoreIntrospection: true, onAccept: [], onReject: [throwLimitError] }),
+    ),
+    named(
+      `MaxAliasesRule_${callerClass}`,
+      maxAliasesRule({ n: limits.aliases, onAccept: [], onReject: [throwLimitError] }),
+    ),
   ];
 };
 
@@ -171,7 +183,9 @@ function asInputError(error: GraphQLError): AppError {
   const variable = variablePattern.exec(error.message)?.[1];
   if (!variable) return asAppError(error);
   return new AppError('VALIDATION_ERROR', error.message, {
-    details: { errors: [{ field: `variables.${variable}`, message: error.message.replace(variablePattern, '').trim() }] },
+    details: {
+      errors: [{ field: `variables.${variable}`, message: error.message.replace(variablePattern, '').trim() }],
+    },
   });
 }
 
@@ -187,7 +201,11 @@ const needsCredentials = (field: GraphQLField<unknown, unknown> | undefined) =>
   (field?.extensions.pothosOptions as { authScopes?: unknown } | undefined)?.authScopes !== undefined;
 
 /** The root fields an operation selects, through fragments. */
-function rootFieldNames(selectionSet: SelectionSetNode, fragments: Map<string, FragmentDefinitionNode>, names = new Set<string>()) {
+function rootFieldNames(
+  selectionSet: SelectionSetNode,
+  fragments: Map<string, FragmentDefinitionNode>,
+  names = new Set<string>(),
+) {
   for (const selection of selectionSet.selections) {
     if (selection.kind === Kind.FIELD) names.add(selection.name.value);
     else if (selection.kind === Kind.INLINE_FRAGMENT) rootFieldNames(selection.selectionSet, fragments, names);
@@ -203,11 +221,17 @@ function rootFieldNames(selectionSet: SelectionSetNode, fragments: Map<string, F
  * Without credentials, an operation that asks for anything but sign-up, login, refresh_session and
  * introspection is 401 before its cost is considered: the same order as REST, credentials before the body.
  */
-function credentialsProblem(args: ExecutionArgs, operation: OperationDefinitionNode, auth: AuthState): AppError | undefined {
+function credentialsProblem(
+  args: ExecutionArgs,
+  operation: OperationDefinitionNode,
+  auth: AuthState,
+): AppError | undefined {
   const rootType = args.schema.getRootType(operation.operation);
   if (auth.principal || !rootType) return undefined;
   const fragments = new Map(
-    args.document.definitions.filter((d): d is FragmentDefinitionNode => d.kind === Kind.FRAGMENT_DEFINITION).map((d) => [d.name.value, d]),
+    args.document.definitions
+      .filter((d): d is FragmentDefinitionNode => d.kind === Kind.FRAGMENT_DEFINITION)
+      .map((d) => [d.name.value, d]),
   );
   const fields = rootType.getFields();
   for (const name of rootFieldNames(operation.selectionSet, fragments)) {

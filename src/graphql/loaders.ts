@@ -8,7 +8,8 @@ import type { ListPage } from '../lib/list-page.js';
 type DeliveriesKey = DeliveryFilter & { webhookId: string };
 /** An agent of an org. */
 type AgentKey = { orgId: string; svcId: string };
-const filterKey = ({ status, limit, offset }: DeliveryFilter) => JSON.stringify([status ?? null, limit ?? null, offset ?? null]);
+const filterKey = ({ status, limit, offset }: DeliveryFilter) =>
+  JSON.stringify([status ?? null, limit ?? null, offset ?? null]);
 
 /** An id within one org: loaders never return another org's row, whatever id they are given. */
 export interface OrgScopedId {
@@ -53,7 +54,10 @@ export function createLoaders(services: Services) {
       return services.gateway.usageOf(
         agents.map((agent, i) => {
           const manifest = manifests[i];
-          return { ...agent, limits: manifest && !(manifest instanceof Error) ? services.manifests.limitsOf(manifest) : null };
+          return {
+            ...agent,
+            limits: manifest && !(manifest instanceof Error) ? services.manifests.limitsOf(manifest) : null,
+          };
         }),
       );
     }, byAgent),
@@ -79,7 +83,10 @@ export function createLoaders(services: Services) {
         await Promise.all(
           [...groups].map(async ([filter, group]) => {
             try {
-              pages.set(filter, await services.webhooks.deliveriesOf([...new Set(group.map((k) => k.webhookId))], group[0]));
+              pages.set(
+                filter,
+                await services.webhooks.deliveriesOf([...new Set(group.map((k) => k.webhookId))], group[0]),
+              );
             } catch (error) {
               pages.set(filter, error as Error);
             }

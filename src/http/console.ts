@@ -93,7 +93,10 @@ async function readBuiltFile(dir: string, file: string): Promise<BuiltFile> {
   const identity = await readFile(`${dir}${file}`);
   const hash = createHash('sha256').update(identity).digest('base64url').slice(0, 22);
   const variants: BuiltFile['variants'] = new Map([['identity', { body: identity, etag: `"${hash}"` }]]);
-  for (const [encoding, suffix] of [['br', '.br'], ['gzip', '.gz']] as const) {
+  for (const [encoding, suffix] of [
+    ['br', '.br'],
+    ['gzip', '.gz'],
+  ] as const) {
     const body = await readFile(`${dir}${file}${suffix}`).catch(() => undefined);
     if (body) variants.set(encoding, { body, etag: `"${hash}-${encoding}"` });
   }
@@ -120,7 +123,10 @@ function matches(ifNoneMatch: string, etag: string): boolean {
 }
 
 function errorResponse(status: number, code: string, message: string, headers: Record<string, string> = {}): Response {
-  return Response.json({ error: { code, message, details: {} } }, { status, headers: { ...SECURITY_HEADERS, ...headers } });
+  return Response.json(
+    { error: { code, message, details: {} } },
+    { status, headers: { ...SECURITY_HEADERS, ...headers } },
+  );
 }
 
 function fileResponse(request: Request, file: BuiltFile, cacheControl: string): Response {
@@ -138,7 +144,10 @@ function fileResponse(request: Request, file: BuiltFile, cacheControl: string): 
   if (encoding !== 'identity') headers['Content-Encoding'] = encoding;
   headers['Content-Type'] = file.type;
   headers['Content-Length'] = String(body.length);
-  const payload = request.method === 'HEAD' ? null : (new Uint8Array(body.buffer, body.byteOffset, body.length) as Uint8Array<ArrayBuffer>);
+  const payload =
+    request.method === 'HEAD'
+      ? null
+      : (new Uint8Array(body.buffer, body.byteOffset, body.length) as Uint8Array<ArrayBuffer>);
   return new Response(payload, { status: 200, headers });
 }
 
@@ -174,7 +183,9 @@ export function useConsole(buildDir: string = DEFAULT_BUILD_DIR): Plugin {
 
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         return endResponse(
-          errorResponse(405, 'METHOD_NOT_ALLOWED', `${request.method} is not allowed on the console; use GET`, { Allow: 'GET, HEAD' }),
+          errorResponse(405, 'METHOD_NOT_ALLOWED', `${request.method} is not allowed on the console; use GET`, {
+            Allow: 'GET, HEAD',
+          }),
         );
       }
       let loaded: ConsoleBuild;

@@ -1,6 +1,13 @@
 import { GraphQLError } from 'graphql';
 import { isDatabaseUnavailable } from '../db/unavailable.js';
-import { AppError, authErrorCodes, errorStatus, serviceUnavailable, type ErrorCode, type FieldError } from '../errors.js';
+import {
+  AppError,
+  authErrorCodes,
+  errorStatus,
+  serviceUnavailable,
+  type ErrorCode,
+  type FieldError,
+} from '../errors.js';
 import { Response } from './fetch-api.js';
 
 /**

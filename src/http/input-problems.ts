@@ -26,7 +26,8 @@ export function inputProblem(path: string, graphqlMessage: string, schema: Graph
   if (match) return { field: at(path, match[1]), message: REQUIRED };
   match = /^Field "([^"]+)" is not defined by type "[^"]+"\.?/.exec(graphqlMessage);
   if (match) return { field: at(path, match[1]), message: 'is not a known field' };
-  if (/^Expected non-nullable type "[^"]+" not to be null\.?$/.test(graphqlMessage)) return { field: path, message: 'must not be null' };
+  if (/^Expected non-nullable type "[^"]+" not to be null\.?$/.test(graphqlMessage))
+    return { field: path, message: 'must not be null' };
   match = /^(String|Int|Float|Boolean|ID) cannot represent/.exec(graphqlMessage);
   if (match) return { field: path, message: scalarMessages[match[1]] };
   match = /^Value ".*" does not exist in "([^"]+)" enum\.?/.exec(graphqlMessage);
@@ -35,6 +36,7 @@ export function inputProblem(path: string, graphqlMessage: string, schema: Graph
     const values = isEnumType(type) ? type.getValues().map((v) => v.name) : [];
     return { field: path, message: values.length ? `must be one of ${values.join(', ')}` : 'is not an allowed value' };
   }
-  if (/^Expected type "[^"]+" to be an object\.?$/.test(graphqlMessage)) return { field: path, message: 'must be an object' };
+  if (/^Expected type "[^"]+" to be an object\.?$/.test(graphqlMessage))
+    return { field: path, message: 'must be an object' };
   return { field: path, message: graphqlMessage };
 }

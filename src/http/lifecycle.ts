@@ -1,6 +1,12 @@
 import type { Logger } from 'pino';
 import type { Plugin } from 'graphql-yoga';
-import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_URL_PATH, ATTR_URL_SCHEME } from '@opentelemetry/semantic-conventions';
+import {
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_URL_PATH,
+  ATTR_URL_SCHEME,
+} from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import { errorResponse, wireError } from './envelope.js';
 import { newRequestState, runWithRequest, type RequestState } from './request-state.js';
@@ -70,7 +76,11 @@ export function useRequestLifecycle(options: {
           {
             kind: SpanKind.SERVER,
             remoteParent: request.headers,
-            attributes: { [ATTR_HTTP_REQUEST_METHOD]: request.method, [ATTR_URL_PATH]: url.pathname, [ATTR_URL_SCHEME]: url.protocol.slice(0, -1) },
+            attributes: {
+              [ATTR_HTTP_REQUEST_METHOD]: request.method,
+              [ATTR_URL_PATH]: url.pathname,
+              [ATTR_URL_SCHEME]: url.protocol.slice(0, -1),
+            },
           },
           (span) => {
             state.span = span;
@@ -96,7 +106,13 @@ export function useRequestLifecycle(options: {
         endResponse(errorResponse(wireError('PAYLOAD_TOO_LARGE', `The body exceeds ${maxBodyBytes} bytes`)));
         return;
       }
-      setRequest(new Request(url, { method: request.method, headers: request.headers, body: body.length ? (body as Uint8Array<ArrayBuffer>) : null }));
+      setRequest(
+        new Request(url, {
+          method: request.method,
+          headers: request.headers,
+          body: body.length ? (body as Uint8Array<ArrayBuffer>) : null,
+        }),
+      );
     },
     onResponse({ request, response, serverContext, setResponse }) {
       const state = serverContext.state;
@@ -118,7 +134,9 @@ export function useRequestLifecycle(options: {
       if (state.span) {
         // HTTP semantic conventions: `{method} {http.route}`; a server span is an error on 5xx only.
         if (state.route) state.span.updateName(state.route).setAttribute(ATTR_HTTP_ROUTE, routePath);
-        state.span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, final.status).setAttribute('agw.request_id', state.requestId);
+        state.span
+          .setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, final.status)
+          .setAttribute('agw.request_id', state.requestId);
         if (final.status >= 500) state.span.setStatus({ code: SpanStatusCode.ERROR });
       }
       logger.info(

@@ -61,7 +61,9 @@ const jwtPattern = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
  */
 function challenge(publicUrl: string, svcId: string, refusal?: string): string {
   const base = `Bearer resource_metadata="${protectedResourceMetadataUrl(publicUrl, svcId)}", scope="${MCP_SCOPE}"`;
-  return refusal === undefined ? base : `${base}, error="invalid_token", error_description="${refusal.replace(/["\\]/g, '')}"`;
+  return refusal === undefined
+    ? base
+    : `${base}, error="invalid_token", error_description="${refusal.replace(/["\\]/g, '')}"`;
 }
 
 /** Gateway-defined JSON-RPC error codes (−32000…−32019 is the range left to servers). */
@@ -91,7 +93,10 @@ function toMcpError(error: unknown, logger: Logger): ProtocolError {
       return new ProtocolError(ProtocolErrorCode.InvalidParams, error.message, data);
     }
     if (error.code === 'SERVICE_UNAVAILABLE') {
-      return new ProtocolError(RPC_UNAVAILABLE, error.message, { ...data, retry_after_seconds: DATABASE_RETRY_AFTER_SECONDS });
+      return new ProtocolError(RPC_UNAVAILABLE, error.message, {
+        ...data,
+        retry_after_seconds: DATABASE_RETRY_AFTER_SECONDS,
+      });
     }
     if (error.code !== 'INTERNAL_ERROR') return new ProtocolError(RPC_FORBIDDEN, error.message, data);
   }
@@ -133,7 +138,8 @@ async function bodyOf(request: Request): Promise<RequestBody> {
 /** The first revision without `initialize`, whose requests each carry a `_meta` envelope naming it. */
 const STATELESS_REVISION = '2026-07-28';
 const olderRevisions = new Set(SUPPORTED_PROTOCOL_VERSIONS.filter((version) => version < STATELESS_REVISION));
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 type Leg = 'older' | 'stateless';
 
@@ -168,7 +174,16 @@ interface McpEndpointDeps {
   admit: (orgId: string, state: RequestState) => Promise<void>;
 }
 
-export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth, mcp, admit }: McpEndpointDeps): Plugin<{}, ServerContext> {
+export function useMcpEndpoint({
+  env,
+  logger,
+  telemetry,
+  version,
+  apiKeys,
+  oauth,
+  mcp,
+  admit,
+}: McpEndpointDeps): Plugin<{}, ServerContext> {
   const allowedOrigins = new Set(env.mcpAllowedOrigins);
   // Compiling schemas is the validator's cost; one instance serves every request's server.
   const jsonSchemaValidator = new AjvJsonSchemaValidator();
@@ -179,11 +194,14 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
    * that answers instead.
    */
   async function credentialOf(request: Request, svcId: string): Promise<AgentPrincipal | Response> {
-    const header = request.headers.get('x-api-key') ?? bearerPattern.exec(request.headers.get('authorization') ?? '')?.[1];
+    const header =
+      request.headers.get('x-api-key') ?? bearerPattern.exec(request.headers.get('authorization') ?? '')?.[1];
     const unauthorized = (message: string, refusal?: string) =>
       rpcError(401, RPC_UNAUTHORIZED, message, { 'WWW-Authenticate': challenge(env.publicUrl, svcId, refusal) });
     if (!header) {
-      return unauthorized('Credentials are required: an OAuth access token for this agent, or an API key (X-API-Key or Authorization: Bearer)');
+      return unauthorized(
+        'Credentials are required: an OAuth access token for this agent, or an API key (X-API-Key or Authorization: Bearer)',
+      );
     }
     const credential = header.trim();
     if (jwtPattern.test(credential) && !request.headers.has('x-api-key')) {
@@ -247,7 +265,8 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
             // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
             // the only ones the call reads.
             const result = await mcp.callTool(principal, svcId, request.params, turn?.away);
-            if (result.isError) span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
+            if (result.isError)
+              span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
             // The result as the request's revision shapes it (the SDK's one place for that).
             return server.projectCallToolResult(result, undefined);
           } catch (error) {
@@ -299,7 +318,10 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
       maxRequestBodySize: env.maxBodyBytes,
     });
     // What does not parse goes to the SDK as text, so it answers its own JSON-RPC parse error.
-    const forSdk = body.parsed === undefined ? new Request(request.url, { method: 'POST', headers: request.headers, body: body.text }) : request;
+    const forSdk =
+      body.parsed === undefined
+        ? new Request(request.url, { method: 'POST', headers: request.headers, body: body.text })
+        : request;
     await serverFor(caller).connect(transport);
     return transport.handleRequest(forSdk, body.parsed === undefined ? undefined : { parsedBody: body.parsed });
   }
@@ -311,9 +333,14 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
     }
     if (request.method !== 'POST') {
       // Stateless: no server-initiated stream (GET) and no session to end (DELETE).
-      return rpcError(405, RPC_METHOD_NOT_ALLOWED, `${request.method} is not supported: this endpoint is stateless, use POST`, {
-        Allow: 'POST',
-      });
+      return rpcError(
+        405,
+        RPC_METHOD_NOT_ALLOWED,
+        `${request.method} is not supported: this endpoint is stateless, use POST`,
+        {
+          Allow: 'POST',
+        },
+      );
     }
     const principal = await credentialOf(request, svcId);
     if (principal instanceof Response) return principal;
@@ -326,17 +353,28 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
         return rpcError(429, RPC_FORBIDDEN, error.message, error.extensions.http?.headers ?? {});
       }
     }
-    const caller: McpCaller = { principal, svcId, protocolVersion: request.headers.get('mcp-protocol-version'), turn: state?.turn };
+    const caller: McpCaller = {
+      principal,
+      svcId,
+      protocolVersion: request.headers.get('mcp-protocol-version'),
+      turn: state?.turn,
+    };
     const body = await bodyOf(request);
     // The SDK's own routing rule (a body that claims the 2026-07-28 envelope is modern, and so is
     // a header naming it), so the two legs can never disagree with what the SDK would do itself.
     const leg: Leg =
-      body.parsed === undefined ? 'older' : (plainLeg(request, body.parsed) ?? ((await isLegacyRequest(request, body.parsed)) ? 'older' : 'stateless'));
-    const answer = leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
+      body.parsed === undefined
+        ? 'older'
+        : (plainLeg(request, body.parsed) ?? ((await isLegacyRequest(request, body.parsed)) ? 'older' : 'stateless'));
+    const answer =
+      leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
     // is left, and closing would abort the finished handler and build an error for nothing.
-    return new Response(answer.body === null ? null : await answer.text(), { status: answer.status, headers: answer.headers });
+    return new Response(answer.body === null ? null : await answer.text(), {
+      status: answer.status,
+      headers: answer.headers,
+    });
   }
 
   return {
@@ -360,7 +398,9 @@ export function useMcpEndpoint({ env, logger, telemetry, version, apiKeys, oauth
         logUnexpected(logger, error, { request_id: state?.requestId }, 'MCP request failed');
         endResponse(
           isDatabaseUnavailable(error)
-            ? rpcError(503, RPC_UNAVAILABLE, serviceUnavailable().message, { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) })
+            ? rpcError(503, RPC_UNAVAILABLE, serviceUnavailable().message, {
+                'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS),
+              })
             : rpcError(500, ProtocolErrorCode.InternalError, 'An internal error occurred'),
         );
       }

@@ -5,7 +5,11 @@ import { AppError, DATABASE_RETRY_AFTER_SECONDS } from '../errors.js';
 import type { TokenError } from '../modules/oauth/token-endpoint.js';
 import { logUnexpected } from '../logger.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
-import { AUTHORIZATION_SERVER_METADATA_PATH, OAUTH_PATHS, PROTECTED_RESOURCE_METADATA_PREFIX } from '../modules/oauth/oauth-metadata.js';
+import {
+  AUTHORIZATION_SERVER_METADATA_PATH,
+  OAUTH_PATHS,
+  PROTECTED_RESOURCE_METADATA_PREFIX,
+} from '../modules/oauth/oauth-metadata.js';
 import { AUTHORIZATION_PARAM_NAMES, type AuthorizationParams } from '../modules/oauth/authorization-request.js';
 import type { OAuthService } from '../modules/oauth/oauth.service.js';
 import { TOKEN_FORM_FIELDS, type TokenForm } from '../modules/oauth/token-endpoint.js';
@@ -54,7 +58,12 @@ const PAGE_HEADERS = {
   'Cache-Control': 'no-store',
 };
 
-export function oauthError(status: number, error: OAuthErrorCode, description: string, headers: Record<string, string> = {}): Response {
+export function oauthError(
+  status: number,
+  error: OAuthErrorCode,
+  description: string,
+  headers: Record<string, string> = {},
+): Response {
   return Response.json(
     { error, error_description: description },
     { status, headers: { ...CORS_HEADERS, 'Cache-Control': 'no-store', ...headers } },
@@ -65,7 +74,10 @@ const json = (body: unknown, status = 200, headers: Record<string, string> = {})
   Response.json(body, { status, headers: { ...CORS_HEADERS, ...headers } });
 
 /** The parameters of a query string or form, once each; a repeated one is named (RFC 6749 §3.1, §3.2). */
-function singleParams<Name extends string>(params: URLSearchParams, names: readonly Name[]): { values: Partial<Record<Name, string>> } | { repeated: string } {
+function singleParams<Name extends string>(
+  params: URLSearchParams,
+  names: readonly Name[],
+): { values: Partial<Record<Name, string>> } | { repeated: string } {
   const values: Partial<Record<Name, string>> = {};
   for (const name of names) {
     const all = params.getAll(name);
@@ -84,7 +96,10 @@ const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.char
 function refusalPage(request: Request, description: string): Response {
   if (!request.headers.get('accept')?.includes('text/html')) {
     // A copy: Response.json adds its Content-Type to the headers object it is given.
-    return Response.json({ error: 'invalid_request', error_description: description }, { status: 400, headers: { ...PAGE_HEADERS } });
+    return Response.json(
+      { error: 'invalid_request', error_description: description },
+      { status: 400, headers: { ...PAGE_HEADERS } },
+    );
   }
   const html =
     '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Authorization request refused · Agent Gateway</title></head>' +
@@ -93,7 +108,8 @@ function refusalPage(request: Request, description: string): Response {
   return new Response(html, { status: 400, headers: { ...PAGE_HEADERS, 'Content-Type': 'text/html; charset=utf-8' } });
 }
 
-const redirect = (location: string) => new Response(null, { status: 302, headers: { ...PAGE_HEADERS, Location: location } });
+const redirect = (location: string) =>
+  new Response(null, { status: 302, headers: { ...PAGE_HEADERS, Location: location } });
 
 interface OAuthEndpointDeps {
   oauth: OAuthService;
@@ -104,7 +120,12 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   /** `GET /oauth/authorize`: to the consent page, back to the client with an error, or a page saying why. */
   async function authorize(request: Request, url: URL, clientAddress: string): Promise<Response> {
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      return oauthError(405, 'invalid_request', `${request.method} is not supported here: the authorization endpoint is visited with GET`, { Allow: 'GET, HEAD' });
+      return oauthError(
+        405,
+        'invalid_request',
+        `${request.method} is not supported here: the authorization endpoint is visited with GET`,
+        { Allow: 'GET, HEAD' },
+      );
     }
     const params = singleParams(url.searchParams, AUTHORIZATION_PARAM_NAMES);
     if ('repeated' in params) return refusalPage(request, `The parameter ${params.repeated} is repeated.`);
@@ -114,10 +135,17 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   }
 
   /** The form of a token or revocation request, or the error that refuses it. */
-  async function formOf<Name extends string>(request: Request, names: readonly Name[]): Promise<Partial<Record<Name, string>> | Response> {
+  async function formOf<Name extends string>(
+    request: Request,
+    names: readonly Name[],
+  ): Promise<Partial<Record<Name, string>> | Response> {
     const mediaType = request.headers.get('content-type')?.split(';')[0].trim().toLowerCase();
     if (mediaType !== 'application/x-www-form-urlencoded') {
-      return oauthError(400, 'invalid_request', 'The request must be sent as application/x-www-form-urlencoded (RFC 6749 §3.2)');
+      return oauthError(
+        400,
+        'invalid_request',
+        'The request must be sent as application/x-www-form-urlencoded (RFC 6749 §3.2)',
+      );
     }
     const form = singleParams(new URLSearchParams(await request.text()), names);
     if ('repeated' in form) return oauthError(400, 'invalid_request', `The parameter ${form.repeated} is repeated`);
@@ -145,7 +173,10 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   /** A path that takes a POST (registration, tokens, revocation): the method checked, preflights answered. */
   function postOnly(request: Request, serve: () => Promise<Response>): Promise<Response> | Response {
     if (request.method === 'OPTIONS') return new Response(null, { status: 204, headers: CORS_HEADERS });
-    if (request.method !== 'POST') return oauthError(405, 'invalid_request', `${request.method} is not supported here: use POST`, { Allow: 'POST, OPTIONS' });
+    if (request.method !== 'POST')
+      return oauthError(405, 'invalid_request', `${request.method} is not supported here: use POST`, {
+        Allow: 'POST, OPTIONS',
+      });
     return serve();
   }
 
@@ -158,12 +189,21 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
     if (pathname === OAUTH_PATHS.register) return postOnly(request, () => register(request, clientAddress));
     if (request.method === 'OPTIONS') return new Response(null, { status: 204, headers: CORS_HEADERS });
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      return oauthError(405, 'invalid_request', `${request.method} is not supported here: use GET`, { Allow: 'GET, HEAD, OPTIONS' });
+      return oauthError(405, 'invalid_request', `${request.method} is not supported here: use GET`, {
+        Allow: 'GET, HEAD, OPTIONS',
+      });
     }
-    if (pathname === AUTHORIZATION_SERVER_METADATA_PATH) return json(oauth.authorizationServerMetadata(), 200, { 'Cache-Control': METADATA_CACHE });
-    const svcId = pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX) ? safeDecode(pathname.slice(PROTECTED_RESOURCE_MCP_PREFIX.length)) : '';
+    if (pathname === AUTHORIZATION_SERVER_METADATA_PATH)
+      return json(oauth.authorizationServerMetadata(), 200, { 'Cache-Control': METADATA_CACHE });
+    const svcId = pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX)
+      ? safeDecode(pathname.slice(PROTECTED_RESOURCE_MCP_PREFIX.length))
+      : '';
     if (!agentIdPattern.test(svcId)) {
-      return oauthError(404, 'not_found', `No protected resource here: the metadata of an agent's MCP endpoint is at ${PROTECTED_RESOURCE_MCP_PREFIX}{svc_id}`);
+      return oauthError(
+        404,
+        'not_found',
+        `No protected resource here: the metadata of an agent's MCP endpoint is at ${PROTECTED_RESOURCE_MCP_PREFIX}{svc_id}`,
+      );
     }
     return json(oauth.protectedResourceMetadata(svcId), 200, { 'Cache-Control': METADATA_CACHE });
   }
@@ -172,7 +212,11 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
   async function register(request: Request, clientAddress: string): Promise<Response> {
     const mediaType = request.headers.get('content-type')?.split(';')[0].trim().toLowerCase();
     if (mediaType !== 'application/json') {
-      return oauthError(400, 'invalid_client_metadata', 'The client metadata must be sent as application/json (RFC 7591)');
+      return oauthError(
+        400,
+        'invalid_client_metadata',
+        'The client metadata must be sent as application/json (RFC 7591)',
+      );
     }
     let body: unknown;
     try {
@@ -206,10 +250,13 @@ const OAUTH_ENDPOINTS: ReadonlySet<string> = new Set(Object.values(OAUTH_PATHS))
 
 /** Whether this edge serves `pathname`: the OAuth metadata documents and endpoints. */
 const ours = (pathname: string) =>
-  OAUTH_ENDPOINTS.has(pathname) || pathname === AUTHORIZATION_SERVER_METADATA_PATH || pathname.startsWith(PROTECTED_RESOURCE_METADATA_PREFIX);
+  OAUTH_ENDPOINTS.has(pathname) ||
+  pathname === AUTHORIZATION_SERVER_METADATA_PATH ||
+  pathname.startsWith(PROTECTED_RESOURCE_METADATA_PREFIX);
 
 /** The route pattern for logs and metrics: the agent's id is not part of it. */
-const routeOf = (pathname: string) => (pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX) ? `${PROTECTED_RESOURCE_MCP_PREFIX}:svc_id` : pathname);
+const routeOf = (pathname: string) =>
+  pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX) ? `${PROTECTED_RESOURCE_MCP_PREFIX}:svc_id` : pathname;
 
 function safeDecode(segment: string): string {
   try {

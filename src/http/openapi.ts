@@ -1,4 +1,11 @@
-import { getNamedType, isInputObjectType, isNonNullType, isObjectType, isScalarType, type GraphQLSchema } from 'graphql';
+import {
+  getNamedType,
+  isInputObjectType,
+  isNonNullType,
+  isObjectType,
+  isScalarType,
+  type GraphQLSchema,
+} from 'graphql';
 import { useSofa } from 'sofa-api';
 import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
@@ -25,7 +32,8 @@ const TIMESTAMP_PARAMETER_FORMAT =
 /** What SOFA writes for each scalar: a shaped JSON scalar (scalars.ts) refers to its component. */
 export function sofaCustomScalars(schema: GraphQLSchema): Record<string, Json> {
   const scalars: Record<string, Json> = { Timestamp: timestampSchema, JSON: {} };
-  for (const [name, shape] of shapedScalars(schema)) scalars[name] = shape ? { $ref: `#/components/schemas/${name}` } : {};
+  for (const [name, shape] of shapedScalars(schema))
+    scalars[name] = shape ? { $ref: `#/components/schemas/${name}` } : {};
   return scalars;
 }
 
@@ -77,12 +85,19 @@ const rateLimitHeaders = {
 
 /** What a 503 carries when the database is unreachable. */
 const serviceUnavailableHeaders = {
-  'Retry-After': { description: 'Seconds to wait before retrying (when the database is unreachable)', schema: { type: 'integer' } },
+  'Retry-After': {
+    description: 'Seconds to wait before retrying (when the database is unreachable)',
+    schema: { type: 'integer' },
+  },
 };
 
 /** What a 429 carries: when to retry, and the limit that refused. */
 const tooManyRequestsHeaders = {
-  'Retry-After': { description: 'Seconds until the window that refused resets', required: true, schema: { type: 'integer' } },
+  'Retry-After': {
+    description: 'Seconds until the window that refused resets',
+    required: true,
+    schema: { type: 'integer' },
+  },
   ...rateLimitHeaders,
 };
 
@@ -93,14 +108,19 @@ function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | '
     const note = route.errorNotes?.[code as keyof NonNullable<RestRoute['errorNotes']>];
     responses[code] = {
       description: note ? `${description}; ${note}` : description,
-      ...(code === '429' ? { headers: tooManyRequestsHeaders } : code === '503' ? { headers: serviceUnavailableHeaders } : {}),
+      ...(code === '429'
+        ? { headers: tooManyRequestsHeaders }
+        : code === '503'
+          ? { headers: serviceUnavailableHeaders }
+          : {}),
       content: { 'application/json': { schema: { $ref: `#/components/schemas/${ref}` } } },
     };
   }
   return responses;
 }
 
-const securityOf = (auth: RestRoute['auth']) => auth.map((scheme) => ({ [scheme === 'bearer' ? 'bearerAuth' : 'apiKeyAuth']: [] }));
+const securityOf = (auth: RestRoute['auth']) =>
+  auth.map((scheme) => ({ [scheme === 'bearer' ? 'bearerAuth' : 'apiKeyAuth']: [] }));
 
 function streamParamSchema(param: StreamParam): Json {
   if (param.type === 'integer') return { type: 'integer', format: 'int32' };
@@ -147,7 +167,9 @@ function streamOperation(route: StreamRoute): Json {
 function declaredShape(property: Json, extensions: Readonly<Record<string, unknown>> | null | undefined): Json {
   const values = extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
   if (!values) return property;
-  return property.type === 'array' ? { ...property, items: { ...property.items, enum: [...values] } } : { ...property, enum: [...values] };
+  return property.type === 'array'
+    ? { ...property, items: { ...property.items, enum: [...values] } }
+    : { ...property, enum: [...values] };
 }
 
 /**
@@ -188,15 +210,16 @@ function nullableReference({ $ref, ...siblings }: Json, schemas: Json): Json {
   return { ...siblings, oneOf: [{ $ref }, { type, nullable: true, enum: [null] }] };
 }
 
-
 /** What each tag groups, for the documentation's sections. */
 const tagDescriptions: Record<string, string> = {
   Organizations: 'Sign-up, the organization and its settings, its users and their roles.',
   Sessions: 'Operator login (bearer JWT), refresh-token rotation and logout.',
   'API keys': "Scoped keys an org's agents call the gateway with; the key itself is shown once.",
-  Manifests: 'Agent manifests: registration, validation, versions and the approve / reject / suspend / reactivate / revoke transitions.',
+  Manifests:
+    'Agent manifests: registration, validation, versions and the approve / reject / suspend / reactivate / revoke transitions.',
   Agents: 'The identity behind manifest versions: owner, labels, usage, deactivation.',
-  Gateway: 'Execute and evaluate agent actions: the decision with its reasons, budgets, policies and the signed record.',
+  Gateway:
+    'Execute and evaluate agent actions: the decision with its reasons, budgets, policies and the signed record.',
   Approvals: 'Actions waiting for a human: operators decide them, agents poll them.',
   Tools: 'Per-org connectors by action type (http, mcp, mock) that execute allowed actions.',
   Policies: 'Org policies over actions (CEL conditions; deny, require approval or rate limit; enforce or shadow).',
@@ -213,7 +236,10 @@ const tagDescriptions: Record<string, string> = {
 
 /** Operations the service answers outside the GraphQL schema (so SOFA knows nothing of them). */
 function serviceOperations(): Json {
-  const json = (schema: Json, description = 'Success') => ({ description, content: { 'application/json': { schema } } });
+  const json = (schema: Json, description = 'Success') => ({
+    description,
+    content: { 'application/json': { schema } },
+  });
   const status = { type: 'object', required: ['status'], properties: { status: { type: 'string', enum: ['ok'] } } };
   const readiness = {
     type: 'object',
@@ -237,7 +263,11 @@ function serviceOperations(): Json {
     additionalProperties: true,
   };
   const strings = { type: 'array', items: { type: 'string' } };
-  const retryAfter = { required: true, description: 'Seconds to wait before trying again', schema: { type: 'integer' } };
+  const retryAfter = {
+    required: true,
+    description: 'Seconds to wait before trying again',
+    schema: { type: 'integer' },
+  };
   const oauthError = (codes: string[], description: string) =>
     json(
       {
@@ -248,10 +278,16 @@ function serviceOperations(): Json {
       description,
     );
   /** 429 and 503 of the OAuth endpoints: OAuth's `temporarily_unavailable`, with `Retry-After`. */
-  const oauthRetry = (description: string) => ({ ...oauthError(['temporarily_unavailable'], description), headers: { 'Retry-After': retryAfter } });
+  const oauthRetry = (description: string) => ({
+    ...oauthError(['temporarily_unavailable'], description),
+    headers: { 'Retry-After': retryAfter },
+  });
   const oauthUnavailable = oauthRetry('The database cannot be reached');
   const clientFields = {
-    redirect_uris: { ...strings, description: 'https URLs, or http on the loopback interface (127.0.0.1, [::1], localhost), at most 10' },
+    redirect_uris: {
+      ...strings,
+      description: 'https URLs, or http on the loopback interface (127.0.0.1, [::1], localhost), at most 10',
+    },
     client_name: { type: 'string', maxLength: 200 },
     client_uri: { type: 'string', description: 'An https URL' },
     logo_uri: { type: 'string', description: 'An https URL' },
@@ -265,12 +301,19 @@ function serviceOperations(): Json {
         operationId: 'oauth_authorization_server_metadata',
         tags: ['OAuth'],
         summary: 'Authorization-server metadata (RFC 8414)',
-        description: 'The issuer is PUBLIC_URL; MCP clients find the authorization, token, registration and revocation endpoints here.',
+        description:
+          'The issuer is PUBLIC_URL; MCP clients find the authorization, token, registration and revocation endpoints here.',
         security: [],
         responses: {
           '200': json({
             type: 'object',
-            required: ['issuer', 'authorization_endpoint', 'token_endpoint', 'registration_endpoint', 'response_types_supported'],
+            required: [
+              'issuer',
+              'authorization_endpoint',
+              'token_endpoint',
+              'registration_endpoint',
+              'response_types_supported',
+            ],
             properties: {
               issuer: { type: 'string' },
               authorization_endpoint: { type: 'string' },
@@ -303,7 +346,13 @@ function serviceOperations(): Json {
         responses: {
           '200': json({
             type: 'object',
-            required: ['resource', 'authorization_servers', 'scopes_supported', 'bearer_methods_supported', 'resource_name'],
+            required: [
+              'resource',
+              'authorization_servers',
+              'scopes_supported',
+              'bearer_methods_supported',
+              'resource_name',
+            ],
             properties: {
               resource: { type: 'string' },
               authorization_servers: strings,
@@ -335,7 +384,10 @@ function serviceOperations(): Json {
                 properties: {
                   ...clientFields,
                   token_endpoint_auth_method: { type: 'string', enum: ['none'] },
-                  grant_types: { type: 'array', items: { type: 'string', enum: ['authorization_code', 'refresh_token'] } },
+                  grant_types: {
+                    type: 'array',
+                    items: { type: 'string', enum: ['authorization_code', 'refresh_token'] },
+                  },
                   response_types: { type: 'array', items: { type: 'string', enum: ['code'] } },
                 },
               },
@@ -346,7 +398,14 @@ function serviceOperations(): Json {
           '201': json(
             {
               type: 'object',
-              required: ['client_id', 'client_id_issued_at', 'redirect_uris', 'token_endpoint_auth_method', 'grant_types', 'response_types'],
+              required: [
+                'client_id',
+                'client_id_issued_at',
+                'redirect_uris',
+                'token_endpoint_auth_method',
+                'grant_types',
+                'response_types',
+              ],
               properties: {
                 client_id: { type: 'string' },
                 client_id_issued_at: { type: 'integer' },
@@ -376,7 +435,15 @@ function serviceOperations(): Json {
           'while they are not, a page (or, to a program, OAuth JSON) says why and nothing is redirected.',
         security: [],
         parameters: [
-          ...['response_type', 'client_id', 'redirect_uri', 'code_challenge', 'code_challenge_method', 'state', 'resource'].map((name) => ({
+          ...[
+            'response_type',
+            'client_id',
+            'redirect_uri',
+            'code_challenge',
+            'code_challenge_method',
+            'state',
+            'resource',
+          ].map((name) => ({
             name,
             in: 'query',
             required: true,
@@ -448,7 +515,10 @@ function serviceOperations(): Json {
             },
             'Tokens (never cached)',
           ),
-          '400': oauthError(['invalid_request', 'invalid_grant', 'unsupported_grant_type', 'invalid_scope', 'invalid_target'], 'The request is refused'),
+          '400': oauthError(
+            ['invalid_request', 'invalid_grant', 'unsupported_grant_type', 'invalid_scope', 'invalid_target'],
+            'The request is refused',
+          ),
           '405': oauthError(['invalid_request'], 'Only POST'),
           '429': oauthRetry('Too many failed token requests from this address'),
           '503': oauthUnavailable,
@@ -471,7 +541,11 @@ function serviceOperations(): Json {
               schema: {
                 type: 'object',
                 required: ['token'],
-                properties: { token: { type: 'string' }, token_type_hint: { type: 'string' }, client_id: { type: 'string' } },
+                properties: {
+                  token: { type: 'string' },
+                  token_type_hint: { type: 'string' },
+                  client_id: { type: 'string' },
+                },
               },
             },
           },
@@ -489,7 +563,8 @@ function serviceOperations(): Json {
         operationId: 'healthz',
         tags: ['Health'],
         summary: 'Liveness: the process serves requests',
-        description: 'Answers 200 while the process runs, without touching the database: a restart is the cure for a failure here.',
+        description:
+          'Answers 200 while the process runs, without touching the database: a restart is the cure for a failure here.',
         security: [],
         responses: { '200': json(status) },
       },
@@ -499,9 +574,13 @@ function serviceOperations(): Json {
         operationId: 'readyz',
         tags: ['Health'],
         summary: 'Readiness: the database answers and the process is not shutting down',
-        description: 'A load balancer sends traffic only while this is 200; 503 while the database does not answer or once shutdown began (SIGTERM).',
+        description:
+          'A load balancer sends traffic only while this is 200; 503 while the database does not answer or once shutdown began (SIGTERM).',
         security: [],
-        responses: { '200': json(readiness), '503': json(readiness, 'Not ready: the database does not answer, or shutdown began') },
+        responses: {
+          '200': json(readiness),
+          '503': json(readiness, 'Not ready: the database does not answer, or shutdown began'),
+        },
       },
     },
     '/.well-known/jwks.json': {
@@ -509,9 +588,12 @@ function serviceOperations(): Json {
         operationId: 'jwks',
         tags: ['Keys'],
         summary: 'Public keys of capability tokens and records (retired keys stay listed)',
-        description: 'Ed25519 keys as a JWK Set: verify capability tokens and the signatures of interaction records offline, by `kid`.',
+        description:
+          'Ed25519 keys as a JWK Set: verify capability tokens and the signatures of interaction records offline, by `kid`.',
         security: [],
-        responses: { '200': json({ type: 'object', required: ['keys'], properties: { keys: { type: 'array', items: jwk } } }) },
+        responses: {
+          '200': json({ type: 'object', required: ['keys'], properties: { keys: { type: 'array', items: jwk } } }),
+        },
       },
     },
   };
@@ -521,7 +603,11 @@ function serviceOperations(): Json {
  * `serverUrl` is where clients reach the service: the served document names PUBLIC_URL, so a
  * generated client works as is; the committed one names the default address.
  */
-export function buildOpenApiDocument(schema: GraphQLSchema, version: string, serverUrl = 'http://localhost:8000'): Json {
+export function buildOpenApiDocument(
+  schema: GraphQLSchema,
+  version: string,
+  serverUrl = 'http://localhost:8000',
+): Json {
   const router = useSofa({
     schema: restSchema(schema),
     basePath: REST_BASE_PATH,
@@ -556,7 +642,9 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
       operation.summary = route.summary;
       // The route's own text, else the GraphQL field's description: one text for both APIs.
       const [rootName, fieldName] = field.split('.');
-      const graphqlField = (rootName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[fieldName];
+      const graphqlField = (rootName === 'Query' ? schema.getQueryType() : schema.getMutationType())?.getFields()[
+        fieldName
+      ];
       const description = route.description ?? graphqlField?.description;
       if (description) operation.description = description;
       else delete operation.description;
@@ -568,13 +656,18 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         const scalarName = bodyArg && getNamedType(bodyArg.type).name;
         operation.requestBody = {
           required: true,
-          content: { 'application/json': { schema: scalarName && shapes.has(scalarName) ? { $ref: `#/components/schemas/${scalarName}` } : {} } },
+          content: {
+            'application/json': {
+              schema: scalarName && shapes.has(scalarName) ? { $ref: `#/components/schemas/${scalarName}` } : {},
+            },
+          },
         };
       }
       const body = route.bodyArg ? undefined : operation.requestBody?.content?.['application/json']?.schema;
       if (body?.properties) {
         for (const arg of graphqlField?.args ?? []) {
-          if (body.properties[arg.name]) body.properties[arg.name] = declaredShape(body.properties[arg.name], arg.extensions);
+          if (body.properties[arg.name])
+            body.properties[arg.name] = declaredShape(body.properties[arg.name], arg.extensions);
         }
       }
       if (body) {
@@ -626,7 +719,10 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         required: ['code', 'message', 'details'],
         properties: {
           // Every code of src/errors.ts but the authentication ones, which use AuthError.
-          code: { type: 'string', enum: (Object.keys(errorStatus) as ErrorCode[]).filter((code) => !authErrorCodes.has(code)) },
+          code: {
+            type: 'string',
+            enum: (Object.keys(errorStatus) as ErrorCode[]).filter((code) => !authErrorCodes.has(code)),
+          },
           message: { type: 'string' },
           details: {
             type: 'object',
@@ -650,15 +746,29 @@ export function buildOpenApiDocument(schema: GraphQLSchema, version: string, ser
         'A known path called with a method it does not have answers 405 METHOD_NOT_ALLOWED (the Error envelope) with an ' +
         '`Allow` header; an unknown path under /api/v1 answers 404 NOT_FOUND.',
     },
-    servers: [{ url: serverUrl, description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root` }],
-    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag)), 'Health', 'Keys', 'OAuth'].map((name) => ({
-      name,
-      ...(tagDescriptions[name] ? { description: tagDescriptions[name] } : {}),
-    })),
-    paths: Object.fromEntries(Object.entries({ ...paths, ...serviceOperations() }).sort(([a], [b]) => a.localeCompare(b))),
+    servers: [
+      {
+        url: serverUrl,
+        description: `Versioned operations under ${REST_BASE_PATH}; the secondary listing (marketplace, sessions) at the root`,
+      },
+    ],
+    tags: [...new Set([...restRoutes.values(), ...streamRoutes].map((r) => r.tag)), 'Health', 'Keys', 'OAuth'].map(
+      (name) => ({
+        name,
+        ...(tagDescriptions[name] ? { description: tagDescriptions[name] } : {}),
+      }),
+    ),
+    paths: Object.fromEntries(
+      Object.entries({ ...paths, ...serviceOperations() }).sort(([a], [b]) => a.localeCompare(b)),
+    ),
     components: {
       securitySchemes: {
-        bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'Operator session token from /auth/login' },
+        bearerAuth: {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'JWT',
+          description: 'Operator session token from /auth/login',
+        },
         apiKeyAuth: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'API key (agw_…)' },
       },
       schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),

@@ -189,7 +189,13 @@ function checkQuery(url: URL, route: CompiledRoute, only?: readonly string[]): F
       } else if (named === GraphQLBoolean && value !== 'true' && value !== 'false') {
         errors.push({ field: name, message: 'must be true or false' });
       } else if (isEnumType(named) && !named.getValue(value)) {
-        errors.push({ field: name, message: `must be one of ${named.getValues().map((v) => v.name).join(', ')}` });
+        errors.push({
+          field: name,
+          message: `must be one of ${named
+            .getValues()
+            .map((v) => v.name)
+            .join(', ')}`,
+        });
       }
     }
   }
@@ -213,7 +219,8 @@ function checkUrlText(url: URL, route: CompiledRoute): FieldError[] {
     if (!isStorableText(safeDecode(groups[i]))) errors.push({ field: name, message: UNSTORABLE_TEXT_MESSAGE });
   });
   for (const [name, value] of url.searchParams) {
-    if (!isStorableText(name)) errors.push({ field: 'query', message: `has a parameter name that ${UNSTORABLE_TEXT_MESSAGE}` });
+    if (!isStorableText(name))
+      errors.push({ field: 'query', message: `has a parameter name that ${UNSTORABLE_TEXT_MESSAGE}` });
     else if (!isStorableText(value)) errors.push({ field: name, message: UNSTORABLE_TEXT_MESSAGE });
   }
   return errors;
@@ -259,7 +266,8 @@ async function serveStream(
       abort: () => serverContext.req?.socket?.destroy?.(),
     });
   } catch (error) {
-    if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'streamed route failed');
+    if (!(error instanceof AppError))
+      logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'streamed route failed');
     return errorResponse(toWireError(error));
   }
 }
@@ -282,7 +290,8 @@ async function serveDirect(
     const body = await route.direct.handle({ principal, args, services, state: serverContext.state });
     return Response.json(body);
   } catch (error) {
-    if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'unexpected error');
+    if (!(error instanceof AppError))
+      logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'unexpected error');
     return errorResponse(toWireError(error));
   }
 }
@@ -324,7 +333,8 @@ export function useRestFacade(
           principal = auth.principal;
         } catch (error) {
           // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).
-          if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'authentication failed');
+          if (!(error instanceof AppError))
+            logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'authentication failed');
           rejection = error;
         }
         if (rejection) {
@@ -338,53 +348,77 @@ export function useRestFacade(
         return;
       }
       if (route.stream) {
-        endResponse(await serveStream({ ...route, stream: route.stream }, principal!, url, serverContext, services, logger));
+        endResponse(
+          await serveStream({ ...route, stream: route.stream }, principal!, url, serverContext, services, logger),
+        );
         return;
       }
       if (request.method === 'GET') {
         const problems = checkQuery(url, route);
         if (problems.length) {
-          endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: problems })));
+          endResponse(
+            errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: problems })),
+          );
           return;
         }
-        if (route.atRoot) setRequest(new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }));
+        if (route.atRoot)
+          setRequest(new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }));
         return;
       }
       const queryProblems = route.queryArgs.length ? checkQuery(url, route, route.queryArgs) : [];
       if (queryProblems.length) {
-        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: queryProblems })));
+        endResponse(
+          errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: queryProblems })),
+        );
         return;
       }
       const text = await request.text();
-      const checked = checkBody(text, route, schema, new Set(route.queryArgs.filter((name) => url.searchParams.has(name))));
+      const checked = checkBody(
+        text,
+        route,
+        schema,
+        new Set(route.queryArgs.filter((name) => url.searchParams.has(name))),
+      );
       if (checked === 'not_json') {
         endResponse(errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON')));
         return;
       }
       if (checked.errors.length) {
-        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: checked.errors })));
+        endResponse(
+          errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: checked.errors })),
+        );
         return;
       }
       if (route.direct) {
-        endResponse(await serveDirect({ ...route, direct: route.direct }, principal!, checked.args, serverContext, services, logger));
+        endResponse(
+          await serveDirect(
+            { ...route, direct: route.direct },
+            principal!,
+            checked.args,
+            serverContext,
+            services,
+            logger,
+          ),
+        );
         return;
       }
       // Arguments of body-carrying routes come from the path and the JSON body only: SOFA would
       // otherwise also read them from the query string, where secrets end up in access logs.
       const clean = sofaUrl(url, route);
       clean.search = '';
-      for (const name of route.queryArgs) for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
+      for (const name of route.queryArgs)
+        for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
       const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
       // The server's own Request class: Node's global (undici) Request costs ~7% of a gateway call.
       setRequest(new fetchAPI.Request(clean, { method: request.method, headers: request.headers, body: body || null }));
     },
   };
   const sofa = useSofa({
-      basePath: REST_BASE_PATH,
-      routes: sofaRouteConfig(),
-      errorHandler: restErrorHandler as unknown as NonNullable<Parameters<typeof useSofa>[0]['errorHandler']>,
-      openAPI: { endpoint: false },
-      swaggerUI: { endpoint: false },
+    basePath: REST_BASE_PATH,
+    routes: sofaRouteConfig(),
+    errorHandler: restErrorHandler as unknown as NonNullable<Parameters<typeof useSofa>[0]['errorHandler']>,
+    openAPI: { endpoint: false },
+    swaggerUI: { endpoint: false },
   }) as Plugin<{}, ServerContext>;
   // SOFA sees the schema without the GraphQL-only fields (rest-schema.ts).
   const restFacade: Plugin<{}, ServerContext> = {

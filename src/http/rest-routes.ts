@@ -90,10 +90,12 @@ export function restRoute(field: string, route: RestRoute): void {
 }
 
 /** The route's path as clients use it, from the root: `/api/v1/orgs/:org_id` or `/auth/login`. */
-export const publicPath = (route: Pick<RestRoute, 'path' | 'mount'>) => (route.mount === 'root' ? route.path : `${REST_BASE_PATH}${route.path}`);
+export const publicPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
+  route.mount === 'root' ? route.path : `${REST_BASE_PATH}${route.path}`;
 
 /** The route's path as SOFA serves it, under REST_BASE_PATH. */
-export const sofaPath = (route: Pick<RestRoute, 'path' | 'mount'>) => (route.mount === 'root' ? `${ROOT_MOUNT_PREFIX}${route.path}` : route.path);
+export const sofaPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
+  route.mount === 'root' ? `${ROOT_MOUNT_PREFIX}${route.path}` : route.path;
 
 export function sofaRouteConfig(): Record<string, RouteConfig> {
   return Object.fromEntries(

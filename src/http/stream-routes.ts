@@ -135,7 +135,12 @@ export function streamBody(chunks: AsyncIterable<string>, onError: (error: unkno
 }
 
 /** A streamed 200 with the media type and a download file name. */
-export function streamResponse(call: StreamCall, chunks: AsyncIterable<string>, contentType: string, filename: string): Response {
+export function streamResponse(
+  call: StreamCall,
+  chunks: AsyncIterable<string>,
+  contentType: string,
+  filename: string,
+): Response {
   const body = streamBody(chunks, (error) => {
     call.logger.error({ err: error, request_id: call.state.requestId }, 'streamed response failed');
     call.abort();

@@ -108,7 +108,8 @@ export function guardedLookup(allowPrivate: boolean): LookupFunction {
       if (!usable.length) {
         return callback(new AddressRefusedError(`${hostname} resolves to a private or reserved address`), '', 0);
       }
-      if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, usable);
+      if ((options as { all?: boolean }).all)
+        return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, usable);
       callback(null, usable[0].address, usable[0].family);
     });
   };

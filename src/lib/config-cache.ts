@@ -16,7 +16,9 @@ export function configChangedLocally(): void {
 }
 
 /** Bumps the shared version inside the writing transaction. */
-export async function bumpConfigVersion(tx: { $executeRaw: (q: TemplateStringsArray) => Promise<number> }): Promise<void> {
+export async function bumpConfigVersion(tx: {
+  $executeRaw: (q: TemplateStringsArray) => Promise<number>;
+}): Promise<void> {
   await tx.$executeRaw`UPDATE config_versions SET version = version + 1 WHERE id = 1`;
   configChangedLocally();
 }
@@ -60,7 +62,9 @@ export class ConfigCache {
 
   private async poll(): Promise<void> {
     try {
-      const [row] = await this.sql.query<{ version: string }>('SELECT version::text AS version FROM config_versions WHERE id = 1');
+      const [row] = await this.sql.query<{ version: string }>(
+        'SELECT version::text AS version FROM config_versions WHERE id = 1',
+      );
       if (this.version !== undefined && row?.version !== this.version) this.clear();
       this.version = row?.version;
     } catch {

@@ -195,7 +195,11 @@ export class FairScheduler {
         anyHeld = true;
         continue;
       }
-      if (!best || tenant.running < best.running || (tenant.running === best.running && tenant.lastStart < best.lastStart)) {
+      if (
+        !best ||
+        tenant.running < best.running ||
+        (tenant.running === best.running && tenant.lastStart < best.lastStart)
+      ) {
         chosen = i;
         best = tenant;
       }

@@ -15,7 +15,8 @@ export function limitOffset(
 ): { limit: number; offset: number } {
   const limit = filter.limit ?? defaults.limit;
   const offset = filter.offset ?? 0;
-  if (!Number.isInteger(limit) || limit < 1 || limit > defaults.max) errors.add('limit', `must be from 1 to ${defaults.max}`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > defaults.max)
+    errors.add('limit', `must be from 1 to ${defaults.max}`);
   if (!Number.isInteger(offset) || offset < 0) errors.add('offset', 'must be 0 or more');
   return { limit, offset };
 }

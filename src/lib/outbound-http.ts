@@ -18,7 +18,10 @@ export const MAX_OUTBOUND_URL_LENGTH = 2048;
  * `localhost`/`*.localhost`, unless private networks are allowed. Names are checked again, on each
  * address they resolve to, when connecting.
  */
-export function outboundUrlError(text: unknown, allowPrivateNetwork: boolean): { refused: boolean; message: string } | undefined {
+export function outboundUrlError(
+  text: unknown,
+  allowPrivateNetwork: boolean,
+): { refused: boolean; message: string } | undefined {
   let url: URL | undefined;
   try {
     url = typeof text === 'string' && text.length <= MAX_OUTBOUND_URL_LENGTH ? new URL(text) : undefined;
@@ -26,12 +29,16 @@ export function outboundUrlError(text: unknown, allowPrivateNetwork: boolean): {
     url = undefined;
   }
   if (!url || !['http:', 'https:'].includes(url.protocol) || url.username || url.password) {
-    return { refused: false, message: `must be an http(s) URL without credentials, at most ${MAX_OUTBOUND_URL_LENGTH} characters` };
+    return {
+      refused: false,
+      message: `must be an http(s) URL without credentials, at most ${MAX_OUTBOUND_URL_LENGTH} characters`,
+    };
   }
   if (!allowPrivateNetwork && isRefusedHost(url.hostname)) {
     return {
       refused: true,
-      message: 'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
+      message:
+        'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
     };
   }
   return undefined;
@@ -64,7 +71,13 @@ export interface OutboundRequest {
 /** A JSON POST: the body is JSON and sent with its content type. */
 export type OutboundPost = Omit<OutboundRequest, 'method' | 'body'> & { body: string };
 
-export type OutboundFailureCode = 'INVALID_URL' | 'ADDRESS_REFUSED' | 'TIMEOUT' | 'RESPONSE_TOO_LARGE' | 'UNREACHABLE' | 'ABORTED';
+export type OutboundFailureCode =
+  | 'INVALID_URL'
+  | 'ADDRESS_REFUSED'
+  | 'TIMEOUT'
+  | 'RESPONSE_TOO_LARGE'
+  | 'UNREACHABLE'
+  | 'ABORTED';
 
 export type OutboundOutcome =
   /** Any answer that is not a redirect; `body` holds at most `maxResponseBytes`. */
@@ -75,7 +88,11 @@ export type OutboundOutcome =
   | { kind: 'failure'; code: OutboundFailureCode; message: string; refused?: boolean };
 
 export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
-  return sendOutbound({ ...request, method: 'POST', headers: { ...request.headers, 'content-type': 'application/json' } });
+  return sendOutbound({
+    ...request,
+    method: 'POST',
+    headers: { ...request.headers, 'content-type': 'application/json' },
+  });
 }
 
 export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome> {
@@ -85,13 +102,17 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError('not http(s)');
     checkLiteralHost(url.hostname, request.allowPrivateNetwork);
   } catch (error) {
-    if (error instanceof AddressRefusedError) return Promise.resolve({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
+    if (error instanceof AddressRefusedError)
+      return Promise.resolve({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
     return Promise.resolve({ kind: 'failure', code: 'INVALID_URL', message: 'The URL is not a valid http(s) URL' });
   }
-  if (request.signal?.aborted) return Promise.resolve({ kind: 'failure', code: 'ABORTED', message: 'The request was aborted' });
+  if (request.signal?.aborted)
+    return Promise.resolve({ kind: 'failure', code: 'ABORTED', message: 'The request was aborted' });
   const client = url.protocol === 'https:' ? https : http;
   const headers =
-    request.body === undefined ? request.headers : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
+    request.body === undefined
+      ? request.headers
+      : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
 
   return new Promise<OutboundOutcome>((resolve) => {
     let settled = false;
@@ -105,7 +126,12 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     };
     const outgoing = client.request(
       url,
-      { method: request.method, headers, lookup: guardedLookup(request.allowPrivateNetwork), agent: request.agent ?? false },
+      {
+        method: request.method,
+        headers,
+        lookup: guardedLookup(request.allowPrivateNetwork),
+        agent: request.agent ?? false,
+      },
       (response) => {
         answered = true;
         const status = response.statusCode ?? 0;
@@ -119,7 +145,11 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
           if (size + chunk.length > request.maxResponseBytes) {
             response.destroy();
             if (request.oversize === 'fail') {
-              finish({ kind: 'failure', code: 'RESPONSE_TOO_LARGE', message: `The response exceeds ${request.maxResponseBytes} bytes` });
+              finish({
+                kind: 'failure',
+                code: 'RESPONSE_TOO_LARGE',
+                message: `The response exceeds ${request.maxResponseBytes} bytes`,
+              });
             } else {
               chunks.push(chunk.subarray(0, request.maxResponseBytes - size));
               finish({ kind: 'response', status, headers: response.headers, body: Buffer.concat(chunks) });
@@ -129,8 +159,12 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
           size += chunk.length;
           chunks.push(chunk);
         });
-        response.on('error', () => finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The connection failed while reading the response' }));
-        response.on('end', () => finish({ kind: 'response', status, headers: response.headers, body: Buffer.concat(chunks) }));
+        response.on('error', () =>
+          finish({ kind: 'failure', code: 'UNREACHABLE', message: 'The connection failed while reading the response' }),
+        );
+        response.on('end', () =>
+          finish({ kind: 'response', status, headers: response.headers, body: Buffer.concat(chunks) }),
+        );
       },
     );
     const timer = setTimeout(() => {
@@ -143,7 +177,8 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
     };
     request.signal?.addEventListener('abort', onAbort, { once: true });
     outgoing.on('error', (error) => {
-      if (error instanceof AddressRefusedError) finish({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
+      if (error instanceof AddressRefusedError)
+        finish({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
       else {
         // A kept-alive connection the receiver closed while it sat idle is reset when the next request
         // is written to it, before any answer: the receiver never read that request (Node's documented

@@ -35,7 +35,10 @@ export async function hit(sql: SqlDriver, buckets: readonly string[], window: Wi
 
 /** Takes back one hit (never below zero): an attempt that turned out to be no failure. */
 export async function unhit(sql: SqlDriver, bucket: string, window: Window): Promise<void> {
-  await sql.query('UPDATE rate_counters SET count = count - 1 WHERE bucket = $1 AND window_start = $2 AND count > 0', [bucket, window.start]);
+  await sql.query('UPDATE rate_counters SET count = count - 1 WHERE bucket = $1 AND window_start = $2 AND count > 0', [
+    bucket,
+    window.start,
+  ]);
 }
 
 export async function reset(sql: SqlDriver, bucket: string, window: Window): Promise<void> {
@@ -44,5 +47,7 @@ export async function reset(sql: SqlDriver, bucket: string, window: Window): Pro
 
 /** Drops windows that ended long ago; called periodically. */
 export async function pruneCounters(sql: SqlDriver, olderThanSeconds = 86400): Promise<void> {
-  await sql.query('DELETE FROM rate_counters WHERE window_start < $1', [new Date(Date.now() - olderThanSeconds * 1000)]);
+  await sql.query('DELETE FROM rate_counters WHERE window_start < $1', [
+    new Date(Date.now() - olderThanSeconds * 1000),
+  ]);
 }

@@ -71,7 +71,8 @@ export class SecretBox {
   open(stored: string): string {
     if (stored.startsWith(ESCAPED_PREFIX)) return stored.slice(ESCAPED_PREFIX.length);
     if (!stored.startsWith(RESERVED_PREFIX)) return stored;
-    if (!stored.startsWith(SEALED_PREFIX)) throw new SecretUnavailableError(`a secret is stored in an unknown form (${stored.slice(0, 8)}…)`);
+    if (!stored.startsWith(SEALED_PREFIX))
+      throw new SecretUnavailableError(`a secret is stored in an unknown form (${stored.slice(0, 8)}…)`);
     const [keyId, data] = stored.slice(SEALED_PREFIX.length).split(':');
     const key = this.keys.get(keyId);
     if (!key) {
@@ -84,7 +85,9 @@ export class SecretBox {
     try {
       return decrypt(Buffer.from(data ?? '', 'base64url'), key);
     } catch {
-      throw new SecretUnavailableError(`a secret sealed with key ${keyId} does not decrypt: it was altered or truncated`);
+      throw new SecretUnavailableError(
+        `a secret sealed with key ${keyId} does not decrypt: it was altered or truncated`,
+      );
     }
   }
 

@@ -96,7 +96,8 @@ export class SigningKeyStore {
       await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
       return created;
     });
-    for (const cached of this.byKid.values()) if (cached.purpose === purpose && cached.kid !== key.kid) cached.retired = true;
+    for (const cached of this.byKid.values())
+      if (cached.purpose === purpose && cached.kid !== key.kid) cached.retired = true;
     this.active.set(purpose, key);
     configChangedLocally();
     return key;
@@ -135,9 +136,12 @@ export class SigningKeyStore {
 function openPrivateKey(row: Pick<KeyRow, 'kid' | 'private_key' | 'encrypted'>, secrets: SecretBox): string {
   try {
     // `v1:` is how keys were encrypted before secret-box.ts; plain PEM is never flagged encrypted.
-    return row.encrypted && row.private_key.startsWith('v1:') ? secrets.openUnlabelled(row.private_key) : secrets.open(row.private_key);
+    return row.encrypted && row.private_key.startsWith('v1:')
+      ? secrets.openUnlabelled(row.private_key)
+      : secrets.open(row.private_key);
   } catch (error) {
-    if (error instanceof SecretUnavailableError) throw new SecretUnavailableError(`signing key ${row.kid}: ${error.message}`);
+    if (error instanceof SecretUnavailableError)
+      throw new SecretUnavailableError(`signing key ${row.kid}: ${error.message}`);
     throw error;
   }
 }
@@ -147,7 +151,9 @@ function openPrivateKey(row: Pick<KeyRow, 'kid' | 'private_key' | 'encrypted'>, 
  * caller's transaction); returns how many it rewrote.
  */
 export async function reencryptSigningKeys(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const rows = await conn.query<KeyRow>('SELECT kid, private_key, encrypted FROM signing_keys ORDER BY created_at FOR UPDATE');
+  const rows = await conn.query<KeyRow>(
+    'SELECT kid, private_key, encrypted FROM signing_keys ORDER BY created_at FOR UPDATE',
+  );
   const stale = rows.filter((row) => !secrets.isCurrent(row.private_key));
   for (const row of stale) {
     await conn.query('UPDATE signing_keys SET private_key = $2, encrypted = true WHERE kid = $1', [

@@ -42,7 +42,8 @@ export function findUnstorable(value: unknown, root: string, maxDepth = MAX_JSON
     if (typeof current !== 'object' || current === null) continue;
     if (depth >= maxDepth) return { field: path || 'body', message: TOO_DEEP_MESSAGE };
     if (Array.isArray(current)) {
-      for (let i = current.length - 1; i >= 0; i--) stack.push({ value: current[i], path: child(path, i), depth: depth + 1 });
+      for (let i = current.length - 1; i >= 0; i--)
+        stack.push({ value: current[i], path: child(path, i), depth: depth + 1 });
       continue;
     }
     const keys = Object.keys(current);
@@ -62,7 +63,8 @@ export function nestsDeeperThan(value: unknown, maxDepth = MAX_JSON_DEPTH): bool
     const { value: current, depth } = stack.pop()!;
     if (typeof current !== 'object' || current === null) continue;
     if (depth >= maxDepth) return true;
-    for (const item of Array.isArray(current) ? current : Object.values(current)) stack.push({ value: item, depth: depth + 1 });
+    for (const item of Array.isArray(current) ? current : Object.values(current))
+      stack.push({ value: item, depth: depth + 1 });
   }
   return false;
 }

@@ -13,11 +13,15 @@ export function createMetricsServer(telemetry: Telemetry, logger?: Logger): Serv
   const server = createServer((request, response) => {
     const path = (request.url ?? '').split('?', 1)[0];
     if (path !== METRICS_PATH) {
-      response.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('Not found: metrics are at GET /metrics\n');
+      response
+        .writeHead(404, { 'content-type': 'text/plain; charset=utf-8' })
+        .end('Not found: metrics are at GET /metrics\n');
       return;
     }
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      response.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('Method not allowed\n');
+      response
+        .writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' })
+        .end('Method not allowed\n');
       return;
     }
     telemetry.scrape().then(

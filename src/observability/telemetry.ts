@@ -271,7 +271,11 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
       : spanOptions.root
         ? ROOT_CONTEXT
         : activeContext();
-    const span = tracer.startSpan(name, { kind: spanOptions.kind ?? SpanKind.INTERNAL, attributes: spanOptions.attributes }, parent);
+    const span = tracer.startSpan(
+      name,
+      { kind: spanOptions.kind ?? SpanKind.INTERNAL, attributes: spanOptions.attributes },
+      parent,
+    );
     const failed = (error: unknown) => {
       span.recordException(error instanceof Error ? error : String(error));
       span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : undefined });
@@ -312,7 +316,11 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
   // these run on every request, and the label sets are few (routes, codes and channels are closed sets).
   const requestSeries = new Map<string, { count: Counter.Internal; duration: Histogram.Internal<string> }>();
   const seriesCache = new WeakMap<object, Map<string, Counter.Internal>>();
-  function seriesOf<T extends string>(counter: Counter<T>, key: string, labels: () => Record<T, string>): Counter.Internal {
+  function seriesOf<T extends string>(
+    counter: Counter<T>,
+    key: string,
+    labels: () => Record<T, string>,
+  ): Counter.Internal {
     let byKey = seriesCache.get(counter);
     if (!byKey) seriesCache.set(counter, (byKey = new Map()));
     let series = byKey.get(key);
@@ -348,13 +356,20 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
             channel,
             mode,
           })).inc();
-          for (const { code } of reasons) seriesOf(metrics.denialReasons, `${code} ${channel} ${mode}`, () => ({ reason: code, channel, mode })).inc();
+          for (const { code } of reasons)
+            seriesOf(metrics.denialReasons, `${code} ${channel} ${mode}`, () => ({
+              reason: code,
+              channel,
+              mode,
+            })).inc();
         }
       : noop,
     policyEvaluated: metrics
       ? (effect, mode, result) => metrics.evaluationChildren.get(`${effect} ${mode} ${result}`)?.inc()
       : noop,
-    toolCall: metrics ? (connector, outcome, seconds) => metrics.toolCalls.observe({ connector, outcome }, seconds) : noop,
+    toolCall: metrics
+      ? (connector, outcome, seconds) => metrics.toolCalls.observe({ connector, outcome }, seconds)
+      : noop,
     recordAppended: metrics ? (seconds) => metrics.recordAppends.observe(seconds) : noop,
     webhookAttempt: metrics ? (outcome) => metrics.webhookAttempts.inc({ outcome }) : noop,
     passwordHashed: metrics ? (operation) => metrics.passwordHashes.inc({ operation }) : noop,
@@ -367,7 +382,9 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
       if (!provider) return;
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
-        provider.shutdown().catch((error: unknown) => options.logger?.warn({ err: error }, 'exporting the last spans failed')),
+        provider
+          .shutdown()
+          .catch((error: unknown) => options.logger?.warn({ err: error }, 'exporting the last spans failed')),
         new Promise<void>((resolve) => {
           timer = setTimeout(resolve, timeoutMs);
           timer.unref();
@@ -380,7 +397,11 @@ export function createTelemetry(options: TelemetryOptions = {}): Telemetry {
 
 /** The SDK's sampler for OTEL_TRACES_SAMPLER's names. */
 function samplerOf({ name, ratio }: TracesSampler): Sampler {
-  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(ratio) : new AlwaysOnSampler();
+  const root = name.endsWith('always_off')
+    ? new AlwaysOffSampler()
+    : name.endsWith('traceidratio')
+      ? new TraceIdRatioBasedSampler(ratio)
+      : new AlwaysOnSampler();
   return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 

@@ -42,7 +42,10 @@ async function insertOrg(slug: string): Promise<string> {
 }
 
 async function insertUser(orgId: string, email: string) {
-  await sql(`INSERT INTO users (id, org_id, email, password_hash, role) VALUES ($1::uuid, $2::uuid, $3, 'x', 'admin')`, [randomUUID(), orgId, email]);
+  await sql(
+    `INSERT INTO users (id, org_id, email, password_hash, role) VALUES ($1::uuid, $2::uuid, $3, 'x', 'admin')`,
+    [randomUUID(), orgId, email],
+  );
 }
 
 interface OldManifest {
@@ -96,7 +99,13 @@ test('every agent id with manifests becomes one agent: newest name and team, fir
   });
   await insertManifest({
     orgId: orgA,
-    agent: { id: 'billing-agent', name: 'Billing assistant', version: '2.0.0', team: 'payments', description: 'Issues refunds' },
+    agent: {
+      id: 'billing-agent',
+      name: 'Billing assistant',
+      version: '2.0.0',
+      team: 'payments',
+      description: 'Issues refunds',
+    },
     status: 'pending',
     createdBy: 'bob@a.example',
     createdAt: '2026-02-01T10:00:00.000Z',
@@ -125,7 +134,14 @@ test('every agent id with manifests becomes one agent: newest name and team, fir
             deactivated_at, deactivated_by, deactivation_reason
      FROM agents ORDER BY created_at`,
   );
-  const common = { labels: {}, status: 'active', last_seen_at: null, deactivated_at: null, deactivated_by: null, deactivation_reason: null };
+  const common = {
+    labels: {},
+    status: 'active',
+    last_seen_at: null,
+    deactivated_at: null,
+    deactivated_by: null,
+    deactivation_reason: null,
+  };
   expect(rows.map((row) => ({ ...row, created_at: (row.created_at as Date).toISOString() }))).toEqual([
     {
       ...common,

@@ -92,7 +92,12 @@ test('the runner migrates an empty database and records Prisma-compatible histor
   expect(applied).toEqual(migrations.map((m) => m.name));
   expect(applied.length).toBeGreaterThan(0);
 
-  const rows = await t.db.sql.query<{ migration_name: string; checksum: string; finished_at: Date | null; applied_steps_count: number }>(
+  const rows = await t.db.sql.query<{
+    migration_name: string;
+    checksum: string;
+    finished_at: Date | null;
+    applied_steps_count: number;
+  }>(
     'SELECT migration_name, checksum, finished_at, applied_steps_count FROM "_prisma_migrations" ORDER BY migration_name',
   );
   expect(rows.map((r) => [r.migration_name, r.checksum])).toEqual(migrations.map((m) => [m.name, m.checksum]));
@@ -137,7 +142,8 @@ test('every Prisma model is a table with every scalar field as a column of the r
           : row.data_type === 'ARRAY'
             ? `ARRAY:${{ _text: 'text', _int4: 'integer', _uuid: 'uuid' }[row.udt_name] ?? row.udt_name}`
             : row.data_type;
-      if (type !== expectedSqlType(field)) problems.push(`${table}.${column} is ${type}, expected ${expectedSqlType(field)}`);
+      if (type !== expectedSqlType(field))
+        problems.push(`${table}.${column} is ${type}, expected ${expectedSqlType(field)}`);
       // Prisma creates list columns nullable; everything else follows `?`.
       const nullable = field.isList ? true : !field.isRequired;
       if ((row.is_nullable === 'YES') !== nullable) problems.push(`${table}.${column} nullable=${row.is_nullable}`);
@@ -190,7 +196,11 @@ test('enums, primary keys and unique constraints exist as declared', async () =>
       });
     }
     for (const fields of model.uniqueFields) {
-      expect({ table, fields, unique: has(table, fields.map(column), 'unique') }).toEqual({ table, fields, unique: true });
+      expect({ table, fields, unique: has(table, fields.map(column), 'unique') }).toEqual({
+        table,
+        fields,
+        unique: true,
+      });
     }
   }
 });

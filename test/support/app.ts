@@ -33,7 +33,11 @@ export interface TestClient {
 export interface TestApp extends TestClient {
   app: App;
   database: TestDatabase;
-  graphql<T = any>(query: string, variables?: Record<string, unknown>, options?: RequestOptions): Promise<TestResponse<T>>;
+  graphql<T = any>(
+    query: string,
+    variables?: Record<string, unknown>,
+    options?: RequestOptions,
+  ): Promise<TestResponse<T>>;
   close(): Promise<void>;
 }
 
@@ -113,11 +117,14 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     const observed = process.env.OPENAPI_OBSERVED_FILE;
     if (observed) {
       const operation = checker.operationOf(method, path);
-      if (operation) appendFileSync(observed, `${operation} ${response.status} ${JSON.stringify(problems.map((p) => p.problem))}\n`);
+      if (operation)
+        appendFileSync(observed, `${operation} ${response.status} ${JSON.stringify(problems.map((p) => p.problem))}\n`);
       return response;
     }
     if (problems.length) {
-      throw new Error(`${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`);
+      throw new Error(
+        `${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`,
+      );
     }
     return response;
   }

@@ -56,13 +56,15 @@ export async function watchedPage(context: BrowserContext): Promise<ConsolePage>
     });
   });
   page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy|CSP violation/i.test(message.text())) problems.push(message.text());
+    if (message.type() === 'error' && /Content Security Policy|CSP violation/i.test(message.text()))
+      problems.push(message.text());
   });
   page.on('pageerror', (error) => problems.push(`uncaught: ${error.message}`));
   // Every file the page loads exists (the icon included: no /favicon.ico guess). GraphQL answers
   // refusals with their own statuses, which the pages show.
   page.on('response', (response) => {
-    if (response.status() >= 400 && new URL(response.url()).pathname !== '/graphql') problems.push(`${response.status()} ${response.url()}`);
+    if (response.status() >= 400 && new URL(response.url()).pathname !== '/graphql')
+      problems.push(`${response.status()} ${response.url()}`);
   });
   return { page, problems };
 }
@@ -74,16 +76,22 @@ export async function submitSignIn(page: Page, email: string) {
   await page.getByRole('button', { name: 'Sign in' }).click();
 }
 
-export const screenshot = (page: Page, name: string) => page.screenshot({ path: path.join(ARTIFACTS_DIR, `console-${name}.png`), fullPage: true });
+export const screenshot = (page: Page, name: string) =>
+  page.screenshot({ path: path.join(ARTIFACTS_DIR, `console-${name}.png`), fullPage: true });
 
 /** Nothing wider than the window: no horizontal scrolling. */
-export const horizontalOverflow = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+export const horizontalOverflow = (page: Page) =>
+  page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
 
 /** Longer than the console's polling interval (3 s), shorter than the test timeout. */
 export const POLL_WAIT_MS = 10_000;
 
 /** `read()` once it satisfies `done`, else its last value after `timeoutMs` (so the assertion after it shows what it was). */
-export async function eventually<T>(read: () => Promise<T> | T, done: (value: T) => boolean, timeoutMs = POLL_WAIT_MS): Promise<T> {
+export async function eventually<T>(
+  read: () => Promise<T> | T,
+  done: (value: T) => boolean,
+  timeoutMs = POLL_WAIT_MS,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();

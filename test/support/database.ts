@@ -35,11 +35,18 @@ async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
 }
 
 /** An empty database on the configured backend; migrated unless told otherwise. */
-export async function createTestDatabase(options: { migrate?: boolean; onQuery?: QueryObserver } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(
+  options: { migrate?: boolean; onQuery?: QueryObserver } = {},
+): Promise<TestDatabase> {
   if (backend === 'pglite') {
     // A migrated database starts from the migrated template; an empty one (migration tests) from initdb.
     const loadDataDir = options.migrate === false ? undefined : await migratedTemplate();
-    const db = await openDatabase({ dataDir: 'memory://', migrate: options.migrate, onQuery: options.onQuery, loadDataDir });
+    const db = await openDatabase({
+      dataDir: 'memory://',
+      migrate: options.migrate,
+      onQuery: options.onQuery,
+      loadDataDir,
+    });
     return { db, url: undefined, close: () => db.close() };
   }
   const name = `agw_test_${randomBytes(6).toString('hex')}`;
@@ -70,6 +77,11 @@ export async function createTestDatabase(options: { migrate?: boolean; onQuery?:
  */
 export async function reopenTestDatabase(database: TestDatabase): Promise<TestDatabase> {
   if (!database.url) return { db: database.db, url: undefined, close: async () => undefined };
-  const db = await openDatabase({ databaseUrl: database.url, migrate: false, poolSize: 20, timeoutMs: TEST_DATABASE_TIMEOUT_MS });
+  const db = await openDatabase({
+    databaseUrl: database.url,
+    migrate: false,
+    poolSize: 20,
+    timeoutMs: TEST_DATABASE_TIMEOUT_MS,
+  });
   return { db, url: database.url, close: () => db.close() };
 }

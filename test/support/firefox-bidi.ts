@@ -58,10 +58,14 @@ export class FirefoxPage {
   static async launch(executable: string): Promise<FirefoxPage> {
     const profile = mkdtempSync(path.join(tmpdir(), 'agw-firefox-'));
     // A process group of its own: closing kills Firefox's content processes with it.
-    const firefox = spawn(executable, ['--headless', '--no-remote', '--profile', profile, '--remote-debugging-port', '0'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      detached: true,
-    });
+    const firefox = spawn(
+      executable,
+      ['--headless', '--no-remote', '--profile', profile, '--remote-debugging-port', '0'],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        detached: true,
+      },
+    );
     const endpoint = await new Promise<string>((resolve, reject) => {
       let seen = '';
       const timer = setTimeout(() => reject(new Error(`Firefox did not offer WebDriver BiDi:\n${seen}`)), 60_000);
@@ -73,7 +77,9 @@ export class FirefoxPage {
           resolve(match[1]);
         }
       });
-      firefox.once('exit', (code) => reject(new Error(`Firefox exited (${code}) before offering WebDriver BiDi:\n${seen}`)));
+      firefox.once('exit', (code) =>
+        reject(new Error(`Firefox exited (${code}) before offering WebDriver BiDi:\n${seen}`)),
+      );
     });
     const socket = new WebSocket(`${endpoint}/session`);
     await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));

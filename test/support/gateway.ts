@@ -32,7 +32,11 @@ export async function readyAgent(
   return { svcId: manifest.svcId, manifestId: manifest.manifestId, key };
 }
 
-export const actionBody = (agent: AgentFixture, tool = 'read', params: Record<string, unknown> = { invoice: 'inv-1' }) => ({
+export const actionBody = (
+  agent: AgentFixture,
+  tool = 'read',
+  params: Record<string, unknown> = { invoice: 'inv-1' },
+) => ({
   svc_id: agent.svcId,
   agent_id: agent.svcId,
   action: { type: 'billing', tool, params },

@@ -63,7 +63,12 @@ export function nodeHandlerOf(handler: (request: Request) => Promise<Response>) 
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      const hit: Hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      const hit: Hit = {
+        method: req.method!,
+        path: req.url!,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      };
       serveWithWebHandler(handler, hit, req, res).catch(() => {
         if (!res.headersSent) res.writeHead(500);
         res.end();

@@ -15,7 +15,8 @@ export function parseExposition(text: string): Sample[] {
     const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!match) throw new Error(`not an exposition line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const [, name, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[name] = value;
+    for (const [, name, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[name] = value;
     samples.push({ name: match[1], labels, value: Number(match[3]) });
   }
   return samples;
@@ -25,7 +26,8 @@ export function parseExposition(text: string): Sample[] {
 export function valueOf(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
   const wanted = Object.entries(labels);
   const found = samples.filter(
-    (s) => s.name === name && Object.keys(s.labels).length === wanted.length && wanted.every(([k, v]) => s.labels[k] === v),
+    (s) =>
+      s.name === name && Object.keys(s.labels).length === wanted.length && wanted.every(([k, v]) => s.labels[k] === v),
   );
   if (found.length > 1) throw new Error(`several samples of ${name} ${JSON.stringify(labels)}`);
   return found[0]?.value ?? 0;

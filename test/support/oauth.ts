@@ -21,7 +21,11 @@ export function pkce(): Pkce {
 export const REDIRECT_URI = 'http://127.0.0.1:33418/callback';
 
 /** A client registered with Dynamic Client Registration. */
-export async function registerClient(t: TestClient, redirectUris: string[] = [REDIRECT_URI], name = 'Test MCP client'): Promise<string> {
+export async function registerClient(
+  t: TestClient,
+  redirectUris: string[] = [REDIRECT_URI],
+  name = 'Test MCP client',
+): Promise<string> {
   const response = await t.request('POST', '/oauth/register', {
     body: { redirect_uris: redirectUris, client_name: name, token_endpoint_auth_method: 'none' },
   });
@@ -41,7 +45,13 @@ export type AuthorizationRequestParams = {
   scope?: string;
 };
 
-export function authorizationParams(publicUrl: string, clientId: string, svcId: string, challenge: string, overrides: Partial<AuthorizationRequestParams> = {}): AuthorizationRequestParams {
+export function authorizationParams(
+  publicUrl: string,
+  clientId: string,
+  svcId: string,
+  challenge: string,
+  overrides: Partial<AuthorizationRequestParams> = {},
+): AuthorizationRequestParams {
   return {
     response_type: 'code',
     client_id: clientId,
@@ -77,7 +87,12 @@ export const DESCRIBE = `query Describe($response_type: String, $client_id: Stri
 }`;
 
 /** The operator's answer on the consent page, as the console sends it. */
-export function decide(t: TestClient, token: string, params: Partial<AuthorizationRequestParams>, allow: boolean): Promise<TestResponse> {
+export function decide(
+  t: TestClient,
+  token: string,
+  params: Partial<AuthorizationRequestParams>,
+  allow: boolean,
+): Promise<TestResponse> {
   return t.request('POST', '/graphql', { token, body: { query: DECIDE, variables: { ...params, allow } } });
 }
 
@@ -121,13 +136,27 @@ export async function connectClient(
   });
   if (tokens.status !== 200) throw new Error(`token exchange failed: ${tokens.status} ${tokens.text}`);
   const claims = JSON.parse(Buffer.from(tokens.body.access_token.split('.')[1], 'base64url').toString());
-  return { clientId, grantId: claims.grant_id, accessToken: tokens.body.access_token, refreshToken: tokens.body.refresh_token };
+  return {
+    clientId,
+    grantId: claims.grant_id,
+    accessToken: tokens.body.access_token,
+    refreshToken: tokens.body.refresh_token,
+  };
 }
 
 /** A JSON-RPC request to an agent's MCP endpoint with a bearer credential (an access token). */
-export function mcpRequest(t: TestClient, svcId: string, token: string, body: Record<string, unknown> = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }) {
+export function mcpRequest(
+  t: TestClient,
+  svcId: string,
+  token: string,
+  body: Record<string, unknown> = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
+) {
   return t.request('POST', `/mcp/${svcId}`, {
     body,
-    headers: { accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', authorization: `Bearer ${token}` },
+    headers: {
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-06-18',
+      authorization: `Bearer ${token}`,
+    },
   });
 }

@@ -51,7 +51,10 @@ export class OpenApiResponseChecker {
       const source = path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+');
       for (const [method, operation] of Object.entries<Json>(methods)) {
         const responses = Object.fromEntries(
-          Object.entries<Json>(operation.responses).map(([status, response]) => [status, { ...response, schema: response.content?.['application/json']?.schema }]),
+          Object.entries<Json>(operation.responses).map(([status, response]) => [
+            status,
+            { ...response, schema: response.content?.['application/json']?.schema },
+          ]),
         );
         operations.push({
           id: operation.operationId,
@@ -104,7 +107,8 @@ export class OpenApiResponseChecker {
       }
     }
     for (const [name, header] of Object.entries(entry.headers ?? {})) {
-      if (header.required && response.headers.get(name) === null) fail(`header ${name} is documented as required but missing`);
+      if (header.required && response.headers.get(name) === null)
+        fail(`header ${name} is documented as required but missing`);
     }
     // A success: a 2xx, or the redirect an operation answers instead (the OAuth authorization endpoint).
     if (!problems.length && response.status < 400) this.covered.add(operation.id);
@@ -118,7 +122,9 @@ export class OpenApiResponseChecker {
         const response = await client.request<T>(method, path, options);
         const problems = this.check(method, path, response);
         if (problems.length) {
-          throw new Error(`${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`);
+          throw new Error(
+            `${method} ${path} → ${response.status} does not match /openapi.json:\n${problems.map((p) => `  ${p.problem}`).join('\n')}`,
+          );
         }
         return response;
       },

@@ -23,7 +23,12 @@ function firstExecutable(candidates: string[], override?: string): string | unde
  * The program's path, or undefined after a notice on stderr (the test file skips its tests then).
  * Under CI, missing is an error.
  */
-export function optionalProgram(what: string, candidates: string[], install: string, override?: { variable: string; value?: string }): string | undefined {
+export function optionalProgram(
+  what: string,
+  candidates: string[],
+  install: string,
+  override?: { variable: string; value?: string },
+): string | undefined {
   const found = firstExecutable(candidates, override?.value);
   if (found) return found;
   const named = override?.value ? ` (${override.variable}=${override.value} is not an executable)` : '';

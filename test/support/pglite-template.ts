@@ -17,7 +17,6 @@ import { readMigrations } from '../../src/db/migrate.js';
 // The package's exports do not include its package.json: read it where npm put it.
 const pglitePackage = new URL('../../node_modules/@electric-sql/pglite/package.json', import.meta.url);
 
-
 async function templatePath(): Promise<string> {
   const migrations = await readMigrations();
   const { version } = JSON.parse(await readFile(pglitePackage, 'utf8')) as { version: string };

@@ -55,7 +55,13 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   await asPostgres(`${PG_BIN}/initdb`, ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync']);
   const ctl = (...args: string[]) => asPostgres(`${PG_BIN}/pg_ctl`, ['-D', data, '-w', ...args]);
   const start = async () => {
-    await ctl('-l', path.join(dir, 'log'), '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`, 'start');
+    await ctl(
+      '-l',
+      path.join(dir, 'log'),
+      '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`,
+      'start',
+    );
   };
   await start();
   return {

@@ -33,7 +33,12 @@ export async function startRecordingServer(
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      const hit = { method: req.method!, path: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      const hit = {
+        method: req.method!,
+        path: req.url!,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      };
       hits.push(hit);
       res.on('error', () => undefined);
       respond(hit, res, req);

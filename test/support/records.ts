@@ -29,7 +29,12 @@ export async function allRecords(service: TestClient, org: OrgFixture): Promise<
 export const interrupted = (record: RecordRow) => record.reasons.some((r) => r.code === 'EXECUTION_INTERRUPTED');
 
 /** Polls the records until each of `ids` has one, or the bound passes (then the caller's expectations say what is missing). */
-export async function untilRecorded(service: TestClient, org: OrgFixture, ids: readonly string[], timeoutMs = 30_000): Promise<RecordRow[]> {
+export async function untilRecorded(
+  service: TestClient,
+  org: OrgFixture,
+  ids: readonly string[],
+  timeoutMs = 30_000,
+): Promise<RecordRow[]> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const records = await allRecords(service, org);

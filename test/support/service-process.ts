@@ -6,7 +6,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { TEST_DATABASE_TIMEOUT_MS } from './database.js';
-import { TEST_SIGNUP_LIMIT, requestInit, testResponse, type RequestOptions, type TestClient, type TestResponse } from './app.js';
+import {
+  TEST_SIGNUP_LIMIT,
+  requestInit,
+  testResponse,
+  type RequestOptions,
+  type TestClient,
+  type TestResponse,
+} from './app.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const READY_TIMEOUT_MS = 60_000;
@@ -76,7 +83,11 @@ export function startService(port: number, options: ServiceOptions): Service {
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.dataDir) env.DATA_DIR = options.dataDir;
   const preload = options.preload ? ['--import', options.preload] : [];
-  const child = spawn(process.execPath, ['--import', 'tsx', ...preload, 'src/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', ...preload, 'src/main.ts'], {
+    cwd: root,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const logs: LogLine[] = [];
   const stdout: string[] = [];
   const stderr: string[] = [];
@@ -125,7 +136,8 @@ export async function waitReady(service: Service): Promise<void> {
   void service.exited.then((e) => (exit = e));
   let last = 'no response';
   while (Date.now() < deadline) {
-    if (exit) throw new Error(`service exited (code ${exit.code}, signal ${exit.signal}) before ready\n${service.output()}`);
+    if (exit)
+      throw new Error(`service exited (code ${exit.code}, signal ${exit.signal}) before ready\n${service.output()}`);
     try {
       const response = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2000) });
       if (response.status === 200) return;
@@ -147,7 +159,10 @@ export async function startReadyService(options: ServiceOptions): Promise<Servic
 export async function waitExit(service: Service, timeoutMs = EXIT_TIMEOUT_MS) {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`service did not exit within ${timeoutMs} ms\n${service.output()}`)), timeoutMs);
+    timer = setTimeout(
+      () => reject(new Error(`service did not exit within ${timeoutMs} ms\n${service.output()}`)),
+      timeoutMs,
+    );
   });
   try {
     return await Promise.race([service.exited, timeout]);
@@ -162,7 +177,15 @@ export async function killAllServices() {
   await Promise.all(all.map((service) => service.exited));
 }
 
-async function httpRequest<T>(base: string, method: string, path: string, options: RequestOptions = {}): Promise<TestResponse<T>> {
-  const response = await fetch(`${base}${path}`, { ...requestInit(method, options), signal: AbortSignal.timeout(30_000) });
+async function httpRequest<T>(
+  base: string,
+  method: string,
+  path: string,
+  options: RequestOptions = {},
+): Promise<TestResponse<T>> {
+  const response = await fetch(`${base}${path}`, {
+    ...requestInit(method, options),
+    signal: AbortSignal.timeout(30_000),
+  });
   return testResponse<T>(response);
 }

@@ -17,7 +17,11 @@ export async function serveWithWebHandler(
     for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) headers.append(name, item);
   }
   const hasBody = hit.method !== 'GET' && hit.method !== 'HEAD';
-  const request = new Request(`http://127.0.0.1${hit.path}`, { method: hit.method, headers, body: hasBody ? hit.body : undefined });
+  const request = new Request(`http://127.0.0.1${hit.path}`, {
+    method: hit.method,
+    headers,
+    body: hasBody ? hit.body : undefined,
+  });
   const answer = await handler(request);
   res.writeHead(answer.status, Object.fromEntries(answer.headers));
   if (!answer.body) return void res.end();

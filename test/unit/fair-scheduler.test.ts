@@ -52,7 +52,11 @@ function scheduler(options: Omit<FairSchedulerOptions, 'defer' | 'now' | 'later'
       this.done(request);
     },
     /** Which tenants' requests started, in the order they asked. */
-    started: () => requests.filter((r) => r.admission?.admitted).map((r) => r.tenant).join(''),
+    started: () =>
+      requests
+        .filter((r) => r.admission?.admitted)
+        .map((r) => r.tenant)
+        .join(''),
     done(request: { admission?: Admission }) {
       if (!request.admission?.admitted) throw new Error('not started');
       request.admission.release();

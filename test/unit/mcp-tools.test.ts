@@ -74,7 +74,14 @@ function source(overrides: Partial<AgentTools> = {}): AgentTools {
     agent: { status: 'active', deactivationReason: null },
     manifest,
     connectors: new Map([
-      ['billing', { connector: 'http', description: 'The billing API.', input_schema: { type: 'object', properties: { amount: { type: 'number' } } } }],
+      [
+        'billing',
+        {
+          connector: 'http',
+          description: 'The billing API.',
+          input_schema: { type: 'object', properties: { amount: { type: 'number' } } },
+        },
+      ],
       ['email', null],
       ['crm.v2', { connector: 'mcp' }],
     ]),
@@ -88,9 +95,17 @@ describe('the tool list', () => {
   test('approved capabilities with a connector, described by the template, then the connector, then the manifest', () => {
     const tools = listedTools(source());
     expect(tools.map((tool) => tool.title)).toEqual(['billing:read', 'billing:refund', 'crm.v2:note']);
-    expect(tools[0]).toMatchObject({ name: 'billing__read', description: 'Read an invoice.', inputSchema: { properties: { amount: {} } } });
+    expect(tools[0]).toMatchObject({
+      name: 'billing__read',
+      description: 'Read an invoice.',
+      inputSchema: { properties: { amount: {} } },
+    });
     expect(tools[1].description).toMatch(/^The billing API\. A human must approve/);
-    expect(tools[2]).toMatchObject({ name: toolNameOf('crm.v2:note'), description: expect.stringContaining('Billing agent'), inputSchema: { type: 'object' } });
+    expect(tools[2]).toMatchObject({
+      name: toolNameOf('crm.v2:note'),
+      description: expect.stringContaining('Billing agent'),
+      inputSchema: { type: 'object' },
+    });
   });
 
   test('an unconditional enforced deny hides a tool; shadow, conditional or other agents’ policies do not', () => {
@@ -120,7 +135,13 @@ describe('results', () => {
   const decision = { interaction_id: 'int_1', approval_id: null, policies: [] };
   test('executed: data as structuredContent and text; a failed tool is an error with its code', () => {
     const ok: DecisionOutcome = {
-      decision: { ...decision, decision: 'allow', executed: true, reasons: [], result: { success: true, data: { id: 7 } } },
+      decision: {
+        ...decision,
+        decision: 'allow',
+        executed: true,
+        reasons: [],
+        result: { success: true, data: { id: 7 } },
+      },
       budget: null,
       rateLimited: null,
     };
@@ -132,14 +153,21 @@ describe('results', () => {
     });
     const failed = callResultOf({
       ...ok,
-      decision: { ...ok.decision, result: { success: false, data: {}, error: { code: 'TOOL_TIMEOUT', message: 'late' } } },
+      decision: {
+        ...ok.decision,
+        result: { success: false, data: {}, error: { code: 'TOOL_TIMEOUT', message: 'late' } },
+      },
     });
     expect(failed.isError).toBe(true);
     expect(failed.content).toContainEqual({ type: 'text', text: 'The tool failed: TOOL_TIMEOUT: late' });
   });
 
   test('denied or rate-limited: isError with the reasons in words and as structuredContent', () => {
-    const reason = { code: 'POLICY_VIOLATION' as const, message: 'The hourly limit of 2 actions is reached', details: { limit: 2 } };
+    const reason = {
+      code: 'POLICY_VIOLATION' as const,
+      message: 'The hourly limit of 2 actions is reached',
+      details: { limit: 2 },
+    };
     const limited = callResultOf({
       decision: { ...decision, decision: 'deny', executed: false, reasons: [reason], result: null },
       budget: null,
@@ -153,6 +181,8 @@ describe('results', () => {
       approval_id: null,
       retry_after_seconds: 42,
     });
-    expect((limited.content[0] as { text: string }).text).toMatch(/POLICY_VIOLATION: The hourly limit[\s\S]*Retry after 42 s/);
+    expect((limited.content[0] as { text: string }).text).toMatch(
+      /POLICY_VIOLATION: The hourly limit[\s\S]*Retry after 42 s/,
+    );
   });
 });

@@ -15,7 +15,13 @@ function facts(params: Record<string, unknown>): ConditionFacts {
     action: { type: 'billing', tool: 'refund', capability: 'billing:refund', params },
     params,
     key: { id: 'key-1', prefix: 'agk_abcd', scopes: ['gateway:execute'] },
-    request: { time: new Date(Date.UTC(2026, 10, 23, 13, 30)), hour: 13n, weekday: 1n, channel: 'rest', mode: 'evaluate' },
+    request: {
+      time: new Date(Date.UTC(2026, 10, 23, 13, 30)),
+      hour: 13n,
+      weekday: 1n,
+      channel: 'rest',
+      mode: 'evaluate',
+    },
   };
 }
 
@@ -25,24 +31,76 @@ function compiled(condition: string) {
   return result.condition;
 }
 
-const run = (condition: string, params: Record<string, unknown>, budget = DEFAULT_EVAL_BUDGET) => runCondition(compiled(condition), facts(params), budget);
+const run = (condition: string, params: Record<string, unknown>, budget = DEFAULT_EVAL_BUDGET) =>
+  runCondition(compiled(condition), facts(params), budget);
 
 const ints = (n: number) => Array.from({ length: n }, (_, i) => i);
 const over = { matched: true, error: 'evaluation budget exceeded' };
 
 describe('refused at save: constructs whose cost grows with the square of the params', () => {
-  const quadratic = /does not come from `(x|i)`, so every iteration goes through all of it again and the cost grows with the square of the params$/;
+  const quadratic =
+    /does not come from `(x|i)`, so every iteration goes through all of it again and the cost grows with the square of the params$/;
   test.each([
-    ['`in` over a list that does not come from the iteration variable', 'params.l.all(x, x in params.l)', /^`in` over `params\.l` inside `all`/, 22],
-    ['`in` over a dyn map (the library lists its keys to learn its type)', 'params.l.exists(x, x in params.allowed)', /^`in` over `params\.allowed` inside `exists`/, 25],
-    ['a string search on loop-invariant data', 'params.l.all(x, params.text.contains(x))', /^`contains` with `params\.text` inside `all`/, 17],
-    ['a string search for loop-invariant data', 'params.items.exists(i, i.name.startsWith(params.prefix))', /^`startsWith` with `params\.prefix` inside `exists`/, 42],
-    ['size() of what may be a string or a map', 'params.l.all(x, params.text.size() > x)', /^`size` with `params\.text` inside `all`/, 17],
-    ['a conversion of loop-invariant data', 'params.l.exists(x, string(params.b) == x)', /^`string` with `params\.b` inside `exists`/, 27],
-    ['a concatenation with loop-invariant data', "params.l.all(x, (params.s + 'a').size() > x)", /^concatenating \(`\+`\) `params\.s` inside `all`/, 18],
-    ['`==` on a loop-invariant list', 'params.l.exists(x, x == [params.l])', /^`==` on the list or map `\[params\.l\]` inside `exists`/, 25],
-    ['a variable bound outside the loop', 'cel.bind(y, params.l, params.l.all(x, x in y))', /^`in` over `y` inside `all`/, 44],
-    ['a variable bound inside the loop to loop-invariant data', 'params.l.all(x, cel.bind(y, params.l, x in y))', /^`in` over `y` inside `all`/, 44],
+    [
+      '`in` over a list that does not come from the iteration variable',
+      'params.l.all(x, x in params.l)',
+      /^`in` over `params\.l` inside `all`/,
+      22,
+    ],
+    [
+      '`in` over a dyn map (the library lists its keys to learn its type)',
+      'params.l.exists(x, x in params.allowed)',
+      /^`in` over `params\.allowed` inside `exists`/,
+      25,
+    ],
+    [
+      'a string search on loop-invariant data',
+      'params.l.all(x, params.text.contains(x))',
+      /^`contains` with `params\.text` inside `all`/,
+      17,
+    ],
+    [
+      'a string search for loop-invariant data',
+      'params.items.exists(i, i.name.startsWith(params.prefix))',
+      /^`startsWith` with `params\.prefix` inside `exists`/,
+      42,
+    ],
+    [
+      'size() of what may be a string or a map',
+      'params.l.all(x, params.text.size() > x)',
+      /^`size` with `params\.text` inside `all`/,
+      17,
+    ],
+    [
+      'a conversion of loop-invariant data',
+      'params.l.exists(x, string(params.b) == x)',
+      /^`string` with `params\.b` inside `exists`/,
+      27,
+    ],
+    [
+      'a concatenation with loop-invariant data',
+      "params.l.all(x, (params.s + 'a').size() > x)",
+      /^concatenating \(`\+`\) `params\.s` inside `all`/,
+      18,
+    ],
+    [
+      '`==` on a loop-invariant list',
+      'params.l.exists(x, x == [params.l])',
+      /^`==` on the list or map `\[params\.l\]` inside `exists`/,
+      25,
+    ],
+    [
+      'a variable bound outside the loop',
+      'cel.bind(y, params.l, params.l.all(x, x in y))',
+      /^`in` over `y` inside `all`/,
+      44,
+    ],
+    [
+      'a variable bound inside the loop to loop-invariant data',
+      'params.l.all(x, cel.bind(y, params.l, x in y))',
+      /^`in` over `y` inside `all`/,
+      44,
+    ],
   ])('%s', (_, condition, message, column) => {
     const result = compileCondition(condition);
     expect(result.ok).toBe(false);
@@ -55,7 +113,9 @@ describe('refused at save: constructs whose cost grows with the square of the pa
   test('a list of n copies of the params built by `map`', () => {
     const result = compileCondition('params.l.map(x, x > 0 ? params.l : []).size() > 0');
     expect(!result.ok && result.error).toEqual({
-      message: expect.stringMatching(/^`map` yielding `x > 0 \? params\.l : \[\]`, which does not come from `x`, is not allowed: it builds a list of n copies/),
+      message: expect.stringMatching(
+        /^`map` yielding `x > 0 \? params\.l : \[\]`, which does not come from `x`, is not allowed: it builds a list of n copies/,
+      ),
       position: { offset: 16, line: 1, column: 17 },
     });
   });
@@ -69,8 +129,11 @@ describe('refused at save: constructs whose cost grows with the square of the pa
   });
 
   test('`duration` of anything but a literal (its parser is cubic in the length of the string)', () => {
-    const result = compileCondition("request.time - timestamp(params.since) > duration(params.window)");
-    expect(!result.ok && result.error).toEqual({ message: expect.stringMatching(/^`duration` of anything but a string literal/), position: { offset: 41, line: 1, column: 42 } });
+    const result = compileCondition('request.time - timestamp(params.since) > duration(params.window)');
+    expect(!result.ok && result.error).toEqual({
+      message: expect.stringMatching(/^`duration` of anything but a string literal/),
+      position: { offset: 41, line: 1, column: 42 },
+    });
   });
 });
 
@@ -88,7 +151,7 @@ describe('accepted at save: linear conditions', () => {
     // Data derived from the iteration variable adds up to the params once.
     "params.items.all(i, 'x' in i.tags && i.name.startsWith('a') && i.name.size() < 10)",
     'params.items.all(i, i.scope in key.scopes)',
-    "params.items.exists(i, i.sku in params)",
+    'params.items.exists(i, i.sku in params)',
     // A range of bounded size repeats its body a bounded number of times.
     "['admin', 'root'].exists(r, r in params.roles)",
     "['a', 'b'].exists(t, params.l.exists(x, x == t))",
@@ -156,7 +219,10 @@ describe('the run-time budget', () => {
       "params.items.exists(i, i.sku == 'sku-499')",
       "params.customer.tags.exists(t, t in ['vip', 'gold']) && size(params.items) < 1000",
     ]) {
-      expect([condition, run(condition, params, DEFAULT_EVAL_BUDGET / 2)]).toEqual([condition, { matched: true, error: null }]);
+      expect([condition, run(condition, params, DEFAULT_EVAL_BUDGET / 2)]).toEqual([
+        condition,
+        { matched: true, error: null },
+      ]);
     }
   });
 
@@ -175,8 +241,12 @@ describe('the run-time budget', () => {
       message: null,
     };
     const f = () => facts({ l: ints(1_000) });
-    expect(matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100)[0].conditionError).toBe('evaluation budget exceeded');
-    expect(matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100_000)[0].conditionError).toBeNull();
+    expect(matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100)[0].conditionError).toBe(
+      'evaluation budget exceeded',
+    );
+    expect(
+      matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100_000)[0].conditionError,
+    ).toBeNull();
   });
 
   test('POLICY_EVAL_BUDGET is read from the environment', () => {

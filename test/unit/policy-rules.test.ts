@@ -8,7 +8,12 @@ import {
 } from '../../src/modules/gateway/decision.js';
 import type { CurrentManifest } from '../../src/modules/manifest/manifest.service.js';
 import { compileCondition, runCondition, type ConditionFacts } from '../../src/modules/policy/policy-condition.js';
-import { byPriority, capabilityMatches, matchPolicies, type ActivePolicy } from '../../src/modules/policy/policy-rules.js';
+import {
+  byPriority,
+  capabilityMatches,
+  matchPolicies,
+  type ActivePolicy,
+} from '../../src/modules/policy/policy-rules.js';
 
 /** Policies without a database: CEL conditions, targets, priority order and what a match does to a decision. */
 
@@ -42,7 +47,11 @@ function call(overrides: Partial<GatewayCall> = {}): GatewayCall {
 const MONDAY_1330 = Date.UTC(2026, 10, 23, 13, 30);
 const caller = { id: 'key-1', prefix: 'agk_abcd', scopes: ['gateway:execute'] as const };
 const facts = (overrides: { now?: number; call?: GatewayCall } = {}): ConditionFacts =>
-  conditionFacts(overrides.call ?? call(), manifest, caller, { mode: 'execute', channel: 'rest', now: overrides.now ?? MONDAY_1330 });
+  conditionFacts(overrides.call ?? call(), manifest, caller, {
+    mode: 'execute',
+    channel: 'rest',
+    now: overrides.now ?? MONDAY_1330,
+  });
 
 function evaluate(condition: string, f: ConditionFacts = facts()) {
   const compiled = compileCondition(condition);
@@ -114,7 +123,10 @@ describe('CEL conditions over the request', () => {
 
 describe('conditions refused when saved', () => {
   test('a syntax error, with its position', () => {
-    expect(refusal('params.amount >\n  ')).toEqual({ message: expect.stringMatching(/Unexpected/), position: { offset: 18, line: 2, column: 3 } });
+    expect(refusal('params.amount >\n  ')).toEqual({
+      message: expect.stringMatching(/Unexpected/),
+      position: { offset: 18, line: 2, column: 3 },
+    });
     expect(refusal('params.amount > > 1').position).toEqual({ offset: 16, line: 1, column: 17 });
   });
 
@@ -134,12 +146,20 @@ describe('conditions refused when saved', () => {
   });
 
   test('a comprehension inside another (quadratic in the params)', () => {
-    expect(refusal('params.items.exists(a, params.items.all(b, a == b))').message).toMatch(/inside another comprehension/);
+    expect(refusal('params.items.exists(a, params.items.all(b, a == b))').message).toMatch(
+      /inside another comprehension/,
+    );
   });
 
   test('too long, too big, empty', () => {
     expect(refusal(`params.amount > 1 ${'|| true '.repeat(600)}`).message).toBe('must be at most 4096 characters');
-    expect(refusal(Array.from({ length: 200 }, (_, i) => `params.a${i} == ${i}`).join(' || ').slice(0, 4096)).message).toMatch(/AstNodes|characters/);
+    expect(
+      refusal(
+        Array.from({ length: 200 }, (_, i) => `params.a${i} == ${i}`)
+          .join(' || ')
+          .slice(0, 4096),
+      ).message,
+    ).toMatch(/AstNodes|characters/);
     expect(refusal('   ').message).toMatch(/must not be empty/);
   });
 });
@@ -184,7 +204,12 @@ describe('targets and order', () => {
       policy({ id: 'p1', svcIds: ['other-agent'] }),
       policy({ id: 'p2', capabilities: ['email:*'] }),
       policy({ id: 'p3', capabilities: ['billing:*'], condition: when('params.amount > 1000') }),
-      policy({ id: 'p4', svcIds: ['billing-agent'], capabilities: ['*:refund'], condition: when('params.amount > 500') }),
+      policy({
+        id: 'p4',
+        svcIds: ['billing-agent'],
+        capabilities: ['*:refund'],
+        condition: when('params.amount > 500'),
+      }),
       policy({ id: 'p5' }),
       policy({ id: 'p6', condition: when('params.missing == 1') }),
     ];
@@ -202,9 +227,19 @@ describe('targets and order', () => {
       built += 1;
       return facts();
     };
-    matchPolicies([policy({ id: 'a' }), policy({ id: 'b', svcIds: ['x'], condition: when('true') })], 'billing-agent', 'billing:refund', count);
+    matchPolicies(
+      [policy({ id: 'a' }), policy({ id: 'b', svcIds: ['x'], condition: when('true') })],
+      'billing-agent',
+      'billing:refund',
+      count,
+    );
     expect(built).toBe(0);
-    matchPolicies([policy({ id: 'a', condition: when('true') }), policy({ id: 'b', condition: when('true') })], 'billing-agent', 'billing:refund', count);
+    matchPolicies(
+      [policy({ id: 'a', condition: when('true') }), policy({ id: 'b', condition: when('true') })],
+      'billing-agent',
+      'billing:refund',
+      count,
+    );
     expect(built).toBe(1);
   });
 
@@ -242,9 +277,17 @@ describe('what a matched policy does to the decision', () => {
   test('an enforced deny adds POLICY_DENIED after the token checks, naming the policy and its message', () => {
     const deny = policy({ id: 'pol_1', name: 'big refunds', version: 3, message: 'ask finance' });
     const checked = checkDecision(
-      context({ token: { ok: false, message: 'The capability token has expired' }, policies: [match(deny)], toolConfigured: false }),
+      context({
+        token: { ok: false, message: 'The capability token has expired' },
+        policies: [match(deny)],
+        toolConfigured: false,
+      }),
     );
-    expect(checked.reasons.map((r) => r.code)).toEqual(['CAPABILITY_TOKEN_INVALID', 'POLICY_DENIED', 'TOOL_NOT_CONFIGURED']);
+    expect(checked.reasons.map((r) => r.code)).toEqual([
+      'CAPABILITY_TOKEN_INVALID',
+      'POLICY_DENIED',
+      'TOOL_NOT_CONFIGURED',
+    ]);
     expect(checked.reasons[1]).toEqual({
       code: 'POLICY_DENIED',
       message: 'Denied by policy "big refunds": ask finance',
@@ -254,13 +297,21 @@ describe('what a matched policy does to the decision', () => {
 
   test('a deny whose condition failed says so', () => {
     const checked = checkDecision(context({ policies: [match(policy({ id: 'p', name: 'n' }), 'No such key: x')] }));
-    expect(checked.reasons[0].message).toBe('Denied by policy "n" (its condition failed: No such key: x; policies fail closed)');
+    expect(checked.reasons[0].message).toBe(
+      'Denied by policy "n" (its condition failed: No such key: x; policies fail closed)',
+    );
     expect(checked.reasons[0].details).toMatchObject({ condition_error: 'No such key: x' });
   });
 
   test('shadow policies change nothing', () => {
-    const shadow = [policy({ id: 'a', mode: 'shadow' }), policy({ id: 'b', mode: 'shadow', effect: 'require_approval' })];
-    expect(checkDecision(context({ policies: shadow.map((p) => match(p)) }))).toEqual({ reasons: [], needsHuman: false });
+    const shadow = [
+      policy({ id: 'a', mode: 'shadow' }),
+      policy({ id: 'b', mode: 'shadow', effect: 'require_approval' }),
+    ];
+    expect(checkDecision(context({ policies: shadow.map((p) => match(p)) }))).toEqual({
+      reasons: [],
+      needsHuman: false,
+    });
   });
 
   test('an enforced require_approval needs a human exactly like the manifest, naming the policy', () => {
@@ -274,11 +325,19 @@ describe('what a matched policy does to the decision', () => {
         details: { policies: [{ policy_id: 'pol_2', name: 'refunds over 500', version: 1 }] },
       },
     ]);
-    expect(checkDecision(context({ policies: [match(ask)], approval: { ok: true } }))).toEqual({ reasons: [], needsHuman: true });
+    expect(checkDecision(context({ policies: [match(ask)], approval: { ok: true } }))).toEqual({
+      reasons: [],
+      needsHuman: true,
+    });
   });
 
   test('a full enforced rate limit denies an evaluate before the budget; a shadow one does not', () => {
-    const limited = policy({ id: 'pol_3', name: 'calm', effect: 'rate_limit', rateLimit: { limit: 2, windowSeconds: 60, per: 'agent' } });
+    const limited = policy({
+      id: 'pol_3',
+      name: 'calm',
+      effect: 'rate_limit',
+      rateLimit: { limit: 2, windowSeconds: 60, per: 'agent' },
+    });
     const shadow = { ...limited, id: 'pol_4', mode: 'shadow' as const };
     const matches = [match(limited), match(shadow)];
     const counters = policyCounters(matches, { orgId: 'o', svcId: 'billing-agent', callerId: 'k' }, MONDAY_1330);
@@ -296,11 +355,15 @@ describe('what a matched policy does to the decision', () => {
   test('rate limit counters: one per policy and scope, window aligned to the epoch, sorted by bucket', () => {
     const per = (id: string, scope: 'agent' | 'api_key' | 'org') =>
       match(policy({ id, effect: 'rate_limit', rateLimit: { limit: 5, windowSeconds: 3600, per: scope } }));
-    const counters = policyCounters([per('z', 'agent'), match(policy({ id: 'd' })), per('a', 'org'), per('m', 'api_key')], {
-      orgId: 'o',
-      svcId: 'billing-agent',
-      callerId: 'key-9',
-    }, MONDAY_1330);
+    const counters = policyCounters(
+      [per('z', 'agent'), match(policy({ id: 'd' })), per('a', 'org'), per('m', 'api_key')],
+      {
+        orgId: 'o',
+        svcId: 'billing-agent',
+        callerId: 'key-9',
+      },
+      MONDAY_1330,
+    );
     expect(counters.map((c) => [c.bucket, c.match])).toEqual([
       ['policy:o:a:3600:org', 2],
       ['policy:o:m:3600:key:key-9', 3],
@@ -315,8 +378,24 @@ describe('what a matched policy does to the decision', () => {
       match(policy({ id: 'b', effect: 'rate_limit', rateLimit: { limit: 1, windowSeconds: 1, per: 'org' } }), 'oops'),
     ];
     expect(policyEntries(matches, new Map([[1, true]]))).toEqual([
-      { policy_id: 'a', name: 'a', version: 1, effect: 'deny', mode: 'shadow', condition_error: null, rate_limit_exceeded: null },
-      { policy_id: 'b', name: 'b', version: 1, effect: 'rate_limit', mode: 'enforce', condition_error: 'oops', rate_limit_exceeded: true },
+      {
+        policy_id: 'a',
+        name: 'a',
+        version: 1,
+        effect: 'deny',
+        mode: 'shadow',
+        condition_error: null,
+        rate_limit_exceeded: null,
+      },
+      {
+        policy_id: 'b',
+        name: 'b',
+        version: 1,
+        effect: 'rate_limit',
+        mode: 'enforce',
+        condition_error: 'oops',
+        rate_limit_exceeded: true,
+      },
     ]);
   });
 });

@@ -24,7 +24,11 @@ describe('the stored forms (SecretBox)', () => {
   test.each([
     ['another key', () => new SecretBox(SECOND_KEY).open(sealed), /neither KEY_ENCRYPTION_KEY/],
     ['no key', () => new SecretBox(undefined).open(sealed), /KEY_ENCRYPTION_KEY is not set/],
-    ['a changed ciphertext', () => box.open(`${sealed.slice(0, -2)}${sealed.endsWith('AA') ? 'BB' : 'AA'}`), /altered or truncated/],
+    [
+      'a changed ciphertext',
+      () => box.open(`${sealed.slice(0, -2)}${sealed.endsWith('AA') ? 'BB' : 'AA'}`),
+      /altered or truncated/,
+    ],
     ['a truncated value', () => box.open(sealed.slice(0, 30)), /altered or truncated/],
     ['an unknown form', () => box.open('agw:v9:whatever'), /unknown form/],
   ])('%s: SecretUnavailableError, never a wrong plaintext', (_label, open, message) => {

@@ -1,4 +1,11 @@
-import { findUnstorable, isStorableText, MAX_JSON_DEPTH, nestsDeeperThan, TOO_DEEP_MESSAGE, UNSTORABLE_TEXT_MESSAGE } from '../../src/lib/storable-input.js';
+import {
+  findUnstorable,
+  isStorableText,
+  MAX_JSON_DEPTH,
+  nestsDeeperThan,
+  TOO_DEEP_MESSAGE,
+  UNSTORABLE_TEXT_MESSAGE,
+} from '../../src/lib/storable-input.js';
 
 const nested = (depth: number): unknown => {
   let value: unknown = 'leaf';
@@ -20,8 +27,14 @@ describe('the edge rule for storable input', () => {
   });
 
   test('names the path of the first bad string, key or depth', () => {
-    expect(findUnstorable({ action: { params: { note: 'a\u0000' } } }, '')).toEqual({ field: 'action.params.note', message: UNSTORABLE_TEXT_MESSAGE });
-    expect(findUnstorable({ list: ['ok', 'x\ud800'] }, 'body')).toEqual({ field: 'body.list[1]', message: UNSTORABLE_TEXT_MESSAGE });
+    expect(findUnstorable({ action: { params: { note: 'a\u0000' } } }, '')).toEqual({
+      field: 'action.params.note',
+      message: UNSTORABLE_TEXT_MESSAGE,
+    });
+    expect(findUnstorable({ list: ['ok', 'x\ud800'] }, 'body')).toEqual({
+      field: 'body.list[1]',
+      message: UNSTORABLE_TEXT_MESSAGE,
+    });
     expect(findUnstorable({ p: { 'k\u0000': 1 } }, '')?.field).toBe('p');
     expect(findUnstorable(nested(MAX_JSON_DEPTH), 'v')).toBeUndefined();
     expect(findUnstorable(nested(MAX_JSON_DEPTH + 1), 'v')?.message).toBe(TOO_DEEP_MESSAGE);

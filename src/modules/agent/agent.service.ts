@@ -98,7 +98,10 @@ export async function ensureAgentForManifest(
     createdBy: nameOf(principal),
   });
   if (row.status === 'deactivated') {
-    throw conflict(`Agent "${agent.id}" is deactivated; reactivate it before registering a manifest`, { agent_id: agent.id, status: 'deactivated' });
+    throw conflict(`Agent "${agent.id}" is deactivated; reactivate it before registering a manifest`, {
+      agent_id: agent.id,
+      status: 'deactivated',
+    });
   }
   if (created) {
     await recordAudit(tx, orgId, actor, {
@@ -119,13 +122,23 @@ function checkLabels(raw: unknown, errors: FieldErrors): Record<string, string> 
   const entries = Object.entries(raw);
   if (entries.length > MAX_LABELS) errors.add('labels', `must have at most ${MAX_LABELS} entries`);
   for (const [key, value] of entries) {
-    if (!labelKeyPattern.test(key)) errors.add(`labels.${key}`, 'the key must be 1–63 of lowercase letters, digits, ".", "_", "-", "/", starting and ending alphanumeric');
-    else if (typeof value !== 'string' || value.length > MAX_LABEL_VALUE) errors.add(`labels.${key}`, `must be a string of at most ${MAX_LABEL_VALUE} characters`);
+    if (!labelKeyPattern.test(key))
+      errors.add(
+        `labels.${key}`,
+        'the key must be 1–63 of lowercase letters, digits, ".", "_", "-", "/", starting and ending alphanumeric',
+      );
+    else if (typeof value !== 'string' || value.length > MAX_LABEL_VALUE)
+      errors.add(`labels.${key}`, `must be a string of at most ${MAX_LABEL_VALUE} characters`);
   }
   return raw as Record<string, string>;
 }
 
-function optionalText(value: string | null | undefined, field: string, max: number, errors: FieldErrors): string | null {
+function optionalText(
+  value: string | null | undefined,
+  field: string,
+  max: number,
+  errors: FieldErrors,
+): string | null {
   const text = value?.trim() || null;
   if (text && text.length > max) errors.add(field, `must be at most ${max} characters`);
   return text;
@@ -134,34 +147,63 @@ function optionalText(value: string | null | undefined, field: string, max: numb
 export function createAgentService(
   { db, cache, logger }: Deps,
   modules: {
-    approvals: { denyPendingOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, reason: string, decidedBy: string): Promise<number> };
+    approvals: {
+      denyPendingOfAgent(
+        tx: Prisma.TransactionClient,
+        orgId: string,
+        svcId: string,
+        reason: string,
+        decidedBy: string,
+      ): Promise<number>;
+    };
     tokens: { revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> };
     /** OAuth grants of MCP clients (src/modules/oauth/). */
-    grants: { revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, actor: Principal, reason: string): Promise<number> };
+    grants: {
+      revokeAllOfAgent(
+        tx: Prisma.TransactionClient,
+        orgId: string,
+        svcId: string,
+        actor: Principal,
+        reason: string,
+      ): Promise<number>;
+    };
   },
 ) {
   async function register(orgId: string, input: AgentInput, principal: Principal): Promise<Agent> {
     const errors = new FieldErrors();
     const id = input.agent_id ?? '';
     if (!agentIdPattern.test(id)) {
-      errors.add('agent_id', `must be lowercase letters, digits and hyphens, not starting or ending with a hyphen (${agentIdPattern.source})`);
+      errors.add(
+        'agent_id',
+        `must be lowercase letters, digits and hyphens, not starting or ending with a hyphen (${agentIdPattern.source})`,
+      );
     }
     const name = input.name?.trim() ?? '';
     if (!name || name.length > MAX_NAME) errors.add('name', `must be 1 to ${MAX_NAME} characters`);
     const description = optionalText(input.description, 'description', MAX_DESCRIPTION, errors) ?? '';
     const team = optionalText(input.team, 'team', MAX_NAME, errors);
-    const ownerEmail = input.owner_email === undefined || input.owner_email === null ? ownerOf(principal) : input.owner_email.trim().toLowerCase();
-    if (ownerEmail !== null && (!emailPattern.test(ownerEmail) || ownerEmail.length > 254)) errors.add('owner_email', 'must be an email address');
+    const ownerEmail =
+      input.owner_email === undefined || input.owner_email === null
+        ? ownerOf(principal)
+        : input.owner_email.trim().toLowerCase();
+    if (ownerEmail !== null && (!emailPattern.test(ownerEmail) || ownerEmail.length > 254))
+      errors.add('owner_email', 'must be an email address');
     const labels = checkLabels(input.labels, errors);
     errors.throwIfAny();
-    if (outOfScope(principal, id)) throw forbidden(`This API key is limited to the agent ids ${agentScope(principal)!.join(', ')}`);
+    if (outOfScope(principal, id))
+      throw forbidden(`This API key is limited to the agent ids ${agentScope(principal)!.join(', ')}`);
     const actor = actorOf(principal);
     try {
       return await db.prisma.$transaction(async (tx) => {
         const agent = await tx.agent.create({
           data: { orgId, id, name, description, team, ownerEmail, labels, createdBy: nameOf(principal) },
         });
-        await recordAudit(tx, orgId, actor, { action: 'agent.created', targetType: 'agent', targetId: id, after: { ...snapshot(agent), from_manifest: null } });
+        await recordAudit(tx, orgId, actor, {
+          action: 'agent.created',
+          targetType: 'agent',
+          targetId: id,
+          after: { ...snapshot(agent), from_manifest: null },
+        });
         return agent;
       });
     } catch (error) {
@@ -178,15 +220,22 @@ export function createAgentService(
   }
 
   /** The agent's id, name and status, or null when the org has none by that id (the OAuth consent page shows it). */
-  async function summary(orgId: string, agentId: string): Promise<{ agent_id: string; name: string; status: string } | null> {
-    const agent = await db.prisma.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } }, select: { id: true, name: true, status: true } });
+  async function summary(
+    orgId: string,
+    agentId: string,
+  ): Promise<{ agent_id: string; name: string; status: string } | null> {
+    const agent = await db.prisma.agent.findUnique({
+      where: { orgId_id: { orgId, id: agentId } },
+      select: { id: true, name: true, status: true },
+    });
     return agent && { agent_id: agent.id, name: agent.name, status: agent.status };
   }
 
   async function list(orgId: string, filter: AgentFilter, principal?: Principal): Promise<ListPage<Agent>> {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: DEFAULT_PAGE, max: MAX_PAGE }, errors);
-    if (filter.status && !agentStatuses.includes(filter.status as AgentStatus)) errors.add('status', `must be one of ${agentStatuses.join(', ')}`);
+    if (filter.status && !agentStatuses.includes(filter.status as AgentStatus))
+      errors.add('status', `must be one of ${agentStatuses.join(', ')}`);
     let label: [string, string] | null = null;
     if (filter.label) {
       const cut = filter.label.indexOf(':');
@@ -218,7 +267,12 @@ export function createAgentService(
    * ("agent deactivated"), its capability tokens and OAuth grants are revoked, all in one transaction. Records and
    * history stay. Deactivating a deactivated agent changes nothing.
    */
-  async function deactivate(orgId: string, agentId: string, reason: string | null | undefined, principal: Principal): Promise<void> {
+  async function deactivate(
+    orgId: string,
+    agentId: string,
+    reason: string | null | undefined,
+    principal: Principal,
+  ): Promise<void> {
     const errors = new FieldErrors();
     const why = optionalText(reason, 'reason', MAX_REASON, errors);
     errors.throwIfAny();
@@ -262,7 +316,9 @@ export function createAgentService(
         data: { status: 'active', deactivatedAt: null, deactivatedBy: null, deactivationReason: null },
       });
       if (changed.count === 0) {
-        throw new AppError('INVALID_STATE_TRANSITION', `Agent "${agentId}" is not deactivated`, { details: { from: before.status, to: 'active' } });
+        throw new AppError('INVALID_STATE_TRANSITION', `Agent "${agentId}" is not deactivated`, {
+          details: { from: before.status, to: 'active' },
+        });
       }
       const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
       await recordAudit(tx, orgId, actorOf(principal), {

@@ -29,7 +29,10 @@ interface AgentRow {
  */
 export type AgentState = Pick<Agent, 'name' | 'team' | 'ownerEmail' | 'labels' | 'status'>;
 
-export async function ensureAgentRow(tx: Prisma.TransactionClient, row: NewAgentRow): Promise<{ created: boolean; row: AgentState }> {
+export async function ensureAgentRow(
+  tx: Prisma.TransactionClient,
+  row: NewAgentRow,
+): Promise<{ created: boolean; row: AgentState }> {
   const conn = sqlConnectionOf(tx);
   const inserted = await conn.query<{ id: string }>(
     `INSERT INTO agents (org_id, id, name, description, team, owner_email, created_by)
@@ -43,12 +46,23 @@ export async function ensureAgentRow(tx: Prisma.TransactionClient, row: NewAgent
   );
   return {
     created: inserted.length === 1,
-    row: { name: current.name, team: current.team, ownerEmail: current.owner_email, labels: current.labels, status: current.status },
+    row: {
+      name: current.name,
+      team: current.team,
+      ownerEmail: current.owner_email,
+      labels: current.labels,
+      status: current.status,
+    },
   };
 }
 
 /** Sets last_seen_at unless another process did within the interval. */
-export async function touchLastSeen(sql: SqlDriver, orgId: string, agentId: string, intervalSeconds: number): Promise<void> {
+export async function touchLastSeen(
+  sql: SqlDriver,
+  orgId: string,
+  agentId: string,
+  intervalSeconds: number,
+): Promise<void> {
   await sql.query(
     `UPDATE agents SET last_seen_at = now()
      WHERE org_id = $1::uuid AND id = $2 AND (last_seen_at IS NULL OR last_seen_at < now() - make_interval(secs => $3))`,

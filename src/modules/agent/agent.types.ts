@@ -14,7 +14,10 @@ const AgentStatusEnum = builder.enumType('AgentStatus', { values: agentStatuses 
 const UsageWindowRef = builder.objectRef<UsageWindow>('AgentUsageWindow').implement({
   fields: (t) => ({
     count: t.exposeInt('count', { description: 'Allowed actions counted in the current window.' }),
-    limit: t.exposeInt('limit', { nullable: true, description: "The current manifest's limit; null without a manifest." }),
+    limit: t.exposeInt('limit', {
+      nullable: true,
+      description: "The current manifest's limit; null without a manifest.",
+    }),
     resets_at: t.exposeString('resets_at', { description: 'When the window ends (UTC hour or day).' }),
   }),
 });
@@ -112,14 +115,24 @@ builder.queryField('agent', (t) =>
     resolve: (_, args, ctx) => ctx.services.agents.get(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
   }),
 );
-restRoute('Query.agent', { method: 'GET', path: '/agents/:agent_id', tag, summary: 'Read an agent with its current manifest and usage', auth: readers });
+restRoute('Query.agent', {
+  method: 'GET',
+  path: '/agents/:agent_id',
+  tag,
+  summary: 'Read an agent with its current manifest and usage',
+  auth: readers,
+});
 
 builder.mutationField('register_agent', (t) =>
   t.field({
     type: AgentRef,
-    description: 'Registers an agent before (or without) its first manifest; registering a manifest for a new id does it too.',
+    description:
+      'Registers an agent before (or without) its first manifest; registering a manifest for a new id does it too.',
     args: {
-      agent_id: t.arg.string({ required: true, description: "A manifest's agent.id: lowercase letters, digits and hyphens." }),
+      agent_id: t.arg.string({
+        required: true,
+        description: "A manifest's agent.id: lowercase letters, digits and hyphens.",
+      }),
       name: t.arg.string({ required: true }),
       description: t.arg.string(),
       team: t.arg.string(),
@@ -130,17 +143,33 @@ builder.mutationField('register_agent', (t) =>
     resolve: (_, args, ctx) => ctx.services.agents.register(principalOf(ctx).orgId, args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.register_agent', { method: 'POST', path: '/agents', status: 201, tag, summary: 'Register an agent', auth: readers, extraErrors: ['409'] });
+restRoute('Mutation.register_agent', {
+  method: 'POST',
+  path: '/agents',
+  status: 201,
+  tag,
+  summary: 'Register an agent',
+  auth: readers,
+  extraErrors: ['409'],
+});
 
 builder.mutationField('deactivate_agent', (t) =>
   t.boolean({
     description:
       'Denies every gateway request of the agent (AGENT_DEACTIVATED) on every process within a second, denies its pending ' +
       'approvals ("agent deactivated"), revokes its capability tokens and refuses new manifests (409). Records and history stay.',
-    args: { agent_id: t.arg.id({ required: true }), reason: t.arg.string({ description: 'Shown in the denials; at most 1000 characters.' }) },
+    args: {
+      agent_id: t.arg.id({ required: true }),
+      reason: t.arg.string({ description: 'Shown in the denials; at most 1000 characters.' }),
+    },
     authScopes: { own: 'agent:deactivate' },
     resolve: async (_, args, ctx) => {
-      await ctx.services.agents.deactivate(principalOf(ctx).orgId, String(args.agent_id), args.reason, principalOf(ctx));
+      await ctx.services.agents.deactivate(
+        principalOf(ctx).orgId,
+        String(args.agent_id),
+        args.reason,
+        principalOf(ctx),
+      );
       return true;
     },
   }),
@@ -161,7 +190,8 @@ builder.mutationField('reactivate_agent', (t) =>
     description: 'Gateway access comes back; capability tokens revoked by the deactivation stay revoked.',
     args: { agent_id: t.arg.id({ required: true }) },
     authScopes: { own: 'agent:reactivate' },
-    resolve: (_, args, ctx) => ctx.services.agents.reactivate(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
+    resolve: (_, args, ctx) =>
+      ctx.services.agents.reactivate(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
   }),
 );
 restRoute('Mutation.reactivate_agent', {

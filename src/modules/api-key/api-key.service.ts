@@ -41,7 +41,8 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
       errors.add('expires_in_days', `must be an integer from 1 to ${MAX_LIFETIME_DAYS}`);
     }
     (input.svc_ids ?? []).forEach((svcId, i) => {
-      if (!agentIdPattern.test(svcId)) errors.add(`svc_ids[${i}]`, 'must be an agent id (lowercase letters, digits, hyphens)');
+      if (!agentIdPattern.test(svcId))
+        errors.add(`svc_ids[${i}]`, 'must be an agent id (lowercase letters, digits, hyphens)');
     });
     errors.throwIfAny();
     return days;
@@ -119,10 +120,14 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     const hash = hashApiKey(key);
     const row = await cache.get(`api-key:${hash}`, () =>
       db.sql
-        .query<{ id: string; org_id: string; key_prefix: string; scopes: string[]; svc_ids: string[]; expires_at: Date }>(
-          'SELECT id, org_id, key_prefix, scopes, svc_ids, expires_at FROM api_keys WHERE key_hash = $1',
-          [hash],
-        )
+        .query<{
+          id: string;
+          org_id: string;
+          key_prefix: string;
+          scopes: string[];
+          svc_ids: string[];
+          expires_at: Date;
+        }>('SELECT id, org_id, key_prefix, scopes, svc_ids, expires_at FROM api_keys WHERE key_hash = $1', [hash])
         .then((rows) => rows[0]),
     );
     if (!row || new Date(row.expires_at).getTime() <= Date.now()) throw invalidKey();

@@ -86,7 +86,8 @@ export function createApprovalService({ db, telemetry }: Deps) {
   async function check(orgId: string, approvalId: string, actionHash: string): Promise<ApprovalCheck> {
     const approval = await db.prisma.approval.findFirst({ where: { id: approvalId, orgId } });
     if (!approval) return { ok: false, message: `Approval ${approvalId} does not exist` };
-    if (approval.actionHash !== actionHash) return { ok: false, message: 'The approval was given for a different action' };
+    if (approval.actionHash !== actionHash)
+      return { ok: false, message: 'The approval was given for a different action' };
     if (approval.status === 'consumed') return { ok: false, message: 'The approval has already been used' };
     if (approval.expiresAt.getTime() <= Date.now()) return { ok: false, message: 'The approval has expired' };
     if (approval.status !== 'approved') return { ok: false, message: `The approval is ${approval.status}` };
@@ -122,7 +123,13 @@ export function createApprovalService({ db, telemetry }: Deps) {
       ...(filter.svc_id ? { AND: [{ svcId: filter.svc_id }] } : {}),
     };
     const [items, total, pendingCount] = await Promise.all([
-      db.prisma.approval.findMany({ ...query, where, orderBy: [{ requestedAt: 'desc' }, { id: 'desc' }], take: limit, skip: offset }),
+      db.prisma.approval.findMany({
+        ...query,
+        where,
+        orderBy: [{ requestedAt: 'desc' }, { id: 'desc' }],
+        take: limit,
+        skip: offset,
+      }),
       db.prisma.approval.count({ where }),
       db.prisma.approval.count({ where: { ...visible, status: 'pending' } }),
     ]);
@@ -131,7 +138,10 @@ export function createApprovalService({ db, telemetry }: Deps) {
 
   async function get(orgId: string, approvalId: string, principal: Principal, query: ApprovalQuery = {}) {
     await expireDue(orgId);
-    const approval = await db.prisma.approval.findFirst({ ...query, where: { id: approvalId, orgId, ...visibleTo(principal) } });
+    const approval = await db.prisma.approval.findFirst({
+      ...query,
+      where: { id: approvalId, orgId, ...visibleTo(principal) },
+    });
     if (!approval) throw notFound('Approval');
     return approval;
   }
@@ -199,7 +209,13 @@ export function createApprovalService({ db, telemetry }: Deps) {
    * Denies every pending approval of an agent, in the caller's transaction (an agent's
    * deactivation); subscribers hear of each decision when it commits. Returns how many.
    */
-  async function denyPendingOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, reason: string, decidedBy: string) {
+  async function denyPendingOfAgent(
+    tx: Prisma.TransactionClient,
+    orgId: string,
+    svcId: string,
+    reason: string,
+    decidedBy: string,
+  ) {
     const pending = await tx.approval.findMany({ where: { orgId, svcId, status: 'pending' }, select: { id: true } });
     if (!pending.length) return 0;
     const ids = pending.map((approval) => approval.id);

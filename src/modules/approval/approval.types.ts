@@ -16,15 +16,13 @@ const ApprovalStatusEnum = builder.enumType('ApprovalStatus', {
   description: 'pending → approved → consumed (used once), pending → denied, pending or approved → expired.',
 });
 
-const ApprovalAction = builder
-  .objectRef<{ type: string; tool: string; params: unknown }>('ApprovalAction')
-  .implement({
-    fields: (t) => ({
-      type: t.exposeString('type'),
-      tool: t.exposeString('tool'),
-      params: t.field({ type: 'JSON', resolve: (a) => a.params ?? {} }),
-    }),
-  });
+const ApprovalAction = builder.objectRef<{ type: string; tool: string; params: unknown }>('ApprovalAction').implement({
+  fields: (t) => ({
+    type: t.exposeString('type'),
+    tool: t.exposeString('tool'),
+    params: t.field({ type: 'JSON', resolve: (a) => a.params ?? {} }),
+  }),
+});
 
 const ApprovalReason = builder.objectRef<{ code: string; message: string }>('ApprovalReason').implement({
   fields: (t) => ({ code: t.exposeString('code', closedValues(REASON_CODES)), message: t.exposeString('message') }),
@@ -39,14 +37,19 @@ const ApprovalAgent = builder.objectRef<{ svc_id: string; agent_id: string; name
 });
 
 const ApprovalManifestVersion = builder
-  .objectRef<{ manifest_id: string; agent_version: string; manifest_hash: string; status: string }>('ApprovalManifestVersion')
+  .objectRef<{ manifest_id: string; agent_version: string; manifest_hash: string; status: string }>(
+    'ApprovalManifestVersion',
+  )
   .implement({
     description: 'The manifest the agent ran under when it asked.',
     fields: (t) => ({
       manifest_id: t.exposeID('manifest_id'),
       agent_version: t.exposeString('agent_version'),
       manifest_hash: t.exposeString('manifest_hash'),
-      status: t.exposeString('status', { description: 'The status of that manifest now.', ...closedValues(Object.values(ManifestStatus)) }),
+      status: t.exposeString('status', {
+        description: 'The status of that manifest now.',
+        ...closedValues(Object.values(ManifestStatus)),
+      }),
     }),
   });
 
@@ -57,7 +60,10 @@ export const ApprovalRef = builder.prismaObject('Approval', {
     svc_id: t.exposeString('svcId'),
     agent_id: t.exposeString('agentId'),
     capability: t.exposeString('capability'),
-    action: t.field({ type: ApprovalAction, resolve: (a) => a.action as { type: string; tool: string; params: unknown } }),
+    action: t.field({
+      type: ApprovalAction,
+      resolve: (a) => a.action as { type: string; tool: string; params: unknown },
+    }),
     action_hash: t.exposeString('actionHash', { description: 'SHA-256 of the canonical {svc_id, agent_id, action}.' }),
     reasons: t.field({
       type: [ApprovalReason],
@@ -79,10 +85,15 @@ export const ApprovalRef = builder.prismaObject('Approval', {
         status: manifest.status,
       }),
     }),
-    requested_by: t.exposeString('requestedBy', { description: 'The API key id, OAuth grant id (an MCP client) or operator email of the asking call.' }),
+    requested_by: t.exposeString('requestedBy', {
+      description: 'The API key id, OAuth grant id (an MCP client) or operator email of the asking call.',
+    }),
     requested_at: t.expose('requestedAt', { type: 'Timestamp' }),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
-    decided_by: t.exposeString('decidedBy', { nullable: true, description: 'Email of the deciding user, or the deciding API key id.' }),
+    decided_by: t.exposeString('decidedBy', {
+      nullable: true,
+      description: 'Email of the deciding user, or the deciding API key id.',
+    }),
     decided_at: t.expose('decidedAt', { type: 'Timestamp', nullable: true }),
     notes: t.exposeString('notes', { nullable: true }),
     reason: t.exposeString('reason', { nullable: true, description: 'Why it was denied.' }),
@@ -98,7 +109,9 @@ const ApprovalList = builder
     fields: (t) => ({
       items: t.field({ type: [ApprovalRef], resolve: (page) => page.items }),
       total: t.exposeInt('total', { description: 'Approvals matching the filters.' }),
-      pending_count: t.exposeInt('pending_count', { description: 'Pending approvals of the org (visible to the caller), whatever the filters.' }),
+      pending_count: t.exposeInt('pending_count', {
+        description: 'Pending approvals of the org (visible to the caller), whatever the filters.',
+      }),
     }),
   });
 
@@ -155,15 +168,23 @@ builder.queryField('approval', (t) =>
     description: 'One approval with its action, the agent, the manifest it ran under and why it needed a human.',
     args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:read' } }),
-    resolve: (query, _, args, ctx) => ctx.services.approvals.get(String(args.org_id), String(args.approval_id), principalOf(ctx), query),
+    resolve: (query, _, args, ctx) =>
+      ctx.services.approvals.get(String(args.org_id), String(args.approval_id), principalOf(ctx), query),
   }),
 );
-restRoute('Query.approval', { method: 'GET', path: `${approvalsPath}/:approval_id`, tag, summary: 'Read one approval', auth: bearerOrKey });
+restRoute('Query.approval', {
+  method: 'GET',
+  path: `${approvalsPath}/:approval_id`,
+  tag,
+  summary: 'Read one approval',
+  auth: bearerOrKey,
+});
 
 builder.queryField('gateway_approval', (t) =>
   t.prismaField({
     type: ApprovalPoll,
-    description: 'The asking agent polls its approval with its API key; then re-sends the identical action with `approval_id`.',
+    description:
+      'The asking agent polls its approval with its API key; then re-sends the identical action with `approval_id`.',
     args: { approval_id: t.arg.id({ required: true }) },
     authScopes: { own: 'approval:poll' },
     resolve: (query, _, args, ctx) => {
@@ -187,7 +208,14 @@ builder.mutationField('approve_approval', (t) =>
     args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }), notes: t.arg.string() },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:decide' } }),
     resolve: (query, _, args, ctx) =>
-      ctx.services.approvals.decide(String(args.org_id), String(args.approval_id), principalOf(ctx), 'approved', { notes: args.notes }, query),
+      ctx.services.approvals.decide(
+        String(args.org_id),
+        String(args.approval_id),
+        principalOf(ctx),
+        'approved',
+        { notes: args.notes },
+        query,
+      ),
   }),
 );
 restRoute('Mutation.approve_approval', {

@@ -17,7 +17,8 @@ export const ACTOR_TYPES = ['user', 'api_key', 'oauth_grant', 'system'] as const
 
 export function actorOf(principal: Principal): Actor {
   if (principal.type === 'user') return { type: 'user', id: principal.userId, label: principal.email };
-  if (principal.type === 'oauth_grant') return { type: 'oauth_grant', id: principal.grantId, label: principal.clientLabel };
+  if (principal.type === 'oauth_grant')
+    return { type: 'oauth_grant', id: principal.grantId, label: principal.clientLabel };
   return { type: 'api_key', id: principal.keyId, label: principal.keyPrefix };
 }
 
@@ -178,7 +179,12 @@ export type AuditEvent =
   | Event<'tool.deleted', 'tool', ToolSnapshot, never>
   | Event<'tool.definitions_pinned', 'tool', never, { definitions: { name: string; pinned_hash: string }[] }>
   | Event<'tool.definition_changed', 'tool', never, ToolDefinitionChange>
-  | Event<'tool.definitions_accepted', 'tool', never, { accepted: Omit<ToolDefinitionChange, 'tool_id' | 'action_type' | 'diff'>[] }>
+  | Event<
+      'tool.definitions_accepted',
+      'tool',
+      never,
+      { accepted: Omit<ToolDefinitionChange, 'tool_id' | 'action_type' | 'diff'>[] }
+    >
   | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
   | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
   | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
@@ -221,7 +227,11 @@ export type AuditAction = AuditEvent['action'];
  * enums), and the mapped type makes the compiler refuse this table if an action of the union is
  * missing or names another target type.
  */
-type TargetOf<A extends AuditAction, E = AuditEvent> = E extends { action: infer Actions; targetType: infer Target } ? (A extends Actions ? Target : never) : never;
+type TargetOf<A extends AuditAction, E = AuditEvent> = E extends { action: infer Actions; targetType: infer Target }
+  ? A extends Actions
+    ? Target
+    : never
+  : never;
 const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'org.created': 'organization',
   'org.updated': 'organization',

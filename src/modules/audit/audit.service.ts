@@ -71,11 +71,13 @@ function whereOf(orgId: string, filter: AuditFilter, errors: FieldErrors): Prism
   if (targetType != null && !(targetType.length <= 100 && targetTypePattern.test(targetType))) {
     errors.add('target_type', 'must be a target type such as manifest or api_key');
   }
-  if (targetId != null && (targetId.length < 1 || targetId.length > 200)) errors.add('target_id', 'must be 1 to 200 characters');
+  if (targetId != null && (targetId.length < 1 || targetId.length > 200))
+    errors.add('target_id', 'must be 1 to 200 characters');
   if (from && to && from.getTime() >= to.getTime()) errors.add('to', 'must be after from');
   const conditions: Prisma.AuditLogWhereInput[] = [{ orgId }];
   // Emails are stored lower-cased, so a label also matches in lower case.
-  if (actor) conditions.push({ OR: [{ actorId: actor }, { actorLabel: { in: [...new Set([actor, actor.toLowerCase()])] } }] });
+  if (actor)
+    conditions.push({ OR: [{ actorId: actor }, { actorLabel: { in: [...new Set([actor, actor.toLowerCase()])] } }] });
   if (action) conditions.push({ action: action.includes('.') ? action : { startsWith: `${action}.` } });
   if (targetType) conditions.push({ targetType });
   if (targetId) conditions.push({ targetId });
@@ -92,7 +94,12 @@ export function createAuditService({ db }: Deps) {
     const where = whereOf(orgId, filter, errors);
     errors.throwIfAny();
     const [items, total] = await Promise.all([
-      db.prisma.auditLog.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], take: limit, skip: offset }),
+      db.prisma.auditLog.findMany({
+        where,
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        take: limit,
+        skip: offset,
+      }),
       db.prisma.auditLog.count({ where }),
     ]);
     return { items, total };
@@ -104,7 +111,11 @@ export function createAuditService({ db }: Deps) {
    * nothing in the database, and memory holds one batch. The filter is checked now (422 before
    * any byte is sent); reading starts when the batches are iterated.
    */
-  function exportBatches(orgId: string, filter: AuditFilter, batchSize = AUDIT_EXPORT_BATCH): AsyncIterable<AuditLog[]> {
+  function exportBatches(
+    orgId: string,
+    filter: AuditFilter,
+    batchSize = AUDIT_EXPORT_BATCH,
+  ): AsyncIterable<AuditLog[]> {
     const errors = new FieldErrors();
     const where = whereOf(orgId, filter, errors);
     errors.throwIfAny();

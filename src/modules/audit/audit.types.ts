@@ -18,15 +18,24 @@ const AuditActor = builder
         description: '`user`, `api_key`, `oauth_grant` (an MCP client revoking its own grant) or `system`.',
         ...closedValues(ACTOR_TYPES),
       }),
-      id: t.exposeString('id', { nullable: true, description: 'User id, API key id or grant id; null for the system.' }),
-      label: t.exposeString('label', { nullable: true, description: 'Email of a user, key prefix of an API key, name of an OAuth client.' }),
+      id: t.exposeString('id', {
+        nullable: true,
+        description: 'User id, API key id or grant id; null for the system.',
+      }),
+      label: t.exposeString('label', {
+        nullable: true,
+        description: 'Email of a user, key prefix of an API key, name of an OAuth client.',
+      }),
     }),
   });
 
 const AuditTarget = builder.objectRef<{ type: string; id: string }>('AuditTarget').implement({
   description: 'What was changed.',
   fields: (t) => ({
-    type: t.exposeString('type', { description: 'e.g. `manifest`, `api_key`, `user`, `organization`.', ...closedValues(AUDIT_TARGET_TYPES) }),
+    type: t.exposeString('type', {
+      description: 'e.g. `manifest`, `api_key`, `user`, `organization`.',
+      ...closedValues(AUDIT_TARGET_TYPES),
+    }),
     id: t.exposeString('id'),
   }),
 });
@@ -39,7 +48,12 @@ export const AuditLogRef = builder.prismaObject('AuditLog', {
     actor: t.field({ type: AuditActor, resolve: (a) => ({ type: a.actorType, id: a.actorId, label: a.actorLabel }) }),
     action: t.exposeString('action', { description: 'e.g. `manifest.approved`.', ...closedValues(AUDIT_ACTIONS) }),
     target: t.field({ type: AuditTarget, resolve: (a) => ({ type: a.targetType, id: a.targetId }) }),
-    before: t.field({ type: 'JSON', nullable: true, description: 'The changed fields before.', resolve: (a) => a.before }),
+    before: t.field({
+      type: 'JSON',
+      nullable: true,
+      description: 'The changed fields before.',
+      resolve: (a) => a.before,
+    }),
     after: t.field({ type: 'JSON', nullable: true, description: 'The changed fields after.', resolve: (a) => a.after }),
     reason: t.exposeString('reason', { nullable: true }),
     request_id: t.exposeString('requestId', { nullable: true, description: 'The X-Request-Id of the change.' }),
@@ -123,12 +137,16 @@ streamRoute({
   query: [{ name: 'format', type: 'string', values: ['jsonl', 'csv'], description: 'Default jsonl.' }, ...filterParams],
   media: {
     'application/x-ndjson': 'One JSON object per line (an AuditLogEntry), oldest first',
-    'text/csv': 'RFC 4180 with a header row: audit_id, org_id, actor_type, actor_id, actor_label, action, target_type, target_id, before, after, reason, request_id, created_at',
+    'text/csv':
+      'RFC 4180 with a header row: audit_id, org_id, actor_type, actor_id, actor_label, action, target_type, target_id, before, after, reason, request_id, created_at',
   },
   async handle(call) {
     const { format = 'jsonl', ...filter } = call.query as AuditFilter & { format?: 'jsonl' | 'csv' };
     const batches = call.services.audit.exportBatches(call.orgId, filter);
-    const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+    const stamp = new Date()
+      .toISOString()
+      .replace(/[-:]/g, '')
+      .replace(/\.\d+Z$/, 'Z');
     const filename = `audit-logs-${call.orgId}-${stamp}.${format}`;
     if (format === 'csv') {
       const rows = async function* () {

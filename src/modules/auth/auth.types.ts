@@ -58,7 +58,9 @@ const SessionLogin = builder.objectRef<SessionLoginResult>('SessionLogin').imple
 const RefreshedSession = builder.objectRef<RotatedSession>('RefreshedSession').implement({
   fields: (t) => ({
     token: t.exposeString('token', { description: 'A new bearer access token of the same session.' }),
-    refresh_token: t.exposeString('refresh_token', { description: `Replaces the presented one. ${refreshTokenDescription}` }),
+    refresh_token: t.exposeString('refresh_token', {
+      description: `Replaces the presented one. ${refreshTokenDescription}`,
+    }),
     expires: t.expose('expires', { type: 'Timestamp', description: 'When the access token expires.' }),
   }),
 });
@@ -82,11 +84,17 @@ restRoute('Mutation.login', {
 builder.mutationField('session_login', (t) =>
   t.field({
     type: SessionLogin,
-    description: 'Exchange email and password for an access token, a refresh token and the user (login throttling applies).',
+    description:
+      'Exchange email and password for an access token, a refresh token and the user (login throttling applies).',
     args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
     resolve: async (_, args, ctx) => {
       const session = await ctx.services.sessions.login(args.email, args.password, ctx.state.clientAddress);
-      return { token: session.access_token, refresh_token: session.refresh_token, expires: session.expires, user: session.user };
+      return {
+        token: session.access_token,
+        refresh_token: session.refresh_token,
+        expires: session.expires,
+        user: session.user,
+      };
     },
   }),
 );
@@ -145,7 +153,8 @@ restRoute('Mutation.refresh', {
 
 builder.mutationField('logout', (t) =>
   t.boolean({
-    description: 'Revokes the presented bearer token and its whole session: every refresh and access token of that login.',
+    description:
+      'Revokes the presented bearer token and its whole session: every refresh and access token of that login.',
     authScopes: { session: true },
     resolve: async (_, __, ctx) => {
       const principal = principalOf(ctx);

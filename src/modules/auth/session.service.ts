@@ -82,7 +82,11 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
   /** Login and refresh attempts are counted in the same fixed window (LOGIN_WINDOW_SECONDS). */
   const attemptPeriod = `${env.loginWindowSeconds / 60}m`;
   /** Signs an access token of `familyId`; no database write. */
-  async function signAccessToken(user: SessionUser, familyId: string, ttlSeconds = env.sessionTtlSeconds): Promise<AccessToken> {
+  async function signAccessToken(
+    user: SessionUser,
+    familyId: string,
+    ttlSeconds = env.sessionTtlSeconds,
+  ): Promise<AccessToken> {
     const key = await keys.activeKey('session');
     const now = Math.floor(Date.now() / 1000);
     const token = await new SignJWT({ org_id: user.orgId, role: user.role, email: user.email, sid: familyId })
@@ -94,7 +98,12 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       .setIssuedAt(now)
       .setExpirationTime(now + ttlSeconds)
       .sign(key.privateKey);
-    return { access_token: token, token_type: 'bearer', expires_in: ttlSeconds, expires: new Date((now + ttlSeconds) * 1000) };
+    return {
+      access_token: token,
+      token_type: 'bearer',
+      expires_in: ttlSeconds,
+      expires: new Date((now + ttlSeconds) * 1000),
+    };
   }
 
   /**
@@ -147,7 +156,13 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
     // One round trip: is the token revoked, is its family revoked (or gone), and does the user
     // still exist (with which role)? A family is deleted only after every token of it expired, so
     // a missing family is as good as a revoked one.
-    const [row] = await db.sql.query<{ role: UserRole; email: string; org_id: string; token_revoked: boolean; family_revoked: boolean }>(
+    const [row] = await db.sql.query<{
+      role: UserRole;
+      email: string;
+      org_id: string;
+      token_revoked: boolean;
+      family_revoked: boolean;
+    }>(
       `SELECT u.role, u.email, u.org_id,
               EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS token_revoked,
               NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = $3 AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
@@ -155,7 +170,8 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       [payload.sub, payload.jti, payload.sid],
     );
     if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
-    if (row.family_revoked) throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');
+    if (row.family_revoked)
+      throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');
     return {
       type: 'user',
       userId: payload.sub!,
@@ -179,7 +195,11 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
    * Revokes a whole family: its refresh tokens stop rotating and its access tokens stop
    * authenticating. True when this call revoked it (false: it was already revoked or is gone).
    */
-  async function revokeFamily(familyId: string, reason: FamilyRevocationReason, tx: SqlConnection = db.sql): Promise<boolean> {
+  async function revokeFamily(
+    familyId: string,
+    reason: FamilyRevocationReason,
+    tx: SqlConnection = db.sql,
+  ): Promise<boolean> {
     const rows = await tx.query(
       'UPDATE session_families SET revoked_at = now(), revoked_reason = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id',
       [familyId, reason],
@@ -226,7 +246,8 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
   async function rotate(presented: string, clientAddress: string): Promise<RotatedSession> {
     // Checked before any hashing or database work, counting included: a megabyte of text is
     // refused as cheaply as a typo.
-    if (!refreshTokenPattern.test(presented)) throw invalidToken('The refresh token is malformed: it is not one this service issued');
+    if (!refreshTokenPattern.test(presented))
+      throw invalidToken('The refresh token is malformed: it is not one this service issued');
     const window = fixedWindow(env.loginWindowSeconds);
     const addressBucket = `refresh-failures:address:${clientAddress}`;
     await countAttempt(db.sql, [{ bucket: addressBucket, limit: env.refreshMaxFailuresPerAddress }], window, {
@@ -236,7 +257,13 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
     const presentedHash = sha256Hex(presented);
     const successor = newRefreshToken();
     const claimed = await db.sql.transaction(async (tx) => {
-      const [row] = await tx.query<{ family_id: string; user_id: string; org_id: string; email: string; role: UserRole }>(
+      const [row] = await tx.query<{
+        family_id: string;
+        user_id: string;
+        org_id: string;
+        email: string;
+        role: UserRole;
+      }>(
         `UPDATE refresh_tokens r SET used_at = now(), replaced_by = $2
          FROM session_families f, users u
          WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()
@@ -270,7 +297,13 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
 
   /** Why a refresh token was refused; revokes its family when the reason is reuse. */
   async function refusal(tokenHash: string): Promise<AppError> {
-    const [row] = await db.sql.query<{ family_id: string; user_id: string; used: boolean; expired: boolean; family_revoked: boolean }>(
+    const [row] = await db.sql.query<{
+      family_id: string;
+      user_id: string;
+      used: boolean;
+      expired: boolean;
+      family_revoked: boolean;
+    }>(
       `SELECT r.family_id, r.user_id, r.used_at IS NOT NULL AS used, r.expires_at <= now() AS expired,
               f.revoked_at IS NOT NULL AS family_revoked
        FROM refresh_tokens r JOIN session_families f ON f.id = r.family_id
@@ -283,7 +316,10 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       // RFC 9700 §4.14.2: a used token presented again means it leaked (or a client raced itself);
       // the legitimate holder cannot be told from the other, so the whole family goes.
       if (await revokeFamily(row.family_id, 'refresh_token_reused')) {
-        logger.warn({ familyId: row.family_id, userId: row.user_id }, 'refresh token reused: its session family is revoked');
+        logger.warn(
+          { familyId: row.family_id, userId: row.user_id },
+          'refresh token reused: its session family is revoked',
+        );
       }
       return invalidToken('The refresh token was already used; every token of its session has been revoked');
     }
@@ -316,7 +352,8 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       { message: 'Too many failed logins; try again later', period: attemptPeriod },
     );
     const user = await db.prisma.user.findUnique({ where: { email: normalized } });
-    if (!(await passwords.verify(user?.passwordHash, password)) || !user) throw invalidToken('Email or password is wrong');
+    if (!(await passwords.verify(user?.passwordHash, password)) || !user)
+      throw invalidToken('Email or password is wrong');
     await Promise.all([reset(db.sql, emailBucket, window), unhit(db.sql, addressBucket, window)]);
     const session = await startSession({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
     return { ...session, user };

@@ -32,7 +32,6 @@ export type TokenCheck =
   | { ok: true; tokenId: string; capabilities: string[]; maxUses: number | null }
   | { ok: false; message: string };
 
-
 export function createCapabilityTokenService({ db, keys }: Deps) {
   async function issue(orgId: string, input: IssueTokenInput, actor: Principal) {
     const errors = new FieldErrors();
@@ -88,7 +87,12 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
         action: 'capability_token.issued',
         targetType: 'capability_token',
         targetId: tokenId,
-        after: { svc_id: input.svc_id, capabilities, expires_at: expiresAt.toISOString(), max_uses: input.max_uses ?? null },
+        after: {
+          svc_id: input.svc_id,
+          capabilities,
+          expires_at: expiresAt.toISOString(),
+          max_uses: input.max_uses ?? null,
+        },
       });
       return created;
     });
@@ -102,7 +106,10 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
 
   /** Revokes every live token of an agent, in the caller's transaction (an agent's deactivation). Returns how many. */
   async function revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> {
-    const revoked = await tx.capabilityToken.updateMany({ where: { orgId, svcId, revokedAt: null }, data: { revokedAt: new Date() } });
+    const revoked = await tx.capabilityToken.updateMany({
+      where: { orgId, svcId, revokedAt: null },
+      data: { revokedAt: new Date() },
+    });
     return revoked.count;
   }
 
@@ -118,7 +125,12 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
           action: 'capability_token.revoked',
           targetType: 'capability_token',
           targetId: tokenId,
-          before: { svc_id: existing.svcId, capabilities: existing.capabilities, expires_at: existing.expiresAt.toISOString(), max_uses: existing.maxUses },
+          before: {
+            svc_id: existing.svcId,
+            capabilities: existing.capabilities,
+            expires_at: existing.expiresAt.toISOString(),
+            max_uses: existing.maxUses,
+          },
         });
       }
       return revoked;
@@ -136,7 +148,8 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
       return { ok: false, message: 'The capability token is not a JWT' };
     }
     const key = kid ? await keys.byId(kid) : undefined;
-    if (!key || key.purpose !== 'capability') return { ok: false, message: 'The capability token was not signed by this gateway' };
+    if (!key || key.purpose !== 'capability')
+      return { ok: false, message: 'The capability token was not signed by this gateway' };
     let payload;
     try {
       ({ payload } = await jwtVerify(token, key.publicKey, {
@@ -150,7 +163,8 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
       return { ok: false, message: `The capability token is invalid: ${(error as Error).message}` };
     }
     if (payload.org_id !== orgId) return { ok: false, message: 'The capability token belongs to another organization' };
-    if (payload.sub !== svcId) return { ok: false, message: `The capability token was issued for agent "${payload.sub}"` };
+    if (payload.sub !== svcId)
+      return { ok: false, message: `The capability token was issued for agent "${payload.sub}"` };
     const row = await db.prisma.capabilityToken.findFirst({ where: { id: payload.jti!, orgId } });
     if (!row) return { ok: false, message: 'The capability token is unknown' };
     if (row.revokedAt) return { ok: false, message: 'The capability token has been revoked' };

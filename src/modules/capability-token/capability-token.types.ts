@@ -17,17 +17,19 @@ const CapabilityTokenRef = builder.prismaObject('CapabilityToken', {
   }),
 });
 
-const IssuedCapabilityToken = builder.objectRef<CapabilityToken & { token: string }>('IssuedCapabilityToken').implement({
-  description: 'A new capability token; `token` (the JWT) is shown in this response only.',
-  fields: (t) => ({
-    token_id: t.exposeID('id'),
-    token: t.exposeString('token'),
-    svc_id: t.exposeString('svcId'),
-    capabilities: t.exposeStringList('capabilities'),
-    expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
-    max_uses: t.exposeInt('maxUses', { nullable: true }),
-  }),
-});
+const IssuedCapabilityToken = builder
+  .objectRef<CapabilityToken & { token: string }>('IssuedCapabilityToken')
+  .implement({
+    description: 'A new capability token; `token` (the JWT) is shown in this response only.',
+    fields: (t) => ({
+      token_id: t.exposeID('id'),
+      token: t.exposeString('token'),
+      svc_id: t.exposeString('svcId'),
+      capabilities: t.exposeStringList('capabilities'),
+      expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
+      max_uses: t.exposeInt('maxUses', { nullable: true }),
+    }),
+  });
 
 const TokenList = listType('CapabilityTokenList', CapabilityTokenRef);
 const path = '/orgs/:org_id/capability-tokens';
@@ -47,7 +49,14 @@ builder.mutationField('issue_capability_token', (t) =>
     resolve: (_, args, ctx) => ctx.services.tokens.issue(String(args.org_id), args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.issue_capability_token', { method: 'POST', path, status: 201, tag, summary: 'Issue a capability token', auth: ['bearer'] });
+restRoute('Mutation.issue_capability_token', {
+  method: 'POST',
+  path,
+  status: 201,
+  tag,
+  summary: 'Issue a capability token',
+  auth: ['bearer'],
+});
 
 builder.queryField('capability_tokens', (t) =>
   t.field({
@@ -57,7 +66,13 @@ builder.queryField('capability_tokens', (t) =>
     resolve: (_, args, ctx) => ctx.services.tokens.list(String(args.org_id)),
   }),
 );
-restRoute('Query.capability_tokens', { method: 'GET', path, tag, summary: 'List capability tokens (never their text)', auth: ['bearer'] });
+restRoute('Query.capability_tokens', {
+  method: 'GET',
+  path,
+  tag,
+  summary: 'List capability tokens (never their text)',
+  auth: ['bearer'],
+});
 
 builder.mutationField('revoke_capability_token', (t) =>
   t.field({

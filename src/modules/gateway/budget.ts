@@ -51,10 +51,18 @@ export function budgetOutcome(
   counts: { day_count: number | null; hour_count: number | null },
 ): BudgetOutcome {
   if (counts.day_count === null) {
-    return { ok: false, exceeded: 'day', state: budgetState(windows, limits, { day: limits.maxActionsPerDay, hour: 0 }) };
+    return {
+      ok: false,
+      exceeded: 'day',
+      state: budgetState(windows, limits, { day: limits.maxActionsPerDay, hour: 0 }),
+    };
   }
   if (counts.hour_count === null) {
-    return { ok: false, exceeded: 'hour', state: budgetState(windows, limits, { day: counts.day_count, hour: limits.maxActionsPerHour }) };
+    return {
+      ok: false,
+      exceeded: 'hour',
+      state: budgetState(windows, limits, { day: counts.day_count, hour: limits.maxActionsPerHour }),
+    };
   }
   return { ok: true, state: budgetState(windows, limits, { day: counts.day_count, hour: counts.hour_count }) };
 }
@@ -82,7 +90,13 @@ export interface PolicyLimitSubject {
 }
 
 export function policyCounters(
-  matches: readonly { policy: { id: string; mode: string; rateLimit: { limit: number; windowSeconds: number; per: 'agent' | 'api_key' | 'org' } | null } }[],
+  matches: readonly {
+    policy: {
+      id: string;
+      mode: string;
+      rateLimit: { limit: number; windowSeconds: number; per: 'agent' | 'api_key' | 'org' } | null;
+    };
+  }[],
   subject: PolicyLimitSubject,
   now = Date.now(),
 ): PolicyCounter[] {
@@ -90,7 +104,8 @@ export function policyCounters(
   matches.forEach(({ policy }, match) => {
     const rule = policy.rateLimit;
     if (!rule) return;
-    const scope = rule.per === 'agent' ? `agent:${subject.svcId}` : rule.per === 'api_key' ? `key:${subject.callerId}` : 'org';
+    const scope =
+      rule.per === 'agent' ? `agent:${subject.svcId}` : rule.per === 'api_key' ? `key:${subject.callerId}` : 'org';
     counters.push({
       match,
       bucket: `policy:${subject.orgId}:${policy.id}:${rule.windowSeconds}:${scope}`,
@@ -104,7 +119,8 @@ export function policyCounters(
 }
 
 /** Seconds until a window resets, at least 1 (`Retry-After`). */
-export const secondsUntil = (window: Window, now = Date.now()): number => Math.max(1, Math.ceil(window.resetAt - now / 1000));
+export const secondsUntil = (window: Window, now = Date.now()): number =>
+  Math.max(1, Math.ceil(window.resetAt - now / 1000));
 
 /** Seconds until the hour's window resets, at least 1 (`Retry-After`). */
 export const retryAfterSeconds = (state: BudgetState, now = Date.now()): number =>

@@ -103,7 +103,11 @@ export interface DecisionContext {
    * Why the upstream MCP tool's definition holds the call (it changed, or the upstream no longer
    * lists the tool); undefined when it does not.
    */
-  toolHold?: { code: 'TOOL_DEFINITION_CHANGED' | 'TOOL_NOT_FOUND_UPSTREAM'; message: string; details: Record<string, unknown> };
+  toolHold?: {
+    code: 'TOOL_DEFINITION_CHANGED' | 'TOOL_NOT_FOUND_UPSTREAM';
+    message: string;
+    details: Record<string, unknown>;
+  };
   /** The agent's counts before this decision, when they were read (evaluate; an execute already denied). */
   budget: BudgetState | null;
   /** The org's enabled policies that apply to this request, in priority order. */
@@ -203,7 +207,10 @@ export function policyLimitReached(match: PolicyMatch, counter: PolicyCounter): 
 }
 
 /** The decision's `policies`: each match, and for rate limits whether this action was over (`exceeded`, by match index). */
-export function policyEntries(matches: readonly PolicyMatch[], exceeded: ReadonlyMap<number, boolean> = new Map()): RecordedPolicy[] {
+export function policyEntries(
+  matches: readonly PolicyMatch[],
+  exceeded: ReadonlyMap<number, boolean> = new Map(),
+): RecordedPolicy[] {
   return matches.map(({ policy, conditionError }, index) => ({
     policy_id: policy.id,
     name: policy.name,
@@ -256,16 +263,19 @@ export function checkDecision(context: DecisionContext): Checked {
   if (token && !token.ok) deny('CAPABILITY_TOKEN_INVALID', token.message);
   if (token?.ok) {
     const granted = token.capabilities.filter((c) => manifest?.approvedCapabilities.includes(c));
-    if (!granted.includes(capability)) deny('CAPABILITY_NOT_IN_TOKEN', `The capability token does not grant "${capability}"`);
+    if (!granted.includes(capability))
+      deny('CAPABILITY_NOT_IN_TOKEN', `The capability token does not grant "${capability}"`);
   }
   const enforced = context.policies.filter((match) => match.policy.mode === 'enforce');
   for (const match of enforced) if (match.policy.effect === 'deny') reasons.push(policyDenied(match));
   for (const { counter, current } of context.limits ?? []) {
-    if (counter.enforced && current >= counter.limit) reasons.push(policyLimitReached(context.policies[counter.match], counter));
+    if (counter.enforced && current >= counter.limit)
+      reasons.push(policyLimitReached(context.policies[counter.match], counter));
   }
   if (manifest && budget) {
     if (budget.day.current >= budget.day.limit) reasons.push(budgetExceeded(budget));
-    else if (context.mode === 'evaluate' && budget.hour.current >= budget.hour.limit) reasons.push(hourlyLimitReached(budget));
+    else if (context.mode === 'evaluate' && budget.hour.current >= budget.hour.limit)
+      reasons.push(hourlyLimitReached(budget));
   }
   const byManifest = Boolean(manifest?.requireHumanApproval.includes(capability));
   const byPolicies = enforced.filter((match) => match.policy.effect === 'require_approval');
@@ -273,7 +283,10 @@ export function checkDecision(context: DecisionContext): Checked {
   if (needsHuman && approval?.ok !== true) {
     const why = [
       ...(byManifest ? ['the manifest requires it'] : []),
-      ...byPolicies.map((match) => `policy "${match.policy.name}" requires it${match.policy.message ? ` (${match.policy.message})` : ''}${failedCondition(match)}`),
+      ...byPolicies.map(
+        (match) =>
+          `policy "${match.policy.name}" requires it${match.policy.message ? ` (${match.policy.message})` : ''}${failedCondition(match)}`,
+      ),
     ].join('; ');
     const problem = approval && 'message' in approval ? `: ${approval.message}` : '';
     deny(
@@ -282,7 +295,8 @@ export function checkDecision(context: DecisionContext): Checked {
       byPolicies.length ? { policies: byPolicies.map(policyRef) } : undefined,
     );
   }
-  if (!context.toolConfigured) deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${call.action.type}"`);
+  if (!context.toolConfigured)
+    deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${call.action.type}"`);
   if (context.toolHold) deny(context.toolHold.code, context.toolHold.message, context.toolHold.details);
   return { reasons, needsHuman };
 }
@@ -301,7 +315,12 @@ export function conditionFacts(
   const time = new Date(request.now);
   const { type, tool, params } = call.action;
   return {
-    agent: { id: call.svcId, name: manifest?.agent.name ?? '', version: manifest?.agent.version ?? '', team: manifest?.agent.team ?? '' },
+    agent: {
+      id: call.svcId,
+      name: manifest?.agent.name ?? '',
+      version: manifest?.agent.version ?? '',
+      team: manifest?.agent.team ?? '',
+    },
     action: { type, tool, capability: call.capability, params },
     params,
     key: { id: caller.id, prefix: caller.prefix, scopes: [...caller.scopes] },

@@ -124,7 +124,10 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
   async function leaseLost(lostOwner: number): Promise<void> {
     if (owner && (await owner.catch(() => undefined)) === lostOwner) {
       owner = undefined;
-      logger.warn({ owner: lostOwner }, 'the execution journal lease ran out (the database was unreachable for longer than EXECUTION_LEASE_SECONDS); claiming a new one');
+      logger.warn(
+        { owner: lostOwner },
+        'the execution journal lease ran out (the database was unreachable for longer than EXECUTION_LEASE_SECONDS); claiming a new one',
+      );
     }
   }
 
@@ -176,7 +179,9 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     try {
       const existing = await records.existing(waiting.map(([id]) => id));
       const outcomes = await Promise.allSettled(
-        waiting.map(([id, { record, storeParams }]) => (existing.has(id) ? undefined : records.append(id, record, storeParams))),
+        waiting.map(([id, { record, storeParams }]) =>
+          existing.has(id) ? undefined : records.append(id, record, storeParams),
+        ),
       );
       for (const [i, outcome] of outcomes.entries()) {
         const [id] = waiting[i];
@@ -185,12 +190,17 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
           continue;
         }
         // Not the database's absence: recovery records it as interrupted (or finds its record).
-        if (outcome.status === 'rejected') logger.error({ err: outcome.reason, interaction_id: id }, 'could not record an execution after the database came back');
+        if (outcome.status === 'rejected')
+          logger.error(
+            { err: outcome.reason, interaction_id: id },
+            'could not record an execution after the database came back',
+          );
         deferred.delete(id);
         end(id, outcome.status === 'fulfilled');
       }
     } catch (error) {
-      if (!isDatabaseUnavailable(error)) logger.warn({ err: error }, 'could not look up executions whose record waits for the database');
+      if (!isDatabaseUnavailable(error))
+        logger.warn({ err: error }, 'could not look up executions whose record waits for the database');
       unavailable = true;
     }
     const written = waiting.length - deferred.size;
@@ -206,7 +216,9 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     recorded = [];
     if (!ids.length) return;
     // Left behind on failure: recovery finds their records and forgets them then.
-    await forgetExecutions(db.sql, ids).catch((error) => logger.warn({ err: error }, 'could not forget journaled executions'));
+    await forgetExecutions(db.sql, ids).catch((error) =>
+      logger.warn({ err: error }, 'could not forget journaled executions'),
+    );
   }
 
   /** Records what is missing for these entries and forgets them; answers how many records it wrote. */
@@ -214,12 +226,21 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     if (!entries.length) return 0;
     const withRecord = await records.existing(entries.map((e) => e.id));
     const missing = entries.filter((e) => !withRecord.has(e.id));
-    const appended = await Promise.allSettled(missing.map((e) => records.append(e.id, interruptedRecord(e), e.params !== null)));
+    const appended = await Promise.allSettled(
+      missing.map((e) => records.append(e.id, interruptedRecord(e), e.params !== null)),
+    );
     const failed = new Set(missing.filter((_, i) => appended[i].status === 'rejected').map((e) => e.id));
     for (const [i, outcome] of appended.entries()) {
-      if (outcome.status === 'rejected') logger.error({ err: outcome.reason, interaction_id: missing[i].id }, 'could not record an interrupted execution');
+      if (outcome.status === 'rejected')
+        logger.error(
+          { err: outcome.reason, interaction_id: missing[i].id },
+          'could not record an interrupted execution',
+        );
     }
-    await forgetExecutions(db.sql, entries.filter((e) => !failed.has(e.id)).map((e) => e.id));
+    await forgetExecutions(
+      db.sql,
+      entries.filter((e) => !failed.has(e.id)).map((e) => e.id),
+    );
     const written = missing.length - failed.size;
     if (written) logger.warn({ records: written }, 'recorded executions interrupted by a stopped gateway process');
     return written;
@@ -260,9 +281,12 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     /** Claims the owner id, recovers once, then renews the lease and sweeps periodically. */
     async start(): Promise<void> {
       await recover(true);
-      renewal = setInterval(() => {
-        renew().catch((error) => logger.warn({ err: error }, 'could not renew the execution journal lease'));
-      }, (leaseSeconds * 1000) / 3);
+      renewal = setInterval(
+        () => {
+          renew().catch((error) => logger.warn({ err: error }, 'could not renew the execution journal lease'));
+        },
+        (leaseSeconds * 1000) / 3,
+      );
       renewal.unref();
       sweep = setInterval(() => {
         recover().catch((error) => logger.warn({ err: error }, 'execution recovery failed'));
@@ -277,7 +301,11 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
       await recovering?.catch(() => undefined);
       await forgetRecorded();
       // The lease is not given up: requests still draining may commit under it. It runs out.
-      if (deferred.size) logger.warn({ records: deferred.size }, 'stopping with executions whose record waits for the database: recovery records them as interrupted');
+      if (deferred.size)
+        logger.warn(
+          { records: deferred.size },
+          'stopping with executions whose record waits for the database: recovery records them as interrupted',
+        );
     },
   };
 }

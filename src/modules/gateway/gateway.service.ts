@@ -82,7 +82,13 @@ export interface RateLimited {
 
 type Commit =
   | { ok: true; budget: BudgetState; counts: number[] }
-  | { ok: false; reason: Reason; budget: BudgetState | null; rateLimited: RateLimited | null; refusedBy: PolicyCounter | null };
+  | {
+      ok: false;
+      reason: Reason;
+      budget: BudgetState | null;
+      rateLimited: RateLimited | null;
+      refusedBy: PolicyCounter | null;
+    };
 
 interface Collaborators {
   agents: Pick<AgentService, 'gate' | 'seen'>;
@@ -101,7 +107,8 @@ interface Collaborators {
  * an evaluate, or an MCP client's OAuth grant (its id where a key's would be, its one scope).
  */
 function callerFacts(principal: Principal): { id: string; prefix: string; scopes: readonly string[] } {
-  if (principal.type === 'api_key') return { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes };
+  if (principal.type === 'api_key')
+    return { id: principal.keyId, prefix: principal.keyPrefix, scopes: principal.scopes };
   if (principal.type === 'oauth_grant') return { id: principal.grantId, prefix: '', scopes: principal.scopes };
   return { id: principal.userId, prefix: '', scopes: [] };
 }
@@ -125,18 +132,25 @@ function unavailableFor(error: unknown, interactionId: string, executed: boolean
 }
 
 /** What a pending approval is bound to: the SHA-256 of the canonical {svc_id, agent_id, action}. */
-const actionHashOf = (call: GatewayCall) => canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
+const actionHashOf = (call: GatewayCall) =>
+  canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
 export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
-  const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) => telemetry.policyEvaluated(policy.effect, policy.mode, result);
+  const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) =>
+    telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
   /**
    * Everything the checks need, each read independent of the others and mostly cached; then the
    * policies that apply (pure, on facts built once), and for evaluate the budget's and their rate
    * limits' counts in one query.
    */
-  async function loadContext(principal: Principal, call: GatewayCall, options: DecisionOptions, windows: BudgetWindows) {
+  async function loadContext(
+    principal: Principal,
+    call: GatewayCall,
+    options: DecisionOptions,
+    windows: BudgetWindows,
+  ) {
     const orgId = principal.orgId;
     const { mode } = options;
     const now = Date.now();
@@ -208,7 +222,11 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     );
   }
 
-  async function decideUntraced(principal: Principal, request: GatewayRequest, options: DecisionOptions): Promise<DecisionOutcome> {
+  async function decideUntraced(
+    principal: Principal,
+    request: GatewayRequest,
+    options: DecisionOptions,
+  ): Promise<DecisionOutcome> {
     const parsed = parseGatewayRequest(request);
     if ('errors' in parsed) {
       throw new AppError('VALIDATION_ERROR', 'The gateway request is invalid', { details: { errors: parsed.errors } });
@@ -284,7 +302,13 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
         });
         checked.reasons[0].details = { ...checked.reasons[0].details, approval_id: approvalId };
       }
-      const decision = await recorded({ ...base, decision: 'deny', reasons: checked.reasons, approval_id: approvalId, policies: matched });
+      const decision = await recorded({
+        ...base,
+        decision: 'deny',
+        reasons: checked.reasons,
+        approval_id: approvalId,
+        policies: matched,
+      });
       return { decision, budget: null, rateLimited: null };
     }
 
@@ -311,11 +335,20 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     if (!commit.ok) {
       journal.end(interactionId, false);
       if (commit.refusedBy) matched = policyEntries(context.policies, new Map([[commit.refusedBy.match, true]]));
-      const decision = await recorded({ ...base, decision: 'deny', reasons: [commit.reason], approval_id: approvalToUse, policies: matched });
+      const decision = await recorded({
+        ...base,
+        decision: 'deny',
+        reasons: [commit.reason],
+        approval_id: approvalToUse,
+        policies: matched,
+      });
       return { decision, budget: commit.budget, rateLimited: commit.rateLimited };
     }
     const counted = commit.counts;
-    matched = policyEntries(context.policies, new Map(counters.map((counter, i) => [counter.match, counted[i] > counter.limit])));
+    matched = policyEntries(
+      context.policies,
+      new Map(counters.map((counter, i) => [counter.match, counted[i] > counter.limit])),
+    );
 
     const callTool = () =>
       tools.execute(tool!, {
@@ -325,7 +358,15 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
         interaction_id: interactionId,
       });
     const result = await (options.awayWhile ? options.awayWhile(callTool) : callTool());
-    const allowed: GatewayDecision = { ...base, decision: 'allow', executed: true, result, reasons: [], approval_id: approvalToUse, policies: matched };
+    const allowed: GatewayDecision = {
+      ...base,
+      decision: 'allow',
+      executed: true,
+      result,
+      reasons: [],
+      approval_id: approvalToUse,
+      policies: matched,
+    };
     const resultHash = canonicalHash(result);
     let decision: GatewayDecision;
     try {
@@ -358,7 +399,13 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   ): Promise<Commit> {
     const limits = context.manifest!.limits;
     const tokenId = context.token?.ok ? context.token.tokenId : null;
-    const refusal = (reason: Reason): Commit => ({ ok: false, reason, budget: null, rateLimited: null, refusedBy: null });
+    const refusal = (reason: Reason): Commit => ({
+      ok: false,
+      reason,
+      budget: null,
+      rateLimited: null,
+      refusedBy: null,
+    });
     const counted = async (conn: Parameters<typeof countAndJournal>[0], owner: number): Promise<Commit | LeaseLost> => {
       const outcome = await countAndJournal(conn, counters, windows, limits, owner, entry);
       if ('leaseLost' in outcome) return LEASE_LOST;
@@ -376,14 +423,20 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
         };
       }
       const { state, exceeded } = outcome.budget;
-      if (exceeded === 'day') return { ok: false, reason: budgetExceeded(state), budget: state, rateLimited: null, refusedBy: null };
+      if (exceeded === 'day')
+        return { ok: false, reason: budgetExceeded(state), budget: state, rateLimited: null, refusedBy: null };
       const reason = hourlyLimitReached(state);
       const { window } = state.hour;
       return {
         ok: false,
         reason,
         budget: state,
-        rateLimited: { reason, limit: state.hour.limit, resetAt: window.resetAt, retryAfterSeconds: secondsUntil(window) },
+        rateLimited: {
+          reason,
+          limit: state.hour.limit,
+          resetAt: window.resetAt,
+          retryAfterSeconds: secondsUntil(window),
+        },
         refusedBy: null,
       };
     };
@@ -391,10 +444,19 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       if (!tokenId && !approvalToUse) return counted(db.sql, owner);
       return db.sql.transactionIf(async (tx) => {
         if (tokenId && !(await tokens.use(tx, tokenId))) {
-          return { commit: false, value: refusal({ code: 'CAPABILITY_TOKEN_INVALID', message: 'The capability token was used up or revoked meanwhile' }) };
+          return {
+            commit: false,
+            value: refusal({
+              code: 'CAPABILITY_TOKEN_INVALID',
+              message: 'The capability token was used up or revoked meanwhile',
+            }),
+          };
         }
         if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(context.call)))) {
-          return { commit: false, value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }) };
+          return {
+            commit: false,
+            value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }),
+          };
         }
         const value = await counted(tx, owner);
         return { commit: value !== LEASE_LOST && value.ok, value };
@@ -415,13 +477,23 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
    * The budget use of several agents in the current hour and day, in one query (agents' `usage`);
    * `limits` null when an agent has no manifest (then nothing can be counted).
    */
-  async function usageOf(agents: readonly { orgId: string; svcId: string; limits: BudgetLimits | null }[]): Promise<AgentUsage[]> {
+  async function usageOf(
+    agents: readonly { orgId: string; svcId: string; limits: BudgetLimits | null }[],
+  ): Promise<AgentUsage[]> {
     const windows = agents.map(({ orgId, svcId }) => budgetWindows(orgId, svcId));
     const counts = agents.length ? await budgetCountsOf(db.sql, windows) : [];
     const isoAt = (unixSeconds: number) => new Date(unixSeconds * 1000).toISOString();
     return agents.map(({ limits }, i) => ({
-      hour: { count: counts[i].hour, limit: limits?.maxActionsPerHour ?? null, resets_at: isoAt(windows[i].hour.window.resetAt) },
-      day: { count: counts[i].day, limit: limits?.maxActionsPerDay ?? null, resets_at: isoAt(windows[i].day.window.resetAt) },
+      hour: {
+        count: counts[i].hour,
+        limit: limits?.maxActionsPerHour ?? null,
+        resets_at: isoAt(windows[i].hour.window.resetAt),
+      },
+      day: {
+        count: counts[i].day,
+        limit: limits?.maxActionsPerDay ?? null,
+        resets_at: isoAt(windows[i].day.window.resetAt),
+      },
     }));
   }
 

@@ -1,7 +1,14 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
 import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
 import type { RecordSubject } from '../record/record.service.js';
-import { budgetOutcome, type BudgetCounts, type BudgetLimits, type BudgetOutcome, type BudgetWindows, type PolicyCounter } from './budget.js';
+import {
+  budgetOutcome,
+  type BudgetCounts,
+  type BudgetLimits,
+  type BudgetOutcome,
+  type BudgetWindows,
+  type PolicyCounter,
+} from './budget.js';
 
 /**
  * The gateway module's SQL: the agent budgets (rate_counters through `take_budget`), the
@@ -36,7 +43,10 @@ export async function peekCounts(
     'peek_counts',
   );
   const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
-  return { budget: { day: count(windows.day.bucket), hour: count(windows.hour.bucket) }, limits: counters.map((c) => count(c.bucket)) };
+  return {
+    budget: { day: count(windows.day.bucket), hour: count(windows.hour.bucket) },
+    limits: counters.map((c) => count(c.bucket)),
+  };
 }
 
 /** The hour and day counts of several agents, in one query (agents' `usage`). */
@@ -77,7 +87,12 @@ export async function countAndJournal(
   owner: number,
   entry: JournalEntry,
 ): Promise<AllowanceOutcome> {
-  const [row] = await conn.query<{ limit_counts: number[]; refused_by: number; day_count: number | null; hour_count: number | null }>(
+  const [row] = await conn.query<{
+    limit_counts: number[];
+    refused_by: number;
+    day_count: number | null;
+    hour_count: number | null;
+  }>(
     `WITH allowance AS MATERIALIZED (
        SELECT limit_counts, refused_by, day_count, hour_count FROM take_allowance_as($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ),
@@ -89,11 +104,28 @@ export async function countAndJournal(
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
     [
-      counters.map((c) => c.bucket), counters.map((c) => c.window.start), counters.map((c) => c.limit), counters.map((c) => c.enforced),
-      windows.day.bucket, windows.day.window.start, limits.maxActionsPerDay,
-      windows.hour.bucket, windows.hour.window.start, limits.maxActionsPerHour,
-      entry.id, entry.orgId, owner, entry.svcId, entry.agentId, entry.actionType, entry.tool, entry.capability,
-      entry.paramsHash, entry.params === null ? null : JSON.stringify(entry.params), entry.approvalId, JSON.stringify(entry.policies),
+      counters.map((c) => c.bucket),
+      counters.map((c) => c.window.start),
+      counters.map((c) => c.limit),
+      counters.map((c) => c.enforced),
+      windows.day.bucket,
+      windows.day.window.start,
+      limits.maxActionsPerDay,
+      windows.hour.bucket,
+      windows.hour.window.start,
+      limits.maxActionsPerHour,
+      entry.id,
+      entry.orgId,
+      owner,
+      entry.svcId,
+      entry.agentId,
+      entry.actionType,
+      entry.tool,
+      entry.capability,
+      entry.paramsHash,
+      entry.params === null ? null : JSON.stringify(entry.params),
+      entry.approvalId,
+      JSON.stringify(entry.policies),
       entry.channel,
     ],
     'count_and_journal',
@@ -142,9 +174,17 @@ export async function renewLease(sql: SqlDriver, owner: number, leaseSeconds: nu
  * taken only when that lock is free, and those committed the moment their owner was declared gone.
  * The second statement sees what committed while the first waited.
  */
-export async function adoptExecutions(sql: SqlDriver, self: number, everyOther: boolean, legacyLockClass: number): Promise<number> {
+export async function adoptExecutions(
+  sql: SqlDriver,
+  self: number,
+  everyOther: boolean,
+  legacyLockClass: number,
+): Promise<number> {
   return sql.transaction(async (tx) => {
-    await tx.query('DELETE FROM gateway_journal_owners WHERE owner <> $1 AND ($2::boolean OR lease_expires_at < now())', [self, everyOther]);
+    await tx.query(
+      'DELETE FROM gateway_journal_owners WHERE owner <> $1 AND ($2::boolean OR lease_expires_at < now())',
+      [self, everyOther],
+    );
     const adopted = await tx.query(
       `UPDATE gateway_executions e SET owner = $1
        WHERE e.owner <> $1

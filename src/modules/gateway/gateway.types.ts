@@ -44,10 +44,14 @@ const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision')
     executed: t.exposeBoolean('executed'),
     result: t.field({ type: GatewayResult, nullable: true, resolve: (d) => d.result }),
     reasons: t.field({ type: [GatewayReason], resolve: (d) => d.reasons }),
-    approval_id: t.exposeString('approval_id', { nullable: true, description: 'Set when a human approval was requested or used.' }),
+    approval_id: t.exposeString('approval_id', {
+      nullable: true,
+      description: 'Set when a human approval was requested or used.',
+    }),
     policies: t.field({
       type: [MatchedPolicyRef],
-      description: 'The org policies that matched, in priority order (lower first); execute records them in the signed record.',
+      description:
+        'The org policies that matched, in priority order (lower first); execute records them in the signed record.',
       resolve: (d) => d.policies,
     }),
   }),

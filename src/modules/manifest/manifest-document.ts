@@ -117,7 +117,10 @@ export function checkManifest(payload: unknown): ManifestCheck {
     const agent = doc.agent;
     const id = requireString(agent, 'id', 'agent.');
     if (id !== undefined && !agentIdPattern.test(id)) {
-      error('agent.id', `must be lowercase letters, digits and hyphens, not starting or ending with a hyphen (${agentIdPattern.source})`);
+      error(
+        'agent.id',
+        `must be lowercase letters, digits and hyphens, not starting or ending with a hyphen (${agentIdPattern.source})`,
+      );
     }
     requireString(agent, 'name', 'agent.');
     requireString(agent, 'version', 'agent.');

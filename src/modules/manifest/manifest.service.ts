@@ -2,7 +2,15 @@ import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { isUuid } from '../../lib/ids.js';
 import { limitOffset } from '../../lib/list-page.js';
-import { AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound, validationError } from '../../errors.js';
+import {
+  AppError,
+  FieldErrors,
+  conflict,
+  forbidden,
+  isUniqueViolation,
+  notFound,
+  validationError,
+} from '../../errors.js';
 import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -44,9 +52,10 @@ const manifestNotFound = () => notFound('Manifest');
 
 /** The one-pending-per-agent rule (a unique index) as the 409 it is; any other error unchanged. */
 export function pendingConflict(error: unknown, agentId: string): unknown {
-  return isUniqueViolation(error) ? conflict(`Agent "${agentId}" already has a pending manifest`, { svc_id: agentId }) : error;
+  return isUniqueViolation(error)
+    ? conflict(`Agent "${agentId}" already has a pending manifest`, { svc_id: agentId })
+    : error;
 }
-
 
 /** Who changed something, as history shows it: a user's email or an API key's id. */
 const changedBy = principalName;
@@ -139,13 +148,24 @@ export function createManifestService({ db, cache }: Deps) {
    * audit as `register`. Its one-pending-per-agent rule surfaces as a unique violation that ends
    * the transaction; `pendingConflict` turns it into the 409.
    */
-  async function registerIn(tx: Prisma.TransactionClient, orgId: string, payload: unknown, actor: Principal): Promise<string> {
+  async function registerIn(
+    tx: Prisma.TransactionClient,
+    orgId: string,
+    payload: unknown,
+    actor: Principal,
+  ): Promise<string> {
     const check = checkManifest(payload);
     if (!check.document) throw validationError(check.errors);
     return registerChecked(tx, orgId, check.document, check.manifestHash!, actor);
   }
 
-  async function registerChecked(tx: Prisma.TransactionClient, orgId: string, document: ManifestDocument, manifestHash: string, actor: Principal) {
+  async function registerChecked(
+    tx: Prisma.TransactionClient,
+    orgId: string,
+    document: ManifestDocument,
+    manifestHash: string,
+    actor: Principal,
+  ) {
     const by = changedBy(actor);
     const created = await tx.manifest.create({
       data: {
@@ -165,8 +185,13 @@ export function createManifestService({ db, cache }: Deps) {
     const current = await tx.manifest.findFirst({
       where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
     });
-    const changes = [`registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`];
-    if (current) changes.push(`agent version ${documentOf(current).agent.version} stays ${current.status} until this one is approved`);
+    const changes = [
+      `registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`,
+    ];
+    if (current)
+      changes.push(
+        `agent version ${documentOf(current).agent.version} stays ${current.status} until this one is approved`,
+      );
     await appendHistory(tx, created, 'pending', by, changes);
     await recordAudit(tx, orgId, actorOf(actor), {
       action: 'manifest.registered',
@@ -217,7 +242,12 @@ export function createManifestService({ db, cache }: Deps) {
       ...(filter.team ? { team: filter.team } : {}),
     };
     const [items, total] = await Promise.all([
-      db.prisma.manifest.findMany({ ...query, where, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }], ...page(filter) }),
+      db.prisma.manifest.findMany({
+        ...query,
+        where,
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        ...page(filter),
+      }),
       db.prisma.manifest.count({ where }),
     ]);
     return { items, total };
@@ -226,7 +256,9 @@ export function createManifestService({ db, cache }: Deps) {
   /** Every registration and status change of the manifest's agent id, newest first. */
   async function history(orgId: string, manifestId: string, caller?: Principal) {
     const manifest = await get(orgId, manifestId, {}, caller);
-    return historyOf([{ orgId, svcId: manifest.svcId }]).then((byKey) => byKey.get(historyKey(orgId, manifest.svcId)) ?? []);
+    return historyOf([{ orgId, svcId: manifest.svcId }]).then(
+      (byKey) => byKey.get(historyKey(orgId, manifest.svcId)) ?? [],
+    );
   }
 
   /**
@@ -350,13 +382,27 @@ export function createManifestService({ db, cache }: Deps) {
     } catch (error) {
       // The partial unique indexes are the last line: a race the locks did not foresee is a
       // conflict for the caller to retry, never a 500.
-      if (isUniqueViolation(error)) throw conflict("Another change to this agent's manifests happened at the same time; retry");
+      if (isUniqueViolation(error))
+        throw conflict("Another change to this agent's manifests happened at the same time; retry");
       throw error;
     }
     return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
   }
 
-  return { validate, register, registerIn, get, bySvc, list, history, historyOf, currentOf, transition, current, limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)) };
+  return {
+    validate,
+    register,
+    registerIn,
+    get,
+    bySvc,
+    list,
+    history,
+    historyOf,
+    currentOf,
+    transition,
+    current,
+    limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)),
+  };
 }
 
 export const historyKey = (orgId: string, svcId: string) => `${orgId}\u0000${svcId}`;
@@ -372,7 +418,8 @@ const pastTense = {
 function approvedSubset(manifest: Manifest, requested: string[] | null | undefined): string[] {
   if (requested == null) return manifest.requestedCapabilities;
   const errors = new FieldErrors();
-  if (requested.length === 0) errors.add('approved_capabilities', 'must approve at least one capability; reject the manifest instead');
+  if (requested.length === 0)
+    errors.add('approved_capabilities', 'must approve at least one capability; reject the manifest instead');
   requested.forEach((capability, i) => {
     if (!manifest.requestedCapabilities.includes(capability)) {
       errors.add(`approved_capabilities[${i}]`, `"${capability}" was not requested`);
@@ -383,7 +430,12 @@ function approvedSubset(manifest: Manifest, requested: string[] | null | undefin
   return requested;
 }
 
-function describe(name: TransitionName, manifest: Manifest, approved: string[] | undefined, reason: string | null): string[] {
+function describe(
+  name: TransitionName,
+  manifest: Manifest,
+  approved: string[] | undefined,
+  reason: string | null,
+): string[] {
   switch (name) {
     case 'approve': {
       const requested = manifest.requestedCapabilities;

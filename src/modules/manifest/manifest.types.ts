@@ -146,7 +146,9 @@ const FieldProblem = builder.objectRef<FieldError>('FieldProblem').implement({
 });
 
 const ManifestValidation = builder
-  .objectRef<{ valid: boolean; manifest_hash: string | null; errors: FieldError[]; warnings: FieldError[] }>('ManifestValidation')
+  .objectRef<{ valid: boolean; manifest_hash: string | null; errors: FieldError[]; warnings: FieldError[] }>(
+    'ManifestValidation',
+  )
   .implement({
     fields: (t) => ({
       valid: t.exposeBoolean('valid'),
@@ -203,7 +205,12 @@ builder.queryField('validate_manifest', (t) =>
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
     resolve: (_, args, ctx) => {
       const check = ctx.services.manifests.validate(args.manifest);
-      return { valid: check.errors.length === 0, manifest_hash: check.manifestHash ?? null, errors: check.errors, warnings: check.warnings };
+      return {
+        valid: check.errors.length === 0,
+        manifest_hash: check.manifestHash ?? null,
+        errors: check.errors,
+        warnings: check.warnings,
+      };
     },
   }),
 );
@@ -243,7 +250,13 @@ builder.queryField('manifest', (t) =>
       ctx.services.manifests.get(String(args.org_id), String(args.manifest_id), query, principalOf(ctx)),
   }),
 );
-restRoute('Query.manifest', { method: 'GET', path: `${manifestsPath}/:manifest_id`, tag, summary: 'Read a manifest', auth: bearerOrKey });
+restRoute('Query.manifest', {
+  method: 'GET',
+  path: `${manifestsPath}/:manifest_id`,
+  tag,
+  summary: 'Read a manifest',
+  auth: bearerOrKey,
+});
 
 builder.queryField('manifest_history', (t) =>
   t.field({
@@ -326,4 +339,3 @@ transitionField('reject', 'reason', 'Reject a pending manifest');
 transitionField('suspend', 'reason', 'Suspend an active manifest');
 transitionField('reactivate', 'notes', 'Reactivate a suspended manifest');
 transitionField('revoke', 'reason', 'Revoke a manifest for good');
-

@@ -54,7 +54,12 @@ export async function keyState(sql: SqlDriver, orgId: string, key: string): Prom
  * the key names a transaction exactly when that transaction committed. An upsert, and the hash is
  * written again: a claim taken over after ABANDONED_CLAIM_SECONDS is this request's again.
  */
-export async function bindKey(tx: Prisma.TransactionClient, orgId: string, request: KeyedRequest, transactionId: string): Promise<void> {
+export async function bindKey(
+  tx: Prisma.TransactionClient,
+  orgId: string,
+  request: KeyedRequest,
+  transactionId: string,
+): Promise<void> {
   await tx.purchaseIdempotencyKey.upsert({
     where: { orgId_key: { orgId, key: request.key } },
     create: { orgId, key: request.key, requestHash: request.requestHash, transactionId },

@@ -1,4 +1,4 @@
-import { Prisma } from '../../generated/prisma/client.js';
+import type { Prisma } from '../../generated/prisma/client.js';
 
 /**
  * How a purchase is paid: a small interface, so that a card processor can be added as one more
@@ -10,7 +10,10 @@ export interface PaymentProvider {
   method: string;
   /** What the 422 listing the methods says of it. */
   description: string;
-  charge(price: { amount: Prisma.Decimal; currency: string }): { status: 'completed' | 'pending' } | { refused: string };
+  charge(price: {
+    amount: Prisma.Decimal;
+    currency: string;
+  }): { status: 'completed' | 'pending' } | { refused: string };
 }
 
 const free: PaymentProvider = {
@@ -25,4 +28,6 @@ const invoice: PaymentProvider = {
   charge: () => ({ status: 'pending' }),
 };
 
-export const paymentProviders: ReadonlyMap<string, PaymentProvider> = new Map([free, invoice].map((p) => [p.method, p]));
+export const paymentProviders: ReadonlyMap<string, PaymentProvider> = new Map(
+  [free, invoice].map((p) => [p.method, p]),
+);

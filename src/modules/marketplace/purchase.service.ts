@@ -46,7 +46,12 @@ export const agentIdFromName = (name: string) =>
 function manifestPayload(template: ManifestTemplate, agentId: string) {
   return {
     version: '1.0',
-    agent: { id: agentId, name: template.name, version: `${template.version}.0.0`, ...(template.description ? { description: template.description } : {}) },
+    agent: {
+      id: agentId,
+      name: template.name,
+      version: `${template.version}.0.0`,
+      ...(template.description ? { description: template.description } : {}),
+    },
     capabilities: { requested: operationsOf(template).map((o) => o.capability) },
     ...(template.constraints ? { constraints: template.constraints } : {}),
   };
@@ -57,14 +62,19 @@ function manifestPayload(template: ManifestTemplate, agentId: string) {
  * is not the same request as the default agent id spelled out).
  */
 export const purchaseRequestHash = (input: PurchaseInput): string =>
-  canonicalHash({ manifest_id: input.manifest_id ?? null, payment_method: input.payment_method ?? null, agent_id: input.agent_id ?? null });
+  canonicalHash({
+    manifest_id: input.manifest_id ?? null,
+    payment_method: input.payment_method ?? null,
+    agent_id: input.agent_id ?? null,
+  });
 
 const keyReused = () =>
   new AppError(
     'IDEMPOTENCY_KEY_REUSED',
     'This Idempotency-Key belongs to a different purchase (its manifest_id, payment_method or agent_id differ); use a new key for a new purchase',
   );
-const stillRunning = () => conflict('A purchase with this Idempotency-Key is still running; retry once it has completed');
+const stillRunning = () =>
+  conflict('A purchase with this Idempotency-Key is still running; retry once it has completed');
 
 export function createPurchaseService(
   { db }: Deps,
@@ -77,9 +87,16 @@ export function createPurchaseService(
    * completed, its transaction. A purchase that fails made nothing (one database transaction), so
    * it releases its claim and the key can be used again, with the same request or a corrected one.
    */
-  async function purchase(principal: UserPrincipal, input: PurchaseInput, idempotencyKey: string | null): Promise<MarketplaceTransaction> {
+  async function purchase(
+    principal: UserPrincipal,
+    input: PurchaseInput,
+    idempotencyKey: string | null,
+  ): Promise<MarketplaceTransaction> {
     const errors = new FieldErrors();
-    if (idempotencyKey !== null && (idempotencyKey.length > MAX_IDEMPOTENCY_KEY || !idempotencyKeyPattern.test(idempotencyKey))) {
+    if (
+      idempotencyKey !== null &&
+      (idempotencyKey.length > MAX_IDEMPOTENCY_KEY || !idempotencyKeyPattern.test(idempotencyKey))
+    ) {
       errors.add('Idempotency-Key', `must be 1 to ${MAX_IDEMPOTENCY_KEY} visible ASCII characters`);
     }
     const provider = paymentProviders.get(input.payment_method ?? '');
@@ -103,7 +120,12 @@ export function createPurchaseService(
     return db.prisma.marketplaceTransaction.findUniqueOrThrow({ where: { id: state.transactionId } });
   }
 
-  async function buyClaimed(principal: UserPrincipal, input: PurchaseInput, provider: PaymentProvider, request: KeyedRequest) {
+  async function buyClaimed(
+    principal: UserPrincipal,
+    input: PurchaseInput,
+    provider: PaymentProvider,
+    request: KeyedRequest,
+  ) {
     try {
       return await buy(principal, input, provider, request);
     } catch (error) {
@@ -112,21 +134,37 @@ export function createPurchaseService(
       await releaseKey(db.sql, principal.orgId, request).catch(() => undefined);
       // A purchase that outlived its claim met the one that took the key over and completed first
       // (the transactions' unique key): answer as any later request with the key would.
-      const state = error instanceof AppError && error.code === 'CONFLICT' ? await keyState(db.sql, principal.orgId, request.key) : undefined;
+      const state =
+        error instanceof AppError && error.code === 'CONFLICT'
+          ? await keyState(db.sql, principal.orgId, request.key)
+          : undefined;
       if (state?.transactionId) return answerFrom(state, request);
       throw error;
     }
   }
 
-  async function buy(principal: UserPrincipal, input: PurchaseInput, provider: PaymentProvider, request: KeyedRequest | null): Promise<MarketplaceTransaction> {
+  async function buy(
+    principal: UserPrincipal,
+    input: PurchaseInput,
+    provider: PaymentProvider,
+    request: KeyedRequest | null,
+  ): Promise<MarketplaceTransaction> {
     const orgId = principal.orgId;
     const errors = new FieldErrors();
     const template = await modules.templates.get(orgId, input.manifest_id ?? '');
-    if (template.status !== 'published') throw conflict(`The template is ${template.status}; only published templates can be purchased`, { status: template.status });
+    if (template.status !== 'published')
+      throw conflict(`The template is ${template.status}; only published templates can be purchased`, {
+        status: template.status,
+      });
     const charge = provider.charge({ amount: template.price, currency: template.currency });
     const agentId = input.agent_id ?? agentIdFromName(template.name);
-    if ('refused' in charge) errors.add('payment_method', `"${provider.method}" ${charge.refused} (the price is ${priceText(template.price)} ${template.currency})`);
-    if (!agentIdPattern.test(agentId)) errors.add('agent_id', `must be lowercase letters, digits and hyphens (${agentIdPattern.source})`);
+    if ('refused' in charge)
+      errors.add(
+        'payment_method',
+        `"${provider.method}" ${charge.refused} (the price is ${priceText(template.price)} ${template.currency})`,
+      );
+    if (!agentIdPattern.test(agentId))
+      errors.add('agent_id', `must be lowercase letters, digits and hyphens (${agentIdPattern.source})`);
     errors.throwIfAny();
     const status = (charge as { status: 'completed' | 'pending' }).status;
     try {
@@ -167,9 +205,22 @@ export function createPurchaseService(
   }
 
   /** Registers the purchased template as a pending manifest of the buyer, in the caller's transaction. */
-  async function deliver(tx: Prisma.TransactionClient, txn: MarketplaceTransaction, template: ManifestTemplate, buyer: UserPrincipal) {
-    const manifestId = await modules.manifests.registerIn(tx, txn.buyerOrgId, manifestPayload(template, txn.agentId), buyer);
-    return tx.marketplaceTransaction.update({ where: { id: txn.id }, data: { status: 'completed', manifestId, completedAt: new Date() } });
+  async function deliver(
+    tx: Prisma.TransactionClient,
+    txn: MarketplaceTransaction,
+    template: ManifestTemplate,
+    buyer: UserPrincipal,
+  ) {
+    const manifestId = await modules.manifests.registerIn(
+      tx,
+      txn.buyerOrgId,
+      manifestPayload(template, txn.agentId),
+      buyer,
+    );
+    return tx.marketplaceTransaction.update({
+      where: { id: txn.id },
+      data: { status: 'completed', manifestId, completedAt: new Date() },
+    });
   }
 
   /**
@@ -180,14 +231,18 @@ export function createPurchaseService(
   async function confirm(principal: UserPrincipal, transactionId: string): Promise<MarketplaceTransaction> {
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const txn = await tx.marketplaceTransaction.findFirst({ where: { id: transactionId, publisherOrgId: principal.orgId } });
+        const txn = await tx.marketplaceTransaction.findFirst({
+          where: { id: transactionId, publisherOrgId: principal.orgId },
+        });
         if (!txn) throw notFound('Transaction');
         const claimed = await tx.marketplaceTransaction.updateMany({
           where: { id: txn.id, status: 'pending' },
           data: { status: 'completed', confirmedBy: principal.email },
         });
         if (claimed.count === 0) {
-          throw new AppError('INVALID_STATE_TRANSITION', `The transaction is ${txn.status}`, { details: { from: txn.status, to: 'completed' } });
+          throw new AppError('INVALID_STATE_TRANSITION', `The transaction is ${txn.status}`, {
+            details: { from: txn.status, to: 'completed' },
+          });
         }
         const template = await tx.manifestTemplate.findUniqueOrThrow({ where: { id: txn.templateId } });
         const buyer: UserPrincipal = {
@@ -224,7 +279,12 @@ export function createPurchaseService(
     errors.throwIfAny();
     const where: Prisma.MarketplaceTransactionWhereInput = { OR: [{ buyerOrgId: orgId }, { publisherOrgId: orgId }] };
     const [items, total] = await Promise.all([
-      db.prisma.marketplaceTransaction.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }], take: limit, skip: offset }),
+      db.prisma.marketplaceTransaction.findMany({
+        where,
+        orderBy: [{ createdAt: 'desc' }, { id: 'asc' }],
+        take: limit,
+        skip: offset,
+      }),
       db.prisma.marketplaceTransaction.count({ where }),
     ]);
     return { items, total };

@@ -17,7 +17,10 @@ const TransactionRef = builder.objectRef<MarketplaceTransaction>('MarketplaceTra
   description: 'A purchase of a template: the buyer’s, and the publisher’s sale.',
   fields: (t) => ({
     transaction_id: t.exposeID('id'),
-    status: t.exposeString('status', { description: '`completed`, or `pending` until the publisher confirms payment.', ...closedValues(purchaseStatuses) }),
+    status: t.exposeString('status', {
+      description: '`completed`, or `pending` until the publisher confirms payment.',
+      ...closedValues(purchaseStatuses),
+    }),
     manifest_id: t.exposeString('templateId', { description: 'The template bought.' }),
     template_version: t.exposeInt('templateVersion'),
     content_hash: t.exposeString('contentHash', { description: 'What exactly was bought.' }),
@@ -25,7 +28,10 @@ const TransactionRef = builder.objectRef<MarketplaceTransaction>('MarketplaceTra
     currency: t.exposeString('currency'),
     payment_method: t.exposeString('paymentMethod', closedValues([...paymentProviders.keys()])),
     agent_id: t.exposeString('agentId', { description: 'The agent id the manifest is registered for.' }),
-    registered_manifest_id: t.exposeString('manifestId', { nullable: true, description: 'The pending manifest in the buyer’s org, once completed.' }),
+    registered_manifest_id: t.exposeString('manifestId', {
+      nullable: true,
+      description: 'The pending manifest in the buyer’s org, once completed.',
+    }),
     buyer_org_id: t.exposeString('buyerOrgId'),
     publisher_org_id: t.exposeString('publisherOrgId'),
     purchased_by: t.exposeString('purchasedBy'),
@@ -43,7 +49,8 @@ const PurchaseRef = builder.objectRef<MarketplaceTransaction>('MarketplacePurcha
       type: 'Manifest',
       nullable: true,
       description: 'The pending manifest registered in the buyer’s org (the register response); null while pending.',
-      resolve: (query, txn, _, ctx) => (txn.manifestId ? ctx.services.manifests.get(txn.buyerOrgId, txn.manifestId, query) : null),
+      resolve: (query, txn, _, ctx) =>
+        txn.manifestId ? ctx.services.manifests.get(txn.buyerOrgId, txn.manifestId, query) : null,
     }),
   }),
 });
@@ -62,7 +69,11 @@ builder.mutationField('marketplace_purchase', (t) =>
       'CONFLICT. A purchase that failed leaves the key unused.',
     args: {
       manifest_id: t.arg.id({ required: true, description: 'The template.' }),
-      payment_method: t.arg.string({ required: true, description: '`free` or `invoice`.', ...closedValues([...paymentProviders.keys()]) }),
+      payment_method: t.arg.string({
+        required: true,
+        description: '`free` or `invoice`.',
+        ...closedValues([...paymentProviders.keys()]),
+      }),
       agent_id: t.arg.string({ description: 'Default: a slug of the template name.' }),
     },
     authScopes: trade,
@@ -79,7 +90,8 @@ restRoute('Mutation.marketplace_purchase', {
   extraErrors: ['404', '409'],
   errorNotes: {
     '409': 'CONFLICT also while a purchase with the same Idempotency-Key is still running',
-    '422': 'IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used for a purchase with another manifest_id, payment_method or agent_id (its transaction is not returned)',
+    '422':
+      'IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used for a purchase with another manifest_id, payment_method or agent_id (its transaction is not returned)',
   },
   method: 'POST',
   path: '/marketplace/purchase',
@@ -99,12 +111,20 @@ builder.queryField('marketplace_transactions', (t) =>
     resolve: (_, args, ctx) => ctx.services.purchases.list(principalOf(ctx).orgId, args),
   }),
 );
-restRoute('Query.marketplace_transactions', { method: 'GET', path: '/marketplace/transactions', mount: 'root', tag, summary: 'List purchases and sales', auth: ['bearer'] });
+restRoute('Query.marketplace_transactions', {
+  method: 'GET',
+  path: '/marketplace/transactions',
+  mount: 'root',
+  tag,
+  summary: 'List purchases and sales',
+  auth: ['bearer'],
+});
 
 builder.mutationField('confirm_marketplace_transaction', (t) =>
   t.field({
     type: TransactionRef,
-    description: 'The publisher’s admin confirms an invoice was paid: the purchase completes and the buyer gets its pending manifest.',
+    description:
+      'The publisher’s admin confirms an invoice was paid: the purchase completes and the buyer gets its pending manifest.',
     args: { transaction_id: t.arg.id({ required: true }) },
     authScopes: trade,
     resolve: (_, args, ctx) => {

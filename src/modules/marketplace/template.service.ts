@@ -65,7 +65,12 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
  * not a non-negative amount with at most two decimal places.
  */
 export function parsePrice(value: unknown): string | null {
-  const text = typeof value === 'number' && Number.isFinite(value) ? String(value) : typeof value === 'string' ? value.trim() : null;
+  const text =
+    typeof value === 'number' && Number.isFinite(value)
+      ? String(value)
+      : typeof value === 'string'
+        ? value.trim()
+        : null;
   if (text === null || !pricePattern.test(text)) return null;
   const [units, cents = ''] = text.split('.');
   return `${BigInt(units)}.${cents.padEnd(2, '0')}`;
@@ -86,7 +91,8 @@ function checkContent(operations: Operation[], constraints: unknown, errors: Fie
     ...(constraints === undefined || constraints === null ? {} : { constraints }),
   });
   for (const error of probe.errors) {
-    if (error.field.startsWith('capabilities.requested')) errors.add(error.field.replace('capabilities.requested', 'operations'), error.message);
+    if (error.field.startsWith('capabilities.requested'))
+      errors.add(error.field.replace('capabilities.requested', 'operations'), error.message);
     else if (error.field.startsWith('constraints')) errors.add(error.field, error.message);
   }
 }
@@ -105,7 +111,8 @@ function checkOperations(raw: unknown, errors: FieldErrors): Operation[] {
       if (typeof description !== 'string' || description.length > MAX_OPERATION_DESCRIPTION) {
         errors.add(`${field}.description`, `must be a string of at most ${MAX_OPERATION_DESCRIPTION} characters`);
       }
-      for (const key of Object.keys(entry)) if (key !== 'capability' && key !== 'description') errors.add(`${field}.${key}`, 'unknown field');
+      for (const key of Object.keys(entry))
+        if (key !== 'capability' && key !== 'description') errors.add(`${field}.${key}`, 'unknown field');
       operations.push({ capability: entry.capability, description: String(description) });
     } else errors.add(field, 'must be a capability string or {capability, description}');
   });
@@ -120,14 +127,18 @@ function validate(input: TemplateInput) {
   const description = input.description?.trim() ?? '';
   if (description.length > MAX_DESCRIPTION) errors.add('description', `must be at most ${MAX_DESCRIPTION} characters`);
   const category = input.category ?? '';
-  if (!categoryPattern.test(category) || category.length > 64) errors.add('category', 'must be a lowercase slug (letters, digits, single hyphens), at most 64 characters');
+  if (!categoryPattern.test(category) || category.length > 64)
+    errors.add('category', 'must be a lowercase slug (letters, digits, single hyphens), at most 64 characters');
   const operations = checkOperations(input.operations, errors);
-  if (input.constraints !== undefined && input.constraints !== null && !isObject(input.constraints)) errors.add('constraints', 'must be an object');
+  if (input.constraints !== undefined && input.constraints !== null && !isObject(input.constraints))
+    errors.add('constraints', 'must be an object');
   else if (operations.length) checkContent(operations, input.constraints, errors);
   const price = input.price === undefined || input.price === null ? '0.00' : parsePrice(input.price);
-  if (price === null) errors.add('price', 'must be an amount ≥ 0 with at most two decimal places, as a string ("12.50") or a number');
+  if (price === null)
+    errors.add('price', 'must be an amount ≥ 0 with at most two decimal places, as a string ("12.50") or a number');
   const currency = input.currency ?? 'USD';
-  if (!currencies.has(currency)) errors.add('currency', 'must be an ISO 4217 currency code in capitals, e.g. "USD" or "EUR"');
+  if (!currencies.has(currency))
+    errors.add('currency', 'must be an ISO 4217 currency code in capitals, e.g. "USD" or "EUR"');
   errors.throwIfAny();
   const constraints = isObject(input.constraints) ? input.constraints : null;
   return { name, description, category, operations, constraints, price: price!, currency };
@@ -138,12 +149,18 @@ function pageOf(filter: TemplatePage) {
   const page = filter.page ?? 1;
   const limit = filter.limit ?? DEFAULT_PAGE_SIZE;
   if (!Number.isInteger(page) || page < 1) errors.add('page', 'must be 1 or more');
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) errors.add('limit', `must be from 1 to ${MAX_PAGE_SIZE}`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE)
+    errors.add('limit', `must be from 1 to ${MAX_PAGE_SIZE}`);
   errors.throwIfAny();
   return { page, limit, skip: (page - 1) * limit };
 }
 
-const pagination = (page: number, limit: number, total: number) => ({ page, limit, total, pages: Math.ceil(total / limit) });
+const pagination = (page: number, limit: number, total: number) => ({
+  page,
+  limit,
+  total,
+  pages: Math.ceil(total / limit),
+});
 
 const snapshotOf = (t: ManifestTemplate) => ({
   name: t.name,
@@ -182,7 +199,12 @@ export function createTemplateService({ db }: Deps) {
           createdBy: principalName(principal),
         },
       });
-      await recordAudit(tx, orgId, actor, { action: 'template.created', targetType: 'manifest_template', targetId: template.id, after: snapshotOf(template) });
+      await recordAudit(tx, orgId, actor, {
+        action: 'template.created',
+        targetType: 'manifest_template',
+        targetId: template.id,
+        after: snapshotOf(template),
+      });
       return template;
     });
   }
@@ -194,7 +216,12 @@ export function createTemplateService({ db }: Deps) {
     }
     const where: Prisma.ManifestTemplateWhereInput = { orgId, ...(filter.status ? { status: filter.status } : {}) };
     const [items, total] = await Promise.all([
-      db.prisma.manifestTemplate.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }], take: limit, skip }),
+      db.prisma.manifestTemplate.findMany({
+        where,
+        orderBy: [{ createdAt: 'desc' }, { id: 'asc' }],
+        take: limit,
+        skip,
+      }),
       db.prisma.manifestTemplate.count({ where }),
     ]);
     return { manifests: items, pagination: pagination(page, limit, total) };
@@ -203,7 +230,10 @@ export function createTemplateService({ db }: Deps) {
   /** The org's own template in any status, or another org's published one; anything else is 404. */
   async function get(orgId: string, id: string): Promise<ManifestTemplate & { org: { name: string } }> {
     if (!isUuid(id)) throw templateNotFound();
-    const template = await db.prisma.manifestTemplate.findUnique({ where: { id }, include: { org: { select: { name: true } } } });
+    const template = await db.prisma.manifestTemplate.findUnique({
+      where: { id },
+      include: { org: { select: { name: true } } },
+    });
     if (!template || (template.orgId !== orgId && template.status !== 'published')) throw templateNotFound();
     return template;
   }
@@ -219,9 +249,14 @@ export function createTemplateService({ db }: Deps) {
         data: { status: to, ...(to === 'published' ? { publishedAt: new Date() } : {}) },
       });
       if (changed.count === 0) {
-        throw new AppError('INVALID_STATE_TRANSITION', `The template is ${before.status}`, { details: { from: before.status, to } });
+        throw new AppError('INVALID_STATE_TRANSITION', `The template is ${before.status}`, {
+          details: { from: before.status, to },
+        });
       }
-      const after = await tx.manifestTemplate.findUniqueOrThrow({ where: { id }, include: { org: { select: { name: true } } } });
+      const after = await tx.manifestTemplate.findUniqueOrThrow({
+        where: { id },
+        include: { org: { select: { name: true } } },
+      });
       await recordAudit(tx, orgId, actorOf(principal), {
         action: to === 'published' ? 'template.published' : 'template.archived',
         targetType: 'manifest_template',
@@ -239,8 +274,10 @@ export function createTemplateService({ db }: Deps) {
     const errors = new FieldErrors();
     const min = filter.min_price == null ? null : parsePrice(filter.min_price);
     const max = filter.max_price == null ? null : parsePrice(filter.max_price);
-    if (filter.min_price != null && min === null) errors.add('min_price', 'must be an amount ≥ 0 with at most two decimal places');
-    if (filter.max_price != null && max === null) errors.add('max_price', 'must be an amount ≥ 0 with at most two decimal places');
+    if (filter.min_price != null && min === null)
+      errors.add('min_price', 'must be an amount ≥ 0 with at most two decimal places');
+    if (filter.max_price != null && max === null)
+      errors.add('max_price', 'must be an amount ≥ 0 with at most two decimal places');
     if (min !== null && max !== null && new Prisma.Decimal(min).greaterThan(new Prisma.Decimal(max))) {
       errors.add('min_price', 'must not be greater than max_price');
     }
@@ -250,9 +287,18 @@ export function createTemplateService({ db }: Deps) {
     const base: Prisma.ManifestTemplateWhereInput = {
       status: 'published',
       ...(min !== null || max !== null
-        ? { price: { ...(min !== null ? { gte: new Prisma.Decimal(min) } : {}), ...(max !== null ? { lte: new Prisma.Decimal(max) } : {}) } }
+        ? {
+            price: {
+              ...(min !== null ? { gte: new Prisma.Decimal(min) } : {}),
+              ...(max !== null ? { lte: new Prisma.Decimal(max) } : {}),
+            },
+          }
         : {}),
-      ...(q ? { OR: [{ name: { contains: q, mode: 'insensitive' } }, { description: { contains: q, mode: 'insensitive' } }] } : {}),
+      ...(q
+        ? {
+            OR: [{ name: { contains: q, mode: 'insensitive' } }, { description: { contains: q, mode: 'insensitive' } }],
+          }
+        : {}),
     };
     const where = { ...base, ...(filter.category ? { category: filter.category } : {}) };
     const [items, total, categories] = await Promise.all([
@@ -264,7 +310,12 @@ export function createTemplateService({ db }: Deps) {
         skip,
       }),
       db.prisma.manifestTemplate.count({ where }),
-      db.prisma.manifestTemplate.groupBy({ by: ['category'], where: base, _count: { _all: true }, orderBy: { category: 'asc' } }),
+      db.prisma.manifestTemplate.groupBy({
+        by: ['category'],
+        where: base,
+        _count: { _all: true },
+        orderBy: { category: 'asc' },
+      }),
     ]);
     return {
       manifests: items,

@@ -39,7 +39,10 @@ for (const ref of [TemplateRef, FullTemplateRef]) {
     description: t.exposeString('description'),
     category: t.exposeString('category'),
     constraints: t.field({ type: 'JSON', nullable: true, resolve: (m) => m.constraints }),
-    price: t.string({ description: 'Exact decimal with two places, e.g. "12.50".', resolve: (m) => priceText(m.price) }),
+    price: t.string({
+      description: 'Exact decimal with two places, e.g. "12.50".',
+      resolve: (m) => priceText(m.price),
+    }),
     currency: t.exposeString('currency', { description: 'ISO 4217.' }),
     status: t.field({ type: TemplateStatusEnum, resolve: (m) => m.status as (typeof templateStatuses)[number] }),
     version: t.exposeInt('version'),
@@ -68,12 +71,22 @@ const TemplateSummaryRef = builder.objectRef<ManifestTemplate>('ManifestTemplate
   }),
 });
 
-const PaginationRef = builder.objectRef<{ page: number; limit: number; total: number; pages: number }>('Pagination').implement({
-  fields: (t) => ({ page: t.exposeInt('page'), limit: t.exposeInt('limit'), total: t.exposeInt('total'), pages: t.exposeInt('pages') }),
-});
+const PaginationRef = builder
+  .objectRef<{ page: number; limit: number; total: number; pages: number }>('Pagination')
+  .implement({
+    fields: (t) => ({
+      page: t.exposeInt('page'),
+      limit: t.exposeInt('limit'),
+      total: t.exposeInt('total'),
+      pages: t.exposeInt('pages'),
+    }),
+  });
 
 const TemplateListRef = builder
-  .objectRef<{ manifests: ManifestTemplate[]; pagination: { page: number; limit: number; total: number; pages: number } }>('ManifestTemplateList')
+  .objectRef<{
+    manifests: ManifestTemplate[];
+    pagination: { page: number; limit: number; total: number; pages: number };
+  }>('ManifestTemplateList')
   .implement({
     fields: (t) => ({
       manifests: t.field({ type: [TemplateSummaryRef], resolve: (l) => l.manifests }),
@@ -115,9 +128,12 @@ const CategoryCountRef = builder.objectRef<{ category: string; count: number }>(
 });
 
 const MarketplaceFiltersRef = builder
-  .objectRef<{ category: string | null; min_price: string | null; max_price: string | null; categories: { category: string; count: number }[] }>(
-    'MarketplaceFilters',
-  )
+  .objectRef<{
+    category: string | null;
+    min_price: string | null;
+    max_price: string | null;
+    categories: { category: string; count: number }[];
+  }>('MarketplaceFilters')
   .implement({
     fields: (t) => ({
       category: t.exposeString('category', { nullable: true }),
@@ -153,8 +169,15 @@ builder.mutationField('create_manifest_template', (t) =>
       name: t.arg.string({ required: true }),
       description: t.arg.string(),
       category: t.arg.string({ required: true, description: 'A lowercase slug.' }),
-      operations: t.arg({ type: 'JSON', required: true, description: 'Capability strings or {capability, description}; 1 to 100, unique.' }),
-      price: t.arg({ type: 'JSON', description: 'A decimal string ("12.50") or a number, ≥ 0, at most two places; default "0.00".' }),
+      operations: t.arg({
+        type: 'JSON',
+        required: true,
+        description: 'Capability strings or {capability, description}; 1 to 100, unique.',
+      }),
+      price: t.arg({
+        type: 'JSON',
+        description: 'A decimal string ("12.50") or a number, ≥ 0, at most two places; default "0.00".',
+      }),
       currency: t.arg.string({ description: 'ISO 4217, default "USD".' }),
       constraints: t.arg({ type: 'JSON', description: "As a manifest's constraints." }),
     },
@@ -181,7 +204,14 @@ builder.queryField('manifest_templates', (t) =>
     resolve: (_, args, ctx) => ctx.services.templates.list(principalOf(ctx).orgId, args),
   }),
 );
-restRoute('Query.manifest_templates', { method: 'GET', path: '/manifests', mount: 'root', tag, summary: 'List the organization’s templates', auth: ['bearer'] });
+restRoute('Query.manifest_templates', {
+  method: 'GET',
+  path: '/manifests',
+  mount: 'root',
+  tag,
+  summary: 'List the organization’s templates',
+  auth: ['bearer'],
+});
 
 builder.queryField('manifest_template', (t) =>
   t.field({
@@ -192,7 +222,14 @@ builder.queryField('manifest_template', (t) =>
     resolve: (_, args, ctx) => ctx.services.templates.get(principalOf(ctx).orgId, String(args.id)),
   }),
 );
-restRoute('Query.manifest_template', { method: 'GET', path: '/manifests/:id', mount: 'root', tag, summary: 'Read a template with its operations', auth: ['bearer'] });
+restRoute('Query.manifest_template', {
+  method: 'GET',
+  path: '/manifests/:id',
+  mount: 'root',
+  tag,
+  summary: 'Read a template with its operations',
+  auth: ['bearer'],
+});
 
 for (const [field, to, path, summary] of [
   ['publish_manifest_template', 'published', 'publish', 'Publish a template to the marketplace'],
@@ -203,10 +240,19 @@ for (const [field, to, path, summary] of [
       type: FullTemplateRef,
       args: { id: t.arg.id({ required: true }) },
       authScopes: write,
-      resolve: (_, args, ctx) => ctx.services.templates.transition(principalOf(ctx).orgId, String(args.id), to, principalOf(ctx)),
+      resolve: (_, args, ctx) =>
+        ctx.services.templates.transition(principalOf(ctx).orgId, String(args.id), to, principalOf(ctx)),
     }),
   );
-  restRoute(`Mutation.${field}`, { method: 'POST', path: `/manifests/:id/${path}`, mount: 'root', tag, summary, auth: ['bearer'], extraErrors: ['409'] });
+  restRoute(`Mutation.${field}`, {
+    method: 'POST',
+    path: `/manifests/:id/${path}`,
+    mount: 'root',
+    tag,
+    summary,
+    auth: ['bearer'],
+    extraErrors: ['409'],
+  });
 }
 
 builder.queryField('marketplace_manifests', (t) =>
@@ -232,4 +278,3 @@ restRoute('Query.marketplace_manifests', {
   summary: 'Browse the marketplace',
   auth: ['bearer'],
 });
-

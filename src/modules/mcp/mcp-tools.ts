@@ -60,7 +60,9 @@ export function listedTools(source: AgentTools): Tool[] {
     const connector = source.connectors.get(domainOf(capability));
     if (!connector || deniedUnconditionally(source.policies, source.svcId, capability)) continue;
     const needsHuman = manifest.requireHumanApproval.includes(capability);
-    const pinned = connector.upstream?.pinned.get(connector.upstream.tool ?? capability.slice(capability.indexOf(':') + 1));
+    const pinned = connector.upstream?.pinned.get(
+      connector.upstream.tool ?? capability.slice(capability.indexOf(':') + 1),
+    );
     const description =
       source.templateDescriptions.get(capability) ??
       connector.description ??
@@ -103,7 +105,8 @@ export function callResultOf(outcome: DecisionOutcome): CallToolResult {
   const { result } = decision;
   if (decision.executed && result) {
     const content: CallToolResult['content'] = [{ type: 'text', text: json(result.data) }];
-    if (!result.success) content.push({ type: 'text', text: `The tool failed: ${result.error.code}: ${result.error.message}` });
+    if (!result.success)
+      content.push({ type: 'text', text: `The tool failed: ${result.error.code}: ${result.error.message}` });
     return { content, structuredContent: result.data, isError: !result.success, _meta };
   }
   const reasons = decision.reasons.map((r) => ({ code: r.code, message: r.message, details: r.details ?? null }));

@@ -48,8 +48,20 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
       domains.map(async (domain): Promise<[string, ConnectorDescription | null]> => {
         const tool = await tools.forAction(orgId, domain);
         if (!tool) return [domain, null];
-        const { description, input_schema, tool: upstreamTool } = tool.config as Omit<ConnectorDescription, 'connector'> & { tool?: string | null };
-        return [domain, { connector: tool.connector, description, input_schema, upstream: tool.definitions ? upstreamOf(upstreamTool ?? null, tool.definitions) : undefined }];
+        const {
+          description,
+          input_schema,
+          tool: upstreamTool,
+        } = tool.config as Omit<ConnectorDescription, 'connector'> & { tool?: string | null };
+        return [
+          domain,
+          {
+            connector: tool.connector,
+            description,
+            input_schema,
+            upstream: tool.definitions ? upstreamOf(upstreamTool ?? null, tool.definitions) : undefined,
+          },
+        ];
       }),
     );
     return new Map(entries);
@@ -78,7 +90,8 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
   ): Promise<CallToolResult> {
     const manifest = await manifests.current(principal.orgId, svcId);
     const capability = capabilityOfToolName(call.name, manifest);
-    if (!capability) throw new AppError('NOT_FOUND', `Unknown tool "${call.name}": tools/list names the tools of this agent`);
+    if (!capability)
+      throw new AppError('NOT_FOUND', `Unknown tool "${call.name}": tools/list names the tools of this agent`);
     const errors = new FieldErrors();
     const metaString = (key: string) => {
       const value = call._meta?.[key];

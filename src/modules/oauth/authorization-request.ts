@@ -48,7 +48,12 @@ export interface AuthorizationRequest {
   scope: string;
 }
 
-export type AuthorizationErrorCode = 'invalid_request' | 'unsupported_response_type' | 'invalid_scope' | 'invalid_target' | 'access_denied';
+export type AuthorizationErrorCode =
+  | 'invalid_request'
+  | 'unsupported_response_type'
+  | 'invalid_scope'
+  | 'invalid_target'
+  | 'access_denied';
 
 /** A problem to tell the client at its redirect URI (RFC 6749 §4.1.2.1). */
 export interface RedirectedError {
@@ -106,24 +111,44 @@ export function checkAuthorizationRequest(
     redirected: { redirectUri, state, error, description },
   });
   if (params.response_type !== 'code') {
-    return refuse('unsupported_response_type', 'response_type must be "code": the authorization code flow is the only one');
+    return refuse(
+      'unsupported_response_type',
+      'response_type must be "code": the authorization code flow is the only one',
+    );
   }
   if (!state) return refuse('invalid_request', 'state is required');
   if (state.length > MAX_STATE_LENGTH || CONTROL_CHARACTERS.test(state)) {
     return refuse('invalid_request', `state may have at most ${MAX_STATE_LENGTH} characters and no control characters`);
   }
-  if (params.code_challenge_method !== 'S256') return refuse('invalid_request', 'code_challenge_method must be "S256" (PKCE is required)');
+  if (params.code_challenge_method !== 'S256')
+    return refuse('invalid_request', 'code_challenge_method must be "S256" (PKCE is required)');
   if (!params.code_challenge || !S256_CHALLENGE.test(params.code_challenge)) {
-    return refuse('invalid_request', 'code_challenge must be the S256 challenge of the code verifier: 43 base64url characters');
+    return refuse(
+      'invalid_request',
+      'code_challenge must be the S256 challenge of the code verifier: 43 base64url characters',
+    );
   }
-  if (!params.resource) return refuse('invalid_target', `resource is required (RFC 8707): the MCP endpoint, ${publicUrl}/mcp/{svc_id}`);
+  if (!params.resource)
+    return refuse('invalid_target', `resource is required (RFC 8707): the MCP endpoint, ${publicUrl}/mcp/{svc_id}`);
   const svcId = svcIdOfResource(publicUrl, params.resource);
-  if (!svcId) return refuse('invalid_target', `resource must be an agent's MCP endpoint of this gateway: ${publicUrl}/mcp/{svc_id}`);
+  if (!svcId)
+    return refuse(
+      'invalid_target',
+      `resource must be an agent's MCP endpoint of this gateway: ${publicUrl}/mcp/{svc_id}`,
+    );
   const scope = scopeOf(params.scope);
   if (!scope) return refuse('invalid_scope', `The only scope is "${MCP_SCOPE}"`);
   return {
     ok: true,
-    request: { clientId: params.client_id, redirectUri, codeChallenge: params.code_challenge, state, svcId, resource: params.resource, scope },
+    request: {
+      clientId: params.client_id,
+      redirectUri,
+      codeChallenge: params.code_challenge,
+      state,
+      svcId,
+      resource: params.resource,
+      scope,
+    },
   };
 }
 
@@ -131,7 +156,11 @@ export function checkAuthorizationRequest(
  * The redirect URI with the answer's parameters added to its query (RFC 6749 §4.1.2: keeping the
  * query it has), and `iss` always (RFC 9207), so the client can tell which server answered.
  */
-export function authorizationRedirect(redirectUri: string, answer: Record<string, string | undefined>, issuer: string): string {
+export function authorizationRedirect(
+  redirectUri: string,
+  answer: Record<string, string | undefined>,
+  issuer: string,
+): string {
   const url = new URL(redirectUri);
   for (const [name, value] of Object.entries({ ...answer, iss: issuer })) {
     if (value !== undefined) url.searchParams.set(name, value);
@@ -141,4 +170,8 @@ export function authorizationRedirect(redirectUri: string, answer: Record<string
 
 /** Where a refused request sends the browser: the client's redirect URI with the error, the state and the issuer. */
 export const errorRedirect = (refusal: RedirectedError, issuer: string) =>
-  authorizationRedirect(refusal.redirectUri, { error: refusal.error, error_description: refusal.description, state: refusal.state }, issuer);
+  authorizationRedirect(
+    refusal.redirectUri,
+    { error: refusal.error, error_description: refusal.description, state: refusal.state },
+    issuer,
+  );

@@ -44,7 +44,8 @@ function urlProblem(clientId: string): string | undefined {
   }
   if (/[\u0000-\u001f\u007f]/.test(clientId)) return 'the client_id URL may not contain control characters';
   if (url.hash || url.username || url.password) return 'the client_id URL may not have a fragment or user information';
-  if (url.pathname === '/' || url.pathname === '') return 'the client_id URL must have a path (the document, not the site)';
+  if (url.pathname === '/' || url.pathname === '')
+    return 'the client_id URL must have a path (the document, not the site)';
   if (clientId.length > 2048) return 'the client_id URL is longer than 2048 characters';
   return undefined;
 }
@@ -64,8 +65,12 @@ export function createMetadataDocumentResolver({ allowLoopbackHttp, now = Date.n
       oversize: 'fail',
       allowPrivateNetwork: allowLoopbackHttp,
     });
-    if (outcome.kind === 'failure') return { refused: `the client's metadata document could not be fetched: ${outcome.message}` };
-    if (outcome.kind === 'redirect') return { refused: `the client's metadata document answered a redirect (${outcome.status}), which is not followed` };
+    if (outcome.kind === 'failure')
+      return { refused: `the client's metadata document could not be fetched: ${outcome.message}` };
+    if (outcome.kind === 'redirect')
+      return {
+        refused: `the client's metadata document answered a redirect (${outcome.status}), which is not followed`,
+      };
     if (outcome.status !== 200) return { refused: `the client's metadata document answered ${outcome.status}` };
     let document: unknown;
     try {
@@ -73,11 +78,16 @@ export function createMetadataDocumentResolver({ allowLoopbackHttp, now = Date.n
     } catch {
       return { refused: "the client's metadata document is not JSON" };
     }
-    if (typeof document !== 'object' || document === null || (document as Record<string, unknown>).client_id !== clientId) {
+    if (
+      typeof document !== 'object' ||
+      document === null ||
+      (document as Record<string, unknown>).client_id !== clientId
+    ) {
       return { refused: "the client's metadata document does not name itself as its client_id" };
     }
     const accepted = acceptRegistration(document);
-    if (isRegistrationError(accepted)) return { refused: `the client's metadata document is refused: ${accepted.error_description}` };
+    if (isRegistrationError(accepted))
+      return { refused: `the client's metadata document is refused: ${accepted.error_description}` };
     return { client: accepted };
   }
 

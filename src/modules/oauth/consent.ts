@@ -71,17 +71,30 @@ export type AuthorizeOutcome = { consent: string } | { redirect: string } | { sh
 
 const hostOf = (uri: string) => new URL(uri).host;
 
-export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveClient, touchClient, findAgent }: Collaborators) {
+export function createConsent(
+  { env, db }: Pick<Deps, 'env' | 'db'>,
+  { resolveClient, touchClient, findAgent }: Collaborators,
+) {
   /** The request checked against its client; the client too, when it is known. */
-  async function check(params: AuthorizationParams, clientAddress: string): Promise<{ check: AuthorizationCheck; client?: KnownClient }> {
-    if (!params.client_id) return { check: checkAuthorizationRequest(params, { unknown: 'no client_id' }, env.publicUrl) };
+  async function check(
+    params: AuthorizationParams,
+    clientAddress: string,
+  ): Promise<{ check: AuthorizationCheck; client?: KnownClient }> {
+    if (!params.client_id)
+      return { check: checkAuthorizationRequest(params, { unknown: 'no client_id' }, env.publicUrl) };
     const resolved = await resolveClient(params.client_id, clientAddress);
     if ('unknown' in resolved) return { check: checkAuthorizationRequest(params, resolved, env.publicUrl) };
-    return { check: checkAuthorizationRequest(params, resolved.client.registration, env.publicUrl), client: resolved.client };
+    return {
+      check: checkAuthorizationRequest(params, resolved.client.registration, env.publicUrl),
+      client: resolved.client,
+    };
   }
 
   /** The consent page's request, accepted, or the error that refuses it (nothing is redirected from here). */
-  async function accepted(params: AuthorizationParams, clientAddress: string): Promise<{ request: AuthorizationRequest; client: KnownClient }> {
+  async function accepted(
+    params: AuthorizationParams,
+    clientAddress: string,
+  ): Promise<{ request: AuthorizationRequest; client: KnownClient }> {
     const { check: result, client } = await check(params, clientAddress);
     if (result.ok) return { request: result.request, client: client! };
     const why = 'shown' in result ? result.shown : result.redirected.description;
@@ -90,7 +103,8 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
 
   /** Why `user` cannot allow the request for `agent`, or null when they can. */
   function refusalOf(user: UserPrincipal, agent: ConsentAgent | null, svcId: string): string | null {
-    if (!may(user, 'oauth_grant:create')) return 'Only an admin or an operator can allow a client; a viewer can only deny.';
+    if (!may(user, 'oauth_grant:create'))
+      return 'Only an admin or an operator can allow a client; a viewer can only deny.';
     if (!agent) return `Your organization has no agent "${svcId}".`;
     if (agent.status !== 'active') return `The agent "${svcId}" is ${agent.status}; reactivate it first.`;
     return null;
@@ -98,10 +112,16 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
 
   return {
     /** `GET /oauth/authorize`: where the browser goes next. */
-    async authorize(params: AuthorizationParams, consentPath: string, clientAddress: string): Promise<AuthorizeOutcome> {
+    async authorize(
+      params: AuthorizationParams,
+      consentPath: string,
+      clientAddress: string,
+    ): Promise<AuthorizeOutcome> {
       const { check: result } = await check(params, clientAddress);
       if (result.ok) {
-        const query = new URLSearchParams(Object.entries(params).filter((entry): entry is [string, string] => entry[1] !== undefined));
+        const query = new URLSearchParams(
+          Object.entries(params).filter((entry): entry is [string, string] => entry[1] !== undefined),
+        );
         return { consent: `${consentPath}?${query}` };
       }
       if ('shown' in result) return { shown: result.shown };
@@ -136,10 +156,20 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
      * single-use code (audited: `oauth.grant_created`, and `oauth.client_registered` when the org
      * allows this client for the first time) and sends the client the code.
      */
-    async decide(params: AuthorizationParams, user: UserPrincipal, allow: boolean, clientAddress: string): Promise<ConsentAnswer> {
+    async decide(
+      params: AuthorizationParams,
+      user: UserPrincipal,
+      allow: boolean,
+      clientAddress: string,
+    ): Promise<ConsentAnswer> {
       const { request, client } = await accepted(params, clientAddress);
       if (!allow) {
-        const denied = { redirectUri: request.redirectUri, state: request.state, error: 'access_denied' as const, description: 'The operator denied access' };
+        const denied = {
+          redirectUri: request.redirectUri,
+          state: request.state,
+          error: 'access_denied' as const,
+          description: 'The operator denied access',
+        };
         return { redirect_to: errorRedirect(denied, env.publicUrl) };
       }
       const agent = await findAgent(user.orgId, request.svcId);
@@ -188,7 +218,13 @@ export function createConsent({ env, db }: Pick<Deps, 'env' | 'db'>, { resolveCl
         });
       });
       if (client.kind === 'registered') await touchClient(client.client_id);
-      return { redirect_to: authorizationRedirect(request.redirectUri, { code: code.token, state: request.state }, env.publicUrl) };
+      return {
+        redirect_to: authorizationRedirect(
+          request.redirectUri,
+          { code: code.token, state: request.state },
+          env.publicUrl,
+        ),
+      };
     },
   };
 }

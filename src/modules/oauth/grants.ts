@@ -6,7 +6,14 @@ import { recordAudit } from '../audit/audit.service.js';
 import { principalName, type OAuthGrantPrincipal, type Principal } from '../auth/authz.js';
 import { mcpResourceUrl } from './oauth-metadata.js';
 import { kidOf, verifyAccessToken, type VerifiedAccessToken } from './oauth-tokens.js';
-import { findGrant, revokeGrants, standingGrants, touchGrant, type GrantRow, type RevokedGrant } from './oauth.store.js';
+import {
+  findGrant,
+  revokeGrants,
+  standingGrants,
+  touchGrant,
+  type GrantRow,
+  type RevokedGrant,
+} from './oauth.store.js';
 
 /**
  * OAuth grants (docs/decisions/0047-mcp-oauth.md): listing and revoking them, and the check of an
@@ -31,7 +38,9 @@ export const snapshotOfGrant = (grant: RevokedGrant): OAuthGrantSnapshot => ({
 });
 
 /** The principal of an MCP client acting under its grant (audit actor, approvals, policy facts). */
-export const grantPrincipal = (grant: Pick<GrantRow, 'id' | 'org_id' | 'svc_id' | 'client_id' | 'client_name' | 'scope'>): OAuthGrantPrincipal => ({
+export const grantPrincipal = (
+  grant: Pick<GrantRow, 'id' | 'org_id' | 'svc_id' | 'client_id' | 'client_name' | 'scope'>,
+): OAuthGrantPrincipal => ({
   type: 'oauth_grant',
   grantId: grant.id,
   orgId: grant.org_id,
@@ -72,7 +81,8 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
   }
 
   /** A grant as the gateway sees it, cached per process until the next audited write anywhere. */
-  const standing = (grantId: string): Promise<GrantRow | undefined> => cache.get(`oauth-grant:${grantId}`, () => findGrant(db.sql, grantId));
+  const standing = (grantId: string): Promise<GrantRow | undefined> =>
+    cache.get(`oauth-grant:${grantId}`, () => findGrant(db.sql, grantId));
 
   /** The signature, type, issuer and expiry of an access token, checked once per process and token. */
   async function checkedSignature(token: string): Promise<VerifiedAccessToken | RefusedToken> {
@@ -93,7 +103,9 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
     if (now - (lastTouched.get(grantId) ?? 0) < LAST_USED_INTERVAL_MS) return;
     if (lastTouched.size >= MAX_VERIFIED_TOKENS) lastTouched.clear();
     lastTouched.set(grantId, now);
-    touchGrant(db.sql, grantId).catch((error: unknown) => logger.warn({ err: error, grant_id: grantId }, 'could not record OAuth grant use'));
+    touchGrant(db.sql, grantId).catch((error: unknown) =>
+      logger.warn({ err: error, grant_id: grantId }, 'could not record OAuth grant use'),
+    );
   }
 
   return {
@@ -107,7 +119,10 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
       const claims = await checkedSignature(token);
       if ('refused' in claims) return claims;
       if (claims.aud !== mcpResourceUrl(env.publicUrl, svcId)) {
-        return { refused: 'The access token is for another resource: it is accepted only at the MCP endpoint it was issued for' };
+        return {
+          refused:
+            'The access token is for another resource: it is accepted only at the MCP endpoint it was issued for',
+        };
       }
       const grant = await standing(claims.grant_id);
       if (!grant || grant.revoked) return { refused: 'The grant of this access token has been revoked' };
@@ -124,13 +139,25 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
     /** Revokes one standing grant of the agent; 404 when there is none (of concurrent revocations one wins). */
     async revoke(orgId: string, svcId: string, grantId: string, principal: Principal): Promise<void> {
       const revoked = await db.prisma.$transaction((tx) =>
-        revokeAudited(tx, orgId, { grantId, orgId, svcId }, actorOf(principal), `revoked by ${principalName(principal)}`),
+        revokeAudited(
+          tx,
+          orgId,
+          { grantId, orgId, svcId },
+          actorOf(principal),
+          `revoked by ${principalName(principal)}`,
+        ),
       );
       if (revoked.length === 0) throw notFound('Grant');
     },
 
     /** Every standing grant of the agent, in the caller's transaction (the agent's deactivation). */
-    async revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string, principal: Principal, reason: string): Promise<number> {
+    async revokeAllOfAgent(
+      tx: Prisma.TransactionClient,
+      orgId: string,
+      svcId: string,
+      principal: Principal,
+      reason: string,
+    ): Promise<number> {
       return (await revokeAudited(tx, orgId, { orgId, svcId }, actorOf(principal), reason)).length;
     },
 
@@ -139,7 +166,9 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
      * client's own RFC 7009 request); true when this call revoked it.
      */
     async revokeForTokens(grant: Pick<GrantRow, 'id' | 'org_id'>, actor: Actor, reason: string): Promise<boolean> {
-      const revoked = await db.prisma.$transaction((tx) => revokeAudited(tx, grant.org_id, { grantId: grant.id }, actor, reason));
+      const revoked = await db.prisma.$transaction((tx) =>
+        revokeAudited(tx, grant.org_id, { grantId: grant.id }, actor, reason),
+      );
       return revoked.length > 0;
     },
   };

@@ -54,7 +54,8 @@ export function redirectUriProblem(uri: unknown): string | undefined {
   if (url.username || url.password) return `${uri} carries user information, which a redirect URI may not have`;
   if (url.protocol === 'https:') return undefined;
   if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return undefined;
-  if (url.protocol === 'http:') return `${uri} is plain http on a host other than the loopback interface (127.0.0.1, [::1], localhost): use https`;
+  if (url.protocol === 'http:')
+    return `${uri} is plain http on a host other than the loopback interface (127.0.0.1, [::1], localhost): use https`;
   return `${uri} has the scheme ${url.protocol.slice(0, -1)}: a redirect URI is https, or http on the loopback interface`;
 }
 
@@ -82,7 +83,10 @@ export function redirectUriMatches(registered: readonly string[], presented: str
   });
 }
 
-const invalid = (error_description: string): RegistrationError => ({ error: 'invalid_client_metadata', error_description });
+const invalid = (error_description: string): RegistrationError => ({
+  error: 'invalid_client_metadata',
+  error_description,
+});
 
 /**
  * A registration request's metadata as this server accepts it, or the error that refuses it.
@@ -90,11 +94,15 @@ const invalid = (error_description: string): RegistrationError => ({ error: 'inv
  * must be absent or `none`; grant and response types must be within the code flow's.
  */
 export function acceptRegistration(body: unknown): ClientRegistration | RegistrationError {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalid('The body must be a JSON object of client metadata');
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    return invalid('The body must be a JSON object of client metadata');
   const metadata = body as Record<string, unknown>;
   const uris = metadata.redirect_uris;
   if (!Array.isArray(uris) || uris.length === 0) {
-    return { error: 'invalid_redirect_uri', error_description: 'redirect_uris is required: a non-empty array of redirect URIs' };
+    return {
+      error: 'invalid_redirect_uri',
+      error_description: 'redirect_uris is required: a non-empty array of redirect URIs',
+    };
   }
   if (uris.length > MAX_REDIRECT_URIS) {
     return { error: 'invalid_redirect_uri', error_description: `At most ${MAX_REDIRECT_URIS} redirect URIs` };
@@ -105,10 +113,15 @@ export function acceptRegistration(body: unknown): ClientRegistration | Registra
   }
   const method = metadata.token_endpoint_auth_method;
   if (method !== undefined && method !== 'none') {
-    return invalid(`token_endpoint_auth_method ${JSON.stringify(method)} is not supported: clients are public ("none") and prove themselves with PKCE`);
+    return invalid(
+      `token_endpoint_auth_method ${JSON.stringify(method)} is not supported: clients are public ("none") and prove themselves with PKCE`,
+    );
   }
   const grants = metadata.grant_types;
-  if (grants !== undefined && (!Array.isArray(grants) || grants.some((g) => g !== 'authorization_code' && g !== 'refresh_token'))) {
+  if (
+    grants !== undefined &&
+    (!Array.isArray(grants) || grants.some((g) => g !== 'authorization_code' && g !== 'refresh_token'))
+  ) {
     return invalid('grant_types may hold only "authorization_code" and "refresh_token"');
   }
   const responses = metadata.response_types;
@@ -132,4 +145,5 @@ export function acceptRegistration(body: unknown): ClientRegistration | Registra
   return accepted;
 }
 
-export const isRegistrationError = (value: ClientRegistration | RegistrationError): value is RegistrationError => 'error' in value;
+export const isRegistrationError = (value: ClientRegistration | RegistrationError): value is RegistrationError =>
+  'error' in value;

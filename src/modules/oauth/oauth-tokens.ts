@@ -100,7 +100,11 @@ export function kidOf(token: string): string | undefined {
  * Checks signature, `typ`, issuer and expiry. Where the token may be used (its `aud`) and whether
  * its grant still stands are the caller's questions.
  */
-export async function verifyAccessToken(token: string, publicKey: KeyObject, issuer: string): Promise<AccessTokenCheck> {
+export async function verifyAccessToken(
+  token: string,
+  publicKey: KeyObject,
+  issuer: string,
+): Promise<AccessTokenCheck> {
   let payload;
   try {
     ({ payload } = await jwtVerify(token, publicKey, {
@@ -115,7 +119,13 @@ export async function verifyAccessToken(token: string, publicKey: KeyObject, iss
   }
   const { org_id, client_id, scope, grant_id } = payload;
   const { aud } = payload;
-  if (typeof aud !== 'string' || typeof org_id !== 'string' || typeof client_id !== 'string' || typeof scope !== 'string' || typeof grant_id !== 'string') {
+  if (
+    typeof aud !== 'string' ||
+    typeof org_id !== 'string' ||
+    typeof client_id !== 'string' ||
+    typeof scope !== 'string' ||
+    typeof grant_id !== 'string'
+  ) {
     return { ok: false, reason: 'The access token is invalid' };
   }
   return {

@@ -3,7 +3,12 @@ import type { Deps } from '../../deps.js';
 import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import { createMetadataDocumentResolver, isMetadataDocumentUrl } from './client-metadata-document.js';
-import { acceptRegistration, isRegistrationError, type ClientRegistration, type RegistrationError } from './oauth-client.js';
+import {
+  acceptRegistration,
+  isRegistrationError,
+  type ClientRegistration,
+  type RegistrationError,
+} from './oauth-client.js';
 import { createConsent, type ConsentAgent } from './consent.js';
 import { createGrants } from './grants.js';
 import { authorizationServerMetadata, protectedResourceMetadata } from './oauth-metadata.js';
@@ -53,7 +58,10 @@ interface Collaborators {
   findAgent(orgId: string, svcId: string): Promise<ConsentAgent | null>;
 }
 
-export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'keys' | 'cache'>, { findAgent }: Collaborators) {
+export function createOAuthService(
+  deps: Pick<Deps, 'env' | 'db' | 'logger' | 'keys' | 'cache'>,
+  { findAgent }: Collaborators,
+) {
   const { env, db, logger } = deps;
   const metadataDocuments = createMetadataDocumentResolver({ allowLoopbackHttp: env.oauthClientMetadataLoopback });
 
@@ -62,7 +70,10 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
    * https URL, the client its metadata document describes; otherwise why it is unknown. With the
    * address of the request that needs it, a document that must be fetched is counted against it.
    */
-  async function resolveClient(clientId: string, clientAddress?: string): Promise<{ client: KnownClient } | { unknown: string }> {
+  async function resolveClient(
+    clientId: string,
+    clientAddress?: string,
+  ): Promise<{ client: KnownClient } | { unknown: string }> {
     if (isMetadataDocumentUrl(clientId, env.oauthClientMetadataLoopback)) {
       // Every fetch is counted for the address that caused it: the documents are fetched on behalf
       // of anonymous callers, each one a request to a host they name (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS).
@@ -70,7 +81,12 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
         ? () =>
             countAttempt(
               db.sql,
-              [{ bucket: `oauth-client-documents:address:${clientAddress}`, limit: env.oauthClientDocumentsPerAddress }],
+              [
+                {
+                  bucket: `oauth-client-documents:address:${clientAddress}`,
+                  limit: env.oauthClientDocumentsPerAddress,
+                },
+              ],
               fixedWindow(3600),
               { message: 'Too many client metadata documents fetched for this address; try again later', period: '1h' },
             )
@@ -80,8 +96,11 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
       return { client: { client_id: clientId, kind: 'metadata_document', registration: outcome.client } };
     }
     // Anything else was never issued here: refused without a query (a NUL would fail one).
-    const row = registeredClientIdPattern.test(clientId) ? await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS) : undefined;
-    if (!row) return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
+    const row = registeredClientIdPattern.test(clientId)
+      ? await findClient(db.sql, clientId, CLIENT_UNUSED_DAYS)
+      : undefined;
+    if (!row)
+      return { unknown: 'the client_id is not registered here, or its registration expired (unused for 30 days)' };
     return { client: { client_id: row.client_id, kind: 'registered', registration: row.metadata } };
   }
   const markClientUsed = (clientId: string) => touchClient(db.sql, clientId);
@@ -109,7 +128,10 @@ export function createOAuthService(deps: Pick<Deps, 'env' | 'db' | 'logger' | 'k
       );
       const clientId = `agc_${randomBytes(16).toString('base64url')}`;
       const row = await insertClient(db.sql, clientId, registration, clientAddress);
-      logger.info({ client_id: clientId, client_name: registration.client_name, client_address: clientAddress }, 'oauth client registered');
+      logger.info(
+        { client_id: clientId, client_name: registration.client_name, client_address: clientAddress },
+        'oauth client registered',
+      );
       return registered(row.client_id, row.metadata, row.created_at);
     },
 

@@ -11,7 +11,12 @@ export interface ClientRow {
   created_at: Date;
 }
 
-export async function insertClient(sql: SqlConnection, clientId: string, registration: ClientRegistration, registeredFrom: string): Promise<ClientRow> {
+export async function insertClient(
+  sql: SqlConnection,
+  clientId: string,
+  registration: ClientRegistration,
+  registeredFrom: string,
+): Promise<ClientRow> {
   const [row] = await sql.query<ClientRow>(
     `INSERT INTO oauth_clients (client_id, redirect_uris, metadata, registered_from)
      VALUES ($1, $2::text[], $3::jsonb, $4)
@@ -22,7 +27,11 @@ export async function insertClient(sql: SqlConnection, clientId: string, registr
 }
 
 /** A client that has not expired: used within `unusedDays`. */
-export async function findClient(sql: SqlConnection, clientId: string, unusedDays: number): Promise<ClientRow | undefined> {
+export async function findClient(
+  sql: SqlConnection,
+  clientId: string,
+  unusedDays: number,
+): Promise<ClientRow | undefined> {
   const [row] = await sql.query<ClientRow>(
     `SELECT client_id, metadata, created_at FROM oauth_clients
      WHERE client_id = $1 AND last_used_at > now() - make_interval(days => $2)`,
@@ -33,12 +42,18 @@ export async function findClient(sql: SqlConnection, clientId: string, unusedDay
 
 /** Marks the client used, at most once an hour (a token refresh every few minutes writes nothing). */
 export async function touchClient(sql: SqlConnection, clientId: string): Promise<void> {
-  await sql.query(`UPDATE oauth_clients SET last_used_at = now() WHERE client_id = $1 AND last_used_at < now() - interval '1 hour'`, [clientId]);
+  await sql.query(
+    `UPDATE oauth_clients SET last_used_at = now() WHERE client_id = $1 AND last_used_at < now() - interval '1 hour'`,
+    [clientId],
+  );
 }
 
 /** Deletes the registrations unused for `unusedDays`; how many. */
 export async function deleteExpiredClients(sql: SqlConnection, unusedDays: number): Promise<number> {
-  const rows = await sql.query(`DELETE FROM oauth_clients WHERE last_used_at <= now() - make_interval(days => $1) RETURNING client_id`, [unusedDays]);
+  const rows = await sql.query(
+    `DELETE FROM oauth_clients WHERE last_used_at <= now() - make_interval(days => $1) RETURNING client_id`,
+    [unusedDays],
+  );
   return rows.length;
 }
 
@@ -59,7 +74,11 @@ export interface GrantRow {
 const grantColumns = `g.id, g.org_id::text AS org_id, g.svc_id, g.client_id, g.client_name, g.redirect_uri, g.scope, g.revoked_at IS NOT NULL AS revoked`;
 
 export async function findGrant(sql: SqlConnection, grantId: string): Promise<GrantRow | undefined> {
-  const [row] = await sql.query<GrantRow>(`SELECT ${grantColumns} FROM oauth_grants g WHERE g.id = $1`, [grantId], 'oauth_find_grant');
+  const [row] = await sql.query<GrantRow>(
+    `SELECT ${grantColumns} FROM oauth_grants g WHERE g.id = $1`,
+    [grantId],
+    'oauth_find_grant',
+  );
   return row;
 }
 
@@ -98,7 +117,12 @@ export async function codeState(sql: SqlConnection, codeHash: string): Promise<S
   return row;
 }
 
-export async function insertRefreshToken(sql: SqlConnection, tokenHash: string, grantId: string, ttlSeconds: number): Promise<void> {
+export async function insertRefreshToken(
+  sql: SqlConnection,
+  tokenHash: string,
+  grantId: string,
+  ttlSeconds: number,
+): Promise<void> {
   await sql.query(
     `INSERT INTO oauth_refresh_tokens (token_hash, grant_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3::int))`,
     [tokenHash, grantId, ttlSeconds],
@@ -208,7 +232,10 @@ export async function revokeGrants(
 
 /** The agent's standing grants, newest first. */
 export async function standingGrants(prisma: PrismaClient, orgId: string, svcId: string): Promise<OAuthGrant[]> {
-  return prisma.oAuthGrant.findMany({ where: { orgId, svcId, revokedAt: null }, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }] });
+  return prisma.oAuthGrant.findMany({
+    where: { orgId, svcId, revokedAt: null },
+    orderBy: [{ createdAt: 'desc' }, { id: 'asc' }],
+  });
 }
 
 /** The grant a refresh token belongs to, whatever the token's state (RFC 7009 revokes with any of them). */

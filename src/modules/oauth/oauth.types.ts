@@ -16,8 +16,13 @@ const OAuthGrantRef = builder.prismaObject('OAuthGrant', {
   fields: (t) => ({
     grant_id: t.exposeID('id'),
     agent_id: t.exposeString('svcId', { description: 'The agent (svc_id) whose MCP endpoint the tokens are for.' }),
-    client_id: t.exposeString('clientId', { description: 'A registered client id (`agc_…`) or a Client ID Metadata Document URL.' }),
-    client_name: t.exposeString('clientName', { nullable: true, description: 'The client’s name as the operator saw it when allowing it.' }),
+    client_id: t.exposeString('clientId', {
+      description: 'A registered client id (`agc_…`) or a Client ID Metadata Document URL.',
+    }),
+    client_name: t.exposeString('clientName', {
+      nullable: true,
+      description: 'The client’s name as the operator saw it when allowing it.',
+    }),
     redirect_uri: t.exposeString('redirectUri'),
     scope: t.exposeString('scope'),
     approved_by: t.exposeString('approvedBy', { description: 'The email of the operator who allowed it.' }),
@@ -47,7 +52,13 @@ builder.queryField('agent_grants', (t) =>
     },
   }),
 );
-restRoute('Query.agent_grants', { method: 'GET', path: '/agents/:agent_id/grants', tag, summary: 'List the OAuth grants of an agent’s MCP clients', auth: ['bearer'] });
+restRoute('Query.agent_grants', {
+  method: 'GET',
+  path: '/agents/:agent_id/grants',
+  tag,
+  summary: 'List the OAuth grants of an agent’s MCP clients',
+  auth: ['bearer'],
+});
 
 builder.mutationField('revoke_agent_grant', (t) =>
   t.boolean({
@@ -87,13 +98,17 @@ const authorizationArgs = builder.args((t) => ({
 
 /** GraphQL's nulls as absent parameters. */
 const paramsOf = (args: Record<string, string | null | undefined>): AuthorizationParams =>
-  Object.fromEntries(Object.entries(args).filter(([, value]) => value !== null && value !== undefined)) as AuthorizationParams;
+  Object.fromEntries(
+    Object.entries(args).filter(([, value]) => value !== null && value !== undefined),
+  ) as AuthorizationParams;
 
 const ConsentClientRef = builder.objectRef<ConsentView['client']>('OAuthConsentClient').implement({
   fields: (t) => ({
     client_id: t.exposeString('client_id'),
     name: t.exposeString('name', { nullable: true }),
-    kind: t.exposeString('kind', { description: '`registered` here, or `metadata_document` (its client_id is the URL of its description).' }),
+    kind: t.exposeString('kind', {
+      description: '`registered` here, or `metadata_document` (its client_id is the URL of its description).',
+    }),
     client_uri: t.exposeString('client_uri', { nullable: true }),
     redirect_uri: t.exposeString('redirect_uri'),
     redirect_host: t.exposeString('redirect_host', { description: 'Where the browser goes after the answer.' }),
@@ -112,18 +127,28 @@ const ConsentViewRef = builder.objectRef<ConsentView>('OAuthAuthorizationRequest
   description: 'An MCP client asks to call an agent’s tools: what the consent page shows.',
   fields: (t) => ({
     client: t.field({ type: ConsentClientRef, resolve: (v) => v.client }),
-    agent: t.field({ type: ConsentAgentRef, nullable: true, description: 'Null when the caller’s organization has no agent by that id.', resolve: (v) => v.agent }),
+    agent: t.field({
+      type: ConsentAgentRef,
+      nullable: true,
+      description: 'Null when the caller’s organization has no agent by that id.',
+      resolve: (v) => v.agent,
+    }),
     agent_id: t.exposeString('agent_id'),
     resource: t.exposeString('resource'),
     scope: t.exposeString('scope'),
     can_allow: t.exposeBoolean('can_allow'),
-    refusal: t.exposeString('refusal', { nullable: true, description: 'Why the caller cannot allow, when they cannot.' }),
+    refusal: t.exposeString('refusal', {
+      nullable: true,
+      description: 'Why the caller cannot allow, when they cannot.',
+    }),
   }),
 });
 
 const ConsentAnswerRef = builder.objectRef<ConsentAnswer>('OAuthAuthorizationAnswer').implement({
   fields: (t) => ({
-    redirect_to: t.exposeString('redirect_to', { description: 'Where to send the browser: the client’s redirect URI with the code, or with the error.' }),
+    redirect_to: t.exposeString('redirect_to', {
+      description: 'Where to send the browser: the client’s redirect URI with the code, or with the error.',
+    }),
   }),
 });
 
@@ -133,7 +158,8 @@ builder.queryField('oauth_authorization_request', (t) =>
     description: 'The consent page: the client, the agent and the scope of an authorization request, checked again.',
     args: authorizationArgs,
     authScopes: { session: true },
-    resolve: (_, args, ctx) => ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx), ctx.state.clientAddress),
+    resolve: (_, args, ctx) =>
+      ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx), ctx.state.clientAddress),
   }),
 );
 

@@ -72,7 +72,12 @@ export interface TokenResponse {
   scope: string;
 }
 
-export type TokenErrorCode = 'invalid_request' | 'invalid_grant' | 'unsupported_grant_type' | 'invalid_scope' | 'invalid_target';
+export type TokenErrorCode =
+  | 'invalid_request'
+  | 'invalid_grant'
+  | 'unsupported_grant_type'
+  | 'invalid_scope'
+  | 'invalid_target';
 
 export interface TokenError {
   error: TokenErrorCode;
@@ -130,13 +135,19 @@ export function createTokenEndpoint(
   }
 
   /** Why a code or refresh token was not claimed; revokes its grant when the reason is a second use. */
-  async function refusalOf(state: SecretState | undefined, what: 'authorization code' | 'refresh token'): Promise<TokenError> {
+  async function refusalOf(
+    state: SecretState | undefined,
+    what: 'authorization code' | 'refresh token',
+  ): Promise<TokenError> {
     if (!state) return refused('invalid_grant', `The ${what} is unknown`);
     if (state.used) {
       if (await grants.revokeForTokens({ id: state.grant_id, org_id: state.org_id }, SYSTEM, `${what} used twice`)) {
         logger.warn({ grant_id: state.grant_id }, `OAuth ${what} used twice: its grant is revoked`);
       }
-      return refused('invalid_grant', `The ${what} was already used; the grant and every token it issued have been revoked`);
+      return refused(
+        'invalid_grant',
+        `The ${what} was already used; the grant and every token it issued have been revoked`,
+      );
     }
     if (state.revoked) return refused('invalid_grant', `The grant of this ${what} has been revoked`);
     if (state.expired) return refused('invalid_grant', `The ${what} has expired`);
@@ -153,19 +164,24 @@ export function createTokenEndpoint(
     for (const field of ['code', 'redirect_uri', 'client_id', 'code_verifier'] as const) {
       if (!form[field]) return refused('invalid_request', `${field} is required`);
     }
-    if (!isWellFormedVerifier(form.code_verifier!)) return refused('invalid_request', 'code_verifier must be 43 to 128 unreserved characters (RFC 7636)');
-    if (!codePattern.test(form.code!)) return refused('invalid_grant', 'The authorization code is malformed: it is not one this server issued');
+    if (!isWellFormedVerifier(form.code_verifier!))
+      return refused('invalid_request', 'code_verifier must be 43 to 128 unreserved characters (RFC 7636)');
+    if (!codePattern.test(form.code!))
+      return refused('invalid_grant', 'The authorization code is malformed: it is not one this server issued');
     await countAttemptOf(clientAddress);
     const codeHash = sha256Hex(form.code!);
     const claimed = await claimCode(db.sql, codeHash);
     if (!claimed) return refusalOf(await codeState(db.sql, codeHash), 'authorization code');
     // The code is used up from here: a failed check below leaves it used, so a thief who has the
     // code but not the verifier gets no second try.
-    if (claimed.client_id !== form.client_id) return refused('invalid_grant', 'The authorization code was issued to another client');
-    if (claimed.code_redirect_uri !== form.redirect_uri) return refused('invalid_grant', 'redirect_uri is not the one of the authorization request');
+    if (claimed.client_id !== form.client_id)
+      return refused('invalid_grant', 'The authorization code was issued to another client');
+    if (claimed.code_redirect_uri !== form.redirect_uri)
+      return refused('invalid_grant', 'redirect_uri is not the one of the authorization request');
     const target = resourceProblem(form, claimed);
     if (target) return target;
-    if (!verifierMatches(form.code_verifier!, claimed.code_challenge)) return refused('invalid_grant', 'code_verifier does not match the code_challenge');
+    if (!verifierMatches(form.code_verifier!, claimed.code_challenge))
+      return refused('invalid_grant', 'code_verifier does not match the code_challenge');
     const answer = await issue(claimed);
     await Promise.all([unhit(db.sql, bucketOf(clientAddress), window()), touchClient(claimed.client_id)]);
     return answer;
@@ -174,7 +190,8 @@ export function createTokenEndpoint(
   async function rotateRefreshToken(form: TokenForm, clientAddress: string): Promise<TokenResponse | TokenError> {
     if (!form.refresh_token) return refused('invalid_request', 'refresh_token is required');
     if (!form.client_id) return refused('invalid_request', 'client_id is required');
-    if (!refreshTokenPattern.test(form.refresh_token)) return refused('invalid_grant', 'The refresh token is malformed: it is not one this server issued');
+    if (!refreshTokenPattern.test(form.refresh_token))
+      return refused('invalid_grant', 'The refresh token is malformed: it is not one this server issued');
     if (form.scope !== undefined && form.scope.split(' ').some((s) => s && s !== MCP_SCOPE)) {
       return refused('invalid_scope', `The only scope is "${MCP_SCOPE}"`);
     }
@@ -187,7 +204,9 @@ export function createTokenEndpoint(
       const grant = await claimRefreshToken(tx, presented);
       if (!grant) return { commit: false, value: null };
       const problem =
-        grant.client_id !== form.client_id ? refused('invalid_grant', 'The refresh token was issued to another client') : resourceProblem(form, grant);
+        grant.client_id !== form.client_id
+          ? refused('invalid_grant', 'The refresh token was issued to another client')
+          : resourceProblem(form, grant);
       if (problem) return { commit: false, value: problem };
       await insertRefreshToken(tx, successor.hash, grant.id, REFRESH_TOKEN_TTL_SECONDS);
       return { commit: true, value: grant };

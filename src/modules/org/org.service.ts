@@ -32,7 +32,10 @@ export const MAX_OPERATOR_RATE_LIMIT = 1_000_000;
 export const MIN_APPROVAL_TTL_SECONDS = 60;
 export const MAX_APPROVAL_TTL_SECONDS = 30 * 24 * 3600;
 
-type OrgSettings = Pick<Prisma.OrganizationGetPayload<object>, 'name' | 'slug' | 'operatorRateLimitPerMinute' | 'approvalTtlSeconds' | 'recordParams'>;
+type OrgSettings = Pick<
+  Prisma.OrganizationGetPayload<object>,
+  'name' | 'slug' | 'operatorRateLimitPerMinute' | 'approvalTtlSeconds' | 'recordParams'
+>;
 
 /** The settings as the audit log records them. */
 const settingsOf = (org: OrgSettings) => ({
@@ -60,7 +63,10 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
   /** Cached per process; org updates are audited, which empties the cache on every process. */
   const gatewaySettings = (orgId: string): Promise<GatewaySettings> =>
     cache.get(`org-gateway-settings:${orgId}`, () =>
-      db.prisma.organization.findUniqueOrThrow({ where: { id: orgId }, select: { recordParams: true, approvalTtlSeconds: true } }),
+      db.prisma.organization.findUniqueOrThrow({
+        where: { id: orgId },
+        select: { recordParams: true, approvalTtlSeconds: true },
+      }),
     );
 
   /** 409 naming the field whose value is taken (the slug first), if any is. */
@@ -88,10 +94,15 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
     const email = validateEmail(errors, 'admin_email', input.admin_email);
     validatePassword(errors, 'admin_password', input.admin_password);
     errors.throwIfAny();
-    await countAttempt(db.sql, [{ bucket: `signups:address:${clientAddress}`, limit: env.signupMaxPerAddress }], fixedWindow(3600), {
-      message: 'Too many sign-ups from this address; try again later',
-      period: '1h',
-    });
+    await countAttempt(
+      db.sql,
+      [{ bucket: `signups:address:${clientAddress}`, limit: env.signupMaxPerAddress }],
+      fixedWindow(3600),
+      {
+        message: 'Too many sign-ups from this address; try again later',
+        period: '1h',
+      },
+    );
     const taken = await takenConflict(input.slug, email);
     if (taken) throw taken;
     const passwordHash = await passwords.hash(input.admin_password);
@@ -117,7 +128,8 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
       });
     } catch (error) {
       // A concurrent sign-up took the slug or the email after the check: the constraint decides.
-      if (isUniqueViolation(error)) throw (await takenConflict(input.slug, email)) ?? conflict('The slug or the email was taken meanwhile');
+      if (isUniqueViolation(error))
+        throw (await takenConflict(input.slug, email)) ?? conflict('The slug or the email was taken meanwhile');
       throw error;
     }
     return db.prisma.organization.findUniqueOrThrow({ ...query, where: { id: orgId } });
@@ -138,7 +150,10 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
     }
     const ttl = input.approval_ttl_seconds;
     if (ttl != null && (!Number.isInteger(ttl) || ttl < MIN_APPROVAL_TTL_SECONDS || ttl > MAX_APPROVAL_TTL_SECONDS)) {
-      errors.add('approval_ttl_seconds', `must be an integer from ${MIN_APPROVAL_TTL_SECONDS} to ${MAX_APPROVAL_TTL_SECONDS}`);
+      errors.add(
+        'approval_ttl_seconds',
+        `must be an integer from ${MIN_APPROVAL_TTL_SECONDS} to ${MAX_APPROVAL_TTL_SECONDS}`,
+      );
     }
     errors.throwIfAny();
     return db.prisma.$transaction(async (tx) => {

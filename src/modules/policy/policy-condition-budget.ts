@@ -37,7 +37,18 @@ const errorUnits = (conditionLength: number) => 350 + Math.ceil(conditionLength 
 
 const binaryOperators = new Set(['==', '!=', 'in', '+', '-', '*', '/', '%', '<', '<=', '>', '>=']);
 const timestampGetters = new Set(
-  ['Date', 'DayOfMonth', 'DayOfWeek', 'DayOfYear', 'FullYear', 'Hours', 'Milliseconds', 'Minutes', 'Month', 'Seconds'].map((unit) => `get${unit}`),
+  [
+    'Date',
+    'DayOfMonth',
+    'DayOfWeek',
+    'DayOfYear',
+    'FullYear',
+    'Hours',
+    'Milliseconds',
+    'Minutes',
+    'Month',
+    'Seconds',
+  ].map((unit) => `get${unit}`),
 );
 
 /**
@@ -70,7 +81,8 @@ const isObject = (value: unknown) => typeof value === 'object' && value !== null
 function operatorCharge(op: string): (left: unknown, right: unknown) => number {
   if (op === '==' || op === '!=') return (left, right) => deep(left) + deep(right);
   // `x in list` compares x with each element: an aggregate x is walked once per element.
-  if (op === 'in') return (left, right) => deep(right) + typeUnits(left) + (isObject(left) ? deep(left) * elementsOf(right) : 0);
+  if (op === 'in')
+    return (left, right) => deep(right) + typeUnits(left) + (isObject(left) ? deep(left) * elementsOf(right) : 0);
   return (left, right) => shallowUnits(left) + typeUnits(left) + shallowUnits(right) + typeUnits(right);
 }
 
@@ -89,7 +101,16 @@ function callCharge(node: CelNode): (args: readonly unknown[]) => number {
 
 type Handle = NonNullable<CelNode['handle']>;
 
-const flatTypes = new Set(['bool', 'int', 'uint', 'double', 'null', 'string', 'google.protobuf.Timestamp', 'google.protobuf.Duration']);
+const flatTypes = new Set([
+  'bool',
+  'int',
+  'uint',
+  'double',
+  'null',
+  'string',
+  'google.protobuf.Timestamp',
+  'google.protobuf.Duration',
+]);
 /**
  * Statically a scalar or a string: nothing to charge. (Comparing strings stops at the shorter one,
  * and CEL's other operators on them are not linear at all; a `dyn` operand may be a map, which the
@@ -119,9 +140,12 @@ function chargedHandle(node: CelNode, handle: Handle): Handle | null {
       if (isFlat(node.args)) return null;
       return (value: unknown, ast: unknown, ev: unknown) => (charge(typeUnits(value)), handle(value, ast, ev));
     default: {
-      if (!binaryOperators.has(node.op) || (node.op !== 'in' && isFlat(node.args[0]) && isFlat(node.args[1]))) return null;
+      if (!binaryOperators.has(node.op) || (node.op !== 'in' && isFlat(node.args[0]) && isFlat(node.args[1])))
+        return null;
       const units = operatorCharge(node.op);
-      return (left: unknown, right: unknown, ast: unknown, ev: unknown) => (charge(units(left, right)), handle(left, right, ast, ev));
+      return (left: unknown, right: unknown, ast: unknown, ev: unknown) => (
+        charge(units(left, right)), handle(left, right, ast, ev)
+      );
     }
   }
 }
@@ -131,7 +155,8 @@ function resolvedEvaluate(node: CelNode): Evaluate {
   const { alternate, macro, evaluate } = node.meta;
   if (alternate) return (ev, _ast, ctx) => alternate.evaluate(ev, alternate, ctx);
   if (macro) return (ev, _ast, ctx) => macro.evaluate(ev, macro, ctx);
-  if (!evaluate) throw new Error(`cannot meter the CEL node ${node.op}: the library's syntax tree is not the one this code knows`);
+  if (!evaluate)
+    throw new Error(`cannot meter the CEL node ${node.op}: the library's syntax tree is not the one this code knows`);
   return evaluate;
 }
 
@@ -174,7 +199,8 @@ function evaluatedChildren(node: CelNode): unknown[] {
   return [iterable, init, step];
 }
 
-const isNode = (value: unknown): value is CelNode => isObject(value) && typeof (value as CelNode).op === 'string' && 'meta' in (value as object);
+const isNode = (value: unknown): value is CelNode =>
+  isObject(value) && typeof (value as CelNode).op === 'string' && 'meta' in (value as object);
 
 /** Every node reachable from `root` as the library evaluates it, each once. */
 function nodesOf(root: CelNode): Set<CelNode> {
@@ -205,7 +231,8 @@ function nodeMeters(root: CelNode): Map<CelNode, NodeMeter> {
       body.forEach((inBody) => inBodies.add(inBody));
       Object.assign(meter(step), { operations: body.size, failures: true });
     }
-    const operands: CelNode[] = node.op === '&&' || node.op === '||' ? node.args : node.op === '?:' ? [node.args[0]] : [];
+    const operands: CelNode[] =
+      node.op === '&&' || node.op === '||' ? node.args : node.op === '?:' ? [node.args[0]] : [];
     for (const operand of operands.filter(isDyn)) meter(operand).truth = true;
   }
   // `||` and `&&` swallow an error of their left side; outside bodies that happens at most once per node.

@@ -46,12 +46,28 @@ interface Scope {
  * `key` an API key's id, prefix and scopes (names from a closed list). The rest come from the
  * caller's request or the org's manifest: as big as they are allowed to be.
  */
-const variableSizes: Record<string, Size> = { request: 'bounded', key: 'bounded', agent: 'data', action: 'data', params: 'data' };
+const variableSizes: Record<string, Size> = {
+  request: 'bounded',
+  key: 'bounded',
+  agent: 'data',
+  action: 'data',
+  params: 'data',
+};
 
-const scalarTypes = new Set(['bool', 'int', 'uint', 'double', 'null', 'type', 'google.protobuf.Timestamp', 'google.protobuf.Duration']);
+const scalarTypes = new Set([
+  'bool',
+  'int',
+  'uint',
+  'double',
+  'null',
+  'type',
+  'google.protobuf.Timestamp',
+  'google.protobuf.Duration',
+]);
 const isScalar = (node: CelNode) => scalarTypes.has(node.checkedType?.name ?? '');
 const isAggregate = (node: CelNode) => node.checkedType?.kind === 'list' || node.checkedType?.kind === 'map';
-const isSequence = (node: CelNode) => node.checkedType?.kind === 'list' || node.checkedType?.name === 'string' || node.checkedType?.name === 'bytes';
+const isSequence = (node: CelNode) =>
+  node.checkedType?.kind === 'list' || node.checkedType?.name === 'string' || node.checkedType?.name === 'bytes';
 
 /**
  * Functions whose cost does not grow with a loop-invariant argument in the ordinary case: scalar
@@ -61,7 +77,8 @@ const flatCostFunctions = new Set(['int', 'uint', 'double', 'bool', 'timestamp',
 
 const binaryOperators = new Set(['==', '!=', 'in', '+', '-', '*', '/', '%', '<', '<=', '>', '>=']);
 
-const join = (...sizes: Size[]): Size => (sizes.includes('data') ? 'data' : sizes.includes('item') ? 'item' : 'bounded');
+const join = (...sizes: Size[]): Size =>
+  sizes.includes('data') ? 'data' : sizes.includes('item') ? 'item' : 'bounded';
 
 class Refused extends Error {
   constructor(
@@ -91,8 +108,10 @@ function binarySize(node: CelNode, scope: Scope): Size {
     const operands = [left, right];
     for (const i of [0, 1] as const) {
       if (!invariant(i)) continue;
-      if (compared.includes(i) && isAggregate(operands[i])) refuseInLoop(operands[i], `\`${node.op}\` on the list or map`, loop);
-      if (node.op === '+' && (isSequence(operands[i]) || isSequence(node))) refuseInLoop(operands[i], 'concatenating (`+`)', loop);
+      if (compared.includes(i) && isAggregate(operands[i]))
+        refuseInLoop(operands[i], `\`${node.op}\` on the list or map`, loop);
+      if (node.op === '+' && (isSequence(operands[i]) || isSequence(node)))
+        refuseInLoop(operands[i], 'concatenating (`+`)', loop);
     }
   }
   return isScalar(node) ? 'bounded' : join(...sizes);
@@ -102,7 +121,10 @@ function binarySize(node: CelNode, scope: Scope): Size {
 function comprehensionSize(node: CelNode, scope: Scope): Size {
   const { name, receiver, args } = callParts(node);
   if (scope.loop) {
-    throw new Refused(`\`${name}\` inside another comprehension is not allowed: its cost grows with the square of the params`, node.start);
+    throw new Refused(
+      `\`${name}\` inside another comprehension is not allowed: its cost grows with the square of the params`,
+      node.start,
+    );
   }
   const range = sizeOf(receiver!, scope);
   const variable = args[0].args as string;
@@ -178,7 +200,9 @@ function sizeOf(node: CelNode, scope: Scope): Size {
     case 'list':
       return join(...(node.args as CelNode[]).map((element) => sizeOf(element, scope)));
     case 'map':
-      return join(...(node.args as [CelNode, CelNode][]).flatMap(([key, value]) => [sizeOf(key, scope), sizeOf(value, scope)]));
+      return join(
+        ...(node.args as [CelNode, CelNode][]).flatMap(([key, value]) => [sizeOf(key, scope), sizeOf(value, scope)]),
+      );
     case 'call':
     case 'rcall':
       return callSize(node, scope);
@@ -189,7 +213,8 @@ function sizeOf(node: CelNode, scope: Scope): Size {
   }
 }
 
-const isNode = (value: unknown): value is CelNode => typeof value === 'object' && value !== null && typeof (value as CelNode).op === 'string';
+const isNode = (value: unknown): value is CelNode =>
+  typeof value === 'object' && value !== null && typeof (value as CelNode).op === 'string';
 
 /**
  * A regular expression (`matches`, as a method or a function): refused before the type check,
@@ -205,7 +230,10 @@ export function regularExpression(node: unknown): CostRefusal | null {
   }
   if (!isNode(node)) return null;
   if ((node.op === 'call' || node.op === 'rcall') && node.args[0] === 'matches') {
-    return { message: 'regular expressions (`matches`) are not allowed: they can take exponential time on crafted input', offset: node.start };
+    return {
+      message: 'regular expressions (`matches`) are not allowed: they can take exponential time on crafted input',
+      offset: node.start,
+    };
   }
   return regularExpression(node.args);
 }

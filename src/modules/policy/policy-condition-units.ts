@@ -84,8 +84,13 @@ export function deepUnits(value: unknown, cap: number): number {
   const total = keys.length * MAP_ENTRY;
   if (total > cap) return total;
   const record = value as Record<string, unknown>;
-  return addDeepUnits(total, keys.map((key) => record[key]), cap);
+  return addDeepUnits(
+    total,
+    keys.map((key) => record[key]),
+    cap,
+  );
 }
 
 /** How many elements `x in value` compares x with. */
-export const elementsOf = (value: unknown): number => (Array.isArray(value) ? value.length : typeof value === 'object' && value !== null ? 1 : 0);
+export const elementsOf = (value: unknown): number =>
+  Array.isArray(value) ? value.length : typeof value === 'object' && value !== null ? 1 : 0;

@@ -29,11 +29,17 @@ export interface ConditionFacts {
 
 const environment = new Environment({ limits, homogeneousAggregateLiterals: false })
   .registerVariable({ name: 'agent', schema: { id: 'string', name: 'string', version: 'string', team: 'string' } })
-  .registerVariable({ name: 'action', schema: { type: 'string', tool: 'string', capability: 'string', params: 'map<string, dyn>' } })
+  .registerVariable({
+    name: 'action',
+    schema: { type: 'string', tool: 'string', capability: 'string', params: 'map<string, dyn>' },
+  })
   .registerVariable('params', 'map<string, dyn>')
   .registerVariable({ name: 'key', schema: { id: 'string', prefix: 'string', scopes: 'list<string>' } })
   // `time` is dyn: the library cannot yet declare a timestamp field; the value is a timestamp.
-  .registerVariable({ name: 'request', schema: { time: 'dyn', hour: 'int', weekday: 'int', channel: 'string', mode: 'string' } });
+  .registerVariable({
+    name: 'request',
+    schema: { time: 'dyn', hour: 'int', weekday: 'int', channel: 'string', mode: 'string' },
+  });
 
 // JSON numbers are CEL doubles, literals like `500` ints. CEL compares the two, but arithmetic
 // between them has no overload: `params.amount * 2 > 1000` would fail on every request. Operators
@@ -77,7 +83,10 @@ const firstLine = (message: string) => message.split('\n')[0].trim();
  * scans inside a comprehension). Returns the compiled, metered program or the first problem.
  */
 export function compileCondition(text: string): CompileResult {
-  const fail = (message: string, offset?: number): CompileResult => ({ ok: false, error: { message, position: positionOf(text, offset) } });
+  const fail = (message: string, offset?: number): CompileResult => ({
+    ok: false,
+    error: { message, position: positionOf(text, offset) },
+  });
   if (text.trim() === '') return fail('must not be empty (omit the condition to match every request)');
   if (text.length > MAX_CONDITION_LENGTH) return fail(`must be at most ${MAX_CONDITION_LENGTH} characters`);
   let program: ReturnType<typeof environment.parse>;
@@ -95,7 +104,8 @@ export function compileCondition(text: string): CompileResult {
     const error = checked.error as Error & { node?: { pos?: number } };
     return fail(firstLine(error.message), error.node?.pos);
   }
-  if (checked.type !== 'bool' && checked.type !== 'dyn') return fail(`must be a boolean expression, not ${checked.type}`, 0);
+  if (checked.type !== 'bool' && checked.type !== 'dyn')
+    return fail(`must be a boolean expression, not ${checked.type}`, 0);
   // The cost rules read the checked types; the budget wraps what the type check installed.
   const refused = superLinearConstruct(ast);
   if (refused) return fail(refused.message, refused.offset);
@@ -116,7 +126,11 @@ export type ConditionOutcome = { matched: boolean; error: string | null };
  * a condition that fails (a missing field, a type error, the budget spent: `evaluation budget
  * exceeded`) or yields anything but a boolean counts as matched, and says why.
  */
-export function runCondition(condition: CompiledCondition, facts: ConditionFacts, budget = DEFAULT_EVAL_BUDGET): ConditionOutcome {
+export function runCondition(
+  condition: CompiledCondition,
+  facts: ConditionFacts,
+  budget = DEFAULT_EVAL_BUDGET,
+): ConditionOutcome {
   try {
     const value = condition(facts, budget);
     if (typeof value === 'boolean') return { matched: value, error: null };

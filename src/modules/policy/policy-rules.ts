@@ -51,12 +51,19 @@ export function capabilityMatches(pattern: string, capability: string): boolean 
   const at = capability.indexOf(':');
   const domain = pattern.slice(0, cut);
   const action = pattern.slice(cut + 1);
-  return (domain === '*' || domain === capability.slice(0, at)) && (action === '*' || action === capability.slice(at + 1));
+  return (
+    (domain === '*' || domain === capability.slice(0, at)) && (action === '*' || action === capability.slice(at + 1))
+  );
 }
 
 /** Lower priority first; equal priorities by name, then id, so the order is the same on every process. */
-export function byPriority(a: { priority: number; name: string; id: string }, b: { priority: number; name: string; id: string }): number {
-  return a.priority - b.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+export function byPriority(
+  a: { priority: number; name: string; id: string },
+  b: { priority: number; name: string; id: string },
+): number {
+  return (
+    a.priority - b.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+  );
 }
 
 /** What evaluating a targeted policy gave: it matched, its condition was false, or it failed (and matched). */

@@ -94,7 +94,8 @@ export function publicTarget(policy: Policy): PolicySnapshot['target'] {
   const { svc_ids: svcIds = null, capabilities = null } = targetOf(policy);
   return { svc_ids: svcIds, capabilities };
 }
-export const rateLimitOf = (policy: Policy): PolicyRateLimit | null => (policy.rateLimit as PolicyRateLimit | null) ?? null;
+export const rateLimitOf = (policy: Policy): PolicyRateLimit | null =>
+  (policy.rateLimit as PolicyRateLimit | null) ?? null;
 
 /** The policy as the audit log records it: its public fields without the timestamps. */
 export function policySnapshot(policy: Policy): PolicySnapshot {
@@ -120,7 +121,12 @@ export function policySnapshot(policy: Policy): PolicySnapshot {
 // Validation: one function for create and replace, since a replace gives every field again.
 
 /** A target list: absent (null) matches everything; given, it is 1..100 distinct valid entries. */
-function checkTargetList(raw: unknown, field: string, entry: { pattern: RegExp; is: string }, errors: FieldErrors): string[] | undefined {
+function checkTargetList(
+  raw: unknown,
+  field: string,
+  entry: { pattern: RegExp; is: string },
+  errors: FieldErrors,
+): string[] | undefined {
   if (raw == null) return undefined;
   if (!Array.isArray(raw) || raw.length === 0 || raw.length > MAX_TARGET_ENTRIES) {
     errors.add(field, `must be a list of 1 to ${MAX_TARGET_ENTRIES} entries (omit it to match every one)`);
@@ -146,14 +152,24 @@ function checkTarget(raw: unknown, errors: FieldErrors): PolicyTarget {
   for (const key of Object.keys(raw)) {
     if (!targetFields.includes(key)) errors.add(`target.${key}`, `is not a target field (${targetFields.join(', ')})`);
   }
-  const svcIds = checkTargetList(raw.svc_ids, 'target.svc_ids', {
-    pattern: agentIdPattern,
-    is: 'an agent id: lowercase letters, digits and hyphens, not starting or ending with a hyphen',
-  }, errors);
-  const capabilities = checkTargetList(raw.capabilities, 'target.capabilities', {
-    pattern: capabilityPatternRule,
-    is: 'a capability pattern <domain>:<action>, each part * or lowercase letters, digits, "_", "." or "-"',
-  }, errors);
+  const svcIds = checkTargetList(
+    raw.svc_ids,
+    'target.svc_ids',
+    {
+      pattern: agentIdPattern,
+      is: 'an agent id: lowercase letters, digits and hyphens, not starting or ending with a hyphen',
+    },
+    errors,
+  );
+  const capabilities = checkTargetList(
+    raw.capabilities,
+    'target.capabilities',
+    {
+      pattern: capabilityPatternRule,
+      is: 'a capability pattern <domain>:<action>, each part * or lowercase letters, digits, "_", "." or "-"',
+    },
+    errors,
+  );
   return { ...(svcIds && { svc_ids: svcIds }), ...(capabilities && { capabilities }) };
 }
 
@@ -177,12 +193,14 @@ const rateLimitFields = ['limit', 'window_seconds', 'per'];
 
 function checkRateLimit(raw: unknown, effect: unknown, errors: FieldErrors): PolicyRateLimit | null {
   if (isOneOf(policyEffects, effect) && effect !== 'rate_limit') {
-    if (raw != null) errors.add('rate_limit', `must be absent when effect is ${effect}: only rate_limit policies count actions`);
+    if (raw != null)
+      errors.add('rate_limit', `must be absent when effect is ${effect}: only rate_limit policies count actions`);
     return null;
   }
   if (raw == null) {
     // An unknown effect is reported on its own; a rate_limit policy without a limit is not complete.
-    if (effect === 'rate_limit') errors.add('rate_limit', 'is required when effect is rate_limit: {limit, window_seconds, per}');
+    if (effect === 'rate_limit')
+      errors.add('rate_limit', 'is required when effect is rate_limit: {limit, window_seconds, per}');
     return null;
   }
   if (!isObject(raw)) {
@@ -190,10 +208,12 @@ function checkRateLimit(raw: unknown, effect: unknown, errors: FieldErrors): Pol
     return null;
   }
   for (const key of Object.keys(raw)) {
-    if (!rateLimitFields.includes(key)) errors.add(`rate_limit.${key}`, `is not a rate limit field (${rateLimitFields.join(', ')})`);
+    if (!rateLimitFields.includes(key))
+      errors.add(`rate_limit.${key}`, `is not a rate limit field (${rateLimitFields.join(', ')})`);
   }
   const { limit, window_seconds: windowSeconds, per } = raw;
-  if (!isIntegerIn(limit, 1, MAX_RATE_LIMIT)) errors.add('rate_limit.limit', `must be an integer from 1 to ${MAX_RATE_LIMIT}`);
+  if (!isIntegerIn(limit, 1, MAX_RATE_LIMIT))
+    errors.add('rate_limit.limit', `must be an integer from 1 to ${MAX_RATE_LIMIT}`);
   if (!isIntegerIn(windowSeconds, 1, MAX_WINDOW_SECONDS)) {
     errors.add('rate_limit.window_seconds', `must be an integer from 1 to ${MAX_WINDOW_SECONDS} (one day)`);
   }
@@ -202,7 +222,8 @@ function checkRateLimit(raw: unknown, effect: unknown, errors: FieldErrors): Pol
 }
 
 function checkOptionalText(raw: unknown, field: string, max: number, errors: FieldErrors): void {
-  if (raw != null && (typeof raw !== 'string' || raw.length > max)) errors.add(field, `must be a string of at most ${max} characters`);
+  if (raw != null && (typeof raw !== 'string' || raw.length > max))
+    errors.add(field, `must be a string of at most ${max} characters`);
 }
 
 /** The stored columns of a valid policy, or a 422 listing every problem. */
@@ -210,14 +231,16 @@ function validate(input: PolicyInput) {
   const errors = new FieldErrors();
   // Trimmed, so that "Block refunds" and "Block refunds " are not two policies.
   const name = typeof input.name === 'string' ? input.name.trim() : '';
-  if (name.length < 1 || name.length > MAX_NAME_LENGTH) errors.add('name', `must be 1 to ${MAX_NAME_LENGTH} characters, not only spaces`);
+  if (name.length < 1 || name.length > MAX_NAME_LENGTH)
+    errors.add('name', `must be 1 to ${MAX_NAME_LENGTH} characters, not only spaces`);
   checkOptionalText(input.description, 'description', MAX_DESCRIPTION_LENGTH, errors);
   const enabled = input.enabled ?? true;
   if (typeof enabled !== 'boolean') errors.add('enabled', 'must be true or false');
   const mode = input.mode ?? 'enforce';
   if (!isOneOf(policyModes, mode)) errors.add('mode', oneOf(policyModes));
   const priority = input.priority ?? DEFAULT_PRIORITY;
-  if (!isIntegerIn(priority, 0, MAX_PRIORITY)) errors.add('priority', `must be an integer from 0 to ${MAX_PRIORITY} (lower applies first)`);
+  if (!isIntegerIn(priority, 0, MAX_PRIORITY))
+    errors.add('priority', `must be an integer from 0 to ${MAX_PRIORITY} (lower applies first)`);
   if (!isOneOf(policyEffects, input.effect)) errors.add('effect', oneOf(policyEffects));
   const target = checkTarget(input.target, errors);
   const condition = checkCondition(input.condition, errors);
@@ -268,7 +291,10 @@ function compileStored(policy: Policy, condition: string, logger: Logger): Compi
   const compiled = compileCondition(condition);
   if (compiled.ok) return compiled.condition;
   const reason = `the stored condition does not compile: ${compiled.error.message}`;
-  logger.error({ policy_id: policy.id, org_id: policy.orgId, version: policy.version, reason }, 'a policy condition does not compile; the policy matches everything it targets');
+  logger.error(
+    { policy_id: policy.id, org_id: policy.orgId, version: policy.version, reason },
+    'a policy condition does not compile; the policy matches everything it targets',
+  );
   return () => {
     throw new Error(reason);
   };
@@ -280,7 +306,8 @@ function conditionOf(policy: Policy, logger: Logger): CompiledCondition | null {
   let condition = compiledConditions.get(key);
   if (!condition) {
     condition = compileStored(policy, policy.condition, logger);
-    if (compiledConditions.size >= MAX_COMPILED_CONDITIONS) compiledConditions.delete(compiledConditions.keys().next().value!);
+    if (compiledConditions.size >= MAX_COMPILED_CONDITIONS)
+      compiledConditions.delete(compiledConditions.keys().next().value!);
     compiledConditions.set(key, condition);
   }
   return condition;
@@ -326,7 +353,12 @@ export function createPolicyService({ db, cache, logger }: Deps) {
         const policy = await tx.policy.create({
           data: { id: newPolicyId(), orgId, ...data, createdBy: actor.label, updatedBy: actor.label },
         });
-        await recordAudit(tx, orgId, actor, { action: 'policy.created', targetType: 'policy', targetId: policy.id, after: policySnapshot(policy) });
+        await recordAudit(tx, orgId, actor, {
+          action: 'policy.created',
+          targetType: 'policy',
+          targetId: policy.id,
+          after: policySnapshot(policy),
+        });
         return policy;
       });
     } catch (error) {

@@ -12,7 +12,9 @@ type Tx = Prisma.TransactionClient;
  */
 export async function lockOrgAndCountPolicies(tx: Tx, orgId: string): Promise<number> {
   await tx.$queryRaw`SELECT id FROM organizations WHERE id = ${orgId}::uuid FOR NO KEY UPDATE`;
-  const [row] = await tx.$queryRaw<{ n: number }[]>`SELECT count(*)::int AS n FROM policies WHERE org_id = ${orgId}::uuid`;
+  const [row] = await tx.$queryRaw<
+    { n: number }[]
+  >`SELECT count(*)::int AS n FROM policies WHERE org_id = ${orgId}::uuid`;
   return Number(row.n);
 }
 

@@ -54,7 +54,10 @@ const PolicyTargetRef = builder.objectRef<PolicySnapshot['target']>('PolicyTarge
   description: 'What a policy applies to; an absent (null) list matches everything.',
   fields: (t) => ({
     svc_ids: t.exposeStringList('svc_ids', { nullable: true, description: 'Agent ids.' }),
-    capabilities: t.exposeStringList('capabilities', { nullable: true, description: '`<domain>:<action>` patterns; either part may be `*`.' }),
+    capabilities: t.exposeStringList('capabilities', {
+      nullable: true,
+      description: '`<domain>:<action>` patterns; either part may be `*`.',
+    }),
   }),
 });
 
@@ -67,7 +70,8 @@ const PolicyRateLimitRef = builder.objectRef<PolicyRateLimit>('PolicyRateLimit')
 });
 
 export const PolicyRef = builder.prismaObject('Policy', {
-  description: "A rule of the organization over gateway actions: it denies, requires a human approval for, or rate-limits the actions it targets (docs/guides/policies.md).",
+  description:
+    'A rule of the organization over gateway actions: it denies, requires a human approval for, or rate-limits the actions it targets (docs/guides/policies.md).',
   fields: (t) => ({
     policy_id: t.exposeID('id'),
     name: t.exposeString('name'),
@@ -88,7 +92,9 @@ export const PolicyRef = builder.prismaObject('Policy', {
     version: t.exposeInt('version', { description: '1 when created; every replace adds 1.' }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
-    created_by: t.exposeString('createdBy', { description: 'Email of the user (or prefix of the API key) that created it.' }),
+    created_by: t.exposeString('createdBy', {
+      description: 'Email of the user (or prefix of the API key) that created it.',
+    }),
     updated_by: t.exposeString('updatedBy'),
   }),
 });
@@ -113,7 +119,10 @@ const PolicyRateLimitInput = builder.inputType('PolicyRateLimitInput', {
 
 /** Every field of a policy: create and replace (PUT) take the same, absent optional ones default. */
 const policyArgs = builder.args((t) => ({
-  name: t.string({ required: true, description: `1 to ${MAX_NAME_LENGTH} characters (trimmed), unique in the organization.` }),
+  name: t.string({
+    required: true,
+    description: `1 to ${MAX_NAME_LENGTH} characters (trimmed), unique in the organization.`,
+  }),
   description: t.string({ description: `At most ${MAX_DESCRIPTION_LENGTH} characters; default "".` }),
   enabled: t.boolean({ description: 'Default true.' }),
   mode: t.field({ type: PolicyModeEnum, description: 'Default `enforce`.' }),
@@ -129,7 +138,9 @@ const filterArgs = builder.args((t) => ({
   enabled: t.boolean(),
   mode: t.field({ type: PolicyModeEnum }),
   effect: t.field({ type: PolicyEffectEnum }),
-  svc_id: t.string({ description: 'Policies that apply to this agent: those naming it in `target.svc_ids`, and those without `svc_ids`.' }),
+  svc_id: t.string({
+    description: 'Policies that apply to this agent: those naming it in `target.svc_ids`, and those without `svc_ids`.',
+  }),
   limit: t.int({ description: `Default ${DEFAULT_PAGE_SIZE}, at most ${MAX_PAGE_SIZE}.` }),
   offset: t.int({ description: 'Default 0.' }),
 }));
@@ -137,7 +148,8 @@ const filterArgs = builder.args((t) => ({
 const PolicyList = listType('PolicyList', PolicyRef);
 const policiesPath = '/policies';
 const tag = 'Policies';
-const listDescription = "Policies of the caller's organization in the order the gateway applies them: priority, then name, then id.";
+const listDescription =
+  "Policies of the caller's organization in the order the gateway applies them: priority, then name, then id.";
 
 builder.queryField('policies', (t) =>
   t.field({
@@ -169,7 +181,13 @@ builder.queryField('policy', (t) =>
     resolve: (_, args, ctx) => ctx.services.policies.get(principalOf(ctx).orgId, String(args.policy_id)),
   }),
 );
-restRoute('Query.policy', { method: 'GET', path: `${policiesPath}/:policy_id`, tag, summary: 'Read a policy', auth: ['bearer'] });
+restRoute('Query.policy', {
+  method: 'GET',
+  path: `${policiesPath}/:policy_id`,
+  tag,
+  summary: 'Read a policy',
+  auth: ['bearer'],
+});
 
 builder.mutationField('create_policy', (t) =>
   t.field({
@@ -225,4 +243,11 @@ builder.mutationField('delete_policy', (t) =>
     },
   }),
 );
-restRoute('Mutation.delete_policy', { method: 'DELETE', path: `${policiesPath}/:policy_id`, status: 204, tag, summary: 'Delete a policy', auth: ['bearer'] });
+restRoute('Mutation.delete_policy', {
+  method: 'DELETE',
+  path: `${policiesPath}/:policy_id`,
+  status: 204,
+  tag,
+  summary: 'Delete a policy',
+  auth: ['bearer'],
+});

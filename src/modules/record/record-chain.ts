@@ -62,7 +62,10 @@ export function signRecordHash(recordHash: string, privateKey: KeyObject): strin
 }
 
 export function verifyRecordSignature(recordHash: string, signature: string, publicKey: KeyObject | JWK): boolean {
-  const key = 'kty' in (publicKey as JWK) ? createPublicKey({ key: publicKey as JWK & Record<string, unknown>, format: 'jwk' }) : (publicKey as KeyObject);
+  const key =
+    'kty' in (publicKey as JWK)
+      ? createPublicKey({ key: publicKey as JWK & Record<string, unknown>, format: 'jwk' })
+      : (publicKey as KeyObject);
   try {
     return verify(null, Buffer.from(recordHash, 'utf8'), key, Buffer.from(signature, 'base64url'));
   } catch {

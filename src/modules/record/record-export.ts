@@ -1,7 +1,15 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import type { JWK } from 'jose';
 import { canonicalHash } from '../../lib/canonical-json.js';
-import { GENESIS_HASH, INTERACTION_CHANNELS, recordHashOf, signRecordHash, verifyRecordSignature, type InteractionChannel, type RecordBody } from './record-chain.js';
+import {
+  GENESIS_HASH,
+  INTERACTION_CHANNELS,
+  recordHashOf,
+  signRecordHash,
+  verifyRecordSignature,
+  type InteractionChannel,
+  type RecordBody,
+} from './record-chain.js';
 
 /**
  * The records export (`GET /api/v1/records/export`): JSON Lines, a signed header then one line
@@ -134,8 +142,10 @@ function parseLine(text: string): unknown {
 }
 
 function checkHeader(value: unknown): ExportHeader {
-  if (!isObject(value) || value.type !== 'header') throw new Broken('malformed header: the first line must be {"type":"header",…}');
-  if (value.format !== RECORDS_EXPORT_FORMAT) throw new Broken(`malformed header: format must be ${RECORDS_EXPORT_FORMAT}`);
+  if (!isObject(value) || value.type !== 'header')
+    throw new Broken('malformed header: the first line must be {"type":"header",…}');
+  if (value.format !== RECORDS_EXPORT_FORMAT)
+    throw new Broken(`malformed header: format must be ${RECORDS_EXPORT_FORMAT}`);
   const problems: string[] = [];
   if (typeof value.org_id !== 'string') problems.push('org_id');
   if (!isSeq(value.count)) problems.push('count');
@@ -143,7 +153,8 @@ function checkHeader(value: unknown): ExportHeader {
   if (!(value.last_seq === null || isSeq(value.last_seq))) problems.push('last_seq');
   const head = value.chain_head;
   if (!isObject(head) || !isSeq(head.seq) || !isHash(head.head_hash)) problems.push('chain_head');
-  if (!isObject(value.jwks) || !Array.isArray(value.jwks.keys) || !value.jwks.keys.every(isObject)) problems.push('jwks');
+  if (!isObject(value.jwks) || !Array.isArray(value.jwks.keys) || !value.jwks.keys.every(isObject))
+    problems.push('jwks');
   if (typeof value.key_id !== 'string') problems.push('key_id');
   if (typeof value.signature !== 'string') problems.push('signature');
   if (problems.length) throw new Broken(`malformed header: bad or missing ${problems.join(', ')}`);
@@ -154,7 +165,10 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   if (!isObject(value) || value.type !== 'record') throw new Broken('malformed line: expected {"type":"record",…}');
   const body = value.body;
   if (!isObject(body)) throw new Broken('malformed line: no record body');
-  const record = { seq: isSeq(body.seq) ? body.seq : undefined, recordId: typeof body.record_id === 'string' ? body.record_id : undefined };
+  const record = {
+    seq: isSeq(body.seq) ? body.seq : undefined,
+    recordId: typeof body.record_id === 'string' ? body.record_id : undefined,
+  };
   const problems: string[] = [];
   if (record.seq === undefined || record.seq < 1) problems.push('body.seq');
   if (!record.recordId) problems.push('body.record_id');
@@ -165,7 +179,8 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   if (typeof body.created_at !== 'string') problems.push('body.created_at');
   // Records appended before policies existed have no `policies`; since then every record has the list.
   if ('policies' in body && !isPolicyList(body.policies)) problems.push('body.policies');
-  if ('channel' in body && !INTERACTION_CHANNELS.includes(body.channel as InteractionChannel)) problems.push('body.channel');
+  if ('channel' in body && !INTERACTION_CHANNELS.includes(body.channel as InteractionChannel))
+    problems.push('body.channel');
   if (!isHash(value.record_hash)) problems.push('record_hash');
   if (typeof value.signature !== 'string') problems.push('signature');
   if (problems.length) throw new Broken(`malformed line: bad or missing ${problems.join(', ')}`, record);
@@ -249,8 +264,10 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
         keys = new KeyRing(keysOf(header, options));
         const { signature, ...unsigned } = header;
         const headerKey = keys.get(header.key_id);
-        if (!headerKey) throw new Broken(`header: unknown key: ${header.key_id} is not a usable Ed25519 key of the JWKS`);
-        if (!verifyRecordSignature(headerHashOf(unsigned), signature, headerKey)) throw new Broken('header: bad signature');
+        if (!headerKey)
+          throw new Broken(`header: unknown key: ${header.key_id} is not a usable Ed25519 key of the JWKS`);
+        if (!verifyRecordSignature(headerHashOf(unsigned), signature, headerKey))
+          throw new Broken('header: bad signature');
         continue;
       }
       const line = checkRecordShape(value);
@@ -260,19 +277,28 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       if (line.params !== null && line.params !== undefined && canonicalHash(line.params) !== body.params_hash) {
         throw new Broken('params mismatch: params do not hash to body.params_hash', where);
       }
-      if (recordHashOf(body) !== line.record_hash) throw new Broken('hash mismatch: the body does not hash to record_hash', where);
+      if (recordHashOf(body) !== line.record_hash)
+        throw new Broken('hash mismatch: the body does not hash to record_hash', where);
       const key = keys.get(body.key_id);
       if (!key) throw new Broken(`unknown key: ${body.key_id} is not a usable Ed25519 key of the JWKS`, where);
       if (!verifyRecordSignature(line.record_hash, line.signature, key)) throw new Broken('bad signature', where);
       if (previous) {
-        if (body.seq !== previous.seq + 1) throw new Broken(`broken link: seq ${body.seq} follows seq ${previous.seq}`, where);
-        if (body.prev_hash !== previous.hash) throw new Broken('broken link: prev_hash is not the record_hash of the record before', where);
+        if (body.seq !== previous.seq + 1)
+          throw new Broken(`broken link: seq ${body.seq} follows seq ${previous.seq}`, where);
+        if (body.prev_hash !== previous.hash)
+          throw new Broken('broken link: prev_hash is not the record_hash of the record before', where);
       } else {
-        if (body.seq !== header.first_seq) throw new Broken(`broken link: the first record is seq ${body.seq}, the header says ${header.first_seq}`, where);
-        if (body.seq === 1 && body.prev_hash !== GENESIS_HASH) throw new Broken('broken link: seq 1 does not link to the genesis hash', where);
+        if (body.seq !== header.first_seq)
+          throw new Broken(
+            `broken link: the first record is seq ${body.seq}, the header says ${header.first_seq}`,
+            where,
+          );
+        if (body.seq === 1 && body.prev_hash !== GENESIS_HASH)
+          throw new Broken('broken link: seq 1 does not link to the genesis hash', where);
         first = body;
       }
-      if (body.seq > header.chain_head.seq) throw new Broken(`seq ${body.seq} is past the chain head (${header.chain_head.seq})`, where);
+      if (body.seq > header.chain_head.seq)
+        throw new Broken(`seq ${body.seq} is past the chain head (${header.chain_head.seq})`, where);
       previous = { seq: body.seq, hash: line.record_hash };
       last = body;
       keyIds.add(body.key_id);
@@ -287,9 +313,14 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   }
   if (!header) return { ok: false, line: 0, reason: 'malformed header: the file is empty' };
   const end = { line: lineNo, ...(last ? { seq: last.seq, recordId: last.record_id } : {}) };
-  if (count !== header.count) return { ok: false, ...end, reason: `count mismatch: ${count} records, the header says ${header.count}` };
+  if (count !== header.count)
+    return { ok: false, ...end, reason: `count mismatch: ${count} records, the header says ${header.count}` };
   if ((last?.seq ?? null) !== header.last_seq) {
-    return { ok: false, ...end, reason: `count mismatch: the last record is seq ${last?.seq ?? 'none'}, the header says ${header.last_seq}` };
+    return {
+      ok: false,
+      ...end,
+      reason: `count mismatch: the last record is seq ${last?.seq ?? 'none'}, the header says ${header.last_seq}`,
+    };
   }
   const reachesHead = (last?.seq ?? 0) === header.chain_head.seq;
   if (reachesHead && (previous?.hash ?? GENESIS_HASH) !== header.chain_head.head_hash) {

@@ -5,13 +5,20 @@ import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
 import { historyKey } from '../manifest/manifest.service.js';
-import { GENESIS_HASH, recordHashOf, signRecordHash, verifyRecordSignature, type InteractionChannel, type RecordBody, type RecordedPolicy } from './record-chain.js';
+import {
+  GENESIS_HASH,
+  recordHashOf,
+  signRecordHash,
+  verifyRecordSignature,
+  type InteractionChannel,
+  type RecordBody,
+  type RecordedPolicy,
+} from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
 import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 import { secondsSince } from '../../observability/telemetry.js';
-
 
 /** What a record is about: the org, the agent and its action (params by hash). */
 export interface RecordSubject {
@@ -128,8 +135,13 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     // What the database could not store fails this append alone, before it joins a batch. The
     // edge refuses such input (src/lib/storable-input.ts); this guards the chain against a path
     // that forgot to.
-    const unstorable = findUnstorable({ id, ...entry, params: storeParams ? entry.params : undefined }, 'record', MAX_JSON_DEPTH + 1);
-    if (unstorable) return Promise.reject(new Error(`record ${id} cannot be stored: ${unstorable.field} ${unstorable.message}`));
+    const unstorable = findUnstorable(
+      { id, ...entry, params: storeParams ? entry.params : undefined },
+      'record',
+      MAX_JSON_DEPTH + 1,
+    );
+    if (unstorable)
+      return Promise.reject(new Error(`record ${id} cannot be stored: ${unstorable.field} ${unstorable.message}`));
     return new Promise((resolve, reject) => {
       const queue = queues.get(entry.orgId);
       const pending = { id, entry, storeParams, resolve, reject };
@@ -275,7 +287,9 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     const record = await get(orgId, recordId);
     const hash = recordHashOf(bodyOf(record)) === record.recordHash;
     const key = await keys.byId(record.keyId);
-    const signature = Boolean(key && key.purpose === 'record' && verifyRecordSignature(record.recordHash, record.signature, key.publicKey));
+    const signature = Boolean(
+      key && key.purpose === 'record' && verifyRecordSignature(record.recordHash, record.signature, key.publicKey),
+    );
     let chain: boolean;
     if (record.seq === 1n) {
       chain = record.prevHash === GENESIS_HASH;
@@ -297,9 +311,13 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
    * by link. Batches are read one at a time with keyset pagination on seq; no transaction stays
    * open while the client reads.
    */
-  async function exportRecords(orgId: string, filter: RecordExportFilter): Promise<{ header: ExportHeader; batches: AsyncIterable<InteractionRecord[]> }> {
+  async function exportRecords(
+    orgId: string,
+    filter: RecordExportFilter,
+  ): Promise<{ header: ExportHeader; batches: AsyncIterable<InteractionRecord[]> }> {
     const errors = new FieldErrors();
-    if (filter.from && filter.to && filter.from.getTime() >= filter.to.getTime()) errors.add('to', 'must be after from');
+    if (filter.from && filter.to && filter.from.getTime() >= filter.to.getTime())
+      errors.add('to', 'must be after from');
     errors.throwIfAny();
     const key = await keys.activeKey('record');
     const jwks = await keys.jwks(['record']);

@@ -23,19 +23,69 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<{
 }
 
 const columns = [
-  'id', 'org_id', 'seq', 'svc_id', 'agent_id', 'action_type', 'tool', 'capability', 'params_hash', 'params',
-  'status', 'executed', 'reasons', 'result_hash', 'approval_id', 'policies', 'channel', 'prev_hash', 'record_hash', 'signature', 'key_id', 'created_at',
+  'id',
+  'org_id',
+  'seq',
+  'svc_id',
+  'agent_id',
+  'action_type',
+  'tool',
+  'capability',
+  'params_hash',
+  'params',
+  'status',
+  'executed',
+  'reasons',
+  'result_hash',
+  'approval_id',
+  'policies',
+  'channel',
+  'prev_hash',
+  'record_hash',
+  'signature',
+  'key_id',
+  'created_at',
 ];
-const casts: Record<string, string> = { org_id: '::uuid', seq: '::bigint', params: '::jsonb', reasons: '::jsonb', policies: '::jsonb', status: '::"RecordStatus"' };
+const casts: Record<string, string> = {
+  org_id: '::uuid',
+  seq: '::bigint',
+  params: '::jsonb',
+  reasons: '::jsonb',
+  policies: '::jsonb',
+  status: '::"RecordStatus"',
+};
 
 /** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
-export async function insertRecordsAndAdvanceHead(tx: SqlConnection, orgId: string, records: InteractionRecord[]): Promise<void> {
+export async function insertRecordsAndAdvanceHead(
+  tx: SqlConnection,
+  orgId: string,
+  records: InteractionRecord[],
+): Promise<void> {
   const values: unknown[] = [];
   const rows = records.map((r) => {
     const row = [
-      r.id, r.orgId, r.seq.toString(), r.svcId, r.agentId, r.actionType, r.tool, r.capability, r.paramsHash,
-      r.params === null ? null : JSON.stringify(r.params), r.status, r.executed, JSON.stringify(r.reasons), r.resultHash,
-      r.approvalId, r.policies === null ? null : JSON.stringify(r.policies), r.channel, r.prevHash, r.recordHash, r.signature, r.keyId, r.createdAt,
+      r.id,
+      r.orgId,
+      r.seq.toString(),
+      r.svcId,
+      r.agentId,
+      r.actionType,
+      r.tool,
+      r.capability,
+      r.paramsHash,
+      r.params === null ? null : JSON.stringify(r.params),
+      r.status,
+      r.executed,
+      JSON.stringify(r.reasons),
+      r.resultHash,
+      r.approvalId,
+      r.policies === null ? null : JSON.stringify(r.policies),
+      r.channel,
+      r.prevHash,
+      r.recordHash,
+      r.signature,
+      r.keyId,
+      r.createdAt,
     ];
     const placeholders = row.map((value, i) => {
       values.push(value);
@@ -64,7 +114,12 @@ export async function existingRecordIds(sql: SqlDriver, ids: readonly string[]):
  * statement so the range never runs past the head it is reported with.
  */
 export async function exportRange(sql: SqlDriver, orgId: string, from: Date | null, to: Date | null) {
-  const [range] = await sql.query<{ head_seq: string; head_hash: string; first_seq: string | null; last_seq: string | null }>(
+  const [range] = await sql.query<{
+    head_seq: string;
+    head_hash: string;
+    first_seq: string | null;
+    last_seq: string | null;
+  }>(
     `SELECT h.seq::text AS head_seq, h.head_hash,
        (SELECT min(r.seq) FROM interaction_records r
          WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,

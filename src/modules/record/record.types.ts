@@ -15,15 +15,18 @@ import { exportLineOf, type RecordExportFilter } from './record.service.js';
 
 const RecordStatusEnum = builder.enumType('RecordStatus', { values: ['approved', 'denied'] as const });
 
-const RecordAction = builder
-  .objectRef<{ type: string; tool: string; params: unknown }>('RecordAction')
-  .implement({
-    fields: (t) => ({
-      type: t.exposeString('type'),
-      tool: t.exposeString('tool'),
-      params: t.field({ type: 'JSON', nullable: true, description: 'Null when the org does not keep params.', resolve: (a) => a.params }),
+const RecordAction = builder.objectRef<{ type: string; tool: string; params: unknown }>('RecordAction').implement({
+  fields: (t) => ({
+    type: t.exposeString('type'),
+    tool: t.exposeString('tool'),
+    params: t.field({
+      type: 'JSON',
+      nullable: true,
+      description: 'Null when the org does not keep params.',
+      resolve: (a) => a.params,
     }),
-  });
+  }),
+});
 
 /** A reason as the record signs it: the code and the message (details stay in the decision). */
 const RecordReasonRef = builder.objectRef<RecordBody['reasons'][number]>('RecordReason').implement({
@@ -39,7 +42,10 @@ export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy
     policy_id: t.exposeString('policy_id'),
     name: t.exposeString('name'),
     version: t.exposeInt('version'),
-    effect: t.exposeString('effect', { description: '`deny`, `require_approval` or `rate_limit`.', ...closedValues(policyEffects) }),
+    effect: t.exposeString('effect', {
+      description: '`deny`, `require_approval` or `rate_limit`.',
+      ...closedValues(policyEffects),
+    }),
     mode: t.exposeString('mode', { description: '`enforce` or `shadow`.', ...closedValues(policyModes) }),
     condition_error: t.exposeString('condition_error', {
       nullable: true,
@@ -62,7 +68,10 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
     seq: t.int({ description: 'Position in the org chain, from 1.', resolve: (r) => Number(r.seq) }),
     svc_id: t.exposeString('svcId'),
     agent_id: t.exposeString('agentId'),
-    action: t.field({ type: RecordAction, resolve: (r) => ({ type: r.actionType, tool: r.tool, params: r.params ?? null }) }),
+    action: t.field({
+      type: RecordAction,
+      resolve: (r) => ({ type: r.actionType, tool: r.tool, params: r.params ?? null }),
+    }),
     capability: t.exposeString('capability'),
     params_hash: t.exposeString('paramsHash'),
     decision: t.string({ resolve: (r) => (r.status === 'approved' ? 'allow' : 'deny') }),
@@ -74,17 +83,21 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
     policies: t.field({
       type: [MatchedPolicyRef],
       nullable: true,
-      description: 'The policies that matched, as the decision reported them; null on records from before policies existed.',
+      description:
+        'The policies that matched, as the decision reported them; null on records from before policies existed.',
       resolve: (r) => r.policies as unknown as RecordedPolicy[] | null,
     }),
     channel: t.exposeString('channel', {
       nullable: true,
       ...closedValues(INTERACTION_CHANNELS),
-      description: 'How the agent called: `rest`, `graphql` or `mcp` (signed into the record); null on records from before channels were recorded.',
+      description:
+        'How the agent called: `rest`, `graphql` or `mcp` (signed into the record); null on records from before channels were recorded.',
     }),
     prev_hash: t.exposeString('prevHash'),
     record_hash: t.exposeString('recordHash'),
-    signature: t.exposeString('signature', { description: 'Ed25519 over record_hash, base64url; key in /.well-known/jwks.json.' }),
+    signature: t.exposeString('signature', {
+      description: 'Ed25519 over record_hash, base64url; key in /.well-known/jwks.json.',
+    }),
     key_id: t.exposeString('keyId'),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
   }),
@@ -139,11 +152,17 @@ builder.prismaObjectField('Organization', 'records', (t) =>
 const RecordChecks = builder
   .objectRef<{ hash: boolean; signature: boolean; chain: boolean }>('RecordChecks')
   .implement({
-    fields: (t) => ({ hash: t.exposeBoolean('hash'), signature: t.exposeBoolean('signature'), chain: t.exposeBoolean('chain') }),
+    fields: (t) => ({
+      hash: t.exposeBoolean('hash'),
+      signature: t.exposeBoolean('signature'),
+      chain: t.exposeBoolean('chain'),
+    }),
   });
 
 const RecordVerification = builder
-  .objectRef<{ record_id: string; valid: boolean; checks: { hash: boolean; signature: boolean; chain: boolean } }>('RecordVerification')
+  .objectRef<{ record_id: string; valid: boolean; checks: { hash: boolean; signature: boolean; chain: boolean } }>(
+    'RecordVerification',
+  )
   .implement({
     fields: (t) => ({
       record_id: t.exposeID('record_id'),
@@ -163,7 +182,13 @@ builder.queryField('records', (t) =>
     resolve: (_, args, ctx) => ctx.services.records.list(principalOf(ctx).orgId, args),
   }),
 );
-restRoute('Query.records', { method: 'GET', path: '/records', tag, summary: 'List interaction records', auth: ['bearer', 'apiKey'] });
+restRoute('Query.records', {
+  method: 'GET',
+  path: '/records',
+  tag,
+  summary: 'List interaction records',
+  auth: ['bearer', 'apiKey'],
+});
 
 builder.queryField('record', (t) =>
   t.field({
@@ -173,7 +198,13 @@ builder.queryField('record', (t) =>
     resolve: (_, args, ctx) => ctx.services.records.get(principalOf(ctx).orgId, String(args.record_id)),
   }),
 );
-restRoute('Query.record', { method: 'GET', path: '/records/:record_id', tag, summary: 'Read one record', auth: ['bearer', 'apiKey'] });
+restRoute('Query.record', {
+  method: 'GET',
+  path: '/records/:record_id',
+  tag,
+  summary: 'Read one record',
+  auth: ['bearer', 'apiKey'],
+});
 
 builder.queryField('verify_record', (t) =>
   t.field({
@@ -214,7 +245,8 @@ streamRoute({
     const { header, batches } = await call.services.records.exportRecords(call.orgId, call.query as RecordExportFilter);
     const lines = async function* () {
       yield `${JSON.stringify(header)}\n`;
-      for await (const batch of batches) yield batch.map((record) => `${JSON.stringify(exportLineOf(record))}\n`).join('');
+      for await (const batch of batches)
+        yield batch.map((record) => `${JSON.stringify(exportLineOf(record))}\n`).join('');
     };
     const stamp = header.exported_at.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
     return streamResponse(call, lines(), 'application/x-ndjson; charset=utf-8', `records-${call.orgId}-${stamp}.jsonl`);

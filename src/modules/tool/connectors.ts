@@ -47,16 +47,29 @@ export const MAX_RESPONSE_BYTES = 1024 * 1024;
 
 const traceContextHeaders = new Set(['traceparent', 'tracestate']);
 /** The configured headers; when the gateway sends its trace context, without headers of those names (any case). */
-export const withoutTraceContext = (headers: Record<string, string>, traceHeaders: Record<string, string>): Record<string, string> =>
+export const withoutTraceContext = (
+  headers: Record<string, string>,
+  traceHeaders: Record<string, string>,
+): Record<string, string> =>
   Object.keys(traceHeaders).length
     ? Object.fromEntries(Object.entries(headers).filter(([name]) => !traceContextHeaders.has(name.toLowerCase())))
     : headers;
 
-export const failure = (code: ToolErrorCode, message: string): ToolResult => ({ success: false, data: {}, error: { code, message } });
+export const failure = (code: ToolErrorCode, message: string): ToolResult => ({
+  success: false,
+  data: {},
+  error: { code, message },
+});
 
 export function runMock(config: { response?: unknown }, call: ToolCall): ToolResult {
   const data = config.response === undefined ? call.action.params : config.response;
-  return { success: true, data: typeof data === 'object' && data !== null && !Array.isArray(data) ? (data as Record<string, unknown>) : { value: data } };
+  return {
+    success: true,
+    data:
+      typeof data === 'object' && data !== null && !Array.isArray(data)
+        ? (data as Record<string, unknown>)
+        : { value: data },
+  };
 }
 
 /** `X-Signature: sha256=<hex>` over `<timestamp>.<body>`, so receivers can reject replays. */
@@ -115,9 +128,15 @@ export async function runHttp(
         return failure('TOOL_RESPONSE_INVALID', `The tool response nests deeper than ${MAX_JSON_DEPTH} levels`);
       }
       const object =
-        typeof data === 'object' && data !== null && !Array.isArray(data) ? (data as Record<string, unknown>) : { value: data };
+        typeof data === 'object' && data !== null && !Array.isArray(data)
+          ? (data as Record<string, unknown>)
+          : { value: data };
       if (outcome.status < 200 || outcome.status >= 300) {
-        return { success: false, data: object, error: { code: 'TOOL_HTTP_ERROR', message: `The tool answered HTTP ${outcome.status}` } };
+        return {
+          success: false,
+          data: object,
+          error: { code: 'TOOL_HTTP_ERROR', message: `The tool answered HTTP ${outcome.status}` },
+        };
       }
       return { success: true, data: object };
     }

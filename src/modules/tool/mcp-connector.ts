@@ -3,7 +3,14 @@ import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 import { failure, type HttpToolConfig, type ToolCall, type ToolErrorCode, type ToolResult } from './connectors.js';
 import { createClientPool, type ClientPool, type Lease, type PoolOptions } from './mcp-client-pool.js';
 import { MAX_ERROR_MESSAGE_LENGTH, UpstreamCall } from './mcp-upstream-call.js';
-import { MAX_TOOL_LIST_PAGES, openUpstreamClient, requestOptions, upstreamKey, type McpUpstream, type UpstreamClient } from './mcp-upstream-client.js';
+import {
+  MAX_TOOL_LIST_PAGES,
+  openUpstreamClient,
+  requestOptions,
+  upstreamKey,
+  type McpUpstream,
+  type UpstreamClient,
+} from './mcp-upstream-client.js';
 
 export { failureOfExchange } from './mcp-upstream-call.js';
 export { MAX_TOOL_LIST_PAGES, type McpUpstream } from './mcp-upstream-client.js';
@@ -25,11 +32,14 @@ export interface McpToolConfig extends HttpToolConfig {
  * An upstream tool's CallToolResult as the gateway's result: `{content, structuredContent?}`;
  * `isError` (the tool ran and reported a failure) is a failed result with the tool's first text.
  */
-export function resultOfToolCall(result: Pick<CallToolResult, 'content' | 'structuredContent' | 'isError'>): ToolResult {
+export function resultOfToolCall(
+  result: Pick<CallToolResult, 'content' | 'structuredContent' | 'isError'>,
+): ToolResult {
   const data: Record<string, unknown> = { content: result.content };
   if (result.structuredContent !== undefined) data.structuredContent = result.structuredContent;
   // The result is hashed into the record and returned; a hostile depth would overflow both.
-  if (nestsDeeperThan(data)) return failure('TOOL_RESPONSE_INVALID', `The MCP tool's result nests deeper than ${MAX_JSON_DEPTH} levels`);
+  if (nestsDeeperThan(data))
+    return failure('TOOL_RESPONSE_INVALID', `The MCP tool's result nests deeper than ${MAX_JSON_DEPTH} levels`);
   if (!result.isError) return { success: true, data };
   const text = result.content.find((item) => item.type === 'text')?.text;
   const message = text ? text.slice(0, MAX_ERROR_MESSAGE_LENGTH) : 'The MCP tool reported an error';
@@ -50,11 +60,11 @@ export type UpstreamToolsResult =
   | { ok: true; tools: UpstreamToolDefinition[] }
   | { ok: false; error: { code: ToolErrorCode; message: string } };
 
-
 /** The connected upstream clients of one app, reused across calls (docs/decisions/0049-mcp-upstream-pool.md). */
 export type McpUpstreamPool = ClientPool<UpstreamClient>;
 
-export const createMcpUpstreamPool = (options: PoolOptions): McpUpstreamPool => createClientPool<UpstreamClient>(options);
+export const createMcpUpstreamPool = (options: PoolOptions): McpUpstreamPool =>
+  createClientPool<UpstreamClient>(options);
 
 /** What one exchange needs besides the upstream: its id (sent as `x-interaction-id`) and its span. */
 interface ExchangeContext {
@@ -84,8 +94,12 @@ export async function runMcp(
   call: ToolCall,
   tracing: McpCallTracing = { traceHeaders: {} },
 ): Promise<ToolResult> {
-  const outcome = await exchange(pool, upstream, { interactionId: call.interaction_id, tracing, admit: true }, (client, options) =>
-    client.callTool({ name: upstream.config.tool ?? call.action.tool, arguments: call.action.params }, options),
+  const outcome = await exchange(
+    pool,
+    upstream,
+    { interactionId: call.interaction_id, tracing, admit: true },
+    (client, options) =>
+      client.callTool({ name: upstream.config.tool ?? call.action.tool, arguments: call.action.params }, options),
   );
   return outcome.ok ? resultOfToolCall(outcome.value as CallToolResult) : outcome.failure;
 }
@@ -100,7 +114,11 @@ export async function listUpstreamTools(
   upstream: McpUpstream,
   context: { interactionId: string; tracing?: McpCallTracing },
 ): Promise<UpstreamToolsResult> {
-  const exchangeContext = { interactionId: context.interactionId, tracing: context.tracing ?? { traceHeaders: {} }, admit: false };
+  const exchangeContext = {
+    interactionId: context.interactionId,
+    tracing: context.tracing ?? { traceHeaders: {} },
+    admit: false,
+  };
   const outcome = await exchange(pool, upstream, exchangeContext, async (client, options) => {
     try {
       // Read anew every time: the SDK's cache would answer from an earlier list for as long as the
@@ -128,7 +146,12 @@ type Work<T> = (client: Client, options: ReturnType<typeof requestOptions>) => P
  * One call's exchange with the upstream on a pooled client, tried again once on a fresh client
  * when the first attempt certainly was not processed. Never throws.
  */
-async function exchange<T>(pool: McpUpstreamPool, upstream: McpUpstream, context: ExchangeContext, work: Work<T>): Promise<ExchangeOutcome<T>> {
+async function exchange<T>(
+  pool: McpUpstreamPool,
+  upstream: McpUpstream,
+  context: ExchangeContext,
+  work: Work<T>,
+): Promise<ExchangeOutcome<T>> {
   let url: URL;
   try {
     url = new URL(upstream.config.url);
@@ -136,7 +159,8 @@ async function exchange<T>(pool: McpUpstreamPool, upstream: McpUpstream, context
     return { ok: false, failure: failure('TOOL_CONFIG_INVALID', 'The tool URL is invalid') };
   }
   const call = new UpstreamCall(upstream.config, context.interactionId, context.tracing);
-  const lease = () => pool.lease(upstreamKey(upstream), upstream.toolId, () => openUpstreamClient(upstream, url, call), context.admit);
+  const lease = () =>
+    pool.lease(upstreamKey(upstream), upstream.toolId, () => openUpstreamClient(upstream, url, call), context.admit);
   return call.run(async () => {
     const first = await attempt(lease(), call, work);
     if (!first.retry) return first.outcome;
@@ -149,7 +173,11 @@ async function exchange<T>(pool: McpUpstreamPool, upstream: McpUpstream, context
  * One attempt: the work on the leased client (the tool's pooled one, waiting for it to connect, or
  * a new one). A call that was decided (its deadline) is never tried again.
  */
-async function attempt<T>(lease: Lease<UpstreamClient>, call: UpstreamCall, work: Work<T>): Promise<{ outcome: ExchangeOutcome<T>; retry: boolean }> {
+async function attempt<T>(
+  lease: Lease<UpstreamClient>,
+  call: UpstreamCall,
+  work: Work<T>,
+): Promise<{ outcome: ExchangeOutcome<T>; retry: boolean }> {
   const { client } = lease;
   try {
     await Promise.race([client.ready, call.ended]);
@@ -164,7 +192,10 @@ async function attempt<T>(lease: Lease<UpstreamClient>, call: UpstreamCall, work
         ? failure('TOOL_RESPONSE_INVALID', `The MCP server lists more than ${MAX_TOOL_LIST_PAGES} pages of tools`)
         : call.failureOf(error);
     lease.release(keepsClient(client, error instanceof TooManyPages ? null : result));
-    return { outcome: { ok: false, failure: result }, retry: !lease.opened && !call.signal.aborted && unprocessed(client, call) };
+    return {
+      outcome: { ok: false, failure: result },
+      retry: !lease.opened && !call.signal.aborted && unprocessed(client, call),
+    };
   }
 }
 
@@ -190,4 +221,5 @@ function keepsClient(client: UpstreamClient, result: ToolResult | null): boolean
  * restarted or ended it: 404), or its connection was refused. Such an attempt on a client that was
  * not opened for it is tried again once on a fresh client.
  */
-const unprocessed = (client: UpstreamClient, call: UpstreamCall) => client.state === 'failed' || call.report.unprocessed;
+const unprocessed = (client: UpstreamClient, call: UpstreamCall) =>
+  client.state === 'failed' || call.report.unprocessed;

@@ -16,9 +16,13 @@ export function failureOfExchange(error: unknown, remembered: ToolResult | undef
   // The SDK's own errors (a closed connection, its request timeout) are not ProtocolErrors and
   // cannot come first anyway: only the deadline ends a call's requests, and it is remembered; the
   // SDK's timeout is not shorter.
-  if (error instanceof ProtocolError) return failure('TOOL_MCP_ERROR', `The MCP server answered error ${error.code}: ${error.message}`);
+  if (error instanceof ProtocolError)
+    return failure('TOOL_MCP_ERROR', `The MCP server answered error ${error.code}: ${error.message}`);
   const reason = error instanceof Error ? error.message : String(error);
-  return failure('TOOL_RESPONSE_INVALID', `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`);
+  return failure(
+    'TOOL_RESPONSE_INVALID',
+    `The MCP server's answer is not valid MCP: ${reason.slice(0, MAX_ERROR_MESSAGE_LENGTH)}`,
+  );
 }
 
 /** What one attempt of a call learned from its requests. */
@@ -82,7 +86,10 @@ export class UpstreamCall {
    */
   run<T>(work: () => Promise<T>): Promise<T> {
     return callStorage.run(this, () => {
-      this.timer = setTimeout(() => this.fail(toolFailure('TIMEOUT', 'deadline', this.config)), Math.max(0, this.deadline - Date.now()));
+      this.timer = setTimeout(
+        () => this.fail(toolFailure('TIMEOUT', 'deadline', this.config)),
+        Math.max(0, this.deadline - Date.now()),
+      );
       return work().finally(() => {
         clearTimeout(this.timer);
         this.controller.abort(CALL_OVER);

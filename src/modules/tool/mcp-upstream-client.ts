@@ -31,7 +31,14 @@ export const SESSION_END_TIMEOUT_MS = 1000;
  * The headers the SDK's client sets that an MCP server needs (2026-07-28 adds `mcp-method` and
  * `mcp-name`, which servers check against the body); anything else it might add is not sent.
  */
-const protocolHeaders = ['accept', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'mcp-method', 'mcp-name'] as const;
+const protocolHeaders = [
+  'accept',
+  'content-type',
+  'mcp-protocol-version',
+  'mcp-session-id',
+  'mcp-method',
+  'mcp-name',
+] as const;
 const CLIENT_INFO = { name: 'agent-gateway', version: '1' };
 /**
  * A connection to the upstream left unused this long is closed: before the 5 s after which servers
@@ -61,16 +68,26 @@ export function upstreamKey({ toolId, config, credentials }: McpUpstream): strin
 export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: UpstreamCall): UpstreamClient {
   const configured = configuredHeaders(upstream.credentials);
   // The client's connections, reused by its requests (a TLS handshake or a TCP one per request otherwise).
-  const agent = new (url.protocol === 'https:' ? https.Agent : http.Agent)({ keepAlive: true, timeout: IDLE_CONNECTION_MS });
-  const sdk = new Client(CLIENT_INFO, { capabilities: {}, versionNegotiation: { mode: 'auto' }, listMaxPages: MAX_TOOL_LIST_PAGES });
-  const transport = new StreamableHTTPClientTransport(url, { fetch: fetchThroughOutboundRules(upstream.config, configured, agent) });
+  const agent = new (url.protocol === 'https:' ? https.Agent : http.Agent)({
+    keepAlive: true,
+    timeout: IDLE_CONNECTION_MS,
+  });
+  const sdk = new Client(CLIENT_INFO, {
+    capabilities: {},
+    versionNegotiation: { mode: 'auto' },
+    listMaxPages: MAX_TOOL_LIST_PAGES,
+  });
+  const transport = new StreamableHTTPClientTransport(url, {
+    fetch: fetchThroughOutboundRules(upstream.config, configured, agent),
+  });
   // A message the SDK cannot read (a broken event in a stream, a response to no request) would
   // otherwise leave the call waiting for its deadline. A failed request is reported here too (an
   // HTTP error, or what the fetch threw), but it fails by itself, and the call may go on: to
   // `initialize` after a 2025-era server refused the `server/discover` probe, or to another
   // client when the upstream did not process it.
   sdk.onerror = (error) => {
-    if (!(error instanceof SdkHttpError || error instanceof RequestFailed)) currentCall()?.fail(failureOfExchange(error, undefined));
+    if (!(error instanceof SdkHttpError || error instanceof RequestFailed))
+      currentCall()?.fail(failureOfExchange(error, undefined));
   };
   let state: UpstreamClient['state'] = 'connecting';
   // The first handlers of the promise: the state is known before any call waiting for it resumes.
@@ -95,7 +112,15 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
       const protocolVersion = sdk.getNegotiatedProtocolVersion();
       const sessionId = transport.sessionId;
       await sdk.close().catch(() => undefined);
-      if (sessionId) await endSession(url, upstream.config, agent, { ...configured, 'user-agent': 'agent-gateway' }, sessionId, protocolVersion);
+      if (sessionId)
+        await endSession(
+          url,
+          upstream.config,
+          agent,
+          { ...configured, 'user-agent': 'agent-gateway' },
+          sessionId,
+          protocolVersion,
+        );
       agent.destroy();
     },
   };
@@ -110,14 +135,21 @@ const configuredHeaders = (credentials: ToolCredentials): Record<string, string>
   );
 
 /** The SDK's options for a request of the call: its own timeout is not the deadline (the call's ends it first). */
-export const requestOptions = (call: UpstreamCall) => ({ timeout: call.config.timeout_ms + SESSION_END_TIMEOUT_MS, signal: call.signal });
+export const requestOptions = (call: UpstreamCall) => ({
+  timeout: call.config.timeout_ms + SESSION_END_TIMEOUT_MS,
+  signal: call.signal,
+});
 
 /**
  * The client's fetch: each request goes out as the current call's, with the configured headers,
  * the protocol's own and the call's. Only the current call's requests end when it does, except the
  * SDK's notice that the call was given up (`notifications/cancelled`), which goes out after it.
  */
-function fetchThroughOutboundRules(config: McpToolConfig, configured: Record<string, string>, agent: http.Agent): FetchLike {
+function fetchThroughOutboundRules(
+  config: McpToolConfig,
+  configured: Record<string, string>,
+  agent: http.Agent,
+): FetchLike {
   return async (target, init) => {
     const method = (init?.method ?? 'GET').toUpperCase();
     // After initializing, the client opens a standalone GET stream for server-initiated messages;
@@ -170,7 +202,9 @@ function answerOf(call: UpstreamCall, outcome: OutboundOutcome, sentSession: boo
     throw call.remember(toolFailure(outcome.code, outcome.message, config));
   }
   if (outcome.kind === 'redirect') {
-    throw call.remember(failure('TOOL_REDIRECT_REFUSED', `The MCP server answered ${outcome.status}; redirects are not followed`));
+    throw call.remember(
+      failure('TOOL_REDIRECT_REFUSED', `The MCP server answered ${outcome.status}; redirects are not followed`),
+    );
   }
   if (outcome.status < 200 || outcome.status > 599) {
     throw call.remember(failure('TOOL_RESPONSE_INVALID', `The MCP server answered HTTP ${outcome.status}`));
@@ -180,7 +214,8 @@ function answerOf(call: UpstreamCall, outcome: OutboundOutcome, sentSession: boo
   if (outcome.status === 404 && sentSession) report.unprocessed = true;
   // The SDK turns this into its own error; the status is what the result reports, unless the
   // exchange went on: a 2025-era server answers the `server/discover` probe with a 4xx.
-  report.httpError = outcome.status >= 400 ? failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`) : undefined;
+  report.httpError =
+    outcome.status >= 400 ? failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`) : undefined;
   return responseOf(outcome.status, outcome.headers, outcome.body);
 }
 
@@ -206,7 +241,11 @@ async function endSession(
   await sendOutbound({
     method: 'DELETE',
     url: url.href,
-    headers: { ...headers, 'mcp-session-id': sessionId, ...(protocolVersion ? { 'mcp-protocol-version': protocolVersion } : {}) },
+    headers: {
+      ...headers,
+      'mcp-session-id': sessionId,
+      ...(protocolVersion ? { 'mcp-protocol-version': protocolVersion } : {}),
+    },
     timeoutMs: SESSION_END_TIMEOUT_MS,
     maxResponseBytes: 1024,
     oversize: 'truncate',

@@ -1,4 +1,4 @@
-import { connectors } from './tool.service.js';
+import type { connectors } from './tool.service.js';
 
 /**
  * A tool's `config` as OpenAPI schemas, one per connector kind (GraphQL takes and shows it as JSON).
@@ -8,17 +8,36 @@ import { connectors } from './tool.service.js';
  */
 
 const described = {
-  description: { type: 'string', maxLength: 1024, description: 'What the tools of this connector do (MCP tools/list).' },
-  input_schema: { type: 'object', additionalProperties: true, description: 'JSON Schema (type object) of the params (MCP tools/list).' },
+  description: {
+    type: 'string',
+    maxLength: 1024,
+    description: 'What the tools of this connector do (MCP tools/list).',
+  },
+  input_schema: {
+    type: 'object',
+    additionalProperties: true,
+    description: 'JSON Schema (type object) of the params (MCP tools/list).',
+  },
 };
 const endpoint = {
   url: { type: 'string', format: 'uri', maxLength: 2048 },
   timeout_ms: { type: 'integer', minimum: 1, maximum: 60000, default: 10000 },
   allow_private_network: { type: 'boolean', default: false },
-  headers: { type: 'object', additionalProperties: { type: 'string' }, description: 'Values are write-only: read as "[redacted]".' },
+  headers: {
+    type: 'object',
+    additionalProperties: { type: 'string' },
+    description: 'Values are write-only: read as "[redacted]".',
+  },
 };
-const secret = { type: 'string', description: 'HMAC-SHA256 signing secret, at least 16 characters; write-only: read as "[redacted]".' };
-const tool = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,128}$', description: "The upstream tool; the action's <action> part when null." };
+const secret = {
+  type: 'string',
+  description: 'HMAC-SHA256 signing secret, at least 16 characters; write-only: read as "[redacted]".',
+};
+const tool = {
+  type: 'string',
+  pattern: '^[A-Za-z0-9_.-]{1,128}$',
+  description: "The upstream tool; the action's <action> part when null.",
+};
 const response = { description: 'What the mock returns as `result.data` (the action params when absent).' };
 
 function kinds(read: boolean) {

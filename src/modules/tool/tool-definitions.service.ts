@@ -45,7 +45,9 @@ export interface DefinitionView extends KeptDefinition {
  */
 const MAX_REPORTED_DIFF = 16 * 1024;
 const boundedDiff = (diff: string | null) =>
-  diff !== null && diff.length > MAX_REPORTED_DIFF ? `${diff.slice(0, MAX_REPORTED_DIFF)}\n… (cut at ${MAX_REPORTED_DIFF} characters: the tool shows the whole diff)\n` : diff;
+  diff !== null && diff.length > MAX_REPORTED_DIFF
+    ? `${diff.slice(0, MAX_REPORTED_DIFF)}\n… (cut at ${MAX_REPORTED_DIFF} characters: the tool shows the whole diff)\n`
+    : diff;
 
 /** How many due tools one sweep claims, and how many it reads at once. */
 const SWEEP_BATCH = 20;
@@ -71,9 +73,15 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
   }
 
   /** What the upstream lists now, or why it could not be read. */
-  async function readUpstream(tool: Tool): Promise<{ ok: true; tools: Parameters<typeof planRefresh>[1] } | { ok: false; error: string }> {
+  async function readUpstream(
+    tool: Tool,
+  ): Promise<{ ok: true; tools: Parameters<typeof planRefresh>[1] } | { ok: false; error: string }> {
     const credentials = credentialsOf(tool);
-    if (!credentials) return { ok: false, error: 'The tool’s header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY' };
+    if (!credentials)
+      return {
+        ok: false,
+        error: 'The tool’s header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY',
+      };
     const upstream = { toolId: tool.id, config: tool.config as unknown as McpToolConfig, credentials };
     const listed = await listUpstreamTools(upstreams, upstream, { interactionId: randomId('defs') });
     if (!listed.ok) return { ok: false, error: `${listed.error.code}: ${listed.error.message}` };
@@ -122,11 +130,22 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
     }
   }
 
-  async function reportChange(tx: Prisma.TransactionClient, tool: Tool, actor: Actor, change: DefinitionChange, kept: readonly KeptDefinition[]) {
+  async function reportChange(
+    tx: Prisma.TransactionClient,
+    tool: Tool,
+    actor: Actor,
+    change: DefinitionChange,
+    kept: readonly KeptDefinition[],
+  ) {
     const definition = kept.find((d) => d.name === change.name);
     const diff = definition ? boundedDiff(definitionDiff(definition)) : null;
     const data = { tool_id: tool.id, action_type: tool.actionType, ...change, diff };
-    await recordAudit(tx, tool.orgId, actor, { action: 'tool.definition_changed', targetType: 'tool', targetId: tool.id, after: data });
+    await recordAudit(tx, tool.orgId, actor, {
+      action: 'tool.definition_changed',
+      targetType: 'tool',
+      targetId: tool.id,
+      after: data,
+    });
     await enqueueWebhookEvent(sqlConnectionOf(tx), tool.orgId, 'tool.definition_changed', data);
   }
 
@@ -144,12 +163,18 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
       const plan = planAccept(await selectDefinitions(sql, tool.id), acceptances, new Date());
       if (!plan.ok) {
         if (plan.problem === 'moved') {
-          throw conflict(`The upstream's definition of "${plan.name}" changed again after it was reviewed: read the tool and accept what it shows now`, {
-            tool: plan.name,
-          });
+          throw conflict(
+            `The upstream's definition of "${plan.name}" changed again after it was reviewed: read the tool and accept what it shows now`,
+            {
+              tool: plan.name,
+            },
+          );
         }
         const errors = new FieldErrors();
-        const why = plan.problem === 'unknown' ? 'is not a definition this tool keeps' : 'does not differ from its pinned definition';
+        const why =
+          plan.problem === 'unknown'
+            ? 'is not a definition this tool keeps'
+            : 'does not differ from its pinned definition';
         errors.add('definitions', `"${plan.name}" ${why}`);
         errors.throwIfAny();
         return;
@@ -182,6 +207,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
   return { state, views, read, accept, sweep };
 }
 
-export const notMcp = () => validationError([{ field: 'tool_id', message: 'is not an mcp tool: only mcp tools have upstream definitions' }]);
+export const notMcp = () =>
+  validationError([{ field: 'tool_id', message: 'is not an mcp tool: only mcp tools have upstream definitions' }]);
 
 export type ToolDefinitions = ReturnType<typeof createToolDefinitions>;

@@ -41,12 +41,19 @@ export interface LockedTool {
 }
 
 export async function lockTool(sql: SqlConnection, toolId: string): Promise<LockedTool | undefined> {
-  const [row] = await sql.query<LockedTool>('SELECT org_id, updated_at, definitions_pinned FROM tools WHERE id = $1 FOR UPDATE', [toolId]);
+  const [row] = await sql.query<LockedTool>(
+    'SELECT org_id, updated_at, definitions_pinned FROM tools WHERE id = $1 FOR UPDATE',
+    [toolId],
+  );
   return row;
 }
 
 /** Replaces a tool's kept definitions by `kept` (in the caller's transaction). */
-export async function replaceDefinitions(sql: SqlConnection, toolId: string, kept: readonly KeptDefinition[]): Promise<void> {
+export async function replaceDefinitions(
+  sql: SqlConnection,
+  toolId: string,
+  kept: readonly KeptDefinition[],
+): Promise<void> {
   await sql.query('DELETE FROM tool_definitions WHERE tool_id = $1', [toolId]);
   if (kept.length === 0) return;
   await sql.query(
@@ -71,7 +78,11 @@ export async function replaceDefinitions(sql: SqlConnection, toolId: string, kep
 }
 
 /** Notes a read of the tool's definitions: when, whether they are pinned now, and why it failed (null: it did not). */
-export async function markRead(sql: SqlConnection, toolId: string, outcome: { pinned?: boolean; error: string | null }): Promise<void> {
+export async function markRead(
+  sql: SqlConnection,
+  toolId: string,
+  outcome: { pinned?: boolean; error: string | null },
+): Promise<void> {
   await sql.query(
     `UPDATE tools SET definitions_checked_at = now(), definitions_error = $2,
        definitions_pinned = COALESCE($3::boolean, definitions_pinned)
@@ -83,14 +94,21 @@ export async function markRead(sql: SqlConnection, toolId: string, outcome: { pi
 /** Forgets what was read and pinned: the tool now stands for another upstream (in the caller's transaction). */
 export async function forgetDefinitions(sql: SqlConnection, toolId: string): Promise<void> {
   await sql.query('DELETE FROM tool_definitions WHERE tool_id = $1', [toolId]);
-  await sql.query('UPDATE tools SET definitions_pinned = false, definitions_checked_at = NULL, definitions_error = NULL WHERE id = $1', [toolId]);
+  await sql.query(
+    'UPDATE tools SET definitions_pinned = false, definitions_checked_at = NULL, definitions_error = NULL WHERE id = $1',
+    [toolId],
+  );
 }
 
 /**
  * Claims up to `limit` mcp tools whose definitions were read `intervalSeconds` ago or longer (or
  * never): marks them read now, so another process's sweep passes them over, and returns them.
  */
-export async function claimDueTools(sql: SqlConnection, intervalSeconds: number, limit: number): Promise<{ id: string; org_id: string }[]> {
+export async function claimDueTools(
+  sql: SqlConnection,
+  intervalSeconds: number,
+  limit: number,
+): Promise<{ id: string; org_id: string }[]> {
   return sql.query<{ id: string; org_id: string }>(
     `UPDATE tools SET definitions_checked_at = now()
      WHERE id IN (

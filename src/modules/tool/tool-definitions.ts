@@ -66,18 +66,28 @@ const readable = (definition: ToolDefinition | null) =>
 export function definitionDiff(kept: KeptDefinition): string | null {
   if (statusOf(kept) === 'pinned') return null;
   const name = kept.name;
-  return createTwoFilesPatch(`pinned/${name}`, `current/${name}`, readable(kept.pinned), readable(kept.current), kept.pinnedHash ?? '', kept.currentHash ?? '');
+  return createTwoFilesPatch(
+    `pinned/${name}`,
+    `current/${name}`,
+    readable(kept.pinned),
+    readable(kept.current),
+    kept.pinnedHash ?? '',
+    kept.currentHash ?? '',
+  );
 }
 
 /** Why a `tools/list` answer cannot be kept; undefined when it can. */
 export function listProblem(listed: readonly UpstreamToolDefinition[]): string | undefined {
-  if (listed.length > MAX_DEFINITIONS) return `The MCP server lists ${listed.length} tools; at most ${MAX_DEFINITIONS} are kept`;
+  if (listed.length > MAX_DEFINITIONS)
+    return `The MCP server lists ${listed.length} tools; at most ${MAX_DEFINITIONS} are kept`;
   const names = new Set<string>();
   for (const tool of listed) {
-    if (typeof tool.name !== 'string' || tool.name.length === 0 || tool.name.length > 128) return 'The MCP server lists a tool without a valid name';
+    if (typeof tool.name !== 'string' || tool.name.length === 0 || tool.name.length > 128)
+      return 'The MCP server lists a tool without a valid name';
     if (names.has(tool.name)) return `The MCP server lists the tool "${tool.name}" twice`;
     names.add(tool.name);
-    if (nestsDeeperThan(tool, MAX_DEFINITION_DEPTH)) return `The definition of "${tool.name}" nests deeper than ${MAX_DEFINITION_DEPTH} levels`;
+    if (nestsDeeperThan(tool, MAX_DEFINITION_DEPTH))
+      return `The definition of "${tool.name}" nests deeper than ${MAX_DEFINITION_DEPTH} levels`;
   }
   return undefined;
 }
@@ -142,7 +152,15 @@ export function planRefresh(
     const old = before.get(name);
     const next: KeptDefinition = old
       ? { ...old, current: definition, currentHash: hash }
-      : { name, pinned: null, pinnedHash: null, pinnedAt: null, current: definition, currentHash: hash, changedAt: null };
+      : {
+          name,
+          pinned: null,
+          pinnedHash: null,
+          pinnedAt: null,
+          current: definition,
+          currentHash: hash,
+          changedAt: null,
+        };
     kept.push(settle(old, next, now, changes));
   }
   for (const old of previous) {
@@ -153,7 +171,12 @@ export function planRefresh(
 }
 
 /** `changedAt` for the definition's new state, and its change when the upstream shows something else than at the last read. */
-function settle(old: KeptDefinition | undefined, next: KeptDefinition, now: Date, changes: DefinitionChange[]): KeptDefinition {
+function settle(
+  old: KeptDefinition | undefined,
+  next: KeptDefinition,
+  now: Date,
+  changes: DefinitionChange[],
+): KeptDefinition {
   const status = statusOf(next);
   // Reported: a move to something the upstream did not show before, and a return to the pin.
   if (old?.currentHash !== next.currentHash) {
@@ -179,7 +202,11 @@ export type AcceptPlan =
  * accepted; with one, each named definition must differ from its pin, and a `current_hash` given
  * must still be the current one (the upstream may have moved again since the operator looked).
  */
-export function planAccept(previous: readonly KeptDefinition[], acceptances: readonly Acceptance[] | null, now: Date): AcceptPlan {
+export function planAccept(
+  previous: readonly KeptDefinition[],
+  acceptances: readonly Acceptance[] | null,
+  now: Date,
+): AcceptPlan {
   const byName = new Map(previous.map((definition) => [definition.name, definition]));
   const chosen = new Set<string>();
   for (const acceptance of acceptances ?? previous.filter((d) => statusOf(d) !== 'pinned')) {
@@ -188,7 +215,8 @@ export function planAccept(previous: readonly KeptDefinition[], acceptances: rea
     if (statusOf(kept) === 'pinned') return { ok: false, problem: 'not_changed', name: acceptance.name };
     // null is a hash too: "reviewed as removed", refused if the tool came back meanwhile.
     const reviewed = 'current_hash' in acceptance ? acceptance.current_hash : undefined;
-    if (reviewed !== undefined && reviewed !== kept.currentHash) return { ok: false, problem: 'moved', name: acceptance.name };
+    if (reviewed !== undefined && reviewed !== kept.currentHash)
+      return { ok: false, problem: 'moved', name: acceptance.name };
     chosen.add(acceptance.name);
   }
   const kept: KeptDefinition[] = [];
@@ -198,28 +226,50 @@ export function planAccept(previous: readonly KeptDefinition[], acceptances: rea
       kept.push(definition);
       continue;
     }
-    accepted.push({ name: definition.name, status: statusOf(definition), pinned_hash: definition.pinnedHash, current_hash: definition.currentHash });
+    accepted.push({
+      name: definition.name,
+      status: statusOf(definition),
+      pinned_hash: definition.pinnedHash,
+      current_hash: definition.currentHash,
+    });
     if (definition.current === null) continue;
-    kept.push({ ...definition, pinned: definition.current, pinnedHash: definition.currentHash, pinnedAt: now, changedAt: null });
+    kept.push({
+      ...definition,
+      pinned: definition.current,
+      pinnedHash: definition.currentHash,
+      pinnedAt: now,
+      changedAt: null,
+    });
   }
   return { ok: true, kept, accepted };
 }
 
 /** Why a call of an upstream tool is held back by its definition; undefined when it may go. */
-export type DefinitionHold = { code: 'TOOL_DEFINITION_CHANGED' | 'TOOL_NOT_FOUND_UPSTREAM'; message: string; details: Record<string, unknown> };
+export type DefinitionHold = {
+  code: 'TOOL_DEFINITION_CHANGED' | 'TOOL_NOT_FOUND_UPSTREAM';
+  message: string;
+  details: Record<string, unknown>;
+};
 
 /**
  * A call may go to `name` when nothing was read yet (no pin to hold it to), or when the upstream
  * shows the pinned definition. A definition that changed or is new waits for an operator; a tool
  * the upstream no longer lists (or never did) is not called.
  */
-export function definitionHold(state: { pinned: boolean; definitions: ReadonlyMap<string, KeptDefinition> }, name: string): DefinitionHold | undefined {
+export function definitionHold(
+  state: { pinned: boolean; definitions: ReadonlyMap<string, KeptDefinition> },
+  name: string,
+): DefinitionHold | undefined {
   if (!state.pinned) return undefined;
   const kept = state.definitions.get(name);
   const status = kept ? statusOf(kept) : 'removed';
   if (status === 'pinned') return undefined;
   if (status === 'removed') {
-    return { code: 'TOOL_NOT_FOUND_UPSTREAM', message: `The upstream MCP server does not list the tool "${name}" (any more)`, details: { tool: name } };
+    return {
+      code: 'TOOL_NOT_FOUND_UPSTREAM',
+      message: `The upstream MCP server does not list the tool "${name}" (any more)`,
+      details: { tool: name },
+    };
   }
   return {
     code: 'TOOL_DEFINITION_CHANGED',

@@ -23,7 +23,13 @@ import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { nestsDeeperThan } from '../../lib/storable-input.js';
-import { ATTR_GEN_AI_OPERATION_NAME, ATTR_GEN_AI_TOOL_NAME, ATTR_MCP_METHOD_NAME, ATTR_MCP_PROTOCOL_VERSION, GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL } from '@opentelemetry/semantic-conventions/incubating';
+import {
+  ATTR_GEN_AI_OPERATION_NAME,
+  ATTR_GEN_AI_TOOL_NAME,
+  ATTR_MCP_METHOD_NAME,
+  ATTR_MCP_PROTOCOL_VERSION,
+  GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+} from '@opentelemetry/semantic-conventions/incubating';
 import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
 import { secondsSince, SpanKind, SpanStatusCode } from '../../observability/telemetry.js';
 
@@ -67,7 +73,12 @@ const noCredentials = (): ToolCredentials => ({ secret: null, headers: {} });
  * Checks submitted header values into `credentials`; one given as "[redacted]" keeps the stored
  * value (`kept`). Returns the names of the headers whose value this write sets.
  */
-function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => ToolCredentials, credentials: ToolCredentials): string[] {
+function parseHeaders(
+  headers: unknown,
+  errors: FieldErrors,
+  kept: () => ToolCredentials,
+  credentials: ToolCredentials,
+): string[] {
   if (!isObject(headers) || Object.values(headers).some((v) => typeof v !== 'string')) {
     errors.add('config.headers', 'must be an object of string values');
     return [];
@@ -79,10 +90,14 @@ function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => ToolCre
   const set: string[] = [];
   for (const [name, value] of Object.entries(headers as Record<string, string>)) {
     if (!headerNamePattern.test(name)) {
-      errors.add(`config.headers.${name}`, 'must be an HTTP header name (letters, digits and !#$%&\'*+.^_`|~-)');
+      errors.add(`config.headers.${name}`, "must be an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)");
     } else if (value === REDACTED) {
       const stored = kept().headers[name];
-      if (stored === undefined) errors.add(`config.headers.${name}`, `"${REDACTED}" keeps a stored value, but the tool has no header "${name}"`);
+      if (stored === undefined)
+        errors.add(
+          `config.headers.${name}`,
+          `"${REDACTED}" keeps a stored value, but the tool has no header "${name}"`,
+        );
       else credentials.headers[name] = stored;
     } else if (!headerValuePattern.test(value)) {
       errors.add(`config.headers.${name}`, 'must not contain control characters (line breaks included)');
@@ -96,7 +111,10 @@ function parseHeaders(headers: unknown, errors: FieldErrors, kept: () => ToolCre
 
 /** A submitted config split into what is stored in `config` and the write-only credentials. */
 interface ParsedConfig {
-  stored: (HttpToolConfig | McpToolConfig | { response?: unknown }) & { description?: string; input_schema?: Record<string, unknown> };
+  stored: (HttpToolConfig | McpToolConfig | { response?: unknown }) & {
+    description?: string;
+    input_schema?: Record<string, unknown>;
+  };
   /** Null for a connector without write-only values (mock). */
   credentials: ToolCredentials | null;
   /** The write-only values this write sets rather than keeps ("headers.<name>", "secret"). */
@@ -126,7 +144,11 @@ function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, kep
   // The webhooks' rule: what is known to be private without DNS is refused when saving.
   const urlError = outboundUrlError(config.url, allowPrivate === true);
   if (urlError) errors.add('config.url', urlError.message);
-  const stored: HttpToolConfig = { url: String(config.url), timeout_ms: timeout as number, allow_private_network: allowPrivate === true };
+  const stored: HttpToolConfig = {
+    url: String(config.url),
+    timeout_ms: timeout as number,
+    allow_private_network: allowPrivate === true,
+  };
   return { stored, credentials, set, allowPrivate: allowPrivate === true };
 }
 
@@ -134,7 +156,12 @@ const configParsers: Record<ConnectorKind, ConfigParser> = {
   mock: {
     label: 'a mock tool',
     fields: ['response'],
-    parse: (config) => ({ stored: config.response === undefined ? {} : { response: config.response }, credentials: null, set: [], allowPrivate: false }),
+    parse: (config) => ({
+      stored: config.response === undefined ? {} : { response: config.response },
+      credentials: null,
+      set: [],
+      allowPrivate: false,
+    }),
   },
   http: {
     label: 'an http tool',
@@ -144,7 +171,8 @@ const configParsers: Record<ConnectorKind, ConfigParser> = {
       const { credentials, set } = endpoint;
       if (config.secret === REDACTED) {
         credentials.secret = kept().secret;
-        if (credentials.secret === null) errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
+        if (credentials.secret === null)
+          errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
       } else if (config.secret != null) {
         if (typeof config.secret !== 'string' || config.secret.length < MIN_SECRET_LENGTH) {
           errors.add('config.secret', `must be a string of at least ${MIN_SECRET_LENGTH} characters`);
@@ -179,7 +207,12 @@ const configParsers: Record<ConnectorKind, ConfigParser> = {
  * back keeps its credentials; `kept` opens them only then. What every connector shares (the config
  * is an object of known fields) is checked here; each kind's own fields by its parser.
  */
-function parseConfig(connector: ConnectorKind, raw: unknown, errors: FieldErrors, kept: () => ToolCredentials): ParsedConfig | undefined {
+function parseConfig(
+  connector: ConnectorKind,
+  raw: unknown,
+  errors: FieldErrors,
+  kept: () => ToolCredentials,
+): ParsedConfig | undefined {
   const config = raw ?? {};
   if (!isObject(config)) {
     errors.add('config', 'must be an object');
@@ -217,9 +250,18 @@ function parseToolDescription(config: Record<string, unknown>, errors: FieldErro
   }
   if (schema != null) {
     if (!isObject(schema) || schema.type !== 'object') {
-      errors.add('config.input_schema', 'must be a JSON Schema object with "type": "object" (the params of an action are an object)');
-    } else if (nestsDeeperThan(schema, MAX_INPUT_SCHEMA_DEPTH) || Buffer.byteLength(JSON.stringify(schema)) > MAX_INPUT_SCHEMA_BYTES) {
-      errors.add('config.input_schema', `must nest at most ${MAX_INPUT_SCHEMA_DEPTH} levels and take at most ${MAX_INPUT_SCHEMA_BYTES} bytes as JSON`);
+      errors.add(
+        'config.input_schema',
+        'must be a JSON Schema object with "type": "object" (the params of an action are an object)',
+      );
+    } else if (
+      nestsDeeperThan(schema, MAX_INPUT_SCHEMA_DEPTH) ||
+      Buffer.byteLength(JSON.stringify(schema)) > MAX_INPUT_SCHEMA_BYTES
+    ) {
+      errors.add(
+        'config.input_schema',
+        `must nest at most ${MAX_INPUT_SCHEMA_DEPTH} levels and take at most ${MAX_INPUT_SCHEMA_BYTES} bytes as JSON`,
+      );
     } else {
       described.input_schema = schema;
     }
@@ -244,7 +286,11 @@ const upstreamOf = (tool: { connector: string; config: unknown }) => {
   return JSON.stringify([tool.connector, config.url ?? null, config.tool ?? null]);
 };
 
-const snapshot = (tool: Tool) => ({ action_type: tool.actionType, connector: tool.connector, config: publicConfig(tool) });
+const snapshot = (tool: Tool) => ({
+  action_type: tool.actionType,
+  connector: tool.connector,
+  config: publicConfig(tool),
+});
 
 /**
  * Seals every tool secret and header value not yet sealed with the current key (`agent-gateway
@@ -255,13 +301,17 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
     'SELECT id, secret, secret_headers FROM tools WHERE secret IS NOT NULL OR secret_headers IS NOT NULL ORDER BY id FOR UPDATE',
   );
   const stale = rows.filter((row) =>
-    [row.secret, ...Object.values(row.secret_headers ?? {})].some((value) => value !== null && !secrets.isCurrent(value)),
+    [row.secret, ...Object.values(row.secret_headers ?? {})].some(
+      (value) => value !== null && !secrets.isCurrent(value),
+    ),
   );
   for (const row of stale) {
     await conn.query('UPDATE tools SET secret = $2, secret_headers = $3::jsonb WHERE id = $1', [
       row.id,
       row.secret === null ? null : secrets.reseal(row.secret),
-      row.secret_headers === null ? null : JSON.stringify(mapValues(row.secret_headers, (value) => secrets.reseal(value))),
+      row.secret_headers === null
+        ? null
+        : JSON.stringify(mapValues(row.secret_headers, (value) => secrets.reseal(value))),
     ]);
   }
   return stale.length;
@@ -270,7 +320,10 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
 export function createToolService(deps: Deps) {
   const { env, db, cache, logger, secrets, telemetry } = deps;
   /** The mcp tools' upstream clients, reused across calls; closed by `close()` (the app's stop). */
-  const mcpUpstreams = createMcpUpstreamPool({ maxClients: env.mcpUpstreamPoolSize, idleMs: env.mcpUpstreamIdleSeconds * 1000 });
+  const mcpUpstreams = createMcpUpstreamPool({
+    maxClients: env.mcpUpstreamPoolSize,
+    idleMs: env.mcpUpstreamIdleSeconds * 1000,
+  });
 
   function openCredentials(tool: Tool): ToolCredentials {
     return {
@@ -285,7 +338,10 @@ export function createToolService(deps: Deps) {
       return openCredentials(tool);
     } catch (error) {
       if (!(error instanceof SecretUnavailableError)) throw error;
-      logger.error({ tool_id: tool.id, org_id: tool.orgId, reason: error.message }, 'a tool’s secrets do not open; its calls fail');
+      logger.error(
+        { tool_id: tool.id, org_id: tool.orgId, reason: error.message },
+        'a tool’s secrets do not open; its calls fail',
+      );
       return null;
     }
   }
@@ -298,7 +354,9 @@ export function createToolService(deps: Deps) {
    */
   async function readAfterSave(tool: Tool, actor: Principal): Promise<void> {
     if (tool.connector !== 'mcp') return;
-    await definitions.read(tool, actorOf(actor)).catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading upstream tool definitions failed'));
+    await definitions
+      .read(tool, actorOf(actor))
+      .catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading upstream tool definitions failed'));
   }
 
   /** A stored tool's credentials, when a write keeps them ("[redacted]"). */
@@ -340,13 +398,17 @@ export function createToolService(deps: Deps) {
       errors.add('action_type', 'must be lowercase letters, digits, "_", "." or "-" (the <domain> of a capability)');
     }
     const connector = (input.connector ?? existing?.connector) as ConnectorKind | undefined;
-    if (!connector || !connectors.includes(connector)) errors.add('connector', `must be one of ${connectors.join(', ')}`);
+    if (!connector || !connectors.includes(connector))
+      errors.add('connector', `must be one of ${connectors.join(', ')}`);
     let stored: ToolCredentials | undefined;
     // Without `config` the stored one is kept: as shown, its write-only values "[redacted]".
     const config =
       connector && connectors.includes(connector)
-        ? parseConfig(connector, input.config === undefined ? existing && publicConfig(existing) : input.config, errors, () =>
-            (stored ??= storedCredentials(existing)),
+        ? parseConfig(
+            connector,
+            input.config === undefined ? existing && publicConfig(existing) : input.config,
+            errors,
+            () => (stored ??= storedCredentials(existing)),
           )
         : undefined;
     errors.throwIfAny();
@@ -359,13 +421,19 @@ export function createToolService(deps: Deps) {
     try {
       const created = await db.prisma.$transaction(async (tx) => {
         const tool = await tx.tool.create({ data: { id: newToolId(), orgId, ...data } });
-        await recordAudit(tx, orgId, actorOf(actor), { action: 'tool.created', targetType: 'tool', targetId: tool.id, after: snapshot(tool) });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'tool.created',
+          targetType: 'tool',
+          targetId: tool.id,
+          after: snapshot(tool),
+        });
         return tool;
       });
       await readAfterSave(created, actor);
       return await get(orgId, created.id);
     } catch (error) {
-      if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
+      if (isUniqueViolation(error))
+        throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
     }
   }
@@ -405,7 +473,8 @@ export function createToolService(deps: Deps) {
       await readAfterSave(updated, actor);
       return await get(orgId, updated.id);
     } catch (error) {
-      if (isUniqueViolation(error)) throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
+      if (isUniqueViolation(error))
+        throw conflict(`A tool for action type "${actionType}" exists`, { field: 'action_type' });
       throw error;
     }
   }
@@ -458,7 +527,12 @@ export function createToolService(deps: Deps) {
   }
 
   /** Pins what the upstream shows now (`…/accept-definitions`); the tool as it then is. */
-  async function acceptDefinitions(orgId: string, toolId: string, acceptances: readonly Acceptance[] | null, actor: Principal) {
+  async function acceptDefinitions(
+    orgId: string,
+    toolId: string,
+    acceptances: readonly Acceptance[] | null,
+    actor: Principal,
+  ) {
     await definitions.accept(await get(orgId, toolId), acceptances, actorOf(actor));
     return get(orgId, toolId);
   }
@@ -470,11 +544,14 @@ export function createToolService(deps: Deps) {
    * call still gets its record.
    */
   function execute(tool: ConfiguredTool, call: ToolCall): Promise<ToolResult> {
-    const upstreamTool = tool.connector === 'mcp' ? ((tool.config as unknown as McpToolConfig).tool ?? call.action.tool) : null;
+    const upstreamTool =
+      tool.connector === 'mcp' ? ((tool.config as unknown as McpToolConfig).tool ?? call.action.tool) : null;
     const capability = `${call.action.type}:${call.action.tool}`;
     const started = performance.now();
     return telemetry.withSpan(
-      upstreamTool === null ? `${GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL} ${capability}` : `tools/call ${upstreamTool}`,
+      upstreamTool === null
+        ? `${GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL} ${capability}`
+        : `tools/call ${upstreamTool}`,
       {
         kind: tool.connector === 'mock' ? SpanKind.INTERNAL : SpanKind.CLIENT,
         attributes: {
@@ -489,21 +566,35 @@ export function createToolService(deps: Deps) {
         const result = await run(tool, call, (version) => span.setAttribute(ATTR_MCP_PROTOCOL_VERSION, version));
         const outcome = result.success ? 'success' : result.error.code;
         telemetry.toolCall(tool.connector, outcome, secondsSince(started));
-        if (!result.success) span.setAttribute(ATTR_ERROR_TYPE, outcome).setStatus({ code: SpanStatusCode.ERROR, message: result.error.message });
+        if (!result.success)
+          span
+            .setAttribute(ATTR_ERROR_TYPE, outcome)
+            .setStatus({ code: SpanStatusCode.ERROR, message: result.error.message });
         return result;
       },
     );
   }
 
-  async function run(tool: ConfiguredTool, call: ToolCall, negotiated: (protocolVersion: string) => void): Promise<ToolResult> {
+  async function run(
+    tool: ConfiguredTool,
+    call: ToolCall,
+    negotiated: (protocolVersion: string) => void,
+  ): Promise<ToolResult> {
     try {
       if (tool.connector === 'mock') return runMock(tool.config as { response?: unknown }, call);
       if (!tool.credentials) {
-        return failure('TOOL_CONFIG_INVALID', 'The tool’s secret or header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY');
+        return failure(
+          'TOOL_CONFIG_INVALID',
+          'The tool’s secret or header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY',
+        );
       }
       const traceHeaders = telemetry.traceHeaders();
       if (tool.connector === 'mcp') {
-        const upstream = { toolId: tool.id, config: tool.config as unknown as McpToolConfig, credentials: tool.credentials };
+        const upstream = {
+          toolId: tool.id,
+          config: tool.config as unknown as McpToolConfig,
+          credentials: tool.credentials,
+        };
         return await runMcp(mcpUpstreams, upstream, call, { traceHeaders, negotiated });
       }
       return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call, traceHeaders);

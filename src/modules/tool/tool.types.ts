@@ -24,10 +24,21 @@ const ToolDefinitionRef = builder.objectRef<DefinitionView>('ToolDefinition').im
       resolve: (definition) => definition.status,
     }),
     pinned_hash: t.exposeString('pinnedHash', { nullable: true }),
-    current_hash: t.exposeString('currentHash', { nullable: true, description: 'Null when the upstream no longer lists the tool.' }),
+    current_hash: t.exposeString('currentHash', {
+      nullable: true,
+      description: 'Null when the upstream no longer lists the tool.',
+    }),
     pinned_at: t.expose('pinnedAt', { type: 'Timestamp', nullable: true }),
-    changed_at: t.expose('changedAt', { type: 'Timestamp', nullable: true, description: 'When the upstream first showed something else than the pin; null while it shows the pin.' }),
-    pinned: t.expose('pinned', { type: 'JSON', nullable: true, description: 'What the agents’ tools/list shows (unless the tool’s config sets its own).' }),
+    changed_at: t.expose('changedAt', {
+      type: 'Timestamp',
+      nullable: true,
+      description: 'When the upstream first showed something else than the pin; null while it shows the pin.',
+    }),
+    pinned: t.expose('pinned', {
+      type: 'JSON',
+      nullable: true,
+      description: 'What the agents’ tools/list shows (unless the tool’s config sets its own).',
+    }),
     current: t.expose('current', { type: 'JSON', nullable: true }),
     diff: t.string({
       nullable: true,
@@ -41,14 +52,15 @@ const ToolDefinitionAcceptance = builder.inputType('ToolDefinitionAcceptance', {
   fields: (t) => ({
     name: t.string({ required: true, description: 'The upstream tool.' }),
     current_hash: t.string({
-      description: 'The current hash that was reviewed (null: reviewed as removed): when the upstream moved on since, nothing is accepted (409).',
+      description:
+        'The current hash that was reviewed (null: reviewed as removed): when the upstream moved on since, nothing is accepted (409).',
     }),
   }),
 });
 
 const ToolConfig = shapedJsonScalar(
   'ToolConfig',
-  "A tool's connector settings as read, one shape per connector (`http`, `mcp`, `mock`); write-only values read as \"[redacted]\".",
+  'A tool\'s connector settings as read, one shape per connector (`http`, `mcp`, `mock`); write-only values read as "[redacted]".',
   toolConfigSchema,
 );
 const ToolConfigInput = shapedJsonScalar(
@@ -69,7 +81,8 @@ export const ToolRef = builder.prismaObject('Tool', {
     }),
     definitions: t.field({
       type: [ToolDefinitionRef],
-      description: 'An mcp tool’s upstream tool definitions, by name (empty for other connectors, and until the upstream was first read).',
+      description:
+        'An mcp tool’s upstream tool definitions, by name (empty for other connectors, and until the upstream was first read).',
       resolve: (tool, _, ctx) => (tool.connector === 'mcp' ? ctx.services.tools.definitionViews(tool.id) : []),
     }),
     definitions_checked_at: t.expose('definitionsCheckedAt', {
@@ -79,7 +92,8 @@ export const ToolRef = builder.prismaObject('Tool', {
     }),
     definitions_error: t.exposeString('definitionsError', {
       nullable: true,
-      description: 'Why the last read of the upstream’s definitions failed; null when it did not. Pins stay as they were.',
+      description:
+        'Why the last read of the upstream’s definitions failed; null when it did not. Pins stay as they were.',
     }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
@@ -108,7 +122,13 @@ builder.queryField('tool', (t) =>
     resolve: (_, args, ctx) => ctx.services.tools.get(String(args.org_id), String(args.tool_id)),
   }),
 );
-restRoute('Query.tool', { method: 'GET', path: `${toolsPath}/:tool_id`, tag, summary: 'Read a tool connector', auth: ['bearer'] });
+restRoute('Query.tool', {
+  method: 'GET',
+  path: `${toolsPath}/:tool_id`,
+  tag,
+  summary: 'Read a tool connector',
+  auth: ['bearer'],
+});
 
 builder.mutationField('create_tool', (t) =>
   t.field({
@@ -116,7 +136,7 @@ builder.mutationField('create_tool', (t) =>
     description:
       'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network}, ' +
       '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
-      'calling `tool`, else the action\'s `<action>` part) or `mock` {response}. Any of them may add `description` and ' +
+      "calling `tool`, else the action's `<action>` part) or `mock` {response}. Any of them may add `description` and " +
       '`input_schema` (a JSON Schema of type object): how MCP clients of the gateway see its tools. ' +
       'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network`.',
     args: {
@@ -155,7 +175,8 @@ builder.mutationField('update_tool', (t) =>
       config: t.arg({ type: ToolConfigInput }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) => ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
+    resolve: (_, args, ctx) =>
+      ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
   }),
 );
 restRoute('Mutation.update_tool', {
@@ -177,7 +198,14 @@ builder.mutationField('delete_tool', (t) =>
     },
   }),
 );
-restRoute('Mutation.delete_tool', { method: 'DELETE', path: `${toolsPath}/:tool_id`, status: 204, tag, summary: 'Remove a tool connector', auth: ['bearer'] });
+restRoute('Mutation.delete_tool', {
+  method: 'DELETE',
+  path: `${toolsPath}/:tool_id`,
+  status: 204,
+  tag,
+  summary: 'Remove a tool connector',
+  auth: ['bearer'],
+});
 
 builder.mutationField('refresh_tool_definitions', (t) =>
   t.field({
@@ -188,7 +216,8 @@ builder.mutationField('refresh_tool_definitions', (t) =>
       'An upstream that cannot be read leaves the pins as they are and shows why in `definitions_error`.',
     args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) => ctx.services.tools.refreshDefinitions(String(args.org_id), String(args.tool_id), principalOf(ctx)),
+    resolve: (_, args, ctx) =>
+      ctx.services.tools.refreshDefinitions(String(args.org_id), String(args.tool_id), principalOf(ctx)),
   }),
 );
 restRoute('Mutation.refresh_tool_definitions', {
@@ -208,11 +237,19 @@ builder.mutationField('accept_tool_definitions', (t) =>
     args: {
       org_id: t.arg.id({ required: true }),
       tool_id: t.arg.id({ required: true }),
-      definitions: t.arg({ type: [ToolDefinitionAcceptance], description: 'Default: every definition that differs from its pin.' }),
+      definitions: t.arg({
+        type: [ToolDefinitionAcceptance],
+        description: 'Default: every definition that differs from its pin.',
+      }),
     },
     authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
     resolve: (_, args, ctx) =>
-      ctx.services.tools.acceptDefinitions(String(args.org_id), String(args.tool_id), args.definitions ?? null, principalOf(ctx)),
+      ctx.services.tools.acceptDefinitions(
+        String(args.org_id),
+        String(args.tool_id),
+        args.definitions ?? null,
+        principalOf(ctx),
+      ),
   }),
 );
 restRoute('Mutation.accept_tool_definitions', {

@@ -4,7 +4,11 @@ import type { Database } from '../../db/database.js';
 import type { Env } from '../../env.js';
 import { postJson, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
-import { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE } from '@opentelemetry/semantic-conventions';
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+} from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Span, type Telemetry } from '../../observability/telemetry.js';
 
 /**
@@ -76,12 +80,20 @@ export function wakeWebhookDispatchers(): void {
 }
 
 /** What an attempt's outcome means for the delivery. */
-function judge(outcome: OutboundOutcome | SecretUnavailable): { delivered: boolean; statusCode: number | null; error: string | null } {
+function judge(outcome: OutboundOutcome | SecretUnavailable): {
+  delivered: boolean;
+  statusCode: number | null;
+  error: string | null;
+} {
   switch (outcome.kind) {
     case 'response':
       return outcome.status >= 200 && outcome.status < 300
         ? { delivered: true, statusCode: outcome.status, error: null }
-        : { delivered: false, statusCode: outcome.status, error: `HTTP_ERROR: the receiver answered HTTP ${outcome.status}` };
+        : {
+            delivered: false,
+            statusCode: outcome.status,
+            error: `HTTP_ERROR: the receiver answered HTTP ${outcome.status}`,
+          };
     case 'redirect':
       return {
         delivered: false,
@@ -175,7 +187,11 @@ export function createWebhookDispatcher({
       return secrets.open(delivery.secret);
     } catch (error) {
       if (!(error instanceof SecretUnavailableError)) throw error;
-      return { kind: 'failure', code: 'SECRET_UNAVAILABLE', message: `the webhook secret cannot be opened: ${error.message}` };
+      return {
+        kind: 'failure',
+        code: 'SECRET_UNAVAILABLE',
+        message: `the webhook secret cannot be opened: ${error.message}`,
+      };
     }
   }
 
@@ -248,9 +264,21 @@ export function createWebhookDispatcher({
            delivered_at = CASE WHEN $3::text = 'delivered' THEN now() END,
            next_attempt_at = CASE WHEN $3::text = 'pending' THEN now() + $6::int * interval '1 millisecond' END
        WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
-      [delivery.id, delivery.attempts, status, statusCode, error, retryDelayMs(delivery.attempts, env.webhookRetryBaseMs)],
+      [
+        delivery.id,
+        delivery.attempts,
+        status,
+        statusCode,
+        error,
+        retryDelayMs(delivery.attempts, env.webhookRetryBaseMs),
+      ],
     );
-    const fields = { delivery_id: delivery.id, webhook_id: delivery.webhook_id, attempt: delivery.attempts, status_code: statusCode };
+    const fields = {
+      delivery_id: delivery.id,
+      webhook_id: delivery.webhook_id,
+      attempt: delivery.attempts,
+      status_code: statusCode,
+    };
     if (status === 'failed') log.warn({ ...fields, error }, 'webhook delivery failed for good');
     else if (status === 'pending') log.info({ ...fields, error }, 'webhook delivery attempt failed; will retry');
     else log.debug(fields, 'webhook delivered');

@@ -141,7 +141,8 @@ export function createWebhookService({ db, secrets }: Deps) {
       errors.add('events', `must list at least one of ${webhookEvents.join(', ')}`);
     } else {
       events.forEach((event, i) => {
-        if (!webhookEvents.includes(event as WebhookEvent)) errors.add(`events[${i}]`, `must be one of ${webhookEvents.join(', ')}`);
+        if (!webhookEvents.includes(event as WebhookEvent))
+          errors.add(`events[${i}]`, `must be one of ${webhookEvents.join(', ')}`);
         else if (events.indexOf(event) !== i) errors.add(`events[${i}]`, `"${event}" is listed twice`);
       });
     }
@@ -163,7 +164,9 @@ export function createWebhookService({ db, secrets }: Deps) {
     const data = columns(input);
     const secret = input.secret ?? generateSecret();
     const webhook = await db.prisma.$transaction(async (tx) => {
-      const created = await tx.webhook.create({ data: { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data } });
+      const created = await tx.webhook.create({
+        data: { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data },
+      });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.created',
         targetType: 'webhook',
@@ -182,7 +185,10 @@ export function createWebhookService({ db, secrets }: Deps) {
   }
 
   async function list(orgId: string): Promise<ListPage<Webhook>> {
-    const items = await db.prisma.webhook.findMany({ where: { orgId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
+    const items = await db.prisma.webhook.findMany({
+      where: { orgId },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+    });
     return { items, total: items.length };
   }
 
@@ -200,20 +206,23 @@ export function createWebhookService({ db, secrets }: Deps) {
     const existing = await get(orgId, webhookId);
     const data = columns(input, existing);
     const secretRotated = input.secret != null && !holdsSecret(existing, input.secret);
-    return notFoundIfGone('Webhook', db.prisma.$transaction(async (tx) => {
-      const webhook = await tx.webhook.update({
-        where: { id: existing.id, orgId },
-        data: { ...data, ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}) },
-      });
-      await recordAudit(tx, orgId, actorOf(actor), {
-        action: 'webhook.updated',
-        targetType: 'webhook',
-        targetId: webhook.id,
-        before: snapshot(existing),
-        after: { ...snapshot(webhook), secret_rotated: secretRotated },
-      });
-      return webhook;
-    }));
+    return notFoundIfGone(
+      'Webhook',
+      db.prisma.$transaction(async (tx) => {
+        const webhook = await tx.webhook.update({
+          where: { id: existing.id, orgId },
+          data: { ...data, ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}) },
+        });
+        await recordAudit(tx, orgId, actorOf(actor), {
+          action: 'webhook.updated',
+          targetType: 'webhook',
+          targetId: webhook.id,
+          before: snapshot(existing),
+          after: { ...snapshot(webhook), secret_rotated: secretRotated },
+        });
+        return webhook;
+      }),
+    );
   }
 
   /**
@@ -249,7 +258,10 @@ export function createWebhookService({ db, secrets }: Deps) {
    * One page of deliveries, newest first, for each of several webhooks, in one statement (the
    * GraphQL `webhook { deliveries }` loader and the REST listing share it).
    */
-  async function deliveriesOf(webhookIds: readonly string[], filter: DeliveryFilter): Promise<Map<string, ListPage<WebhookDelivery>>> {
+  async function deliveriesOf(
+    webhookIds: readonly string[],
+    filter: DeliveryFilter,
+  ): Promise<Map<string, ListPage<WebhookDelivery>>> {
     const { limit, offset, status } = page(filter);
     const rows = await db.prisma.$queryRaw<DeliveryRow[]>`
       SELECT w.webhook_id AS page_webhook_id, c.total, d.*
@@ -277,7 +289,11 @@ export function createWebhookService({ db, secrets }: Deps) {
     return pages;
   }
 
-  async function deliveries(orgId: string, webhookId: string, filter: DeliveryFilter): Promise<ListPage<WebhookDelivery>> {
+  async function deliveries(
+    orgId: string,
+    webhookId: string,
+    filter: DeliveryFilter,
+  ): Promise<ListPage<WebhookDelivery>> {
     const webhook = await get(orgId, webhookId);
     return (await deliveriesOf([webhook.id], filter)).get(webhook.id)!;
   }
@@ -292,8 +308,11 @@ export type WebhookService = ReturnType<typeof createWebhookService>;
  * the caller's transaction); returns how many it rewrote.
  */
 export async function reencryptWebhookSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const rows = await conn.query<{ id: string; secret: string }>('SELECT id, secret FROM webhooks ORDER BY id FOR UPDATE');
+  const rows = await conn.query<{ id: string; secret: string }>(
+    'SELECT id, secret FROM webhooks ORDER BY id FOR UPDATE',
+  );
   const stale = rows.filter((row) => !secrets.isCurrent(row.secret));
-  for (const row of stale) await conn.query('UPDATE webhooks SET secret = $2 WHERE id = $1', [row.id, secrets.reseal(row.secret)]);
+  for (const row of stale)
+    await conn.query('UPDATE webhooks SET secret = $2 WHERE id = $1', [row.id, secrets.reseal(row.secret)]);
   return stale.length;
 }

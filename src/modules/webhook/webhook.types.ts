@@ -19,13 +19,27 @@ const WebhookDeliveryRef = builder.objectRef<WebhookDelivery>('WebhookDelivery')
     event_id: t.exposeString('eventId', { description: 'The same for every webhook that received this event.' }),
     status: t.field({ type: DeliveryStatusEnum, resolve: (d) => d.status }),
     attempts: t.exposeInt('attempts'),
-    next_attempt_at: t.expose('nextAttemptAt', { type: 'Timestamp', nullable: true, description: 'Null once delivered or failed.' }),
+    next_attempt_at: t.expose('nextAttemptAt', {
+      type: 'Timestamp',
+      nullable: true,
+      description: 'Null once delivered or failed.',
+    }),
     last_attempt_at: t.expose('lastAttemptAt', { type: 'Timestamp', nullable: true }),
-    last_status_code: t.exposeInt('lastStatusCode', { nullable: true, description: "The receiver's HTTP status of the last attempt." }),
-    last_error: t.exposeString('lastError', { nullable: true, description: 'Why the last attempt failed, e.g. `HTTP_ERROR: …`, `TIMEOUT: …`.' }),
+    last_status_code: t.exposeInt('lastStatusCode', {
+      nullable: true,
+      description: "The receiver's HTTP status of the last attempt.",
+    }),
+    last_error: t.exposeString('lastError', {
+      nullable: true,
+      description: 'Why the last attempt failed, e.g. `HTTP_ERROR: …`, `TIMEOUT: …`.',
+    }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     delivered_at: t.expose('deliveredAt', { type: 'Timestamp', nullable: true }),
-    payload: t.field({ type: 'JSON', description: 'The body sent: {event_id, event, org_id, created_at, data}.', resolve: (d) => d.payload }),
+    payload: t.field({
+      type: 'JSON',
+      description: 'The body sent: {event_id, event, org_id, created_at, data}.',
+      resolve: (d) => d.payload,
+    }),
   }),
 });
 
@@ -67,7 +81,9 @@ const CreatedWebhook = builder.objectRef<Webhook>('CreatedWebhook').implement({
     allow_private_network: t.exposeBoolean('allowPrivateNetwork'),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
-    secret: t.exposeString('secret', { description: 'Signs every delivery (HMAC-SHA256). Store it now: it is never shown again.' }),
+    secret: t.exposeString('secret', {
+      description: 'Signs every delivery (HMAC-SHA256). Store it now: it is never shown again.',
+    }),
   }),
 });
 
@@ -112,7 +128,13 @@ builder.queryField('webhook', (t) =>
     resolve: (_, args, ctx) => ctx.services.webhooks.get(String(args.org_id), String(args.webhook_id)),
   }),
 );
-restRoute('Query.webhook', { method: 'GET', path: `${webhooksPath}/:webhook_id`, tag, summary: 'Read a webhook', auth: ['bearer'] });
+restRoute('Query.webhook', {
+  method: 'GET',
+  path: `${webhooksPath}/:webhook_id`,
+  tag,
+  summary: 'Read a webhook',
+  auth: ['bearer'],
+});
 
 builder.queryField('webhook_deliveries', (t) =>
   t.field({
@@ -138,10 +160,17 @@ builder.mutationField('create_webhook', (t) =>
     args: {
       org_id: t.arg.id({ required: true }),
       url: t.arg.string({ required: true, description: 'http(s), without credentials.' }),
-      events: t.arg.stringList({ required: true, description: `Non-empty, no duplicates: ${eventList}.`, ...closedValues(webhookEvents) }),
+      events: t.arg.stringList({
+        required: true,
+        description: `Non-empty, no duplicates: ${eventList}.`,
+        ...closedValues(webhookEvents),
+      }),
       secret: t.arg.string({ description: '16 to 256 characters; generated when absent.' }),
       allow_private_network: t.arg.boolean({ description: 'Default false.' }),
-      active: t.arg.boolean({ description: 'Default true. An inactive webhook gets no new deliveries; its pending ones wait until it is active again.' }),
+      active: t.arg.boolean({
+        description:
+          'Default true. An inactive webhook gets no new deliveries; its pending ones wait until it is active again.',
+      }),
     },
     authScopes: (_, args) => manage(args.org_id),
     resolve: (_, args, ctx) => ctx.services.webhooks.create(String(args.org_id), args, principalOf(ctx)),
@@ -171,10 +200,17 @@ builder.mutationField('update_webhook', (t) =>
       active: t.arg.boolean(),
     },
     authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) => ctx.services.webhooks.update(String(args.org_id), String(args.webhook_id), args, principalOf(ctx)),
+    resolve: (_, args, ctx) =>
+      ctx.services.webhooks.update(String(args.org_id), String(args.webhook_id), args, principalOf(ctx)),
   }),
 );
-restRoute('Mutation.update_webhook', { method: 'PATCH', path: `${webhooksPath}/:webhook_id`, tag, summary: 'Change a webhook', auth: ['bearer'] });
+restRoute('Mutation.update_webhook', {
+  method: 'PATCH',
+  path: `${webhooksPath}/:webhook_id`,
+  tag,
+  summary: 'Change a webhook',
+  auth: ['bearer'],
+});
 
 builder.mutationField('delete_webhook', (t) =>
   t.boolean({
@@ -187,4 +223,11 @@ builder.mutationField('delete_webhook', (t) =>
     },
   }),
 );
-restRoute('Mutation.delete_webhook', { method: 'DELETE', path: `${webhooksPath}/:webhook_id`, status: 204, tag, summary: 'Delete a webhook', auth: ['bearer'] });
+restRoute('Mutation.delete_webhook', {
+  method: 'DELETE',
+  path: `${webhooksPath}/:webhook_id`,
+  status: 204,
+  tag,
+  summary: 'Delete a webhook',
+  auth: ['bearer'],
+});
