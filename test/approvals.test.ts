@@ -22,7 +22,7 @@ const humanInTheLoop = {
   require_human_approval: ['billing:refund'],
 };
 
-async function ask(org: OrgFixture, agent: AgentFixture, params: Record<string, unknown> = { amount: 40 }) {
+async function ask(_org: OrgFixture, agent: AgentFixture, params: Record<string, unknown> = { amount: 40 }) {
   const asked = await execute(t, agent, actionBody(agent, 'refund', params));
   expect(asked.status).toBe(200);
   expect(asked.body.reasons.map((r: { code: string }) => r.code)).toEqual(['APPROVAL_REQUIRED']);

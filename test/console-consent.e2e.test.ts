@@ -89,9 +89,7 @@ afterAll(async () => {
 const CONSENT_HEADING = 'Connect an MCP client to an agent?';
 
 /** An organization with an active agent, an operator, and an MCP client registered with its redirect URI on the test's client server. */
-async function setUp(
-  prefix: string,
-): Promise<{
+async function setUp(prefix: string): Promise<{
   org: OrgFixture;
   agent: AgentFixture;
   operator: { email: string; token: string };

@@ -212,7 +212,7 @@ describe('bad input is a 4xx, never a 500', () => {
     expectRefused(syntax, 400, 'BAD_REQUEST', /Syntax Error/);
     const unknown = await graphql('{ nothing_here }');
     expectRefused(unknown, 422, 'VALIDATION_ERROR', /Cannot query field "nothing_here"/);
-    expect((unknown.body.errors?.[0] as { locations?: unknown }).locations).toEqual([{ line: 1, column: 3 }]);
+    expect((unknown.body.errors![0] as { locations?: unknown }).locations).toEqual([{ line: 1, column: 3 }]);
   });
 
   test('several operations without operationName are 422', async () => {

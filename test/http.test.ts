@@ -4,7 +4,7 @@ import { Writable } from 'node:stream';
 import { openDatabase, type Database } from '../src/db/database.js';
 import { createLogger } from '../src/logger.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { startTestApp, type TestApp, type TestResponse } from './support/app.js';
 import { PASSWORD, createKey, signUp } from './support/fixtures.js';
 
 const logLines: Record<string, unknown>[] = [];
@@ -153,7 +153,7 @@ describe('operator rate limit', () => {
     });
     expect(limited.status).toBe(200);
     const seen: number[] = [];
-    let last;
+    let last: TestResponse | undefined;
     for (let i = 0; i < 3; i++) {
       last = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
       seen.push(last.status);

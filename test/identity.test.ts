@@ -371,10 +371,10 @@ describe('login throttling under concurrency', () => {
   const attempt = (email: string, password: string, clientAddress: string) =>
     t.request('POST', '/api/v1/auth/login', { body: { email, password }, clientAddress });
   const statusCounts = (responses: { status: number }[]) =>
-    responses.reduce<Record<number, number>>(
-      (counts, r) => ({ ...counts, [r.status]: (counts[r.status] ?? 0) + 1 }),
-      {},
-    );
+    responses.reduce<Record<number, number>>((counts, r) => {
+      counts[r.status] = (counts[r.status] ?? 0) + 1;
+      return counts;
+    }, {});
 
   function expectThrottled(refused: TestResponse[], limit: number) {
     for (const response of refused) {

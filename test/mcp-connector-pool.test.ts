@@ -21,7 +21,7 @@ import { startRecordingServer, type Hit, type RecordingServer } from './support/
 import { serveWithWebHandler } from './support/web-handler.js';
 import { lateAnswers, statefulEndpoint, type StatefulEndpoint } from './support/mcp-upstream.js';
 import { startTestApp, type TestApp } from './support/app.js';
-import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
+import { createKey, createManifest, manifestPayload, signUp } from './support/fixtures.js';
 
 /**
  * The `mcp` connector's pool of upstream clients (docs/decisions/0049-mcp-upstream-pool.md): calls

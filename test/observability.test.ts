@@ -16,7 +16,7 @@ import { startRecordingServer, type Hit, type RecordingServer } from './support/
 import { serveWithWebHandler } from './support/web-handler.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
-import { delta, parseExposition, valueOf } from './support/metrics.js';
+import { delta, parseExposition, sampleValue } from './support/metrics.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 import { freePort, killAllServices, startService, waitExit, waitReady } from './support/service-process.js';
 
@@ -278,7 +278,7 @@ describe('metrics', () => {
 
     // The approval asked for is pending; its webhook was delivered once.
     expect(d('agw_approvals_pending')).toBe(1);
-    expect(valueOf(after, 'agw_approvals_pending')).toBe(1);
+    expect(sampleValue(after, 'agw_approvals_pending')).toBe(1);
     expect(d('agw_webhook_deliveries_total', { outcome: 'delivered' })).toBe(1);
     expect(d('agw_webhook_deliveries_total', { outcome: 'retrying' })).toBe(0);
 
@@ -292,7 +292,7 @@ describe('metrics', () => {
     expect(text).not.toContain(org.orgId);
     expect(text).not.toContain(agent.svcId);
     // Process metrics come along.
-    expect(valueOf(after, 'process_cpu_seconds_total')).toBeGreaterThan(0);
+    expect(sampleValue(after, 'process_cpu_seconds_total')).toBeGreaterThan(0);
     expect(after.some((s) => s.name === 'nodejs_eventloop_lag_seconds')).toBe(true);
   });
 
@@ -682,7 +682,7 @@ describe('the service process', () => {
       const samples = parseExposition(await metrics.text());
       // The readiness polls were counted.
       expect(
-        valueOf(samples, 'agw_http_requests_total', { method: 'GET', route: '/readyz', status: '200' }),
+        sampleValue(samples, 'agw_http_requests_total', { method: 'GET', route: '/readyz', status: '200' }),
       ).toBeGreaterThanOrEqual(1);
       expect((await service.request('GET', '/metrics')).status).toBe(404);
       service.child.kill('SIGTERM');

@@ -155,7 +155,7 @@ function ConditionProblem({ condition, problem, id }: { condition: string; probl
     <div class="cel-error" id={id} role="alert">
       <p class="error">{problem.message}</p>
       {position && line !== undefined && (
-        <pre class="caret" aria-label={`at line ${position.line}, column ${position.column}`}>
+        <pre class="caret" role="note" aria-label={`at line ${position.line}, column ${position.column}`}>
           {`${line}\n${' '.repeat(Math.max(0, position.column - 1))}^`}
         </pre>
       )}

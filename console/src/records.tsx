@@ -196,7 +196,7 @@ export function AuditPage({ user }: { user: SignedInUser }) {
   const [targetId, setTargetId] = useState('');
   const [from, setFrom] = useState('');
   const [to, setTo] = useState('');
-  const id = useId();
+  const _id = useId();
   const filters = {
     actor: orNull(actor),
     action: orNull(action),

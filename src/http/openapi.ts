@@ -47,6 +47,7 @@ function shapedScalars(schema: GraphQLSchema): Array<[string, Json]> {
     });
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: the document is built as loose JSON and checked by the OpenAPI lint test
 type Json = Record<string, any>;
 
 const errorResponses: Record<string, { description: string; schema: 'AuthError' | 'Error' }> = {

@@ -23,7 +23,7 @@ export function parseExposition(text: string): Sample[] {
 }
 
 /** The value of the sample with exactly these labels (0 when absent: nothing counted yet). */
-export function valueOf(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
+export function sampleValue(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
   const wanted = Object.entries(labels);
   const found = samples.filter(
     (s) =>
@@ -35,7 +35,7 @@ export function valueOf(samples: Sample[], name: string, labels: Record<string, 
 
 /** How much each listed series moved between two scrapes. */
 export const delta = (before: Sample[], after: Sample[], name: string, labels: Record<string, string> = {}) =>
-  valueOf(after, name, labels) - valueOf(before, name, labels);
+  sampleValue(after, name, labels) - sampleValue(before, name, labels);
 
 /**
  * How many argon2 computations of this kind the app has run (`agw_password_hashes_total`): the
@@ -43,5 +43,7 @@ export const delta = (before: Sample[], after: Sample[], name: string, labels: R
  */
 export async function passwordHashes(t: TestApp, operation: PasswordOperation): Promise<number> {
   if (!t.app.telemetry.metricsEnabled) throw new Error('passwordHashes needs metrics (METRICS_PORT not 0)');
-  return valueOf(parseExposition((await t.app.telemetry.scrape()).text), 'agw_password_hashes_total', { operation });
+  return sampleValue(parseExposition((await t.app.telemetry.scrape()).text), 'agw_password_hashes_total', {
+    operation,
+  });
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { SignJWT, decodeProtectedHeader, jwtVerify, errors as joseErrors } from 'jose';
+import { SignJWT, decodeProtectedHeader, jwtVerify, errors as joseErrors, type JWTPayload } from 'jose';
 import type { Deps } from '../../deps.js';
 import type { SqlConnection } from '../../db/sql.js';
 import { AppError } from '../../errors.js';
@@ -136,8 +136,8 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       throw invalidToken();
     }
     const key = kid ? await keys.byId(kid) : undefined;
-    if (!key || key.purpose !== 'session') throw invalidToken();
-    let payload;
+    if (key?.purpose !== 'session') throw invalidToken();
+    let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, key.publicKey, {
         algorithms: ['EdDSA'],

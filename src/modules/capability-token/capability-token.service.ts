@@ -1,4 +1,4 @@
-import { SignJWT, decodeProtectedHeader, jwtVerify } from 'jose';
+import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { SqlConnection } from '../../db/sql.js';
@@ -148,9 +148,9 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
       return { ok: false, message: 'The capability token is not a JWT' };
     }
     const key = kid ? await keys.byId(kid) : undefined;
-    if (!key || key.purpose !== 'capability')
+    if (key?.purpose !== 'capability')
       return { ok: false, message: 'The capability token was not signed by this gateway' };
-    let payload;
+    let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, key.publicKey, {
         algorithms: ['EdDSA'],

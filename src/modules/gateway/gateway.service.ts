@@ -175,7 +175,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
     const counts = mode === 'evaluate' ? await peekCounts(db.sql, windows, counters) : null;
-    const limits = counts && counts.limits.map((current, i) => ({ counter: counters[i], current }));
+    const limits = counts ? counts.limits.map((current, i) => ({ counter: counters[i], current })) : null;
     const context: DecisionContext = {
       call,
       mode,

@@ -54,7 +54,7 @@ const ANY_OBJECT = { type: 'object' } as const;
  */
 export function listedTools(source: AgentTools): Tool[] {
   const { manifest, agent } = source;
-  if (!manifest || manifest.status !== 'active' || agent?.status === 'deactivated') return [];
+  if (manifest?.status !== 'active' || agent?.status === 'deactivated') return [];
   const tools: Tool[] = [];
   for (const capability of manifest.approvedCapabilities) {
     const connector = source.connectors.get(domainOf(capability));

@@ -90,7 +90,7 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
     if (known && known.exp * 1000 > Date.now()) return known;
     const kid = kidOf(token);
     const key = kid ? await keys.byId(kid) : undefined;
-    if (!key || key.purpose !== 'oauth') return { refused: 'The access token is invalid' };
+    if (key?.purpose !== 'oauth') return { refused: 'The access token is invalid' };
     const check = await verifyAccessToken(token, key.publicKey, env.publicUrl);
     if (!check.ok) return { refused: check.reason };
     if (verified.size >= MAX_VERIFIED_TOKENS) verified.delete(verified.keys().next().value!);

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { SignJWT, decodeProtectedHeader, errors as joseErrors, jwtVerify, type KeyObject } from 'jose';
+import { SignJWT, decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTPayload, type KeyObject } from 'jose';
 import { sha256Hex } from '../../lib/hash.js';
 
 /**
@@ -105,7 +105,7 @@ export async function verifyAccessToken(
   publicKey: KeyObject,
   issuer: string,
 ): Promise<AccessTokenCheck> {
-  let payload;
+  let payload: JWTPayload;
   try {
     ({ payload } = await jwtVerify(token, publicKey, {
       algorithms: ['EdDSA'],

@@ -192,7 +192,7 @@ export function createTokenEndpoint(
     if (!form.client_id) return refused('invalid_request', 'client_id is required');
     if (!refreshTokenPattern.test(form.refresh_token))
       return refused('invalid_grant', 'The refresh token is malformed: it is not one this server issued');
-    if (form.scope !== undefined && form.scope.split(' ').some((s) => s && s !== MCP_SCOPE)) {
+    if (form.scope?.split(' ').some((s) => s && s !== MCP_SCOPE)) {
       return refused('invalid_scope', `The only scope is "${MCP_SCOPE}"`);
     }
     await countAttemptOf(clientAddress);
@@ -223,7 +223,7 @@ export function createTokenEndpoint(
     if (refreshTokenPattern.test(token)) return (await grantOfRefreshToken(db.sql, sha256Hex(token))) ?? null;
     const kid = kidOf(token);
     const key = kid ? await keys.byId(kid) : undefined;
-    if (!key || key.purpose !== 'oauth') return null;
+    if (key?.purpose !== 'oauth') return null;
     const check = await verifyAccessToken(token, key.publicKey, env.publicUrl);
     if (!check.ok) return null;
     return (await grants.standing(check.claims.grant_id)) ?? null;

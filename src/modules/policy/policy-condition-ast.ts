@@ -36,6 +36,7 @@ export interface ComprehensionArgs {
 export interface CelNode {
   op: string;
   // The shape depends on `op`: a literal, a name, child nodes, map entries or ComprehensionArgs.
+  // biome-ignore lint/suspicious/noExplicitAny: the library types it so; each reader narrows it by op
   args: any;
   pos: number;
   start: number;
@@ -44,6 +45,7 @@ export interface CelNode {
   readonly meta: { alternate?: CelNode; macro?: CelMacro; evaluate?: Evaluate };
   checkedType?: CelType;
   evaluate: Evaluate;
+  // biome-ignore lint/suspicious/noExplicitAny: the library's handlers take op-specific arguments
   handle?: (...args: any[]) => unknown;
 }
 

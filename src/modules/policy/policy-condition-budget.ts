@@ -206,7 +206,10 @@ const isNode = (value: unknown): value is CelNode =>
 function nodesOf(root: CelNode): Set<CelNode> {
   const nodes = new Set<CelNode>();
   const visit = (value: unknown): void => {
-    if (Array.isArray(value)) return value.forEach(visit);
+    if (Array.isArray(value)) {
+      value.forEach(visit);
+      return;
+    }
     if (!isNode(value) || nodes.has(value)) return;
     nodes.add(value);
     evaluatedChildren(value).forEach(visit);

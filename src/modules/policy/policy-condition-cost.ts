@@ -165,7 +165,7 @@ function callSize(node: CelNode, scope: Scope): Size {
   const { loop } = scope;
   if (loop) {
     const flat = flatCostFunctions.has(name) || (name === 'size' && operands[0].checkedType?.kind === 'list');
-    const invariant = operands.find((operand, i) => sizes[i] === 'data');
+    const invariant = operands.find((_operand, i) => sizes[i] === 'data');
     if (invariant && !flat) refuseInLoop(invariant, `\`${name}\` with`, loop);
   }
   return isScalar(node) ? 'bounded' : join(...sizes);
