@@ -4,7 +4,7 @@ import { principalOf } from '../../graphql/context.js';
 import { AppError } from '../../errors.js';
 import { restRoute } from '../../http/rest-routes.js';
 import type { User } from '../../generated/prisma/client.js';
-import { UserRef, UserRoleEnum } from '../user/user.types.js';
+import { UserRef, UserRoleEnum } from '../user/user.graphql.js';
 import type { IssuedSession, RotatedSession, SessionService } from './session.service.js';
 
 const TokenFields = builder.objectRef<IssuedSession>('AccessToken').implement({

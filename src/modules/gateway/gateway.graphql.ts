@@ -6,7 +6,7 @@ import type { RequestState } from '../../http/request-state.js';
 import { closedValues } from '../../graphql/closed-values.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
 import { REASON_CODES, type GatewayDecision, type GatewayRequest, type Reason } from './decision.js';
-import { MatchedPolicyRef } from '../record/record.types.js';
+import { MatchedPolicyRef } from '../record/record.graphql.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {

@@ -7,8 +7,8 @@ import { principalOf } from '../../graphql/context.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { documentOf } from '../manifest/manifest.service.js';
-import { ManifestRef } from '../manifest/manifest.types.js';
-import { UserRef } from '../user/user.types.js';
+import { ManifestRef } from '../manifest/manifest.graphql.js';
+import { UserRef } from '../user/user.graphql.js';
 
 const statuses = ['pending', 'approved', 'denied', 'expired', 'consumed'] as const;
 const ApprovalStatusEnum = builder.enumType('ApprovalStatus', {

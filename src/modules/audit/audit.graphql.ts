@@ -4,7 +4,7 @@ import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute, type StreamParam } from '../../http/stream-routes.js';
-import { UserRef } from '../user/user.types.js';
+import { UserRef } from '../user/user.graphql.js';
 import { ACTOR_TYPES, AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
 import { auditCsvHeader, auditCsvRow, auditEntryOf } from './audit-export.js';
 import type { AuditFilter } from './audit.service.js';

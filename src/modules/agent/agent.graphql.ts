@@ -5,8 +5,8 @@ import { listType } from '../../graphql/list.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import type { AgentUsage, UsageWindow } from '../gateway/gateway.service.js';
-import { AgentManifestRef } from '../manifest/manifest.types.js';
-import { PolicyRef } from '../policy/policy.types.js';
+import { AgentManifestRef } from '../manifest/manifest.graphql.js';
+import { PolicyRef } from '../policy/policy.graphql.js';
 import { agentStatuses, labelsOf } from './agent.service.js';
 
 const AgentStatusEnum = builder.enumType('AgentStatus', { values: agentStatuses });

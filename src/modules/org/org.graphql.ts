@@ -1,7 +1,7 @@
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { restRoute } from '../../http/rest-routes.js';
-import { UserRef } from '../user/user.types.js';
+import { UserRef } from '../user/user.graphql.js';
 
 export const OrganizationRef = builder.prismaObject('Organization', {
   fields: (t) => ({

@@ -1,7 +1,7 @@
 import { builder } from '../../graphql/builder.js';
 import { closedValues } from '../../graphql/closed-values.js';
 import { shapedJsonScalar } from '../../graphql/scalars.js';
-import { toolConfigInputSchema, toolConfigSchema } from './tool-config.schema.js';
+import { toolConfigInputSchema, toolConfigSchema } from './tool-config.json-schema.js';
 import { connectors } from './tool.service.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';

@@ -7,7 +7,7 @@ import { shapedJsonScalar } from '../../graphql/scalars.js';
 import { restRoute, type RestRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import type { ManifestDocument } from './manifest-document.js';
-import { manifestPayloadSchema } from './manifest-payload.schema.js';
+import { manifestPayloadSchema } from './manifest-payload.json-schema.js';
 import { documentOf, type TransitionName } from './manifest.service.js';
 
 const statuses = ['pending', 'active', 'suspended', 'revoked', 'rejected', 'superseded'] as const;

@@ -7,7 +7,7 @@ import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { priceText } from './template.service.js';
-import { tag } from './template.types.js';
+import { tag } from './template.graphql.js';
 
 /** What a purchase can be: `pending` until an invoice is confirmed, then `completed`. */
 const purchaseStatuses = ['pending', 'completed'] as const;
