@@ -1,0 +1,69 @@
+/**
+ * The module boundaries `npm run lint` holds (docs/architecture.md, "Modules"). A module is entered
+ * through its service; its GraphQL types are public so that other modules' schema can refer to
+ * them; a few pure files are public too, listed once here. Everything else in a module, its store
+ * above all, is the module's own.
+ */
+const PUBLIC_FILES = [
+  '\\.service\\.ts$',
+  '\\.graphql\\.ts$',
+  // The one permission table and the password rules every module checks against.
+  '^src/modules/auth/(authz|password)\\.ts$',
+  // The typed union of audit events every audited write names.
+  '^src/modules/audit/audit-events\\.ts$',
+  // Pure rules shared with the decision, the CLI's offline verifier and the console.
+  '^src/modules/gateway/decision\\.ts$',
+  '^src/modules/policy/(policy-rules|policy-condition|policy-condition-budget)\\.ts$',
+  '^src/modules/manifest/manifest-document\\.ts$',
+  '^src/modules/record/(record-chain|record-export)\\.ts$',
+  '^src/modules/tool/connectors\\.ts$',
+];
+
+/** The composition root and the HTTP edge build the modules, so they may reach their constructors. */
+const WIRING = '^src/(services|app)\\.ts$|^src/(http|graphql|cli)/';
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'store-of-another-folder',
+      comment: "A store's statements are its module's: other code calls the module's service.",
+      severity: 'error',
+      from: { path: '^(src/.+)/[^/]+$' },
+      to: { path: '\\.store\\.ts$', pathNot: '^$1/[^/]+$' },
+    },
+    {
+      name: 'module-internals',
+      comment: 'A module uses another only through its service, its GraphQL types or a public pure file.',
+      severity: 'error',
+      from: { path: '^src/modules/([^/]+)/' },
+      to: { path: '^src/modules/', pathNot: ['^src/modules/$1/', ...PUBLIC_FILES] },
+    },
+    {
+      name: 'internals-from-outside',
+      comment: 'Code outside the modules calls their services; only the wiring builds them from their parts.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: ['^src/modules/', WIRING] },
+      to: { path: '^src/modules/', pathNot: PUBLIC_FILES },
+    },
+    {
+      name: 'domain-reads-http',
+      comment: 'The domain knows nothing of HTTP: services take what they need as arguments.',
+      severity: 'error',
+      from: { path: '^src/modules/', pathNot: '\\.graphql\\.ts$' },
+      to: { path: '^src/http/', dependencyTypesNot: ['type-only'] },
+    },
+    {
+      name: 'no-circular',
+      comment: 'Files that import each other in a loop cannot be read, tested or moved one at a time.',
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { circular: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: '^src/generated/' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+  },
+};
