@@ -40,7 +40,8 @@ export interface App {
   services: Services;
   /** Its metrics (served by the separate listener of src/main.ts) and tracer. */
   telemetry: Telemetry;
-  openapi: Record<string, unknown>;
+  /** The OpenAPI document it serves, built on first use. */
+  openapi(): Record<string, unknown>;
   /**
    * Resolves once the process owns its execution journal and has recorded the executions that
    * stopped processes left unrecorded; serve traffic after it.
@@ -59,6 +60,21 @@ export interface App {
 const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
 /** Tools fall due every MCP_UPSTREAM_REFRESH_SECONDS; the sweep looks for them at least this often. */
 const DEFINITIONS_SWEEP_MAX_SECONDS = 60;
+
+/**
+ * The OpenAPI document depends only on the schema, the version and PUBLIC_URL, and building it
+ * costs about a second of CPU (SOFA derives every route again): it is built when first asked for,
+ * once per PUBLIC_URL in the process, instead of at every start.
+ */
+const openApiDocuments = new Map<string | undefined, Record<string, unknown>>();
+function openApiDocument(publicUrl: string | undefined): Record<string, unknown> {
+  let document = openApiDocuments.get(publicUrl);
+  if (!document) {
+    document = buildOpenApiDocument(schema, packageVersion, publicUrl);
+    openApiDocuments.set(publicUrl, document);
+  }
+  return document;
+}
 
 /** The app's telemetry from its environment: OTLP tracing when an endpoint is set, metrics unless METRICS_PORT=0. */
 export function telemetryFromEnv(env: Env, logger: Logger): Telemetry {
@@ -95,7 +111,7 @@ export function createApp({
   const cache = new ConfigCache(db.sql).start();
   const keys = new SigningKeyStore(db.sql, secrets, cache);
   const services = createServices({ env, db, logger, keys, cache, secrets, telemetry });
-  const openapi = buildOpenApiDocument(schema, packageVersion, env.publicUrl);
+  const openapi = () => openApiDocument(env.publicUrl);
   let draining = false;
   const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
     (state.auth ??= services.authenticate(request, state));

@@ -117,6 +117,11 @@ describe('OpenAPI document', () => {
       })),
     );
 
+  test('is the committed schema/openapi.json, with this service as its server (what every test response is checked against)', () => {
+    const committed = JSON.parse(readFileSync(new URL('../schema/openapi.json', import.meta.url), 'utf8'));
+    expect({ ...doc, servers: undefined }).toEqual({ ...committed, servers: undefined });
+  });
+
   test('lists exactly the named routes, with absolute paths from the root server', () => {
     expect(doc.openapi).toMatch(/^3\./);
     // The served document names the service's own address (PUBLIC_URL), so a generated client works as is.

@@ -100,8 +100,8 @@ const redocPage = `<!doctype html>
 
 const cache = new Map<string, Buffer>();
 
-export async function serveDocs(pathname: string, openapi: unknown): Promise<Response | undefined> {
-  if (pathname === '/openapi.json') return Response.json(openapi);
+export async function serveDocs(pathname: string, openapi: () => unknown): Promise<Response | undefined> {
+  if (pathname === '/openapi.json') return Response.json(openapi());
   if (pathname === '/docs' || pathname === '/docs/') {
     return new Response(swaggerPage, { headers: { 'Content-Type': 'text/html; charset=utf-8' } });
   }
