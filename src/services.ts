@@ -42,10 +42,10 @@ export function createServices(deps: Deps) {
   const apiKeys = createApiKeyService(deps);
   const records = createRecordService(deps);
   const tools = createToolService(deps);
-  const tokens = createCapabilityTokenService(deps);
+  const manifests = createManifestService(deps);
+  const tokens = createCapabilityTokenService(deps, { manifests });
   const approvals = createApprovalService(deps);
   const orgs = createOrgService(deps);
-  const manifests = createManifestService(deps);
   const policies = createPolicyService(deps);
   // Agents and OAuth need each other: deactivating an agent revokes its grants, and the consent
   // page shows the agent. Neither calls the other while being built.

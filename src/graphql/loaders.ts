@@ -102,11 +102,11 @@ export function createLoaders(services: Services) {
     /** Audit actors that are users. */
     userById: byIdLoader((orgId, ids) => services.users.byIds(orgId, ids)),
     /** Approvals that records name. */
-    approvalById: byIdLoader((orgId, ids) => services.records.approvalsByIds(orgId, ids)),
+    approvalById: byIdLoader((orgId, ids) => services.approvals.byIds(orgId, ids)),
     /** Every approved version of an agent's manifest, oldest approval first (records' `manifest`). */
     approvedManifests: new DataLoader(
       async (agents: readonly { orgId: string; svcId: string }[]) => {
-        const byKey = await services.records.approvedManifestsOf(agents);
+        const byKey = await services.manifests.approvedOf(agents);
         return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
       },
       { cacheKeyFn: ({ orgId, svcId }) => historyKey(orgId, svcId) },

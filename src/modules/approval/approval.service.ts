@@ -10,7 +10,22 @@ import { agentScope, principalName, type Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { randomId } from '../../lib/ids.js';
-import { consumeApproval, expireDueApprovals, insertPendingApproval, type ApprovalRequest } from './approval.store.js';
+import {
+  approvalById,
+  approvalPage,
+  approvalsByIds,
+  consumeApproval,
+  countOpenPending,
+  decidePendingApproval,
+  denyPendingApprovalsOf,
+  expireDueApprovals,
+  findApproval,
+  findVisibleApproval,
+  insertPendingApproval,
+  type ApprovalQuery,
+  type ApprovalRequest,
+  type ApprovalScope,
+} from './approval.store.js';
 
 export type { ApprovalRequest } from './approval.store.js';
 
@@ -22,9 +37,6 @@ export interface ApprovalFilter {
   limit?: number | null;
   offset?: number | null;
 }
-
-/** The relations a GraphQL selection needs, from Pothos' prisma plugin; empty outside GraphQL. */
-type ApprovalQuery = { include?: Prisma.ApprovalInclude; select?: Prisma.ApprovalSelect };
 
 const MAX_TEXT = 2000;
 
@@ -54,12 +66,7 @@ export function approvalSummary(approval: Approval) {
 export function createApprovalService({ db, telemetry }: Deps) {
   // `agw_approvals_pending`: one count per scrape, over all orgs (an org is no label). Pending ones
   // past their TTL await the sweep and are not counted.
-  telemetry.observePendingApprovals(async () => {
-    const [row] = await db.sql.query<{ pending: number }>(
-      `SELECT count(*)::int AS pending FROM approvals WHERE status = 'pending' AND expires_at > now()`,
-    );
-    return row.pending;
-  });
+  telemetry.observePendingApprovals(() => countOpenPending(db.sql));
 
   async function request(entry: ApprovalRequest): Promise<string> {
     const id = randomId('apr');
@@ -84,7 +91,7 @@ export function createApprovalService({ db, telemetry }: Deps) {
 
   /** Whether `approvalId` lets this exact action through now (read-only; evaluate uses it too). */
   async function check(orgId: string, approvalId: string, actionHash: string): Promise<ApprovalCheck> {
-    const approval = await db.prisma.approval.findFirst({ where: { id: approvalId, orgId } });
+    const approval = await findApproval(db.prisma, orgId, approvalId);
     if (!approval) return { ok: false, message: `Approval ${approvalId} does not exist` };
     if (approval.actionHash !== actionHash)
       return { ok: false, message: 'The approval was given for a different action' };
@@ -108,40 +115,31 @@ export function createApprovalService({ db, telemetry }: Deps) {
   }
 
   /** API keys limited to some agents see only those agents' approvals. */
-  const visibleTo = (principal: Principal): Prisma.ApprovalWhereInput =>
-    agentScope(principal) ? { svcId: { in: [...agentScope(principal)!] } } : {};
+  const visibleTo = (orgId: string, principal: Principal): ApprovalScope => ({ orgId, svcIds: agentScope(principal) });
+
+  /** Approvals by id within the org, in one query (the dashboards' `approval` of a record). */
+  function byIds(orgId: string, ids: readonly string[]): Promise<Approval[]> {
+    return approvalsByIds(db.prisma, orgId, ids);
+  }
 
   async function list(orgId: string, filter: ApprovalFilter, principal: Principal, query: ApprovalQuery = {}) {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: 50, max: 200 }, errors);
     errors.throwIfAny();
     await expireDue(orgId);
-    const visible = { orgId, ...visibleTo(principal) };
-    const where: Prisma.ApprovalWhereInput = {
-      ...visible,
-      ...(filter.status ? { status: filter.status } : {}),
-      ...(filter.svc_id ? { AND: [{ svcId: filter.svc_id }] } : {}),
-    };
-    const [items, total, pendingCount] = await Promise.all([
-      db.prisma.approval.findMany({
-        ...query,
-        where,
-        orderBy: [{ requestedAt: 'desc' }, { id: 'desc' }],
-        take: limit,
-        skip: offset,
-      }),
-      db.prisma.approval.count({ where }),
-      db.prisma.approval.count({ where: { ...visible, status: 'pending' } }),
-    ]);
+    const { items, total, pendingCount } = await approvalPage(
+      db.prisma,
+      visibleTo(orgId, principal),
+      { status: filter.status, svcId: filter.svc_id },
+      { limit, offset },
+      query,
+    );
     return { items, total, pending_count: pendingCount };
   }
 
   async function get(orgId: string, approvalId: string, principal: Principal, query: ApprovalQuery = {}) {
     await expireDue(orgId);
-    const approval = await db.prisma.approval.findFirst({
-      ...query,
-      where: { id: approvalId, orgId, ...visibleTo(principal) },
-    });
+    const approval = await findVisibleApproval(db.prisma, visibleTo(orgId, principal), approvalId, query);
     if (!approval) throw notFound('Approval');
     return approval;
   }
@@ -168,26 +166,21 @@ export function createApprovalService({ db, telemetry }: Deps) {
     }
     const decidedBy = principalName(principal);
     const decided = await db.prisma.$transaction(async (tx) => {
-      // Conditional on `pending`: of two concurrent decisions exactly one changes the row.
-      const changed = await tx.approval.updateMany({
-        where: { id: approvalId, orgId, status: 'pending', expiresAt: { gt: new Date() } },
-        data: {
-          status: verdict,
-          decidedBy,
-          decidedByUserId: principal.type === 'user' ? principal.userId : null,
-          decidedAt: new Date(),
-          notes,
-          reason: verdict === 'denied' ? reason : null,
-        },
+      const changed = await decidePendingApproval(tx, orgId, approvalId, {
+        status: verdict,
+        decidedBy,
+        decidedByUserId: principal.type === 'user' ? principal.userId : null,
+        notes,
+        reason: verdict === 'denied' ? reason : null,
       });
-      if (changed.count === 0) {
-        const now = await tx.approval.findUniqueOrThrow({ where: { id: approvalId } });
+      if (!changed) {
+        const now = await approvalById(tx, approvalId);
         const status = now.status === 'pending' ? 'expired' : now.status;
         throw new AppError('INVALID_STATE_TRANSITION', `The approval is already ${status}`, {
           details: { from: status, to: verdict },
         });
       }
-      const decided = await tx.approval.findUniqueOrThrow({ ...query, where: { id: approvalId } });
+      const decided = await approvalById(tx, approvalId, query);
       const snapshot = { svc_id: decided.svcId, capability: decided.capability, action_hash: decided.actionHash };
       await recordAudit(tx, orgId, actorOf(principal), {
         action: verdict === 'approved' ? 'approval.approved' : 'approval.denied',
@@ -216,21 +209,14 @@ export function createApprovalService({ db, telemetry }: Deps) {
     reason: string,
     decidedBy: string,
   ) {
-    const pending = await tx.approval.findMany({ where: { orgId, svcId, status: 'pending' }, select: { id: true } });
-    if (!pending.length) return 0;
-    const ids = pending.map((approval) => approval.id);
-    await tx.approval.updateMany({
-      where: { id: { in: ids }, status: 'pending' },
-      data: { status: 'denied', decidedBy, decidedAt: new Date(), reason },
-    });
-    const decided = await tx.approval.findMany({ where: { id: { in: ids } } });
+    const decided = await denyPendingApprovalsOf(tx, orgId, svcId, { decidedBy, reason });
     for (const approval of decided) {
       await enqueueWebhookEvent(sqlConnectionOf(tx), orgId, 'approval.decided', approvalSummary(approval));
     }
     return decided.length;
   }
 
-  return { request, check, consume, expireDue, list, get, decide, denyPendingOfAgent };
+  return { request, check, consume, expireDue, list, get, byIds, decide, denyPendingOfAgent };
 }
 
 export type ApprovalService = ReturnType<typeof createApprovalService>;

@@ -6,6 +6,9 @@ import { currentRequest } from '../../http/request-state.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Actor, AuditEvent } from './audit-events.js';
 import { timeOrderedId } from '../../lib/ids.js';
+import { auditBatch, auditPage, insertAuditEntry, type AuditFilter } from './audit.store.js';
+
+export type { AuditFilter } from './audit.store.js';
 
 type Tx = Prisma.TransactionClient;
 
@@ -19,37 +22,22 @@ export function auditId(now = Date.now()): string {
  * exactly when the change committed.
  */
 export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: AuditEvent): Promise<void> {
-  await tx.auditLog.create({
-    data: {
-      id: auditId(),
-      orgId,
-      actorType: actor.type,
-      actorId: actor.id,
-      actorLabel: actor.label,
-      action: event.action,
-      targetType: event.targetType,
-      targetId: event.targetId,
-      before: (event.before ?? undefined) as Prisma.InputJsonValue | undefined,
-      after: (event.after ?? undefined) as Prisma.InputJsonValue | undefined,
-      reason: event.reason,
-      requestId: currentRequest()?.requestId,
-    },
+  await insertAuditEntry(tx, {
+    id: auditId(),
+    orgId,
+    actorType: actor.type,
+    actorId: actor.id,
+    actorLabel: actor.label,
+    action: event.action,
+    targetType: event.targetType,
+    targetId: event.targetId,
+    before: (event.before ?? undefined) as Prisma.InputJsonValue | undefined,
+    after: (event.after ?? undefined) as Prisma.InputJsonValue | undefined,
+    reason: event.reason,
+    requestId: currentRequest()?.requestId,
   });
   // Every audited write may change what gateways cache (keys, manifests, tools, settings).
   await bumpConfigVersion(tx);
-}
-
-export interface AuditFilter {
-  /** An actor id (user id, API key id) or label (email, whatever its case; key prefix). */
-  actor?: string | null;
-  /** `manifest.approved` exactly, or a family: `manifest` matches every `manifest.…` action. */
-  action?: string | null;
-  target_type?: string | null;
-  target_id?: string | null;
-  /** Inclusive. */
-  from?: Date | null;
-  /** Exclusive. */
-  to?: Date | null;
 }
 
 export interface AuditPage {
@@ -62,7 +50,7 @@ export const AUDIT_EXPORT_BATCH = 1000;
 const actionPattern = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const targetTypePattern = /^[a-z][a-z0-9_]*$/;
 
-function whereOf(orgId: string, filter: AuditFilter, errors: FieldErrors): Prisma.AuditLogWhereInput {
+function checkFilter(filter: AuditFilter, errors: FieldErrors): void {
   const { actor, action, target_type: targetType, target_id: targetId, from, to } = filter;
   if (actor != null && (actor.length < 1 || actor.length > 320)) errors.add('actor', 'must be 1 to 320 characters');
   if (action != null && !(action.length <= 100 && actionPattern.test(action))) {
@@ -74,16 +62,6 @@ function whereOf(orgId: string, filter: AuditFilter, errors: FieldErrors): Prism
   if (targetId != null && (targetId.length < 1 || targetId.length > 200))
     errors.add('target_id', 'must be 1 to 200 characters');
   if (from && to && from.getTime() >= to.getTime()) errors.add('to', 'must be after from');
-  const conditions: Prisma.AuditLogWhereInput[] = [{ orgId }];
-  // Emails are stored lower-cased, so a label also matches in lower case.
-  if (actor)
-    conditions.push({ OR: [{ actorId: actor }, { actorLabel: { in: [...new Set([actor, actor.toLowerCase()])] } }] });
-  if (action) conditions.push({ action: action.includes('.') ? action : { startsWith: `${action}.` } });
-  if (targetType) conditions.push({ targetType });
-  if (targetId) conditions.push({ targetId });
-  if (from) conditions.push({ createdAt: { gte: from } });
-  if (to) conditions.push({ createdAt: { lt: to } });
-  return { AND: conditions };
 }
 
 export function createAuditService({ db }: Deps) {
@@ -91,18 +69,9 @@ export function createAuditService({ db }: Deps) {
   async function list(orgId: string, filter: AuditFilter & AuditPage) {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: 50, max: 1000 }, errors);
-    const where = whereOf(orgId, filter, errors);
+    checkFilter(filter, errors);
     errors.throwIfAny();
-    const [items, total] = await Promise.all([
-      db.prisma.auditLog.findMany({
-        where,
-        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-        take: limit,
-        skip: offset,
-      }),
-      db.prisma.auditLog.count({ where }),
-    ]);
-    return { items, total };
+    return auditPage(db.prisma, orgId, filter, { limit, offset });
   }
 
   /**
@@ -117,24 +86,12 @@ export function createAuditService({ db }: Deps) {
     batchSize = AUDIT_EXPORT_BATCH,
   ): AsyncIterable<AuditLog[]> {
     const errors = new FieldErrors();
-    const where = whereOf(orgId, filter, errors);
+    checkFilter(filter, errors);
     errors.throwIfAny();
     return (async function* () {
       let after: { createdAt: Date; id: string } | undefined;
       for (;;) {
-        const batch = await db.prisma.auditLog.findMany({
-          where: after
-            ? {
-                AND: [
-                  where,
-                  { createdAt: { gte: after.createdAt } },
-                  { OR: [{ createdAt: { gt: after.createdAt } }, { id: { gt: after.id } }] },
-                ],
-              }
-            : where,
-          orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
-          take: batchSize,
-        });
+        const batch = await auditBatch(db.prisma, orgId, filter, after, batchSize);
         if (batch.length) yield batch;
         if (batch.length < batchSize) return;
         const last = batch[batch.length - 1];

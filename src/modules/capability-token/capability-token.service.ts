@@ -7,7 +7,15 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { principalName, type Principal } from '../auth/authz.js';
 import { randomId } from '../../lib/ids.js';
-import { useToken } from './capability-token.store.js';
+import type { ManifestService } from '../manifest/manifest.service.js';
+import {
+  findToken,
+  insertToken,
+  markTokenRevoked,
+  revokeTokensOfAgent,
+  tokensOf,
+  useToken,
+} from './capability-token.store.js';
 
 /**
  * Capability tokens: EdDSA JWTs (`typ: cap+jwt`, audience `agent-gateway`) that narrow what an
@@ -32,7 +40,10 @@ export type TokenCheck =
   | { ok: true; tokenId: string; capabilities: string[]; maxUses: number | null }
   | { ok: false; message: string };
 
-export function createCapabilityTokenService({ db, keys }: Deps) {
+export function createCapabilityTokenService(
+  { db, keys }: Deps,
+  { manifests }: { manifests: Pick<ManifestService, 'current'> },
+) {
   async function issue(orgId: string, input: IssueTokenInput, actor: Principal) {
     const errors = new FieldErrors();
     const lifetime = input.expires_in_seconds;
@@ -43,7 +54,8 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
       errors.add('max_uses', 'must be a positive integer');
     }
     if (!input.capabilities.length) errors.add('capabilities', 'must list at least one capability');
-    const manifest = await db.prisma.manifest.findFirst({ where: { orgId, svcId: input.svc_id, status: 'active' } });
+    const current = await manifests.current(orgId, input.svc_id);
+    const manifest = current?.status === 'active' ? current : null;
     if (!manifest) errors.add('svc_id', 'has no active manifest');
     input.capabilities.forEach((capability, i) => {
       if (manifest && !manifest.approvedCapabilities.includes(capability)) {
@@ -72,16 +84,14 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
       .setJti(tokenId)
       .sign(key.privateKey);
     const row = await db.prisma.$transaction(async (tx) => {
-      const created = await tx.capabilityToken.create({
-        data: {
-          id: tokenId,
-          orgId,
-          svcId: input.svc_id,
-          capabilities,
-          maxUses: input.max_uses ?? null,
-          expiresAt,
-          createdBy: principalName(actor),
-        },
+      const created = await insertToken(tx, {
+        id: tokenId,
+        orgId,
+        svcId: input.svc_id,
+        capabilities,
+        maxUses: input.max_uses ?? null,
+        expiresAt,
+        createdBy: principalName(actor),
       });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'capability_token.issued',
@@ -100,26 +110,20 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
   }
 
   async function list(orgId: string) {
-    const items = await db.prisma.capabilityToken.findMany({ where: { orgId }, orderBy: [{ createdAt: 'desc' }] });
+    const items = await tokensOf(db.prisma, orgId);
     return { items, total: items.length };
   }
 
   /** Revokes every live token of an agent, in the caller's transaction (an agent's deactivation). Returns how many. */
-  async function revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> {
-    const revoked = await tx.capabilityToken.updateMany({
-      where: { orgId, svcId, revokedAt: null },
-      data: { revokedAt: new Date() },
-    });
-    return revoked.count;
+  function revokeAllOfAgent(tx: Prisma.TransactionClient, orgId: string, svcId: string): Promise<number> {
+    return revokeTokensOfAgent(tx, orgId, svcId);
   }
 
   async function revoke(orgId: string, tokenId: string, actor: Principal) {
     return db.prisma.$transaction(async (tx) => {
-      const existing = await tx.capabilityToken.findFirst({ where: { id: tokenId, orgId } });
+      const existing = await findToken(tx, orgId, tokenId);
       if (!existing) throw notFound('Capability token');
-      const revoked = existing.revokedAt
-        ? existing
-        : await tx.capabilityToken.update({ where: { id: tokenId }, data: { revokedAt: new Date() } });
+      const revoked = existing.revokedAt ? existing : await markTokenRevoked(tx, tokenId);
       if (!existing.revokedAt) {
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'capability_token.revoked',
@@ -165,7 +169,7 @@ export function createCapabilityTokenService({ db, keys }: Deps) {
     if (payload.org_id !== orgId) return { ok: false, message: 'The capability token belongs to another organization' };
     if (payload.sub !== svcId)
       return { ok: false, message: `The capability token was issued for agent "${payload.sub}"` };
-    const row = await db.prisma.capabilityToken.findFirst({ where: { id: payload.jti!, orgId } });
+    const row = await findToken(db.prisma, orgId, payload.jti!);
     if (!row) return { ok: false, message: 'The capability token is unknown' };
     if (row.revokedAt) return { ok: false, message: 'The capability token has been revoked' };
     if (row.expiresAt.getTime() <= Date.now()) return { ok: false, message: 'The capability token has expired' };

@@ -295,6 +295,20 @@ export function createManifestService({ db, cache }: Deps) {
     return byKey;
   }
 
+  /** Approved versions of several agents' manifests in one query, oldest approval first, by historyKey. */
+  async function approvedOf(agents: readonly { orgId: string; svcId: string }[]) {
+    const manifests = await db.prisma.manifest.findMany({
+      where: { approvedAt: { not: null }, OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
+      orderBy: [{ approvedAt: 'asc' }, { id: 'asc' }],
+    });
+    const byKey = new Map<string, Manifest[]>();
+    for (const manifest of manifests) {
+      const key = historyKey(manifest.orgId, manifest.svcId);
+      byKey.set(key, [...(byKey.get(key) ?? []), manifest]);
+    }
+    return byKey;
+  }
+
   async function transition(
     orgId: string,
     manifestId: string,
@@ -399,6 +413,7 @@ export function createManifestService({ db, cache }: Deps) {
     history,
     historyOf,
     currentOf,
+    approvedOf,
     transition,
     current,
     limitsOf: (manifest: Manifest) => effectiveLimits(documentOf(manifest)),

@@ -3,8 +3,7 @@ import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
 import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
-import type { InteractionRecord, Manifest, Prisma } from '../../generated/prisma/client.js';
-import { historyKey } from '../manifest/manifest.service.js';
+import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js';
 import {
   GENESIS_HASH,
   recordHashOf,
@@ -16,7 +15,17 @@ import {
 } from './record-chain.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
-import { existingRecordIds, exportRange, insertRecordsAndAdvanceHead, lockChainHead } from './record.store.js';
+import {
+  countRecordsInSeqRange,
+  existingRecordIds,
+  exportRange,
+  findRecord,
+  insertRecordsAndAdvanceHead,
+  lockChainHead,
+  recordHashAt,
+  recordPage,
+  recordsInSeqRange,
+} from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 import { secondsSince } from '../../observability/telemetry.js';
 
@@ -255,7 +264,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
   }
 
   async function get(orgId: string, recordId: string) {
-    const record = await db.prisma.interactionRecord.findFirst({ where: { id: recordId, orgId } });
+    const record = await findRecord(db.prisma, orgId, recordId);
     if (!record) throw notFound('Record');
     return record;
   }
@@ -265,21 +274,12 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     const { limit, offset } = limitOffset(filter, { limit: 100, max: 1000 }, errors);
     errors.throwIfAny();
     const [type, tool] = filter.action?.includes(':') ? filter.action.split(':', 2) : [filter.action, undefined];
-    const where: Prisma.InteractionRecordWhereInput = {
+    return recordPage(
+      db.prisma,
       orgId,
-      ...(filter.agent_id ? { agentId: filter.agent_id } : {}),
-      ...(type ? { actionType: type } : {}),
-      ...(tool ? { tool } : {}),
-      ...(filter.status ? { status: filter.status } : {}),
-      ...(filter.from || filter.to
-        ? { createdAt: { ...(filter.from ? { gte: filter.from } : {}), ...(filter.to ? { lt: filter.to } : {}) } }
-        : {}),
-    };
-    const [items, total] = await Promise.all([
-      db.prisma.interactionRecord.findMany({ where, orderBy: [{ seq: 'desc' }], take: limit, skip: offset }),
-      db.prisma.interactionRecord.count({ where }),
-    ]);
-    return { items, total };
+      { agentId: filter.agent_id, actionType: type, tool, status: filter.status, from: filter.from, to: filter.to },
+      { limit, offset },
+    );
   }
 
   /** Recomputes the hash, checks the signature against the signing key and the link to the previous record. */
@@ -290,16 +290,10 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     const signature = Boolean(
       key && key.purpose === 'record' && verifyRecordSignature(record.recordHash, record.signature, key.publicKey),
     );
-    let chain: boolean;
-    if (record.seq === 1n) {
-      chain = record.prevHash === GENESIS_HASH;
-    } else {
-      const previous = await db.prisma.interactionRecord.findUnique({
-        where: { orgId_seq: { orgId, seq: record.seq - 1n } },
-        select: { recordHash: true },
-      });
-      chain = previous?.recordHash === record.prevHash;
-    }
+    const chain =
+      record.seq === 1n
+        ? record.prevHash === GENESIS_HASH
+        : (await recordHashAt(db.prisma, orgId, record.seq - 1n)) === record.prevHash;
     return { record_id: record.id, valid: hash && signature && chain, checks: { hash, signature, chain } };
   }
 
@@ -326,10 +320,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     let first = range?.first_seq ? BigInt(range.first_seq) : null;
     let last = range?.last_seq ? BigInt(range.last_seq) : null;
     if (first === null || last === null || first > last) first = last = null;
-    const count =
-      first === null
-        ? 0
-        : await db.prisma.interactionRecord.count({ where: { orgId, seq: { gte: first, lte: last! } } });
+    const count = first === null ? 0 : await countRecordsInSeqRange(db.prisma, orgId, first, last!);
     const header = signHeader(
       {
         type: 'header',
@@ -351,11 +342,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
       if (first === null || last === null) return;
       let next = first;
       while (next <= last) {
-        const batch = await db.prisma.interactionRecord.findMany({
-          where: { orgId, seq: { gte: next, lte: last } },
-          orderBy: [{ seq: 'asc' }],
-          take: RECORD_EXPORT_BATCH,
-        });
+        const batch = await recordsInSeqRange(db.prisma, orgId, next, last, RECORD_EXPORT_BATCH);
         if (!batch.length) return;
         yield batch;
         next = batch[batch.length - 1].seq + 1n;
@@ -364,26 +351,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     return { header, batches: batches() };
   }
 
-  /** Approvals by id within the org, in one query (the dashboards' `approval` of a record). */
-  async function approvalsByIds(orgId: string, ids: readonly string[]) {
-    return db.prisma.approval.findMany({ where: { orgId, id: { in: [...ids] } } });
-  }
-
-  /** Approved versions of several agents' manifests in one query, oldest approval first, by historyKey. */
-  async function approvedManifestsOf(agents: readonly { orgId: string; svcId: string }[]) {
-    const manifests = await db.prisma.manifest.findMany({
-      where: { approvedAt: { not: null }, OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
-      orderBy: [{ approvedAt: 'asc' }, { id: 'asc' }],
-    });
-    const byKey = new Map<string, Manifest[]>();
-    for (const manifest of manifests) {
-      const key = historyKey(manifest.orgId, manifest.svcId);
-      byKey.set(key, [...(byKey.get(key) ?? []), manifest]);
-    }
-    return byKey;
-  }
-
-  return { append, existing, get, list, verify, exportRecords, approvalsByIds, approvedManifestsOf };
+  return { append, existing, get, list, verify, exportRecords };
 }
 
 export type RecordService = ReturnType<typeof createRecordService>;

@@ -1,10 +1,11 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
-import type { InteractionRecord } from '../../generated/prisma/client.js';
+import type { InteractionRecord, Prisma, PrismaClient } from '../../generated/prisma/client.js';
 import { GENESIS_HASH } from './record-chain.js';
 
 /**
  * The record module's SQL: the org's chain head (locked by every append, so the chain never
- * forks), batch inserts of signed records, and the reads the export and recovery need.
+ * forks), batch inserts of signed records, and the reads the dashboards, verification, the export
+ * and recovery need.
  */
 
 /**
@@ -129,4 +130,73 @@ export async function exportRange(sql: SqlDriver, orgId: string, from: Date | nu
     [orgId, from, to],
   );
   return range as typeof range | undefined;
+}
+
+/** One record of the org, or null. */
+export function findRecord(prisma: PrismaClient, orgId: string, recordId: string): Promise<InteractionRecord | null> {
+  return prisma.interactionRecord.findFirst({ where: { id: recordId, orgId } });
+}
+
+/** What the dashboards filter records by; an empty criterion matches every record. */
+export interface RecordCriteria {
+  agentId?: string | null;
+  actionType?: string | null;
+  tool?: string | null;
+  status?: 'approved' | 'denied' | null;
+  /** Inclusive. */
+  from?: Date | null;
+  /** Exclusive. */
+  to?: Date | null;
+}
+
+/** A page of the org's records that match, newest (highest seq) first, and how many match in all. */
+export async function recordPage(
+  prisma: PrismaClient,
+  orgId: string,
+  criteria: RecordCriteria,
+  page: { limit: number; offset: number },
+): Promise<{ items: InteractionRecord[]; total: number }> {
+  const { agentId, actionType, tool, status, from, to } = criteria;
+  const where: Prisma.InteractionRecordWhereInput = {
+    orgId,
+    ...(agentId ? { agentId } : {}),
+    ...(actionType ? { actionType } : {}),
+    ...(tool ? { tool } : {}),
+    ...(status ? { status } : {}),
+    ...(from || to ? { createdAt: { ...(from ? { gte: from } : {}), ...(to ? { lt: to } : {}) } } : {}),
+  };
+  const [items, total] = await Promise.all([
+    prisma.interactionRecord.findMany({ where, orderBy: [{ seq: 'desc' }], take: page.limit, skip: page.offset }),
+    prisma.interactionRecord.count({ where }),
+  ]);
+  return { items, total };
+}
+
+/** The hash of the org's record at `seq`, undefined when there is none. */
+export async function recordHashAt(prisma: PrismaClient, orgId: string, seq: bigint): Promise<string | undefined> {
+  const record = await prisma.interactionRecord.findUnique({
+    where: { orgId_seq: { orgId, seq } },
+    select: { recordHash: true },
+  });
+  return record?.recordHash;
+}
+
+/** How many of the org's records have a seq in [first, last]. */
+export function countRecordsInSeqRange(prisma: PrismaClient, orgId: string, first: bigint, last: bigint) {
+  return prisma.interactionRecord.count({ where: { orgId, seq: { gte: first, lte: last } } });
+}
+
+/** Up to `take` of the org's records with a seq in [first, last], in seq order. */
+export function recordsInSeqRange(
+  prisma: PrismaClient,
+  orgId: string,
+  first: bigint,
+  last: bigint,
+  take: number,
+): Promise<InteractionRecord[]> {
+  return prisma.interactionRecord.findMany({
+    where: { orgId, seq: { gte: first, lte: last } },
+    orderBy: [{ seq: 'asc' }],
+    take,
+  });
 }
