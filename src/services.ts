@@ -38,13 +38,14 @@ const ORG_ANTICIPATION_MS = 1;
 const ORG_ANTICIPATION_LIMIT = 3;
 
 export function createServices(deps: Deps) {
-  const sessions = createSessionService(deps);
+  const users = createUserService(deps);
+  const sessions = createSessionService(deps, { users });
   const apiKeys = createApiKeyService(deps);
   const records = createRecordService(deps);
   const tools = createToolService(deps);
   const tokens = createCapabilityTokenService(deps);
   const approvals = createApprovalService(deps);
-  const orgs = createOrgService(deps);
+  const orgs = createOrgService(deps, { users });
   const manifests = createManifestService(deps);
   const policies = createPolicyService(deps);
   // Agents and OAuth need each other: deactivating an agent revokes its grants, and the consent
@@ -73,7 +74,7 @@ export function createServices(deps: Deps) {
   return {
     ...deps,
     orgs,
-    users: createUserService(deps),
+    users,
     audit: createAuditService(deps),
     manifests,
     agents,
