@@ -72,7 +72,14 @@ export function createServices(deps: Deps) {
     policies,
   });
   return {
-    ...deps,
+    /**
+     * The Prisma client that Pothos's prisma plugin loads a selection's relations with
+     * (src/graphql/builder.ts); resolvers reach data through the services.
+     */
+    graphqlPrisma: deps.db.prisma,
+    /** The settings and signing keys, named rather than the whole deps: tests and scripts/bench.ts read them. */
+    env: deps.env,
+    keys: deps.keys,
     orgs,
     users,
     audit: createAuditService(deps),
