@@ -229,7 +229,7 @@ export function createApp({
       () =>
         Promise.all([
           pruneCounters(db.sql),
-          db.sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()'),
+          services.sessions.pruneRevokedTokens(),
           services.sessions.prune(),
           services.oauth.prune(),
         ]),

@@ -38,14 +38,15 @@ const ORG_ANTICIPATION_MS = 1;
 const ORG_ANTICIPATION_LIMIT = 3;
 
 export function createServices(deps: Deps) {
-  const sessions = createSessionService(deps);
+  const users = createUserService(deps);
+  const sessions = createSessionService(deps, { users });
   const apiKeys = createApiKeyService(deps);
   const records = createRecordService(deps);
   const tools = createToolService(deps);
   const manifests = createManifestService(deps);
   const tokens = createCapabilityTokenService(deps, { manifests });
   const approvals = createApprovalService(deps);
-  const orgs = createOrgService(deps);
+  const orgs = createOrgService(deps, { users });
   const policies = createPolicyService(deps);
   // Agents and OAuth need each other: deactivating an agent revokes its grants, and the consent
   // page shows the agent. Neither calls the other while being built.
@@ -71,9 +72,16 @@ export function createServices(deps: Deps) {
     policies,
   });
   return {
-    ...deps,
+    /**
+     * The Prisma client that Pothos's prisma plugin loads a selection's relations with
+     * (src/graphql/builder.ts); resolvers reach data through the services.
+     */
+    graphqlPrisma: deps.db.prisma,
+    /** The settings and signing keys, named rather than the whole deps: tests and scripts/bench.ts read them. */
+    env: deps.env,
+    keys: deps.keys,
     orgs,
-    users: createUserService(deps),
+    users,
     audit: createAuditService(deps),
     manifests,
     agents,

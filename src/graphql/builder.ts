@@ -46,7 +46,7 @@ export const builder = new SchemaBuilder<{
     unauthorizedError,
   },
   prisma: {
-    client: (ctx) => ctx.services.db.prisma,
+    client: (ctx) => ctx.services.graphqlPrisma,
     dmmf: getDatamodel(),
     exposeDescriptions: false,
     filterConnectionTotalCount: true,

@@ -1,4 +1,5 @@
 import type { SqlConnection, SqlDriver } from '../db/sql.js';
+import { incrementConfigVersion, readConfigVersion } from './config-cache.store.js';
 
 /**
  * In-process caches for what the gateway reads on every call (API keys, manifests, tools, org
@@ -19,7 +20,7 @@ export function configChangedLocally(): void {
 export async function bumpConfigVersion(tx: {
   $executeRaw: (q: TemplateStringsArray) => Promise<number>;
 }): Promise<void> {
-  await tx.$executeRaw`UPDATE config_versions SET version = version + 1 WHERE id = 1`;
+  await incrementConfigVersion(tx);
   configChangedLocally();
 }
 
@@ -62,11 +63,9 @@ export class ConfigCache {
 
   private async poll(): Promise<void> {
     try {
-      const [row] = await this.sql.query<{ version: string }>(
-        'SELECT version::text AS version FROM config_versions WHERE id = 1',
-      );
-      if (this.version !== undefined && row?.version !== this.version) this.clear();
-      this.version = row?.version;
+      const version = await readConfigVersion(this.sql);
+      if (this.version !== undefined && version !== this.version) this.clear();
+      this.version = version;
     } catch {
       // The database is away (shutdown, outage): nothing cached can be trusted.
       this.clear();

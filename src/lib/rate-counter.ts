@@ -1,4 +1,5 @@
 import type { SqlDriver } from '../db/sql.js';
+import { decrementCounter, deleteCounter, deleteCountersBefore, incrementCounters } from './rate-counter.store.js';
 
 /**
  * Fixed-window counters in the database, so that every process on one database shares them.
@@ -20,34 +21,17 @@ export function fixedWindow(windowSeconds: number, now = Date.now()): Window {
 /**
  * Adds one to each bucket's current window and returns the new counts, in one statement: every
  * concurrent caller gets a count of its own, so a limit checked against it cannot be overrun.
- * Rows are locked in bucket order, so two callers never wait on each other in a cycle.
  */
-export async function hit(sql: SqlDriver, buckets: readonly string[], window: Window): Promise<Map<string, number>> {
-  const rows = await sql.query<{ bucket: string; count: number }>(
-    `INSERT INTO rate_counters (bucket, window_start, count)
-     SELECT bucket, $2, 1 FROM unnest($1::text[]) AS bucket ORDER BY bucket
-     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1
-     RETURNING bucket, count`,
-    [[...new Set(buckets)].sort(), window.start],
-  );
-  return new Map(rows.map((r) => [r.bucket, r.count]));
-}
+export const hit = (sql: SqlDriver, buckets: readonly string[], window: Window): Promise<Map<string, number>> =>
+  incrementCounters(sql, buckets, window.start);
 
 /** Takes back one hit (never below zero): an attempt that turned out to be no failure. */
-export async function unhit(sql: SqlDriver, bucket: string, window: Window): Promise<void> {
-  await sql.query('UPDATE rate_counters SET count = count - 1 WHERE bucket = $1 AND window_start = $2 AND count > 0', [
-    bucket,
-    window.start,
-  ]);
-}
+export const unhit = (sql: SqlDriver, bucket: string, window: Window): Promise<void> =>
+  decrementCounter(sql, bucket, window.start);
 
-export async function reset(sql: SqlDriver, bucket: string, window: Window): Promise<void> {
-  await sql.query('DELETE FROM rate_counters WHERE bucket = $1 AND window_start = $2', [bucket, window.start]);
-}
+export const reset = (sql: SqlDriver, bucket: string, window: Window): Promise<void> =>
+  deleteCounter(sql, bucket, window.start);
 
 /** Drops windows that ended long ago; called periodically. */
-export async function pruneCounters(sql: SqlDriver, olderThanSeconds = 86400): Promise<void> {
-  await sql.query('DELETE FROM rate_counters WHERE window_start < $1', [
-    new Date(Date.now() - olderThanSeconds * 1000),
-  ]);
-}
+export const pruneCounters = (sql: SqlDriver, olderThanSeconds = 86400): Promise<void> =>
+  deleteCountersBefore(sql, new Date(Date.now() - olderThanSeconds * 1000));

@@ -2,7 +2,19 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, ty
 import type { JWK } from 'jose';
 import type { SqlConnection, SqlDriver } from '../db/sql.js';
 import { configChangedLocally, type ConfigCache } from './config-cache.js';
+import { incrementConfigVersionOn } from './config-cache.store.js';
 import { SecretUnavailableError, type SecretBox } from './secret-box.js';
+import {
+  activeKeyRow,
+  insertKeyRow,
+  type KeyRow,
+  keyRowByKid,
+  lockKeyGeneration,
+  privateKeysForUpdate,
+  publicJwksOf,
+  retireActiveKeys,
+  updateSealedPrivateKey,
+} from './signing-keys.store.js';
 
 /**
  * Ed25519 keys the service signs with, one active key per purpose, generated on first use and
@@ -20,18 +32,6 @@ export interface SigningKey {
   publicJwk: JWK;
   retired: boolean;
 }
-
-interface KeyRow {
-  kid: string;
-  purpose: KeyPurpose;
-  public_jwk: JWK;
-  private_key: string;
-  encrypted: boolean;
-  retired_at: Date | null;
-}
-
-// Distinct from the migration lock; serializes first-start key generation across processes.
-const KEY_GENERATION_LOCK = 72707370;
 
 export class SigningKeyStore {
   private readonly byKid = new Map<string, SigningKey>();
@@ -56,11 +56,8 @@ export class SigningKeyStore {
   private async loadActive(purpose: KeyPurpose): Promise<SigningKey> {
     // The lock makes processes starting at once on an empty database agree on one key.
     const key = await this.sql.transaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock($1)', [KEY_GENERATION_LOCK]);
-      const [row] = await tx.query<KeyRow>(
-        'SELECT * FROM signing_keys WHERE purpose = $1 AND retired_at IS NULL ORDER BY created_at DESC LIMIT 1',
-        [purpose],
-      );
+      await lockKeyGeneration(tx);
+      const row = await activeKeyRow(tx, purpose);
       if (row) return this.fromRow(row);
       return this.insertNew(tx, purpose);
     });
@@ -72,28 +69,24 @@ export class SigningKeyStore {
   async byId(kid: string): Promise<SigningKey | undefined> {
     const cached = this.byKid.get(kid);
     if (cached) return cached;
-    const [row] = await this.sql.query<KeyRow>('SELECT * FROM signing_keys WHERE kid = $1', [kid]);
+    const row = await keyRowByKid<KeyPurpose>(this.sql, kid);
     return row ? this.fromRow(row) : undefined;
   }
 
   /** Public keys (active and retired) of the purposes, as a JWKS, for offline verification. */
   async jwks(purposes: KeyPurpose[]): Promise<{ keys: JWK[] }> {
     await Promise.all(purposes.map((purpose) => this.activeKey(purpose)));
-    const rows = await this.sql.query<{ public_jwk: JWK; purpose: string; retired_at: Date | null }>(
-      'SELECT public_jwk, purpose, retired_at FROM signing_keys WHERE purpose = ANY($1) ORDER BY created_at',
-      [purposes],
-    );
-    return { keys: rows.map((row) => row.public_jwk) };
+    return { keys: await publicJwksOf(this.sql, purposes) };
   }
 
   /** Makes a new active key for the purpose and retires the old one (which still verifies). */
   async rotate(purpose: KeyPurpose): Promise<SigningKey> {
     const key = await this.sql.transaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock($1)', [KEY_GENERATION_LOCK]);
-      await tx.query('UPDATE signing_keys SET retired_at = now() WHERE purpose = $1 AND retired_at IS NULL', [purpose]);
+      await lockKeyGeneration(tx);
+      await retireActiveKeys(tx, purpose);
       const created = await this.insertNew(tx, purpose);
       // Other processes drop their cached active key on their next config poll.
-      await tx.query('UPDATE config_versions SET version = version + 1 WHERE id = 1');
+      await incrementConfigVersionOn(tx);
       return created;
     });
     for (const cached of this.byKid.values())
@@ -108,16 +101,19 @@ export class SigningKeyStore {
     const kid = `${purpose}_${randomBytes(9).toString('base64url')}`;
     const publicJwk = { ...publicKey.export({ format: 'jwk' }), kid, alg: 'EdDSA', use: 'sig' } as JWK;
     const pem = privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
-    await conn.query(
-      'INSERT INTO signing_keys (kid, purpose, algorithm, public_jwk, private_key, encrypted) VALUES ($1, $2, $3, $4, $5, $6)',
-      [kid, purpose, 'EdDSA', JSON.stringify(publicJwk), this.secrets.seal(pem), this.secrets.encrypting],
-    );
+    await insertKeyRow(conn, {
+      kid,
+      purpose,
+      publicJwk,
+      privateKey: this.secrets.seal(pem),
+      encrypted: this.secrets.encrypting,
+    });
     const key: SigningKey = { kid, purpose, privateKey, publicKey, publicJwk, retired: false };
     this.byKid.set(kid, key);
     return key;
   }
 
-  private fromRow(row: KeyRow): SigningKey {
+  private fromRow(row: KeyRow<KeyPurpose>): SigningKey {
     const privateKey = createPrivateKey(openPrivateKey(row, this.secrets));
     const key: SigningKey = {
       kid: row.kid,
@@ -151,15 +147,10 @@ function openPrivateKey(row: Pick<KeyRow, 'kid' | 'private_key' | 'encrypted'>, 
  * caller's transaction); returns how many it rewrote.
  */
 export async function reencryptSigningKeys(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const rows = await conn.query<KeyRow>(
-    'SELECT kid, private_key, encrypted FROM signing_keys ORDER BY created_at FOR UPDATE',
-  );
+  const rows = await privateKeysForUpdate(conn);
   const stale = rows.filter((row) => !secrets.isCurrent(row.private_key));
   for (const row of stale) {
-    await conn.query('UPDATE signing_keys SET private_key = $2, encrypted = true WHERE kid = $1', [
-      row.kid,
-      secrets.seal(openPrivateKey(row, secrets)),
-    ]);
+    await updateSealedPrivateKey(conn, row.kid, secrets.seal(openPrivateKey(row, secrets)));
   }
   return stale.length;
 }

@@ -5,6 +5,14 @@ import { recordAudit } from '../audit/audit.service.js';
 import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
+import {
+  apiKeysOfOrg,
+  countApiKeysOfOrg,
+  deleteApiKey,
+  findApiKeyByHash,
+  insertApiKey,
+  touchApiKey,
+} from './api-key.store.js';
 
 export interface CreateApiKeyInput {
   name: string;
@@ -55,19 +63,17 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     const scopes = [...input.scopes];
     const svcIds = [...new Set(input.svc_ids ?? [])];
     const row = await db.prisma.$transaction(async (tx) => {
-      const created = await tx.apiKey.create({
-        data: {
-          id: newKeyId(),
-          orgId,
-          name: input.name.trim(),
-          description: input.description ?? '',
-          keyHash: hash,
-          keyPrefix: prefix,
-          scopes,
-          svcIds,
-          createdById: creator.type === 'user' ? creator.userId : null,
-          expiresAt,
-        },
+      const created = await insertApiKey(tx, {
+        id: newKeyId(),
+        orgId,
+        name: input.name.trim(),
+        description: input.description ?? '',
+        keyHash: hash,
+        keyPrefix: prefix,
+        scopes,
+        svcIds,
+        createdById: creator.type === 'user' ? creator.userId : null,
+        expiresAt,
       });
       await recordAudit(tx, orgId, actorOf(creator), {
         action: 'api_key.created',
@@ -81,10 +87,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
   }
 
   async function list(orgId: string) {
-    const [items, total] = await Promise.all([
-      db.prisma.apiKey.findMany({ where: { orgId }, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }] }),
-      db.prisma.apiKey.count({ where: { orgId } }),
-    ]);
+    const [items, total] = await Promise.all([apiKeysOfOrg(db.prisma, orgId), countApiKeysOfOrg(db.prisma, orgId)]);
     return { items, total };
   }
 
@@ -93,7 +96,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     await notFoundIfGone(
       'API key',
       db.prisma.$transaction(async (tx) => {
-        const deleted = await tx.apiKey.delete({ where: { id: keyId, orgId } });
+        const deleted = await deleteApiKey(tx, orgId, keyId);
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'api_key.deleted',
           targetType: 'api_key',
@@ -118,18 +121,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
   async function verify(key: string): Promise<ApiKeyPrincipal> {
     if (!isWellFormedApiKey(key)) throw invalidKey();
     const hash = hashApiKey(key);
-    const row = await cache.get(`api-key:${hash}`, () =>
-      db.sql
-        .query<{
-          id: string;
-          org_id: string;
-          key_prefix: string;
-          scopes: string[];
-          svc_ids: string[];
-          expires_at: Date;
-        }>('SELECT id, org_id, key_prefix, scopes, svc_ids, expires_at FROM api_keys WHERE key_hash = $1', [hash])
-        .then((rows) => rows[0]),
-    );
+    const row = await cache.get(`api-key:${hash}`, () => findApiKeyByHash(db.sql, hash));
     if (!row || new Date(row.expires_at).getTime() <= Date.now()) throw invalidKey();
     touch(row.id);
     return {
@@ -147,13 +139,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     if (now - (lastTouched.get(keyId) ?? 0) < LAST_USED_RESOLUTION_MS) return;
     lastTouched.set(keyId, now);
     // Conditional, so several processes together still write about once a minute.
-    db.sql
-      .query(
-        `UPDATE api_keys SET last_used_at = now() WHERE id = $1
-         AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`,
-        [keyId],
-      )
-      .catch((error) => logger.warn({ err: error, keyId }, 'could not record API key use'));
+    touchApiKey(db.sql, keyId).catch((error) => logger.warn({ err: error, keyId }, 'could not record API key use'));
   }
 
   return { create, list, remove, verify };

@@ -9,6 +9,19 @@ import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from './authz.js';
 import { createPasswords } from './password.js';
 import { randomId } from '../../lib/ids.js';
+import type { UserService } from '../user/user.service.js';
+import {
+  accessTokenState,
+  claimRefreshToken,
+  deleteExpiredRefreshTokensAndFamilies,
+  deleteExpiredRevokedTokens,
+  extendFamily,
+  insertFamilyWithRefreshToken,
+  insertRevokedToken,
+  insertSuccessorRefreshToken,
+  refreshTokenState,
+  revokeFamilyRow,
+} from './session.store.js';
 
 /**
  * Operator sessions (docs/decisions/0011-sign-up-and-sessions.md, docs/decisions/0012-rotating-refresh-tokens.md).
@@ -77,7 +90,12 @@ function newRefreshToken(): { token: string; hash: string } {
   return { token, hash: sha256Hex(token) };
 }
 
-export function createSessionService({ env, db, keys, logger, telemetry }: Deps) {
+interface Collaborators {
+  /** Login reads the user by email through the user module. */
+  users: Pick<UserService, 'findByEmail'>;
+}
+
+export function createSessionService({ env, db, keys, logger, telemetry }: Deps, { users }: Collaborators) {
   const passwords = createPasswords(telemetry);
   /** Login and refresh attempts are counted in the same fixed window (LOGIN_WINDOW_SECONDS). */
   const attemptPeriod = `${env.loginWindowSeconds / 60}m`;
@@ -113,16 +131,13 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
   async function startSession(user: SessionUser, ttlSeconds = env.sessionTtlSeconds): Promise<StartedSession> {
     const familyId = randomId('sfm', 16);
     const refresh = newRefreshToken();
-    await db.sql.query(
-      `WITH family AS (
-         INSERT INTO session_families (id, user_id, org_id, expires_at)
-         VALUES ($1, $2::uuid, $3::uuid, now() + make_interval(secs => $5::int))
-         RETURNING id, user_id, org_id, expires_at
-       )
-       INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
-       SELECT $4, id, user_id, org_id, expires_at FROM family`,
-      [familyId, user.id, user.orgId, refresh.hash, env.refreshTokenTtlSeconds],
-    );
+    await insertFamilyWithRefreshToken(db.sql, {
+      familyId,
+      userId: user.id,
+      orgId: user.orgId,
+      refreshTokenHash: refresh.hash,
+      refreshTokenTtlSeconds: env.refreshTokenTtlSeconds,
+    });
     const access = await signAccessToken(user, familyId, ttlSeconds);
     return { ...access, refresh_token: refresh.token, familyId };
   }
@@ -153,22 +168,9 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       throw invalidToken();
     }
     if (typeof payload.sid !== 'string') throw invalidToken();
-    // One round trip: is the token revoked, is its family revoked (or gone), and does the user
-    // still exist (with which role)? A family is deleted only after every token of it expired, so
-    // a missing family is as good as a revoked one.
-    const [row] = await db.sql.query<{
-      role: UserRole;
-      email: string;
-      org_id: string;
-      token_revoked: boolean;
-      family_revoked: boolean;
-    }>(
-      `SELECT u.role, u.email, u.org_id,
-              EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS token_revoked,
-              NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = $3 AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
-       FROM users u WHERE u.id = $1::uuid`,
-      [payload.sub, payload.jti, payload.sid],
-    );
+    // A family is deleted only after every token of it expired, so a missing family is as good as
+    // a revoked one.
+    const row = await accessTokenState(db.sql, payload.sub, payload.jti, payload.sid);
     if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
     if (row.family_revoked)
       throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');
@@ -186,10 +188,7 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
 
   /** Puts the access token on the revocation list, kept until it would have expired anyway. */
   const revokeAccessToken = (tx: SqlConnection, principal: UserPrincipal) =>
-    tx.query('INSERT INTO revoked_tokens (jti, expires_at) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING', [
-      principal.tokenId,
-      principal.tokenExpiresAt,
-    ]);
+    insertRevokedToken(tx, principal.tokenId, principal.tokenExpiresAt);
 
   /**
    * Revokes a whole family: its refresh tokens stop rotating and its access tokens stop
@@ -200,11 +199,7 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
     reason: FamilyRevocationReason,
     tx: SqlConnection = db.sql,
   ): Promise<boolean> {
-    const rows = await tx.query(
-      'UPDATE session_families SET revoked_at = now(), revoked_reason = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id',
-      [familyId, reason],
-    );
-    return rows.length > 0;
+    return revokeFamilyRow(tx, familyId, reason);
   }
 
   /** Logout: the presented access token and its whole family (every refresh and access token of that login). */
@@ -224,10 +219,7 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
     const access = await signAccessToken(user, principal.sessionFamilyId);
     await db.sql.transaction(async (tx) => {
       await revokeAccessToken(tx, principal);
-      await tx.query('UPDATE session_families SET expires_at = GREATEST(expires_at, $2) WHERE id = $1', [
-        principal.sessionFamilyId,
-        access.expires,
-      ]);
+      await extendFamily(tx, principal.sessionFamilyId, access.expires);
     });
     return { access_token: access.access_token, token_type: access.token_type, expires_in: access.expires_in };
   }
@@ -257,33 +249,10 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
     const presentedHash = sha256Hex(presented);
     const successor = newRefreshToken();
     const claimed = await db.sql.transaction(async (tx) => {
-      const [row] = await tx.query<{
-        family_id: string;
-        user_id: string;
-        org_id: string;
-        email: string;
-        role: UserRole;
-      }>(
-        `UPDATE refresh_tokens r SET used_at = now(), replaced_by = $2
-         FROM session_families f, users u
-         WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()
-           AND f.id = r.family_id AND f.revoked_at IS NULL
-           AND u.id = r.user_id AND u.org_id = r.org_id
-         RETURNING r.family_id, u.id AS user_id, u.org_id, u.email, u.role`,
-        [presentedHash, successor.hash],
-      );
+      const row = await claimRefreshToken(tx, presentedHash, successor.hash);
       if (!row) return undefined;
       // The successor lives 30 days from now; the family at least as long (never shortened).
-      await tx.query(
-        `WITH successor AS (
-           INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
-           VALUES ($1, $2, $3::uuid, $4::uuid, now() + make_interval(secs => $5::int))
-           RETURNING family_id, expires_at
-         )
-         UPDATE session_families f SET expires_at = GREATEST(f.expires_at, s.expires_at)
-         FROM successor s WHERE f.id = s.family_id`,
-        [successor.hash, row.family_id, row.user_id, row.org_id, env.refreshTokenTtlSeconds],
-      );
+      await insertSuccessorRefreshToken(tx, successor.hash, row, env.refreshTokenTtlSeconds);
       return row;
     });
     if (!claimed) throw await refusal(presentedHash);
@@ -297,19 +266,7 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
 
   /** Why a refresh token was refused; revokes its family when the reason is reuse. */
   async function refusal(tokenHash: string): Promise<AppError> {
-    const [row] = await db.sql.query<{
-      family_id: string;
-      user_id: string;
-      used: boolean;
-      expired: boolean;
-      family_revoked: boolean;
-    }>(
-      `SELECT r.family_id, r.user_id, r.used_at IS NOT NULL AS used, r.expires_at <= now() AS expired,
-              f.revoked_at IS NOT NULL AS family_revoked
-       FROM refresh_tokens r JOIN session_families f ON f.id = r.family_id
-       WHERE r.token_hash = $1`,
-      [tokenHash],
-    );
+    const row = await refreshTokenState(db.sql, tokenHash);
     // Never issued, pruned after it expired, or deleted with its user or org (the family cascades).
     if (!row) return invalidToken('The refresh token is unknown');
     if (row.used) {
@@ -351,7 +308,7 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
       window,
       { message: 'Too many failed logins; try again later', period: attemptPeriod },
     );
-    const user = await db.prisma.user.findUnique({ where: { email: normalized } });
+    const user = await users.findByEmail(normalized);
     if (!(await passwords.verify(user?.passwordHash, password)) || !user)
       throw invalidToken('Email or password is wrong');
     await Promise.all([reset(db.sql, emailBucket, window), unhit(db.sql, addressBucket, window)]);
@@ -363,12 +320,12 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps)
    * Deletes what can no longer be presented: refresh tokens past their expiry, and families past
    * theirs (every token of them has expired; their refresh tokens go with them).
    */
-  async function prune(): Promise<void> {
-    await db.sql.query('DELETE FROM refresh_tokens WHERE expires_at < now()');
-    await db.sql.query('DELETE FROM session_families WHERE expires_at < now()');
-  }
+  const prune = (): Promise<void> => deleteExpiredRefreshTokensAndFamilies(db.sql);
 
-  return { startSession, verify, logout, refresh, rotate, login, prune };
+  /** Forgets revoked access tokens past their expiry: they no longer verify anyway. */
+  const pruneRevokedTokens = (): Promise<void> => deleteExpiredRevokedTokens(db.sql);
+
+  return { startSession, verify, logout, refresh, rotate, login, prune, pruneRevokedTokens };
 }
 
 export type SessionService = ReturnType<typeof createSessionService>;

@@ -13,9 +13,9 @@ import {
   type AuthorizationRequest,
 } from './authorization-request.js';
 import { snapshotOfGrant } from './grants.js';
+import type { KnownClient } from './oauth-client.js';
 import { CODE_PREFIX, CODE_TTL_SECONDS, newSecret } from './oauth-tokens.js';
 import { insertGrantWithCode, orgKnowsClient } from './oauth.store.js';
-import type { KnownClient } from './oauth.service.js';
 
 /**
  * The authorization endpoint and the consent it asks for (docs/decisions/0047-mcp-oauth.md).

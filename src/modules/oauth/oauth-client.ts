@@ -16,6 +16,17 @@ export interface ClientRegistration {
   software_version?: string;
 }
 
+/**
+ * A client the authorization server knows: registered here, or described by its metadata
+ * document. Beside the registration, so that the service and its consent (consent.ts) both name
+ * it without importing each other.
+ */
+export interface KnownClient {
+  client_id: string;
+  kind: 'registered' | 'metadata_document';
+  registration: ClientRegistration;
+}
+
 /** An RFC 7591 §3.2.2 error: its code and a description for the developer. */
 export interface RegistrationError {
   error: 'invalid_redirect_uri' | 'invalid_client_metadata';

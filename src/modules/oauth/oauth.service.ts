@@ -7,6 +7,7 @@ import {
   acceptRegistration,
   isRegistrationError,
   type ClientRegistration,
+  type KnownClient,
   type RegistrationError,
 } from './oauth-client.js';
 import { createConsent, type ConsentAgent } from './consent.js';
@@ -35,13 +36,6 @@ export interface RegisteredClient extends ClientRegistration {
   token_endpoint_auth_method: 'none';
   grant_types: ['authorization_code', 'refresh_token'];
   response_types: ['code'];
-}
-
-/** A client the authorization server knows: registered here, or described by its metadata document. */
-export interface KnownClient {
-  client_id: string;
-  kind: 'registered' | 'metadata_document';
-  registration: ClientRegistration;
 }
 
 const registered = (clientId: string, registration: ClientRegistration, issuedAt: Date): RegisteredClient => ({

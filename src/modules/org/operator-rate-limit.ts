@@ -3,6 +3,7 @@ import { AppError } from '../../errors.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import type { RequestState } from '../../http/request-state.js';
 import type { Principal } from '../auth/authz.js';
+import { countOperatorRequests } from './org.store.js';
 
 /**
  * The per-org limit on operator traffic (docs/decisions/0013-operator-rate-limit.md: 1000 a minute unless the org says
@@ -16,13 +17,7 @@ import type { Principal } from '../auth/authz.js';
 export function createOperatorRateLimit({ db }: Deps) {
   return async function count(principal: Principal, state: RequestState, requests = 1): Promise<void> {
     const window = fixedWindow(60);
-    // One round trip: count this request and read the org's limit.
-    const [row] = await db.sql.query<{ count: number; limit: number | null }>(
-      `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $4)
-       ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + $4
-       RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $3::uuid) AS limit`,
-      [`operator:${principal.orgId}`, window.start, principal.orgId, requests],
-    );
+    const row = await countOperatorRequests(db.sql, principal.orgId, window.start, requests);
     const limit = row.limit ?? 0;
     const headers = state.responseHeaders;
     headers.set('X-RateLimit-Limit', String(limit));

@@ -7,7 +7,16 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { createPasswords } from '../auth/password.js';
-import { validateEmail, validatePassword } from '../user/user.service.js';
+import { type UserService, validateEmail, validatePassword } from '../user/user.service.js';
+import {
+  findOrgIdBySlug,
+  findOrganization,
+  findOrganizationOrThrow,
+  gatewaySettingsRow,
+  insertOrganization,
+  type OrgQuery,
+  updateOrganization,
+} from './org.store.js';
 
 export interface CreateOrganizationInput {
   name: string;
@@ -22,9 +31,6 @@ export interface UpdateOrganizationInput {
   approval_ttl_seconds?: number | null;
   record_params?: boolean | null;
 }
-
-/** The relations a GraphQL selection needs, from Pothos' prisma plugin; empty outside GraphQL. */
-type OrgQuery = { include?: Prisma.OrganizationInclude; select?: Prisma.OrganizationSelect };
 
 const slugPattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 export const MAX_OPERATOR_RATE_LIMIT = 1_000_000;
@@ -58,25 +64,22 @@ export interface GatewaySettings {
   approvalTtlSeconds: number;
 }
 
-export function createOrgService({ env, db, cache, telemetry }: Deps) {
+interface Collaborators {
+  /** Sign-up checks the admin's email and creates the admin, in the org's transaction. */
+  users: Pick<UserService, 'isEmailTaken' | 'createInTransaction'>;
+}
+
+export function createOrgService({ env, db, cache, telemetry }: Deps, { users }: Collaborators) {
   const passwords = createPasswords(telemetry);
   /** Cached per process; org updates are audited, which empties the cache on every process. */
   const gatewaySettings = (orgId: string): Promise<GatewaySettings> =>
-    cache.get(`org-gateway-settings:${orgId}`, () =>
-      db.prisma.organization.findUniqueOrThrow({
-        where: { id: orgId },
-        select: { recordParams: true, approvalTtlSeconds: true },
-      }),
-    );
+    cache.get(`org-gateway-settings:${orgId}`, () => gatewaySettingsRow(db.prisma, orgId));
 
   /** 409 naming the field whose value is taken (the slug first), if any is. */
   async function takenConflict(slug: string, email: string): Promise<AppError | undefined> {
-    const [org, user] = await Promise.all([
-      db.prisma.organization.findUnique({ where: { slug }, select: { id: true } }),
-      db.prisma.user.findUnique({ where: { email }, select: { id: true } }),
-    ]);
+    const [org, emailTaken] = await Promise.all([findOrgIdBySlug(db.prisma, slug), users.isEmailTaken(email)]);
     if (org) return conflict('An organization with this slug exists', { field: 'slug' });
-    if (user) return conflict('A user with this email exists', { field: 'admin_email' });
+    if (emailTaken) return conflict('A user with this email exists', { field: 'admin_email' });
     return undefined;
   }
 
@@ -109,8 +112,8 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
     let orgId: string;
     try {
       orgId = await db.prisma.$transaction(async (tx) => {
-        const org = await tx.organization.create({ data: { name: input.name.trim(), slug: input.slug } });
-        const admin = await tx.user.create({ data: { orgId: org.id, email, passwordHash, role: 'admin' } });
+        const org = await insertOrganization(tx, { name: input.name.trim(), slug: input.slug });
+        const admin = await users.createInTransaction(tx, { orgId: org.id, email, passwordHash, role: 'admin' });
         const actor = { type: 'user', id: admin.id, label: admin.email } as const;
         await recordAudit(tx, org.id, actor, {
           action: 'org.created',
@@ -132,11 +135,11 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
         throw (await takenConflict(input.slug, email)) ?? conflict('The slug or the email was taken meanwhile');
       throw error;
     }
-    return db.prisma.organization.findUniqueOrThrow({ ...query, where: { id: orgId } });
+    return findOrganizationOrThrow(db.prisma, orgId, query);
   }
 
   async function get(orgId: string, query: OrgQuery = {}) {
-    const org = await db.prisma.organization.findUnique({ ...query, where: { id: orgId } });
+    const org = await findOrganization(db.prisma, orgId, query);
     if (!org) throw notFound('Organization');
     return org;
   }
@@ -157,18 +160,19 @@ export function createOrgService({ env, db, cache, telemetry }: Deps) {
     }
     errors.throwIfAny();
     return db.prisma.$transaction(async (tx) => {
-      const before = await tx.organization.findUnique({ where: { id: orgId } });
+      const before = await findOrganization(tx, orgId);
       if (!before) throw notFound('Organization');
-      const after = await tx.organization.update({
-        ...query,
-        where: { id: orgId },
-        data: {
+      const after = await updateOrganization(
+        tx,
+        orgId,
+        {
           ...(input.name != null ? { name: input.name.trim() } : {}),
           ...(limit != null ? { operatorRateLimitPerMinute: limit } : {}),
           ...(ttl != null ? { approvalTtlSeconds: ttl } : {}),
           ...(input.record_params != null ? { recordParams: input.record_params } : {}),
         },
-      });
+        query,
+      );
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'org.updated',
         targetType: 'organization',

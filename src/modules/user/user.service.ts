@@ -1,9 +1,19 @@
 import type { Deps } from '../../deps.js';
+import type { Prisma } from '../../generated/prisma/client.js';
 import { FieldErrors, conflict, isUniqueViolation } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { userRoles, type Principal, type UserRole } from '../auth/authz.js';
 import { MIN_PASSWORD_LENGTH, createPasswords } from '../auth/password.js';
+import {
+  countUsersOfOrg,
+  findUserByEmail,
+  findUserIdByEmail,
+  insertUser,
+  type NewUserRow,
+  usersByIds,
+  usersOfOrg,
+} from './user.store.js';
 
 export interface CreateUserInput {
   email: string;
@@ -37,7 +47,7 @@ export function createUserService({ db, telemetry }: Deps) {
     const passwordHash = await passwords.hash(input.password);
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const user = await tx.user.create({ data: { orgId, email, passwordHash, role: input.role as UserRole } });
+        const user = await insertUser(tx, { orgId, email, passwordHash, role: input.role as UserRole });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'user.created',
           targetType: 'user',
@@ -53,20 +63,28 @@ export function createUserService({ db, telemetry }: Deps) {
   }
 
   async function list(orgId: string) {
-    const where = { orgId };
-    const [items, total] = await Promise.all([
-      db.prisma.user.findMany({ where, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] }),
-      db.prisma.user.count({ where }),
-    ]);
+    const [items, total] = await Promise.all([usersOfOrg(db.prisma, orgId), countUsersOfOrg(db.prisma, orgId)]);
     return { items, total };
   }
 
   /** Users by id within one org, in one query (the dashboards' dataloader for audit actors). */
   async function byIds(orgId: string, ids: readonly string[]) {
-    return db.prisma.user.findMany({ where: { orgId, id: { in: [...ids] } } });
+    return usersByIds(db.prisma, orgId, ids);
   }
 
-  return { create, list, byIds };
+  /**
+   * A user row in the caller's transaction, checked and hashed already and audited by the caller
+   * (sign-up creates its org's first admin this way, with the org).
+   */
+  const createInTransaction = (tx: Prisma.TransactionClient, row: NewUserRow) => insertUser(tx, row);
+
+  /** The user signing in with `email` (already normalized), password hash included; null when none. */
+  const findByEmail = (email: string) => findUserByEmail(db.prisma, email);
+
+  /** Whether a user (of any org) has `email` (already normalized): emails are unique across orgs. */
+  const isEmailTaken = async (email: string) => (await findUserIdByEmail(db.prisma, email)) !== null;
+
+  return { create, list, byIds, createInTransaction, findByEmail, isEmailTaken };
 }
 
 export type UserService = ReturnType<typeof createUserService>;

@@ -1,0 +1,157 @@
+import type { SqlConnection } from '../../db/sql.js';
+import type { UserRole } from './authz.js';
+
+/** The session module's SQL: session families, their refresh tokens, and revoked access tokens. */
+
+export interface NewSessionFamily {
+  familyId: string;
+  userId: string;
+  orgId: string;
+  refreshTokenHash: string;
+  refreshTokenTtlSeconds: number;
+}
+
+/** The family and its first refresh token in one statement; times from the database clock. */
+export async function insertFamilyWithRefreshToken(sql: SqlConnection, family: NewSessionFamily): Promise<void> {
+  await sql.query(
+    `WITH family AS (
+       INSERT INTO session_families (id, user_id, org_id, expires_at)
+       VALUES ($1, $2::uuid, $3::uuid, now() + make_interval(secs => $5::int))
+       RETURNING id, user_id, org_id, expires_at
+     )
+     INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
+     SELECT $4, id, user_id, org_id, expires_at FROM family`,
+    [family.familyId, family.userId, family.orgId, family.refreshTokenHash, family.refreshTokenTtlSeconds],
+  );
+}
+
+/** What the bearer check reads of an access token's user, token and family. */
+export interface AccessTokenState {
+  role: UserRole;
+  email: string;
+  org_id: string;
+  token_revoked: boolean;
+  family_revoked: boolean;
+}
+
+/**
+ * One round trip: is the token revoked, is its family revoked (or gone), and does the user still
+ * exist (with which role)? Undefined when the user is gone.
+ */
+export async function accessTokenState(
+  sql: SqlConnection,
+  userId: string | undefined,
+  jti: string | undefined,
+  familyId: string,
+): Promise<AccessTokenState | undefined> {
+  const [row] = await sql.query<AccessTokenState>(
+    `SELECT u.role, u.email, u.org_id,
+            EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS token_revoked,
+            NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = $3 AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
+     FROM users u WHERE u.id = $1::uuid`,
+    [userId, jti, familyId],
+  );
+  return row;
+}
+
+/** Puts an access token on the revocation list until it would have expired anyway. */
+export async function insertRevokedToken(tx: SqlConnection, jti: string, expiresAt: Date): Promise<void> {
+  await tx.query('INSERT INTO revoked_tokens (jti, expires_at) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING', [
+    jti,
+    expiresAt,
+  ]);
+}
+
+/** True when this call revoked the family (false: it was already revoked or is gone). */
+export async function revokeFamilyRow(sql: SqlConnection, familyId: string, reason: string): Promise<boolean> {
+  const rows = await sql.query(
+    'UPDATE session_families SET revoked_at = now(), revoked_reason = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id',
+    [familyId, reason],
+  );
+  return rows.length > 0;
+}
+
+/** Keeps the family at least until `until` (never shortens it). */
+export async function extendFamily(tx: SqlConnection, familyId: string, until: Date): Promise<void> {
+  await tx.query('UPDATE session_families SET expires_at = GREATEST(expires_at, $2) WHERE id = $1', [familyId, until]);
+}
+
+/** The presented refresh token's family and user, once claimed. */
+export interface ClaimedRefreshToken {
+  family_id: string;
+  user_id: string;
+  org_id: string;
+  email: string;
+  role: UserRole;
+}
+
+/**
+ * Marks the refresh token used and names its successor, only while it is unused, unexpired, of an
+ * unrevoked family and of a user that still exists: of two concurrent claims exactly one wins.
+ */
+export async function claimRefreshToken(
+  tx: SqlConnection,
+  tokenHash: string,
+  successorHash: string,
+): Promise<ClaimedRefreshToken | undefined> {
+  const [row] = await tx.query<ClaimedRefreshToken>(
+    `UPDATE refresh_tokens r SET used_at = now(), replaced_by = $2
+     FROM session_families f, users u
+     WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()
+       AND f.id = r.family_id AND f.revoked_at IS NULL
+       AND u.id = r.user_id AND u.org_id = r.org_id
+     RETURNING r.family_id, u.id AS user_id, u.org_id, u.email, u.role`,
+    [tokenHash, successorHash],
+  );
+  return row;
+}
+
+/** The successor lives `ttlSeconds` from now; its family at least as long (never shortened). */
+export async function insertSuccessorRefreshToken(
+  tx: SqlConnection,
+  tokenHash: string,
+  claimed: Pick<ClaimedRefreshToken, 'family_id' | 'user_id' | 'org_id'>,
+  ttlSeconds: number,
+): Promise<void> {
+  await tx.query(
+    `WITH successor AS (
+       INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
+       VALUES ($1, $2, $3::uuid, $4::uuid, now() + make_interval(secs => $5::int))
+       RETURNING family_id, expires_at
+     )
+     UPDATE session_families f SET expires_at = GREATEST(f.expires_at, s.expires_at)
+     FROM successor s WHERE f.id = s.family_id`,
+    [tokenHash, claimed.family_id, claimed.user_id, claimed.org_id, ttlSeconds],
+  );
+}
+
+/** Why a refresh token was not claimed: whether it was used, expired, or its family revoked. */
+export interface RefreshTokenState {
+  family_id: string;
+  user_id: string;
+  used: boolean;
+  expired: boolean;
+  family_revoked: boolean;
+}
+
+export async function refreshTokenState(sql: SqlConnection, tokenHash: string): Promise<RefreshTokenState | undefined> {
+  const [row] = await sql.query<RefreshTokenState>(
+    `SELECT r.family_id, r.user_id, r.used_at IS NOT NULL AS used, r.expires_at <= now() AS expired,
+            f.revoked_at IS NOT NULL AS family_revoked
+     FROM refresh_tokens r JOIN session_families f ON f.id = r.family_id
+     WHERE r.token_hash = $1`,
+    [tokenHash],
+  );
+  return row;
+}
+
+/** Refresh tokens past their expiry, then families past theirs (their refresh tokens go with them). */
+export async function deleteExpiredRefreshTokensAndFamilies(sql: SqlConnection): Promise<void> {
+  await sql.query('DELETE FROM refresh_tokens WHERE expires_at < now()');
+  await sql.query('DELETE FROM session_families WHERE expires_at < now()');
+}
+
+/** Revocations of access tokens that have expired anyway. */
+export async function deleteExpiredRevokedTokens(sql: SqlConnection): Promise<void> {
+  await sql.query('DELETE FROM revoked_tokens WHERE expires_at < now()');
+}
