@@ -31,7 +31,7 @@ async function verifyChain(chain: InteractionRecord[], app: ReturnType<typeof cr
   let broken = 0;
   let prev = GENESIS_HASH;
   for (const record of chain) {
-    const key = await app.services.keys.byId(record.keyId);
+    const key = await app.keys.byId(record.keyId);
     const ok =
       record.prevHash === prev &&
       recordHashOf(bodyOf(record)) === record.recordHash &&

@@ -40,6 +40,9 @@ export interface App {
   services: Services;
   /** Its metrics (served by the separate listener of src/main.ts) and tracer. */
   telemetry: Telemetry;
+  /** Its settings and signing keys: for tests and the bench, not for resolvers (they are not in the context). */
+  env: Env;
+  keys: SigningKeyStore;
   /** The OpenAPI document it serves, built on first use. */
   openapi(): Record<string, unknown>;
   /**
@@ -256,6 +259,8 @@ export function createApp({
     yoga,
     services,
     telemetry,
+    env,
+    keys,
     openapi,
     ready,
     setDraining: () => {

@@ -77,9 +77,6 @@ export function createServices(deps: Deps) {
      * (src/graphql/builder.ts); resolvers reach data through the services.
      */
     graphqlPrisma: deps.db.prisma,
-    /** The settings and signing keys, named rather than the whole deps: tests and scripts/bench.ts read them. */
-    env: deps.env,
-    keys: deps.keys,
     orgs,
     users,
     audit: createAuditService(deps),

@@ -107,7 +107,7 @@ test('Firefox shows the consent page: /oauth/authorize leads to it, its sign-in 
   const org = await signUp(t, 'consent-firefox');
   const agent = await readyAgent(t, org);
   const clientId = await registerClient(t, [REDIRECT_URI], 'Claude (test)');
-  const params = authorizationParams(t.app.services.env.publicUrl, clientId, agent.svcId, pkce().challenge);
+  const params = authorizationParams(t.app.env.publicUrl, clientId, agent.svcId, pkce().challenge);
   // Not the previous test's session: this tab's sessionStorage is the one the console reads.
   await firefox!.evaluate('(sessionStorage.clear(), true)');
   await firefox!.goto(`${base}${authorizeUrl(params)}`);

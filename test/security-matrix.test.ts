@@ -157,7 +157,7 @@ let matrixClient: string | undefined;
 /** A fresh OAuth grant on org A's agent: one registered client (registrations are throttled), allowed again by org A's admin. */
 const newGrant = async (w: World) => {
   matrixClient ??= await registerClient(w.t);
-  const params = authorizationParams(w.t.app.services.env.publicUrl, matrixClient, w.agentA, pkce().challenge);
+  const params = authorizationParams(w.t.app.env.publicUrl, matrixClient, w.agentA, pkce().challenge);
   const decided = await decide(w.t, w.orgA.adminToken, params, true);
   expect(decided.body.errors).toBeUndefined();
   // Newest first.
@@ -1267,7 +1267,7 @@ describe('open routes work without credentials', () => {
   });
 
   test('the OAuth flow’s endpoints → 302, 200 and 200 without credentials, as documented', async () => {
-    const publicUrl = w.t.app.services.env.publicUrl;
+    const publicUrl = w.t.app.env.publicUrl;
     const clientId = await registerClient(w.t);
     const { challenge } = pkce();
     const authorized = await w.t.request(

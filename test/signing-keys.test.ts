@@ -29,7 +29,7 @@ test('with KEY_ENCRYPTION_KEY the private keys are stored encrypted and still si
 test('rotation makes a new active key while tokens signed with the retired one keep verifying', async () => {
   const org = await signUp(t);
   const before = decodeProtectedHeader(org.adminToken).kid;
-  const rotated = await t.app.services.keys.rotate('session');
+  const rotated = await t.app.keys.rotate('session');
   expect(rotated.kid).not.toBe(before);
   const fresh = await login(t, org.adminEmail);
   expect(decodeProtectedHeader(fresh).kid).toBe(rotated.kid);
@@ -55,7 +55,7 @@ test('after a record key rotation by a second app instance, new records use the 
   const other = await startTestApp({ KEY_ENCRYPTION_KEY: encryptionKey }, { db: t.database.db });
   let newKid: string;
   try {
-    newKid = (await other.app.services.keys.rotate('record')).kid;
+    newKid = (await other.app.keys.rotate('record')).kid;
   } finally {
     await other.app.stop();
   }

@@ -83,7 +83,7 @@ function expectAllow(response: Awaited<ReturnType<typeof execute>>) {
 
 /** Signs arbitrary claims with the gateway's real capability key (what a forger could not do). */
 async function signWithCapabilityKey(claims: JWTPayload, header: Record<string, unknown> = {}) {
-  const key = await t.app.services.keys.activeKey('capability');
+  const key = await t.app.keys.activeKey('capability');
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'EdDSA', typ: 'cap+jwt', kid: key.kid, ...header })
     .sign(key.privateKey);
@@ -478,7 +478,7 @@ describe('the gateway with capability tokens', () => {
     expectDeny(await execute(org.adminToken), ['CAPABILITY_TOKEN_INVALID']);
     const session = decodeJwt(org.adminToken);
     // Session claims re-signed as a cap+jwt with the session kid still fail: the kid is for sessions.
-    const sessionKey = await t.app.services.keys.activeKey('session');
+    const sessionKey = await t.app.keys.activeKey('session');
     const retyped = await new SignJWT({
       ...session,
       sub: svcId,

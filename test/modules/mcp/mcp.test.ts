@@ -680,7 +680,7 @@ describe('two protocol revisions side by side: 2026-07-28 (stateless, server/dis
     const noKey = await modernRequest('tools/list', {}, { 'x-api-key': null });
     expect(noKey.status).toBe(401);
     expect(noKey.headers.get('www-authenticate')).toBe(
-      `Bearer resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}", scope="mcp:tools"`,
+      `Bearer resource_metadata="${t.app.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}", scope="mcp:tools"`,
     );
     expect((await noKey.json()).error.code).toBe(-32001);
     const bearer = await modernRequest('tools/list', {}, { 'x-api-key': null, authorization: `Bearer ${agent.key}` });
@@ -799,7 +799,7 @@ describe('the HTTP edge', () => {
   });
 
   test('no key, a wrong key, an operator token: 401 with the challenge that leads OAuth clients to the metadata; the SDK client fails to connect', async () => {
-    const metadata = `resource_metadata="${t.app.services.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}"`;
+    const metadata = `resource_metadata="${t.app.env.publicUrl}/.well-known/oauth-protected-resource/mcp/${agent.svcId}"`;
     const none = await post(`/mcp/${agent.svcId}`, listRequest, {});
     expect(none.status).toBe(401);
     expect(none.headers.get('www-authenticate')).toBe(`Bearer ${metadata}, scope="mcp:tools"`);

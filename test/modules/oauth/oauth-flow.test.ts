@@ -37,7 +37,7 @@ let agent: AgentFixture;
 
 beforeAll(async () => {
   t = await startTestApp({ OAUTH_REGISTRATIONS_PER_ADDRESS: '10000' });
-  publicUrl = t.app.services.env.publicUrl;
+  publicUrl = t.app.env.publicUrl;
   org = await signUp(t, 'oauth');
   agent = await readyAgent(t, org);
 });
@@ -636,7 +636,7 @@ describe('access tokens at the MCP endpoint', () => {
     // Signed with the real key, every claim right, two hours old.
     const claims = decodeJwt(connected.accessToken);
     const expired = await signAccessToken(
-      await t.app.services.keys.activeKey('oauth'),
+      await t.app.keys.activeKey('oauth'),
       publicUrl,
       {
         aud: claims.aud as string,

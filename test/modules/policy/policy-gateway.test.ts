@@ -368,7 +368,7 @@ describe('the decision lists every matched policy', () => {
 describe('records with policies', () => {
   /** Appends a record as the service did before policies existed: its body has no `policies`. */
   async function appendLegacyRecord(org: OrgFixture, svcId: string) {
-    const key = await t.app.services.keys.activeKey('record');
+    const key = await t.app.keys.activeKey('record');
     return t.database.db.sql.transaction(async (tx) => {
       const head = await lockChainHead(tx, org.orgId);
       const seq = Number(head.seq) + 1;

@@ -420,7 +420,7 @@ describe('after a record key rotation', () => {
     const rotated = await signUp(t, 'rotation');
     const rotatedAgent = await readyAgent(t, rotated);
     for (let i = 0; i < 3; i++) await act(rotatedAgent, 0);
-    const fresh = await t.app.services.keys.rotate('record');
+    const fresh = await t.app.keys.rotate('record');
     for (let i = 0; i < 3; i++) await act(rotatedAgent, 0);
     const { text } = await exportText('', rotated.adminToken);
     const [header, ...records] = lines(text).map((line) => JSON.parse(line));
