@@ -20,6 +20,7 @@ import {
   type KeptDefinition,
 } from './tool-definitions.js';
 import { claimDueTools, lockTool, markRead, replaceDefinitions, selectDefinitions } from './tool-definitions.store.js';
+import { findToolById } from './tool.store.js';
 
 /**
  * Reads, keeps and pins an mcp tool's upstream definitions (docs/decisions/0050-upstream-tool-definitions.md):
@@ -196,7 +197,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
     const queue = [...due];
     const worker = async () => {
       for (let next = queue.shift(); next; next = queue.shift()) {
-        const tool = await db.prisma.tool.findUnique({ where: { id: next.id } });
+        const tool = await findToolById(db.prisma, next.id);
         if (tool) await read(tool);
       }
     };
