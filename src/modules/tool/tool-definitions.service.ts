@@ -8,7 +8,8 @@ import { recordAudit } from '../audit/audit.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
-import { listUpstreamTools, type McpToolConfig, type McpUpstreamPool } from './mcp-connector.js';
+import type { McpToolConfig } from './mcp-connector-config.js';
+import { listUpstreamTools, type McpUpstreamPool } from './mcp-connector.js';
 import {
   definitionDiff,
   listProblem,

@@ -14,7 +14,8 @@ import {
   type ToolCredentials,
   type ToolResult,
 } from './connectors.js';
-import { createMcpUpstreamPool, runMcp, type McpToolConfig } from './mcp-connector.js';
+import type { McpToolConfig } from './mcp-connector-config.js';
+import { createMcpUpstreamPool, runMcp } from './mcp-connector.js';
 import { definitionHold, type Acceptance, type DefinitionHold } from './tool-definitions.js';
 import { createToolDefinitions, notMcp, type DefinitionState } from './tool-definitions.service.js';
 import { forgetDefinitions } from './tool-definitions.store.js';
