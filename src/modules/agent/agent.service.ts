@@ -7,7 +7,19 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
-import { ensureAgentRow, touchLastSeen, type AgentState } from './agent.store.js';
+import {
+  deactivateAgent,
+  ensureAgentRow,
+  findAgent,
+  findAgentGate,
+  findAgentOrThrow,
+  findAgentSummary,
+  insertAgent,
+  listAgents,
+  reactivateAgent,
+  touchLastSeen,
+  type AgentState,
+} from './agent.store.js';
 
 /**
  * Agents (docs/decisions/0020-agents.md): the identity behind a svc_id across its manifest versions, its
@@ -195,8 +207,15 @@ export function createAgentService(
     const actor = actorOf(principal);
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const agent = await tx.agent.create({
-          data: { orgId, id, name, description, team, ownerEmail, labels, createdBy: nameOf(principal) },
+        const agent = await insertAgent(tx, {
+          orgId,
+          id,
+          name,
+          description,
+          team,
+          ownerEmail,
+          labels,
+          createdBy: nameOf(principal),
         });
         await recordAudit(tx, orgId, actor, {
           action: 'agent.created',
@@ -214,7 +233,7 @@ export function createAgentService(
 
   async function get(orgId: string, agentId: string, principal?: Principal): Promise<Agent> {
     if (outOfScope(principal, agentId)) throw agentNotFound();
-    const agent = await db.prisma.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+    const agent = await findAgent(db.prisma, orgId, agentId);
     if (!agent) throw agentNotFound();
     return agent;
   }
@@ -224,10 +243,7 @@ export function createAgentService(
     orgId: string,
     agentId: string,
   ): Promise<{ agent_id: string; name: string; status: string } | null> {
-    const agent = await db.prisma.agent.findUnique({
-      where: { orgId_id: { orgId, id: agentId } },
-      select: { id: true, name: true, status: true },
-    });
+    const agent = await findAgentSummary(db.prisma, orgId, agentId);
     return agent && { agent_id: agent.id, name: agent.name, status: agent.status };
   }
 
@@ -246,19 +262,11 @@ export function createAgentService(
     const scope = agentScope(principal);
     const search = filter.q?.trim();
     const q = search ? likeLiteral(search) : undefined;
-    const where: Prisma.AgentWhereInput = {
-      orgId,
-      ...(scope ? { id: { in: [...scope] } } : {}),
-      ...(filter.status ? { status: filter.status } : {}),
-      ...(filter.team ? { team: filter.team } : {}),
-      ...(label ? { labels: { path: [label[0]], equals: label[1] } } : {}),
-      ...(q ? { OR: [{ id: { startsWith: q } }, { name: { startsWith: q, mode: 'insensitive' } }] } : {}),
-    };
-    const [items, total] = await Promise.all([
-      db.prisma.agent.findMany({ where, orderBy: [{ createdAt: 'desc' }, { id: 'asc' }], take: limit, skip: offset }),
-      db.prisma.agent.count({ where }),
-    ]);
-    return { items, total };
+    return listAgents(
+      db.prisma,
+      { orgId, ids: scope ?? undefined, status: filter.status, team: filter.team, label, prefix: q },
+      { take: limit, skip: offset },
+    );
   }
 
   /**
@@ -279,17 +287,13 @@ export function createAgentService(
     const actor = actorOf(principal);
     const by = nameOf(principal);
     await db.prisma.$transaction(async (tx) => {
-      const before = await tx.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+      const before = await findAgent(tx, orgId, agentId);
       if (!before || outOfScope(principal, agentId)) throw agentNotFound();
-      const changed = await tx.agent.updateMany({
-        where: { orgId, id: agentId, status: 'active' },
-        data: { status: 'deactivated', deactivatedAt: new Date(), deactivatedBy: by, deactivationReason: why },
-      });
-      if (changed.count === 0) return;
+      if (!(await deactivateAgent(tx, orgId, agentId, { by, reason: why }))) return;
       const approvalsDenied = await modules.approvals.denyPendingOfAgent(tx, orgId, agentId, 'agent deactivated', by);
       const tokensRevoked = await modules.tokens.revokeAllOfAgent(tx, orgId, agentId);
       const grantsRevoked = await modules.grants.revokeAllOfAgent(tx, orgId, agentId, principal, 'agent deactivated');
-      const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
+      const after = await findAgentOrThrow(tx, orgId, agentId);
       await recordAudit(tx, orgId, actor, {
         action: 'agent.deactivated',
         targetType: 'agent',
@@ -309,18 +313,14 @@ export function createAgentService(
   /** Gateway access comes back; revoked tokens and denied approvals stay as they are. */
   async function reactivate(orgId: string, agentId: string, principal: Principal): Promise<Agent> {
     return db.prisma.$transaction(async (tx) => {
-      const before = await tx.agent.findUnique({ where: { orgId_id: { orgId, id: agentId } } });
+      const before = await findAgent(tx, orgId, agentId);
       if (!before) throw agentNotFound();
-      const changed = await tx.agent.updateMany({
-        where: { orgId, id: agentId, status: 'deactivated' },
-        data: { status: 'active', deactivatedAt: null, deactivatedBy: null, deactivationReason: null },
-      });
-      if (changed.count === 0) {
+      if (!(await reactivateAgent(tx, orgId, agentId))) {
         throw new AppError('INVALID_STATE_TRANSITION', `Agent "${agentId}" is not deactivated`, {
           details: { from: before.status, to: 'active' },
         });
       }
-      const after = await tx.agent.findUniqueOrThrow({ where: { orgId_id: { orgId, id: agentId } } });
+      const after = await findAgentOrThrow(tx, orgId, agentId);
       await recordAudit(tx, orgId, actorOf(principal), {
         action: 'agent.reactivated',
         targetType: 'agent',
@@ -338,10 +338,7 @@ export function createAgentService(
    */
   function gate(orgId: string, agentId: string): Promise<AgentGate | null> {
     return cache.get(`agent:${orgId}:${agentId}`, async () => {
-      const agent = await db.prisma.agent.findUnique({
-        where: { orgId_id: { orgId, id: agentId } },
-        select: { status: true, deactivationReason: true },
-      });
+      const agent = await findAgentGate(db.prisma, orgId, agentId);
       return agent && { status: agent.status as AgentStatus, deactivationReason: agent.deactivationReason };
     });
   }

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { isUuid } from '../../lib/ids.js';
 import { limitOffset } from '../../lib/list-page.js';
@@ -17,9 +16,25 @@ import { recordAudit } from '../audit/audit.service.js';
 import { ensureAgentForManifest } from '../agent/agent.service.js';
 import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
+import {
+  eventsOfAgents,
+  findJudgedManifest,
+  findLiveManifest,
+  findManifest,
+  findManifestOfOrg,
+  findManifestOrThrow,
+  findNewestManifest,
+  insertManifestEvent,
+  insertPendingManifest,
+  listManifests,
+  lockOtherLiveManifests,
+  manifestsOfAgents,
+  markSuperseded,
+  updateManifestFrom,
+  type ManifestQuery,
+} from './manifest.store.js';
 
 type Tx = Prisma.TransactionClient;
-export type ManifestQuery = { include?: Prisma.ManifestInclude; select?: Prisma.ManifestSelect };
 
 export type TransitionName = 'approve' | 'reject' | 'suspend' | 'reactivate' | 'revoke';
 
@@ -60,30 +75,19 @@ export function pendingConflict(error: unknown, agentId: string): unknown {
 /** Who changed something, as history shows it: a user's email or an API key's id. */
 const changedBy = principalName;
 
-// Events written in one transaction share `changed_at` (the transaction's time), so the id breaks
-// the tie: milliseconds, then a per-process sequence, then randomness for uniqueness across processes.
-let eventSequence = 0;
-const eventId = () => {
-  eventSequence = (eventSequence + 1) % 36 ** 4;
-  return `mev_${Date.now().toString(36).padStart(9, '0')}${eventSequence.toString(36).padStart(4, '0')}${randomBytes(6).toString('hex')}`;
-};
-
 export const documentOf = (manifest: Pick<Manifest, 'document'>) => manifest.document as unknown as ManifestDocument;
 
 async function appendHistory(tx: Tx, manifest: Manifest, status: ManifestStatus, by: string, changes: string[]) {
-  await tx.manifestEvent.create({
-    data: {
-      id: eventId(),
-      orgId: manifest.orgId,
-      svcId: manifest.svcId,
-      manifestId: manifest.id,
-      version: manifest.version,
-      agentVersion: documentOf(manifest).agent.version,
-      manifestHash: manifest.manifestHash,
-      status,
-      changedBy: by,
-      changes,
-    },
+  await insertManifestEvent(tx, {
+    orgId: manifest.orgId,
+    svcId: manifest.svcId,
+    manifestId: manifest.id,
+    version: manifest.version,
+    agentVersion: documentOf(manifest).agent.version,
+    manifestHash: manifest.manifestHash,
+    status,
+    changedBy: by,
+    changes,
   });
 }
 
@@ -110,9 +114,7 @@ export function createManifestService({ db, cache }: Deps) {
    */
   function current(orgId: string, svcId: string): Promise<CurrentManifest | null> {
     return cache.get(`manifest:${orgId}:${svcId}`, async () => {
-      const manifest =
-        (await db.prisma.manifest.findFirst({ where: { orgId, svcId, status: { in: ['active', 'suspended'] } } })) ??
-        (await db.prisma.manifest.findFirst({ where: { orgId, svcId }, orderBy: [{ createdAt: 'desc' }] }));
+      const manifest = await findJudgedManifest(db.prisma, orgId, svcId);
       if (!manifest) return null;
       const document = documentOf(manifest);
       return {
@@ -136,7 +138,7 @@ export function createManifestService({ db, cache }: Deps) {
     }
     try {
       const id = await db.prisma.$transaction((tx) => registerChecked(tx, orgId, document, check.manifestHash!, actor));
-      return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id } });
+      return findManifestOrThrow(db.prisma, id, query);
     } catch (error) {
       throw pendingConflict(error, document.agent.id);
     }
@@ -167,24 +169,18 @@ export function createManifestService({ db, cache }: Deps) {
     actor: Principal,
   ) {
     const by = changedBy(actor);
-    const created = await tx.manifest.create({
-      data: {
-        orgId,
-        svcId: document.agent.id,
-        version: document.version,
-        status: 'pending',
-        manifestHash,
-        document: document as unknown as Prisma.InputJsonValue,
-        team: document.agent.team ?? null,
-        requestedCapabilities: document.capabilities.requested,
-        approvedCapabilities: [],
-        createdBy: by,
-      },
+    const created = await insertPendingManifest(tx, {
+      orgId,
+      svcId: document.agent.id,
+      version: document.version,
+      manifestHash,
+      document: document as unknown as Prisma.InputJsonValue,
+      team: document.agent.team ?? null,
+      requestedCapabilities: document.capabilities.requested,
+      createdBy: by,
     });
     await ensureAgentForManifest(tx, orgId, document.agent, created.id, actor);
-    const current = await tx.manifest.findFirst({
-      where: { orgId, svcId: created.svcId, status: { in: ['active', 'suspended'] } },
-    });
+    const current = await findLiveManifest(tx, orgId, created.svcId);
     const changes = [
       `registered agent version ${document.agent.version} requesting ${document.capabilities.requested.length} capabilities`,
     ];
@@ -204,7 +200,7 @@ export function createManifestService({ db, cache }: Deps) {
 
   async function get(orgId: string, manifestId: string, query: ManifestQuery = {}, caller?: Principal) {
     if (!isUuid(manifestId)) throw manifestNotFound();
-    const manifest = await db.prisma.manifest.findFirst({ ...query, where: { id: manifestId, orgId } });
+    const manifest = await findManifestOfOrg(db.prisma, orgId, manifestId, query);
     if (!manifest || outOfScope(caller, manifest.svcId)) throw manifestNotFound();
     return manifest;
   }
@@ -212,16 +208,9 @@ export function createManifestService({ db, cache }: Deps) {
   /** The agent's current manifest: active or suspended, else the newest of any status. */
   async function bySvc(orgId: string, svcId: string, query: ManifestQuery = {}, caller?: Principal) {
     if (outOfScope(caller, svcId)) throw manifestNotFound();
-    const current = await db.prisma.manifest.findFirst({
-      ...query,
-      where: { orgId, svcId, status: { in: ['active', 'suspended'] } },
-    });
+    const current = await findLiveManifest(db.prisma, orgId, svcId, query);
     if (current) return current;
-    const newest = await db.prisma.manifest.findFirst({
-      ...query,
-      where: { orgId, svcId },
-      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-    });
+    const newest = await findNewestManifest(db.prisma, orgId, svcId, query);
     if (!newest) throw manifestNotFound();
     return newest;
   }
@@ -235,22 +224,12 @@ export function createManifestService({ db, cache }: Deps) {
 
   async function list(orgId: string, filter: ManifestFilter, query: ManifestQuery = {}, caller?: Principal) {
     const scope = agentScope(caller);
-    const where: Prisma.ManifestWhereInput = {
-      orgId,
-      ...(scope ? { svcId: { in: [...scope] } } : {}),
-      ...(filter.status ? { status: filter.status } : {}),
-      ...(filter.team ? { team: filter.team } : {}),
-    };
-    const [items, total] = await Promise.all([
-      db.prisma.manifest.findMany({
-        ...query,
-        where,
-        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-        ...page(filter),
-      }),
-      db.prisma.manifest.count({ where }),
-    ]);
-    return { items, total };
+    return listManifests(
+      db.prisma,
+      { orgId, svcIds: scope ?? undefined, status: filter.status, team: filter.team },
+      page(filter),
+      query,
+    );
   }
 
   /** Every registration and status change of the manifest's agent id, newest first. */
@@ -266,10 +245,7 @@ export function createManifestService({ db, cache }: Deps) {
    * or suspended version, else the newest, as `current` and `bySvc` choose; keyed by historyKey.
    */
   async function currentOf(agents: readonly { orgId: string; svcId: string }[]) {
-    const manifests = await db.prisma.manifest.findMany({
-      where: { OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
-      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-    });
+    const manifests = await manifestsOfAgents(db.prisma, agents);
     const byKey = new Map<string, Manifest>();
     for (const manifest of manifests) {
       const key = historyKey(manifest.orgId, manifest.svcId);
@@ -282,10 +258,7 @@ export function createManifestService({ db, cache }: Deps) {
 
   /** History of several agents in one query (the dashboards' dataloader). */
   async function historyOf(agents: readonly { orgId: string; svcId: string }[]) {
-    const events = await db.prisma.manifestEvent.findMany({
-      where: { OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
-      orderBy: [{ changedAt: 'desc' }, { id: 'desc' }],
-    });
+    const events = await eventsOfAgents(db.prisma, agents);
     const byKey = new Map<string, typeof events>();
     for (const event of events) {
       const key = historyKey(event.orgId, event.svcId);
@@ -352,16 +325,9 @@ export function createManifestService({ db, cache }: Deps) {
           // The version this one replaces steps aside first (the partial unique index allows one
           // active-or-suspended manifest per agent id). Its row is locked, so a concurrent suspend
           // or reactivate of it either finished first and is seen here, or waits and finds it superseded.
-          const locked = await tx.$queryRaw<{ id: string }[]>`
-            SELECT id::text AS id FROM manifests
-            WHERE org_id = ${orgId}::uuid AND svc_id = ${current.svcId}
-              AND status IN ('active', 'suspended') AND id <> ${current.id}::uuid
-            FOR UPDATE`;
-          const previous = locked.length
-            ? await tx.manifest.findMany({ where: { id: { in: locked.map((row) => row.id) } } })
-            : [];
+          const previous = await lockOtherLiveManifests(tx, orgId, current.svcId, current.id);
           for (const old of previous) {
-            await tx.manifest.update({ where: { id: old.id }, data: { status: 'superseded' } });
+            await markSuperseded(tx, old.id);
             await appendHistory(tx, old, 'superseded', by, [
               `superseded by agent version ${documentOf(current).agent.version} (${current.id})`,
             ]);
@@ -375,12 +341,8 @@ export function createManifestService({ db, cache }: Deps) {
           }
         }
         // Conditional on the status read above: of two concurrent transitions, one updates nothing.
-        const updated = await tx.manifest.updateMany({
-          where: { id: current.id, orgId, status: current.status },
-          data,
-        });
-        if (updated.count === 0) {
-          const now = await tx.manifest.findUnique({ where: { id: current.id } });
+        if (!(await updateManifestFrom(tx, { id: current.id, orgId, from: current.status }, data))) {
+          const now = await findManifest(tx, current.id);
           throw refused(now?.status ?? current.status);
         }
         await appendHistory(tx, current, to, by, describe(name, current, approved, reason));
@@ -400,7 +362,7 @@ export function createManifestService({ db, cache }: Deps) {
         throw conflict("Another change to this agent's manifests happened at the same time; retry");
       throw error;
     }
-    return db.prisma.manifest.findUniqueOrThrow({ ...query, where: { id: current.id } });
+    return findManifestOrThrow(db.prisma, current.id, query);
   }
 
   return {

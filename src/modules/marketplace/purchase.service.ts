@@ -11,7 +11,19 @@ import { agentIdPattern } from '../manifest/manifest-document.js';
 import { pendingConflict, type ManifestService } from '../manifest/manifest.service.js';
 import { bindKey, claimKey, keyState, releaseKey, type KeyState, type KeyedRequest } from './idempotency.store.js';
 import { paymentProviders, type PaymentProvider } from './payment-providers.js';
+import {
+  completeTransaction,
+  confirmPendingTransaction,
+  countCompletedPurchases,
+  findSale,
+  findTransaction,
+  findTransactionOrThrow,
+  insertTransaction,
+  listTransactions,
+  templateIdOfAgent,
+} from './purchase.store.js';
 import { operationsOf, priceText, type TemplateService } from './template.service.js';
+import { findTemplate, findTemplateOrThrow } from './template.store.js';
 
 /**
  * Buying a template (docs/decisions/0021-templates-and-marketplace.md). The price is the server's at purchase
@@ -117,7 +129,7 @@ export function createPurchaseService(
   async function answerFrom(state: KeyState, request: KeyedRequest): Promise<MarketplaceTransaction> {
     if (state.requestHash !== null && state.requestHash !== request.requestHash) throw keyReused();
     if (state.transactionId === null) throw stillRunning();
-    return db.prisma.marketplaceTransaction.findUniqueOrThrow({ where: { id: state.transactionId } });
+    return findTransactionOrThrow(db.prisma, state.transactionId);
   }
 
   async function buyClaimed(
@@ -169,23 +181,21 @@ export function createPurchaseService(
     const status = (charge as { status: 'completed' | 'pending' }).status;
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const created = await tx.marketplaceTransaction.create({
-          data: {
-            id: randomId('txn'),
-            buyerOrgId: orgId,
-            publisherOrgId: template.orgId,
-            templateId: template.id,
-            templateVersion: template.version,
-            contentHash: template.contentHash,
-            amount: template.price,
-            currency: template.currency,
-            paymentMethod: provider.method,
-            status,
-            agentId,
-            idempotencyKey: request?.key ?? null,
-            purchasedBy: principal.email,
-            purchasedByUserId: principal.userId,
-          },
+        const created = await insertTransaction(tx, {
+          id: randomId('txn'),
+          buyerOrgId: orgId,
+          publisherOrgId: template.orgId,
+          templateId: template.id,
+          templateVersion: template.version,
+          contentHash: template.contentHash,
+          amount: template.price,
+          currency: template.currency,
+          paymentMethod: provider.method,
+          status,
+          agentId,
+          idempotencyKey: request?.key ?? null,
+          purchasedBy: principal.email,
+          purchasedByUserId: principal.userId,
         });
         const done = status === 'completed' ? await deliver(tx, created, template, principal) : created;
         await recordAudit(tx, orgId, actorOf(principal), {
@@ -217,10 +227,7 @@ export function createPurchaseService(
       manifestPayload(template, txn.agentId),
       buyer,
     );
-    return tx.marketplaceTransaction.update({
-      where: { id: txn.id },
-      data: { status: 'completed', manifestId, completedAt: new Date() },
-    });
+    return completeTransaction(tx, txn.id, manifestId);
   }
 
   /**
@@ -231,20 +238,14 @@ export function createPurchaseService(
   async function confirm(principal: UserPrincipal, transactionId: string): Promise<MarketplaceTransaction> {
     try {
       return await db.prisma.$transaction(async (tx) => {
-        const txn = await tx.marketplaceTransaction.findFirst({
-          where: { id: transactionId, publisherOrgId: principal.orgId },
-        });
+        const txn = await findSale(tx, principal.orgId, transactionId);
         if (!txn) throw notFound('Transaction');
-        const claimed = await tx.marketplaceTransaction.updateMany({
-          where: { id: txn.id, status: 'pending' },
-          data: { status: 'completed', confirmedBy: principal.email },
-        });
-        if (claimed.count === 0) {
+        if (!(await confirmPendingTransaction(tx, txn.id, principal.email))) {
           throw new AppError('INVALID_STATE_TRANSITION', `The transaction is ${txn.status}`, {
             details: { from: txn.status, to: 'completed' },
           });
         }
-        const template = await tx.manifestTemplate.findUniqueOrThrow({ where: { id: txn.templateId } });
+        const template = await findTemplateOrThrow(tx, txn.templateId);
         const buyer: UserPrincipal = {
           type: 'user',
           userId: txn.purchasedByUserId,
@@ -267,7 +268,7 @@ export function createPurchaseService(
         return done;
       });
     } catch (error) {
-      const txn = await db.prisma.marketplaceTransaction.findUnique({ where: { id: transactionId } });
+      const txn = await findTransaction(db.prisma, transactionId);
       throw txn ? pendingConflict(error, txn.agentId) : error;
     }
   }
@@ -277,22 +278,12 @@ export function createPurchaseService(
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(page, { limit: 50, max: 200 }, errors);
     errors.throwIfAny();
-    const where: Prisma.MarketplaceTransactionWhereInput = { OR: [{ buyerOrgId: orgId }, { publisherOrgId: orgId }] };
-    const [items, total] = await Promise.all([
-      db.prisma.marketplaceTransaction.findMany({
-        where,
-        orderBy: [{ createdAt: 'desc' }, { id: 'asc' }],
-        take: limit,
-        skip: offset,
-      }),
-      db.prisma.marketplaceTransaction.count({ where }),
-    ]);
-    return { items, total };
+    return listTransactions(db.prisma, orgId, { take: limit, skip: offset });
   }
 
   /** Completed purchases of each of these templates (the publisher's metadata). */
   async function purchasesOf(templateId: string): Promise<number> {
-    return db.prisma.marketplaceTransaction.count({ where: { templateId, status: 'completed' } });
+    return countCompletedPurchases(db.prisma, templateId);
   }
 
   /**
@@ -301,12 +292,8 @@ export function createPurchaseService(
    * agent was not acquired there.
    */
   async function operationDescriptions(orgId: string, agentId: string): Promise<Map<string, string>> {
-    const txn = await db.prisma.marketplaceTransaction.findFirst({
-      where: { buyerOrgId: orgId, agentId, status: 'completed' },
-      orderBy: [{ completedAt: 'desc' }],
-      select: { templateId: true },
-    });
-    const template = txn && (await db.prisma.manifestTemplate.findUnique({ where: { id: txn.templateId } }));
+    const templateId = await templateIdOfAgent(db.prisma, orgId, agentId);
+    const template = templateId && (await findTemplate(db.prisma, templateId));
     return new Map(template ? operationsOf(template).map((o) => [o.capability, o.description]) : []);
   }
 

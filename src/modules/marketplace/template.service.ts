@@ -8,6 +8,16 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { principalName, type Principal } from '../auth/authz.js';
 import { checkManifest } from '../manifest/manifest-document.js';
+import {
+  browseTemplates,
+  findTemplateOfOrg,
+  findTemplateWithOrg,
+  findTemplateWithOrgOrThrow,
+  insertTemplate,
+  listTemplates,
+  transitionTemplate,
+  type TemplateWithOrg,
+} from './template.store.js';
 
 /**
  * Manifest templates (docs/decisions/0021-templates-and-marketplace.md): an org's reusable agent definitions,
@@ -185,19 +195,17 @@ export function createTemplateService({ db }: Deps) {
     });
     const actor = actorOf(principal);
     return db.prisma.$transaction(async (tx) => {
-      const template = await tx.manifestTemplate.create({
-        data: {
-          orgId,
-          name: content.name,
-          description: content.description,
-          category: content.category,
-          operations: content.operations as unknown as Prisma.InputJsonValue,
-          constraints: content.constraints === null ? Prisma.DbNull : (content.constraints as Prisma.InputJsonValue),
-          price: new Prisma.Decimal(content.price),
-          currency: content.currency,
-          contentHash,
-          createdBy: principalName(principal),
-        },
+      const template = await insertTemplate(tx, {
+        orgId,
+        name: content.name,
+        description: content.description,
+        category: content.category,
+        operations: content.operations,
+        constraints: content.constraints,
+        price: content.price,
+        currency: content.currency,
+        contentHash,
+        createdBy: principalName(principal),
       });
       await recordAudit(tx, orgId, actor, {
         action: 'template.created',
@@ -214,26 +222,14 @@ export function createTemplateService({ db }: Deps) {
     if (filter.status && !templateStatuses.includes(filter.status as TemplateStatus)) {
       throw validationError([{ field: 'status', message: `must be one of ${templateStatuses.join(', ')}` }]);
     }
-    const where: Prisma.ManifestTemplateWhereInput = { orgId, ...(filter.status ? { status: filter.status } : {}) };
-    const [items, total] = await Promise.all([
-      db.prisma.manifestTemplate.findMany({
-        where,
-        orderBy: [{ createdAt: 'desc' }, { id: 'asc' }],
-        take: limit,
-        skip,
-      }),
-      db.prisma.manifestTemplate.count({ where }),
-    ]);
+    const { items, total } = await listTemplates(db.prisma, { orgId, status: filter.status }, { take: limit, skip });
     return { manifests: items, pagination: pagination(page, limit, total) };
   }
 
   /** The org's own template in any status, or another org's published one; anything else is 404. */
-  async function get(orgId: string, id: string): Promise<ManifestTemplate & { org: { name: string } }> {
+  async function get(orgId: string, id: string): Promise<TemplateWithOrg> {
     if (!isUuid(id)) throw templateNotFound();
-    const template = await db.prisma.manifestTemplate.findUnique({
-      where: { id },
-      include: { org: { select: { name: true } } },
-    });
+    const template = await findTemplateWithOrg(db.prisma, id);
     if (!template || (template.orgId !== orgId && template.status !== 'published')) throw templateNotFound();
     return template;
   }
@@ -242,21 +238,14 @@ export function createTemplateService({ db }: Deps) {
   async function transition(orgId: string, id: string, to: 'published' | 'archived', principal: Principal) {
     const from: TemplateStatus[] = to === 'published' ? ['draft', 'archived'] : ['draft', 'published'];
     return db.prisma.$transaction(async (tx) => {
-      const before = await tx.manifestTemplate.findFirst({ where: { id, orgId } });
+      const before = await findTemplateOfOrg(tx, orgId, id);
       if (!before) throw templateNotFound();
-      const changed = await tx.manifestTemplate.updateMany({
-        where: { id, orgId, status: { in: from } },
-        data: { status: to, ...(to === 'published' ? { publishedAt: new Date() } : {}) },
-      });
-      if (changed.count === 0) {
+      if (!(await transitionTemplate(tx, { orgId, id, from }, to))) {
         throw new AppError('INVALID_STATE_TRANSITION', `The template is ${before.status}`, {
           details: { from: before.status, to },
         });
       }
-      const after = await tx.manifestTemplate.findUniqueOrThrow({
-        where: { id },
-        include: { org: { select: { name: true } } },
-      });
+      const after = await findTemplateWithOrgOrThrow(tx, id);
       await recordAudit(tx, orgId, actorOf(principal), {
         action: to === 'published' ? 'template.published' : 'template.archived',
         targetType: 'manifest_template',
@@ -283,47 +272,18 @@ export function createTemplateService({ db }: Deps) {
     }
     errors.throwIfAny();
     const search = filter.q?.trim();
-    const q = search ? likeLiteral(search) : undefined;
-    const base: Prisma.ManifestTemplateWhereInput = {
-      status: 'published',
-      ...(min !== null || max !== null
-        ? {
-            price: {
-              ...(min !== null ? { gte: new Prisma.Decimal(min) } : {}),
-              ...(max !== null ? { lte: new Prisma.Decimal(max) } : {}),
-            },
-          }
-        : {}),
-      ...(q
-        ? {
-            OR: [{ name: { contains: q, mode: 'insensitive' } }, { description: { contains: q, mode: 'insensitive' } }],
-          }
-        : {}),
-    };
-    const where = { ...base, ...(filter.category ? { category: filter.category } : {}) };
-    const [items, total, categories] = await Promise.all([
-      db.prisma.manifestTemplate.findMany({
-        where,
-        include: { org: { select: { name: true } } },
-        orderBy: [{ publishedAt: 'desc' }, { id: 'asc' }],
-        take: limit,
-        skip,
-      }),
-      db.prisma.manifestTemplate.count({ where }),
-      db.prisma.manifestTemplate.groupBy({
-        by: ['category'],
-        where: base,
-        _count: { _all: true },
-        orderBy: { category: 'asc' },
-      }),
-    ]);
+    const { items, total, categories } = await browseTemplates(
+      db.prisma,
+      { minPrice: min, maxPrice: max, search: search ? likeLiteral(search) : undefined, category: filter.category },
+      { take: limit, skip },
+    );
     return {
       manifests: items,
       filters: {
         category: filter.category ?? null,
         min_price: min,
         max_price: max,
-        categories: categories.map((c) => ({ category: c.category, count: c._count._all })),
+        categories,
       },
       pagination: pagination(page, limit, total),
     };

@@ -19,7 +19,17 @@ import {
   type PolicyMode,
   type RateLimitScope,
 } from './policy-rules.js';
-import { lockOrgAndCountPolicies, lockPolicy } from './policy.store.js';
+import {
+  deletePolicy,
+  findPolicy,
+  findPolicyOrThrow,
+  insertPolicy,
+  lockOrgAndCountPolicies,
+  lockPolicy,
+  policiesOfOrg,
+  policiesOfOrgs,
+  replacePolicy,
+} from './policy.store.js';
 
 /**
  * An org's policies (docs/guides/policies.md, docs/decisions/0019-policy-management.md):
@@ -350,8 +360,12 @@ export function createPolicyService({ db, cache, logger }: Deps) {
             },
           ]);
         }
-        const policy = await tx.policy.create({
-          data: { id: newPolicyId(), orgId, ...data, createdBy: actor.label, updatedBy: actor.label },
+        const policy = await insertPolicy(tx, {
+          id: newPolicyId(),
+          orgId,
+          ...data,
+          createdBy: actor.label,
+          updatedBy: actor.label,
         });
         await recordAudit(tx, orgId, actor, {
           action: 'policy.created',
@@ -368,7 +382,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
   }
 
   async function get(orgId: string, policyId: string): Promise<Policy> {
-    const policy = await db.prisma.policy.findFirst({ where: { id: policyId, orgId } });
+    const policy = await findPolicy(db.prisma, orgId, policyId);
     if (!policy) throw notFound('Policy');
     return policy;
   }
@@ -380,13 +394,11 @@ export function createPolicyService({ db, cache, logger }: Deps) {
    */
   async function list(orgId: string, filter: PolicyFilter = {}): Promise<ListPage<Policy>> {
     const { limit, offset } = checkFilter(filter);
-    const rows = await db.prisma.policy.findMany({
-      where: {
-        orgId,
-        ...(filter.enabled != null && { enabled: filter.enabled }),
-        ...(filter.mode != null && { mode: filter.mode }),
-        ...(filter.effect != null && { effect: filter.effect }),
-      },
+    const rows = await policiesOfOrg(db.prisma, {
+      orgId,
+      enabled: filter.enabled,
+      mode: filter.mode,
+      effect: filter.effect,
     });
     const svcId = filter.svc_id;
     const matching = svcId == null ? rows : rows.filter((policy) => targetOf(policy).svc_ids?.includes(svcId) ?? true);
@@ -400,7 +412,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
    */
   async function forAgents(agents: readonly { orgId: string; svcId: string }[]): Promise<Policy[][]> {
     const orgIds = [...new Set(agents.map((a) => a.orgId))];
-    const rows = orgIds.length ? await db.prisma.policy.findMany({ where: { orgId: { in: orgIds } } }) : [];
+    const rows = orgIds.length ? await policiesOfOrgs(db.prisma, orgIds) : [];
     rows.sort(byPriority);
     return agents.map(({ orgId, svcId }) =>
       rows.filter((policy) => policy.orgId === orgId && (targetOf(policy).svc_ids?.includes(svcId) ?? true)),
@@ -416,11 +428,8 @@ export function createPolicyService({ db, cache, logger }: Deps) {
         'Policy',
         db.prisma.$transaction(async (tx) => {
           if (!(await lockPolicy(tx, orgId, policyId))) throw notFound('Policy');
-          const before = await tx.policy.findUniqueOrThrow({ where: { id: policyId } });
-          const policy = await tx.policy.update({
-            where: { id: policyId, orgId },
-            data: { ...data, version: { increment: 1 }, updatedBy: actor.label },
-          });
+          const before = await findPolicyOrThrow(tx, policyId);
+          const policy = await replacePolicy(tx, orgId, policyId, { ...data, updatedBy: actor.label });
           await recordAudit(tx, orgId, actor, {
             action: 'policy.updated',
             targetType: 'policy',
@@ -442,7 +451,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
     await notFoundIfGone(
       'Policy',
       db.prisma.$transaction(async (tx) => {
-        const deleted = await tx.policy.delete({ where: { id: policyId, orgId } });
+        const deleted = await deletePolicy(tx, orgId, policyId);
         await recordAudit(tx, orgId, actorOf(principal), {
           action: 'policy.deleted',
           targetType: 'policy',
@@ -459,7 +468,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
    */
   function active(orgId: string): Promise<ActivePolicy[]> {
     return cache.get(`policies:${orgId}`, async () => {
-      const rows = await db.prisma.policy.findMany({ where: { orgId, enabled: true } });
+      const rows = await policiesOfOrg(db.prisma, { orgId, enabled: true });
       return rows.map((policy) => activePolicy(policy, logger)).sort(byPriority);
     });
   }

@@ -1,7 +1,8 @@
-import type { Prisma } from '../../generated/prisma/client.js';
+import type { Policy, Prisma } from '../../generated/prisma/client.js';
 
-/** The policy module's raw SQL: the row locks that keep concurrent writes exact. */
+/** The policy module's statements: policies, and the row locks that keep concurrent writes exact. */
 
+/** The Prisma client, or a transaction on it. */
 type Tx = Prisma.TransactionClient;
 
 /**
@@ -27,4 +28,62 @@ export async function lockPolicy(tx: Tx, orgId: string, policyId: string): Promi
   const rows = await tx.$queryRaw<{ id: string }[]>`
     SELECT id FROM policies WHERE id = ${policyId} AND org_id = ${orgId}::uuid FOR UPDATE`;
   return rows.length === 1;
+}
+
+export type PolicyColumns = Omit<
+  Prisma.PolicyUncheckedCreateInput,
+  'id' | 'orgId' | 'version' | 'createdBy' | 'updatedBy' | 'createdAt' | 'updatedAt'
+>;
+
+export function insertPolicy(
+  tx: Tx,
+  policy: PolicyColumns & { id: string; orgId: string; createdBy: string; updatedBy: string },
+): Promise<Policy> {
+  return tx.policy.create({ data: policy });
+}
+
+export function findPolicy(prisma: Tx, orgId: string, policyId: string): Promise<Policy | null> {
+  return prisma.policy.findFirst({ where: { id: policyId, orgId } });
+}
+
+export function findPolicyOrThrow(prisma: Tx, policyId: string): Promise<Policy> {
+  return prisma.policy.findUniqueOrThrow({ where: { id: policyId } });
+}
+
+/** The org's policies with these values (each filter left out when null or undefined), in no order. */
+export function policiesOfOrg(
+  prisma: Tx,
+  filter: { orgId: string; enabled?: boolean | null; mode?: string | null; effect?: string | null },
+): Promise<Policy[]> {
+  return prisma.policy.findMany({
+    where: {
+      orgId: filter.orgId,
+      ...(filter.enabled != null && { enabled: filter.enabled }),
+      ...(filter.mode != null && { mode: filter.mode }),
+      ...(filter.effect != null && { effect: filter.effect }),
+    },
+  });
+}
+
+/** Every policy of these orgs, in no order. */
+export function policiesOfOrgs(prisma: Tx, orgIds: readonly string[]): Promise<Policy[]> {
+  return prisma.policy.findMany({ where: { orgId: { in: [...orgIds] } } });
+}
+
+/** Replaces every column of the org's policy and counts a version; throws Prisma's P2025 when there is none. */
+export function replacePolicy(
+  tx: Tx,
+  orgId: string,
+  policyId: string,
+  columns: PolicyColumns & { updatedBy: string },
+): Promise<Policy> {
+  return tx.policy.update({
+    where: { id: policyId, orgId },
+    data: { ...columns, version: { increment: 1 } },
+  });
+}
+
+/** Deletes the org's policy and returns it; throws Prisma's P2025 when there is none. */
+export function deletePolicy(tx: Tx, orgId: string, policyId: string): Promise<Policy> {
+  return tx.policy.delete({ where: { id: policyId, orgId } });
 }

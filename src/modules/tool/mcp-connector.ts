@@ -1,6 +1,7 @@
 import { SdkError, SdkErrorCode, type CallToolResult, type Client } from '@modelcontextprotocol/client';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
-import { failure, type HttpToolConfig, type ToolCall, type ToolErrorCode, type ToolResult } from './connectors.js';
+import { failure, type ToolCall, type ToolErrorCode, type ToolResult } from './connectors.js';
+import type { McpCallTracing } from './mcp-connector-config.js';
 import { createClientPool, type ClientPool, type Lease, type PoolOptions } from './mcp-client-pool.js';
 import { MAX_ERROR_MESSAGE_LENGTH, UpstreamCall } from './mcp-upstream-call.js';
 import {
@@ -14,19 +15,6 @@ import {
 
 export { failureOfExchange } from './mcp-upstream-call.js';
 export { MAX_TOOL_LIST_PAGES, type McpUpstream } from './mcp-upstream-client.js';
-
-/** What the tool call's span gives the exchange and learns from it. */
-export interface McpCallTracing {
-  /** W3C trace context sent with every request of the exchange. */
-  traceHeaders: Record<string, string>;
-  /** Hears the protocol version the upstream agreed to. */
-  negotiated?(protocolVersion: string): void;
-}
-
-/** What an mcp tool stores in `config`: an http tool's endpoint and the upstream tool's name, when not the action's. */
-export interface McpToolConfig extends HttpToolConfig {
-  tool: string | null;
-}
 
 /**
  * An upstream tool's CallToolResult as the gateway's result: `{content, structuredContent?}`;

@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import { failure, toolFailure, type ToolResult } from './connectors.js';
-import type { McpCallTracing, McpToolConfig } from './mcp-connector.js';
+import type { McpCallTracing, McpToolConfig } from './mcp-connector-config.js';
 
 export const MAX_ERROR_MESSAGE_LENGTH = 500;
 

@@ -5,7 +5,7 @@ import { Client, SdkHttpError, StreamableHTTPClientTransport, type FetchLike } f
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { failure, MAX_RESPONSE_BYTES, toolFailure, withoutTraceContext, type ToolCredentials } from './connectors.js';
 import type { Closable } from './mcp-client-pool.js';
-import type { McpToolConfig } from './mcp-connector.js';
+import type { McpToolConfig } from './mcp-connector-config.js';
 import { currentCall, failureOfExchange, RequestFailed, type UpstreamCall } from './mcp-upstream-call.js';
 
 /** The upstream of one mcp tool: what a client is made for, and what keys it in the pool. */

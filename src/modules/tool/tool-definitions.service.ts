@@ -8,7 +8,8 @@ import { recordAudit } from '../audit/audit.service.js';
 import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
-import { listUpstreamTools, type McpToolConfig, type McpUpstreamPool } from './mcp-connector.js';
+import type { McpToolConfig } from './mcp-connector-config.js';
+import { listUpstreamTools, type McpUpstreamPool } from './mcp-connector.js';
 import {
   definitionDiff,
   listProblem,
@@ -20,6 +21,7 @@ import {
   type KeptDefinition,
 } from './tool-definitions.js';
 import { claimDueTools, lockTool, markRead, replaceDefinitions, selectDefinitions } from './tool-definitions.store.js';
+import { findToolById } from './tool.store.js';
 
 /**
  * Reads, keeps and pins an mcp tool's upstream definitions (docs/decisions/0050-upstream-tool-definitions.md):
@@ -196,7 +198,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
     const queue = [...due];
     const worker = async () => {
       for (let next = queue.shift(); next; next = queue.shift()) {
-        const tool = await db.prisma.tool.findUnique({ where: { id: next.id } });
+        const tool = await findToolById(db.prisma, next.id);
         if (tool) await read(tool);
       }
     };

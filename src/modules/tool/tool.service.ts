@@ -14,10 +14,21 @@ import {
   type ToolCredentials,
   type ToolResult,
 } from './connectors.js';
-import { createMcpUpstreamPool, runMcp, type McpToolConfig } from './mcp-connector.js';
+import type { McpToolConfig } from './mcp-connector-config.js';
+import { createMcpUpstreamPool, runMcp } from './mcp-connector.js';
 import { definitionHold, type Acceptance, type DefinitionHold } from './tool-definitions.js';
 import { createToolDefinitions, notMcp, type DefinitionState } from './tool-definitions.service.js';
 import { forgetDefinitions } from './tool-definitions.store.js';
+import {
+  deleteTool,
+  findTool,
+  findToolForAction,
+  insertTool,
+  lockToolSecrets,
+  toolsOfOrg,
+  updateTool,
+  updateToolSecrets,
+} from './tool.store.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
@@ -297,22 +308,19 @@ const snapshot = (tool: Tool) => ({
  * reencrypt`, in the caller's transaction); returns how many tools it rewrote.
  */
 export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const rows = await conn.query<{ id: string; secret: string | null; secret_headers: Record<string, string> | null }>(
-    'SELECT id, secret, secret_headers FROM tools WHERE secret IS NOT NULL OR secret_headers IS NOT NULL ORDER BY id FOR UPDATE',
-  );
+  const rows = await lockToolSecrets(conn);
   const stale = rows.filter((row) =>
     [row.secret, ...Object.values(row.secret_headers ?? {})].some(
       (value) => value !== null && !secrets.isCurrent(value),
     ),
   );
   for (const row of stale) {
-    await conn.query('UPDATE tools SET secret = $2, secret_headers = $3::jsonb WHERE id = $1', [
-      row.id,
-      row.secret === null ? null : secrets.reseal(row.secret),
-      row.secret_headers === null
-        ? null
-        : JSON.stringify(mapValues(row.secret_headers, (value) => secrets.reseal(value))),
-    ]);
+    await updateToolSecrets(conn, {
+      id: row.id,
+      secret: row.secret === null ? null : secrets.reseal(row.secret),
+      secret_headers:
+        row.secret_headers === null ? null : mapValues(row.secret_headers, (value) => secrets.reseal(value)),
+    });
   }
   return stale.length;
 }
@@ -420,7 +428,7 @@ export function createToolService(deps: Deps) {
     const { actionType } = data;
     try {
       const created = await db.prisma.$transaction(async (tx) => {
-        const tool = await tx.tool.create({ data: { id: newToolId(), orgId, ...data } });
+        const tool = await insertTool(tx, { id: newToolId(), orgId, ...data });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.created',
           targetType: 'tool',
@@ -439,13 +447,13 @@ export function createToolService(deps: Deps) {
   }
 
   async function get(orgId: string, toolId: string) {
-    const tool = await db.prisma.tool.findFirst({ where: { id: toolId, orgId } });
+    const tool = await findTool(db.prisma, orgId, toolId);
     if (!tool) throw notFound('Tool');
     return tool;
   }
 
   async function list(orgId: string) {
-    const items = await db.prisma.tool.findMany({ where: { orgId }, orderBy: [{ actionType: 'asc' }] });
+    const items = await toolsOfOrg(db.prisma, orgId);
     return { items, total: items.length };
   }
 
@@ -459,7 +467,7 @@ export function createToolService(deps: Deps) {
         db.prisma.$transaction(async (tx) => {
           // Another upstream (or another of its tools) has nothing of the old one's pins.
           if (upstreamOf(data) !== upstreamOf(existing)) await forgetDefinitions(sqlConnectionOf(tx), existing.id);
-          const tool = await tx.tool.update({ where: { id: existing.id, orgId }, data });
+          const tool = await updateTool(tx, orgId, existing.id, data);
           await recordAudit(tx, orgId, actorOf(actor), {
             action: 'tool.updated',
             targetType: 'tool',
@@ -484,7 +492,7 @@ export function createToolService(deps: Deps) {
     await notFoundIfGone(
       'Tool',
       db.prisma.$transaction(async (tx) => {
-        const deleted = await tx.tool.delete({ where: { id: toolId, orgId } });
+        const deleted = await deleteTool(tx, orgId, toolId);
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.deleted',
           targetType: 'tool',
@@ -502,7 +510,7 @@ export function createToolService(deps: Deps) {
    */
   function forAction(orgId: string, actionType: string): Promise<ConfiguredTool | null> {
     return cache.get(`tool:${orgId}:${actionType}`, async () => {
-      const tool = await db.prisma.tool.findUnique({ where: { orgId_actionType: { orgId, actionType } } });
+      const tool = await findToolForAction(db.prisma, orgId, actionType);
       if (!tool) return null;
       const held = tool.connector === 'mcp' ? await definitions.state(tool.id, tool.definitionsPinned) : null;
       return { ...tool, credentials: hasCredentials(tool.connector) ? credentialsOf(tool) : null, definitions: held };

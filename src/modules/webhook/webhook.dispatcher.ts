@@ -10,6 +10,7 @@ import {
   ATTR_HTTP_RESPONSE_STATUS_CODE,
 } from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Span, type Telemetry } from '../../observability/telemetry.js';
+import { claimDueDeliveries, recordAttempt, releaseClaim, type ClaimedDelivery as Claimed } from './webhook.store.js';
 
 /**
  * Sends the webhook outbox (webhook_deliveries). Each process runs one dispatcher; every
@@ -44,18 +45,6 @@ export function webhookSignature(secret: string, timestamp: string, body: string
 /** Wait before the attempt after attempt number `attempts` (1-based): base, 2×base, 4×base, … */
 export function retryDelayMs(attempts: number, baseMs: number): number {
   return Math.min(baseMs * 2 ** Math.max(0, attempts - 1), MAX_RETRY_DELAY_MS);
-}
-
-interface Claimed {
-  id: string;
-  webhook_id: string;
-  event: string;
-  payload: unknown;
-  attempts: number;
-  url: string;
-  /** As stored: sealed when KEY_ENCRYPTION_KEY was set. */
-  secret: string;
-  allow_private_network: boolean;
 }
 
 /** An attempt that never left: the webhook's secret does not open with the configured keys. */
@@ -131,55 +120,19 @@ export function createWebhookDispatcher({
 
   /**
    * Claims up to `max` due deliveries, oldest first, keeping each webhook at most at
-   * MAX_IN_FLIGHT_PER_WEBHOOK attempts in flight in this process (`busy`). Candidates are chosen
-   * without locks; `due` locks them, skipping rows another claimer holds, and re-checks that each
-   * is still pending and due (a row claimed and committed meanwhile no longer is).
+   * MAX_IN_FLIGHT_PER_WEBHOOK attempts in flight in this process.
    */
   const claim = (max: number) =>
-    db.sql.query<Claimed>(
-      `WITH busy AS (
-         SELECT * FROM unnest($3::text[], $6::int[]) AS b(webhook_id, in_flight)
-       ), candidates AS (
-         SELECT d.id, d.webhook_id, d.next_attempt_at, d.seq
-         FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-         WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.active
-           AND d.webhook_id NOT IN (SELECT webhook_id FROM busy WHERE in_flight >= $5)
-         ORDER BY d.next_attempt_at, d.seq
-         LIMIT $4
-       ), fair AS (
-         SELECT ranked.id FROM (
-           SELECT id, webhook_id, next_attempt_at, seq,
-                  row_number() OVER (PARTITION BY webhook_id ORDER BY next_attempt_at, seq) AS rank
-           FROM candidates
-         ) ranked
-         LEFT JOIN busy ON busy.webhook_id = ranked.webhook_id
-         WHERE ranked.rank <= $5 - coalesce(busy.in_flight, 0)
-         ORDER BY ranked.next_attempt_at, ranked.seq
-         LIMIT $1
-       ), due AS (
-         SELECT d.id FROM webhook_deliveries d
-         WHERE d.id IN (SELECT id FROM fair) AND d.status = 'pending' AND d.next_attempt_at <= now()
-         FOR UPDATE SKIP LOCKED
-       )
-       UPDATE webhook_deliveries d
-       SET attempts = d.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + $2::int * interval '1 millisecond'
-       FROM due, webhooks w
-       WHERE d.id = due.id AND w.id = d.webhook_id
-       RETURNING d.id, d.webhook_id, d.event, d.payload, d.attempts, w.url, w.secret, w.allow_private_network`,
-      [max, leaseMs, [...perWebhook.keys()], CLAIM_WINDOW, MAX_IN_FLIGHT_PER_WEBHOOK, [...perWebhook.values()]],
-    );
+    claimDueDeliveries(db.sql, {
+      max,
+      leaseMs,
+      busy: perWebhook,
+      window: CLAIM_WINDOW,
+      perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK,
+    });
 
   /** Gives back claims that were never sent (stopped meanwhile): the attempt did not happen. */
-  const release = (claimed: Claimed[]) =>
-    Promise.all(
-      claimed.map((d) =>
-        db.sql.query(
-          `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now()
-           WHERE id = $1 AND status = 'pending' AND attempts = $2`,
-          [d.id, d.attempts],
-        ),
-      ),
-    );
+  const release = (claimed: Claimed[]) => Promise.all(claimed.map((d) => releaseClaim(db.sql, d)));
 
   /** The webhook's secret in plaintext, or why it cannot be had (a failed attempt, retried as any). */
   function openSecret(delivery: Claimed): string | SecretUnavailable {
@@ -258,21 +211,12 @@ export function createWebhookDispatcher({
     const status = delivered ? 'delivered' : delivery.attempts >= env.webhookMaxAttempts ? 'failed' : 'pending';
     if (statusCode !== null) span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode);
     if (error) span.setAttribute(ATTR_ERROR_TYPE, error.slice(0, error.indexOf(':')));
-    await db.sql.query(
-      `UPDATE webhook_deliveries
-       SET status = $3::text::"WebhookDeliveryStatus", last_status_code = $4, last_error = $5,
-           delivered_at = CASE WHEN $3::text = 'delivered' THEN now() END,
-           next_attempt_at = CASE WHEN $3::text = 'pending' THEN now() + $6::int * interval '1 millisecond' END
-       WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
-      [
-        delivery.id,
-        delivery.attempts,
-        status,
-        statusCode,
-        error,
-        retryDelayMs(delivery.attempts, env.webhookRetryBaseMs),
-      ],
-    );
+    await recordAttempt(db.sql, delivery, {
+      status,
+      statusCode,
+      error,
+      retryDelayMs: retryDelayMs(delivery.attempts, env.webhookRetryBaseMs),
+    });
     const fields = {
       delivery_id: delivery.id,
       webhook_id: delivery.webhook_id,

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { SqlConnection } from '../../db/sql.js';
 import type { Deps } from '../../deps.js';
 import { FieldErrors, notFound, notFoundIfGone } from '../../errors.js';
-import type { Prisma, Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
+import type { Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
 import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
@@ -10,6 +10,17 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { Principal } from '../auth/authz.js';
 import { randomId, timeOrderedId } from '../../lib/ids.js';
+import {
+  deleteWebhook,
+  deliveryPages,
+  findWebhook,
+  insertEventDeliveries,
+  insertWebhook,
+  lockWebhookSecrets,
+  updateWebhook,
+  updateWebhookSecret,
+  webhooksOfOrg,
+} from './webhook.store.js';
 
 /**
  * Org webhooks: subscriptions to events, and the outbox of their deliveries. Events are enqueued
@@ -61,22 +72,7 @@ export async function enqueueWebhookEvent(
   data: Record<string, unknown>,
 ): Promise<void> {
   if (!webhookEvents.includes(event)) throw new Error(`Unknown webhook event "${String(event)}"`);
-  // created_at is the database's clock, like the row's and the dispatcher's, rounded as stored.
-  await conn.query(
-    `WITH e AS (SELECT now()::timestamptz(3) AS at)
-     INSERT INTO webhook_deliveries (id, webhook_id, org_id, event, event_id, payload, created_at, next_attempt_at)
-     SELECT 'whd_' || replace(gen_random_uuid()::text, '-', ''), w.id, w.org_id, $2::text, $3::text,
-            jsonb_build_object(
-              'event_id', $3::text,
-              'event', $2::text,
-              'org_id', $1::uuid::text,
-              'created_at', to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-              'data', $4::jsonb),
-            e.at, e.at
-     FROM webhooks w, e
-     WHERE w.org_id = $1::uuid AND w.active AND $2::text = ANY (w.events)`,
-    [orgId, event, newEventId(), JSON.stringify(data ?? {})],
-  );
+  await insertEventDeliveries(conn, orgId, event, newEventId(), data);
 }
 
 /** A webhook as audited: no secret. */
@@ -85,45 +81,6 @@ const snapshot = (webhook: Webhook) => ({
   events: webhook.events,
   active: webhook.active,
   allow_private_network: webhook.allowPrivateNetwork,
-});
-
-/** Raw rows of the deliveries page query, as the driver returns them. */
-interface DeliveryRow {
-  page_webhook_id: string;
-  total: number;
-  id: string | null;
-  seq: bigint | number | string;
-  webhook_id: string;
-  org_id: string;
-  event: string;
-  event_id: string;
-  payload: unknown;
-  status: DeliveryStatus;
-  attempts: number;
-  next_attempt_at: Date | null;
-  last_attempt_at: Date | null;
-  last_status_code: number | null;
-  last_error: string | null;
-  created_at: Date;
-  delivered_at: Date | null;
-}
-
-const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
-  id: row.id!,
-  seq: BigInt(row.seq),
-  webhookId: row.webhook_id,
-  orgId: row.org_id,
-  event: row.event,
-  eventId: row.event_id,
-  payload: row.payload as Prisma.JsonValue,
-  status: row.status,
-  attempts: row.attempts,
-  nextAttemptAt: row.next_attempt_at,
-  lastAttemptAt: row.last_attempt_at,
-  lastStatusCode: row.last_status_code,
-  lastError: row.last_error,
-  createdAt: row.created_at,
-  deliveredAt: row.delivered_at,
 });
 
 export function createWebhookService({ db, secrets }: Deps) {
@@ -164,9 +121,7 @@ export function createWebhookService({ db, secrets }: Deps) {
     const data = columns(input);
     const secret = input.secret ?? generateSecret();
     const webhook = await db.prisma.$transaction(async (tx) => {
-      const created = await tx.webhook.create({
-        data: { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data },
-      });
+      const created = await insertWebhook(tx, { id: newWebhookId(), orgId, secret: secrets.seal(secret), ...data });
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'webhook.created',
         targetType: 'webhook',
@@ -179,16 +134,13 @@ export function createWebhookService({ db, secrets }: Deps) {
   }
 
   async function get(orgId: string, webhookId: string): Promise<Webhook> {
-    const webhook = await db.prisma.webhook.findFirst({ where: { id: webhookId, orgId } });
+    const webhook = await findWebhook(db.prisma, orgId, webhookId);
     if (!webhook) throw notFound('Webhook');
     return webhook;
   }
 
   async function list(orgId: string): Promise<ListPage<Webhook>> {
-    const items = await db.prisma.webhook.findMany({
-      where: { orgId },
-      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-    });
+    const items = await webhooksOfOrg(db.prisma, orgId);
     return { items, total: items.length };
   }
 
@@ -209,9 +161,9 @@ export function createWebhookService({ db, secrets }: Deps) {
     return notFoundIfGone(
       'Webhook',
       db.prisma.$transaction(async (tx) => {
-        const webhook = await tx.webhook.update({
-          where: { id: existing.id, orgId },
-          data: { ...data, ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}) },
+        const webhook = await updateWebhook(tx, orgId, existing.id, {
+          ...data,
+          ...(input.secret != null ? { secret: secrets.seal(input.secret) } : {}),
         });
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'webhook.updated',
@@ -233,7 +185,7 @@ export function createWebhookService({ db, secrets }: Deps) {
     await notFoundIfGone(
       'Webhook',
       db.prisma.$transaction(async (tx) => {
-        const deleted = await tx.webhook.delete({ where: { id: webhookId, orgId } });
+        const deleted = await deleteWebhook(tx, orgId, webhookId);
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'webhook.deleted',
           targetType: 'webhook',
@@ -262,31 +214,7 @@ export function createWebhookService({ db, secrets }: Deps) {
     webhookIds: readonly string[],
     filter: DeliveryFilter,
   ): Promise<Map<string, ListPage<WebhookDelivery>>> {
-    const { limit, offset, status } = page(filter);
-    const rows = await db.prisma.$queryRaw<DeliveryRow[]>`
-      SELECT w.webhook_id AS page_webhook_id, c.total, d.*
-      FROM unnest(${[...webhookIds]}::text[]) AS w(webhook_id)
-      CROSS JOIN LATERAL (
-        SELECT count(*)::int AS total FROM webhook_deliveries x
-        WHERE x.webhook_id = w.webhook_id AND (${status}::text IS NULL OR x.status::text = ${status}::text)
-      ) c
-      LEFT JOIN LATERAL (
-        SELECT y.id, y.seq, y.webhook_id, y.org_id::text AS org_id, y.event, y.event_id, y.payload, y.status::text AS status,
-               y.attempts, y.next_attempt_at, y.last_attempt_at, y.last_status_code, y.last_error, y.created_at, y.delivered_at
-        FROM webhook_deliveries y
-        WHERE y.webhook_id = w.webhook_id AND (${status}::text IS NULL OR y.status::text = ${status}::text)
-        ORDER BY y.seq DESC
-        LIMIT ${limit} OFFSET ${offset}
-      ) d ON true
-      ORDER BY w.webhook_id, d.seq DESC`;
-    const pages = new Map<string, ListPage<WebhookDelivery>>();
-    for (const id of webhookIds) pages.set(id, { items: [], total: 0 });
-    for (const row of rows) {
-      const entry = pages.get(row.page_webhook_id)!;
-      entry.total = Number(row.total);
-      if (row.id !== null) entry.items.push(toDelivery(row));
-    }
-    return pages;
+    return deliveryPages(db.prisma, webhookIds, page(filter));
   }
 
   async function deliveries(
@@ -308,11 +236,8 @@ export type WebhookService = ReturnType<typeof createWebhookService>;
  * the caller's transaction); returns how many it rewrote.
  */
 export async function reencryptWebhookSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const rows = await conn.query<{ id: string; secret: string }>(
-    'SELECT id, secret FROM webhooks ORDER BY id FOR UPDATE',
-  );
+  const rows = await lockWebhookSecrets(conn);
   const stale = rows.filter((row) => !secrets.isCurrent(row.secret));
-  for (const row of stale)
-    await conn.query('UPDATE webhooks SET secret = $2 WHERE id = $1', [row.id, secrets.reseal(row.secret)]);
+  for (const row of stale) await updateWebhookSecret(conn, row.id, secrets.reseal(row.secret));
   return stale.length;
 }
