@@ -32,6 +32,7 @@ import {
   markSuperseded,
   updateManifestFrom,
   type ManifestQuery,
+  approvedManifestsOfAgents,
 } from './manifest.store.js';
 
 type Tx = Prisma.TransactionClient;
@@ -270,10 +271,7 @@ export function createManifestService({ db, cache }: Deps) {
 
   /** Approved versions of several agents' manifests in one query, oldest approval first, by historyKey. */
   async function approvedOf(agents: readonly { orgId: string; svcId: string }[]) {
-    const manifests = await db.prisma.manifest.findMany({
-      where: { approvedAt: { not: null }, OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
-      orderBy: [{ approvedAt: 'asc' }, { id: 'asc' }],
-    });
+    const manifests = await approvedManifestsOfAgents(db.prisma, agents);
     const byKey = new Map<string, Manifest[]>();
     for (const manifest of manifests) {
       const key = historyKey(manifest.orgId, manifest.svcId);

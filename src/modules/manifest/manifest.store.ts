@@ -99,6 +99,14 @@ export function manifestsOfAgents(prisma: Client, agents: readonly AgentKey[]): 
   });
 }
 
+/** The manifests of several agents that were ever approved, in the order of their approval. */
+export function approvedManifestsOfAgents(prisma: Client, agents: readonly AgentKey[]): Promise<Manifest[]> {
+  return prisma.manifest.findMany({
+    where: { approvedAt: { not: null }, OR: agents.map(({ orgId, svcId }) => ({ orgId, svcId })) },
+    orderBy: [{ approvedAt: 'asc' }, { id: 'asc' }],
+  });
+}
+
 /** Every history event of several agents, newest first. */
 export function eventsOfAgents(prisma: Client, agents: readonly AgentKey[]): Promise<ManifestEvent[]> {
   return prisma.manifestEvent.findMany({
