@@ -137,9 +137,22 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
     if (!(await leaseWrite(renewLease(db.sql, current, leaseSeconds)))) await leaseLost(current);
   }
 
-  /** Before the commit: the entry about to be written belongs to a running request. */
-  function begin(id: string): void {
+  /**
+   * One execute under the entry `id`: the entry belongs to a running request (never settled by the
+   * sweep) from before its commit until `work` is done, however it ends. `work` answers whether the
+   * record was appended; a throw means it was not, and recovery records the entry, if one was
+   * written, as interrupted. A deferred record (`defer`) keeps the entry running until appended.
+   */
+  async function run<T>(id: string, work: () => Promise<{ value: T; hasRecord: boolean }>): Promise<T> {
     running.add(id);
+    let hasRecord = false;
+    try {
+      const done = await work();
+      hasRecord = done.hasRecord;
+      return done.value;
+    } finally {
+      if (!deferred.has(id)) end(id, hasRecord);
+    }
   }
 
   /** After the request: `hasRecord` when its record was appended (or nothing was journaled). */
@@ -274,8 +287,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
   return {
     ownerId,
     leaseLost,
-    begin,
-    end,
+    run,
     defer,
     recover,
     /** Claims the owner id, recovers once, then renews the lease and sweeps periodically. */

@@ -9,6 +9,7 @@ import type { CapabilityTokenService } from '../capability-token/capability-toke
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
 import { matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
+import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolService } from '../tool/tool.service.js';
 import {
@@ -31,6 +32,7 @@ import {
   policyEntries,
   policyLimitReached,
   shouldAskHuman,
+  type Checked,
   type DecisionContext,
   type GatewayCall,
   type GatewayChannel,
@@ -135,26 +137,153 @@ function unavailableFor(error: unknown, interactionId: string, executed: boolean
 const actionHashOf = (call: GatewayCall) =>
   canonicalHash({ svc_id: call.svcId, agent_id: call.agentId, action: call.action });
 
+type Refusal = Extract<Commit, { ok: false }>;
+
+const refusal = (reason: Reason): Refusal => ({ ok: false, reason, budget: null, rateLimited: null, refusedBy: null });
+
+/** The commit found an enforced policy rate limit reached: 429 with that limit's window. */
+function policyRefusal(context: DecisionContext, counter: PolicyCounter): Refusal {
+  const reason = policyLimitReached(context.policies[counter.match], counter);
+  const { resetAt } = counter.window;
+  return {
+    ok: false,
+    reason,
+    budget: null,
+    rateLimited: { reason, limit: counter.limit, resetAt, retryAfterSeconds: secondsUntil(counter.window) },
+    refusedBy: counter,
+  };
+}
+
+/** The commit found the agent's budget used up: the day's is a denial, the hour's a 429 as well. */
+function budgetRefusal(state: BudgetState, exceeded: 'day' | 'hour'): Refusal {
+  if (exceeded === 'day') return { ...refusal(budgetExceeded(state)), budget: state };
+  const reason = hourlyLimitReached(state);
+  const { window } = state.hour;
+  return {
+    ok: false,
+    reason,
+    budget: state,
+    rateLimited: { reason, limit: state.hour.limit, resetAt: window.resetAt, retryAfterSeconds: secondsUntil(window) },
+    refusedBy: null,
+  };
+}
+
+/** What the checks and the steps after them read, loaded once per decision. */
+interface Loaded {
+  context: DecisionContext;
+  tool: Awaited<ReturnType<ToolService['forAction']>>;
+  settings: Awaited<ReturnType<OrgService['gatewaySettings']>>;
+  counters: PolicyCounter[];
+}
+
+/** An execute being decided: the request, what was loaded for it, and what its record will say. */
+interface Execution extends Loaded {
+  interactionId: string;
+  principal: Principal;
+  call: GatewayCall;
+  options: DecisionOptions;
+  windows: BudgetWindows;
+  subject: RecordSubject;
+}
+
+/** The request checked for shape (a 422 naming every problem), as every later step works on it. */
+function parseCall(request: GatewayRequest): GatewayCall {
+  const parsed = parseGatewayRequest(request);
+  if ('errors' in parsed) {
+    throw new AppError('VALIDATION_ERROR', 'The gateway request is invalid', { details: { errors: parsed.errors } });
+  }
+  return parsed.call;
+}
+
+/** A decision that executed nothing. */
+const unexecuted = (
+  interactionId: string,
+  verdict: Pick<GatewayDecision, 'decision' | 'reasons' | 'approval_id' | 'policies'>,
+): GatewayDecision => ({ interaction_id: interactionId, executed: false, result: null, ...verdict });
+
+/** Evaluate answers the checks as they stand, with the rate limits its counts show reached; nothing is recorded. */
+function evaluated(interactionId: string, context: DecisionContext, checked: Checked): DecisionOutcome {
+  const decision = unexecuted(interactionId, {
+    decision: checked.reasons.length ? 'deny' : 'allow',
+    reasons: checked.reasons,
+    approval_id: context.call.approvalId,
+    policies: policyEntries(context.policies, limitsReached(context.limits)),
+  });
+  return { decision, budget: null, rateLimited: null };
+}
+
+function subjectOf(orgId: string, call: GatewayCall, channel: GatewayChannel): RecordSubject {
+  return {
+    orgId,
+    svcId: call.svcId,
+    agentId: call.agentId,
+    actionType: call.action.type,
+    tool: call.action.tool,
+    capability: call.capability,
+    // Hashed before anything is counted or called, so nothing about the params can fail later.
+    paramsHash: canonicalHash(call.action.params),
+    channel,
+  };
+}
+
+function recordOf({ subject, call }: Execution, decision: GatewayDecision, resultHash: string | null): NewRecord {
+  return {
+    ...subject,
+    params: call.action.params,
+    decision: decision.decision,
+    executed: decision.executed,
+    reasons: decision.reasons,
+    resultHash,
+    approvalId: decision.approval_id,
+    policies: decision.policies,
+  };
+}
+
+/** What the write-ahead journal keeps of an allowed execute until its record exists. */
+function journalEntryOf(execution: Execution, approvalToUse: string | null): JournalEntry {
+  return {
+    id: execution.interactionId,
+    ...execution.subject,
+    params: execution.settings.recordParams ? execution.call.action.params : null,
+    approvalId: approvalToUse,
+    // An interrupted execution's record lists the matches as known before the commit counted them.
+    policies: policyEntries(execution.context.policies),
+  };
+}
+
+/** The matched policies once the commit counted them: whose rate limit this action went past. */
+function policiesCounted({ context, counters }: Execution, counts: readonly number[]): RecordedPolicy[] {
+  return policyEntries(
+    context.policies,
+    new Map(counters.map((counter, i) => [counter.match, counts[i] > counter.limit])),
+  );
+}
+
+/**
+ * The single statement that counts the policy rate limits and the budget and writes the journal
+ * entry, on `conn` (the driver, or the transaction that used a token or an approval first).
+ */
+async function countAndJournalOn(
+  conn: Parameters<typeof countAndJournal>[0],
+  { context, counters, windows }: Execution,
+  entry: JournalEntry,
+  owner: number,
+): Promise<Commit | LeaseLost> {
+  const outcome = await countAndJournal(conn, counters, windows, context.manifest!.limits, owner, entry);
+  if ('leaseLost' in outcome) return LEASE_LOST;
+  if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
+  if (outcome.refusedBy !== null) return policyRefusal(context, counters[outcome.refusedBy]);
+  return budgetRefusal(outcome.budget.state, outcome.budget.exceeded);
+}
+
 export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
   const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) =>
     telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
-  /**
-   * Everything the checks need, each read independent of the others and mostly cached; then the
-   * policies that apply (pure, on facts built once), and for evaluate the budget's and their rate
-   * limits' counts in one query.
-   */
-  async function loadContext(
-    principal: Principal,
-    call: GatewayCall,
-    options: DecisionOptions,
-    windows: BudgetWindows,
-  ) {
-    const orgId = principal.orgId;
-    const { mode } = options;
-    const now = Date.now();
-    const [agent, manifest, tool, settings, token, approval, active] = await Promise.all([
+  /** The reads a decision needs, each independent of the others and mostly cached. */
+  function read(orgId: string, call: GatewayCall) {
+    return Promise.all([
       agents.gate(orgId, call.svcId),
       manifests.current(orgId, call.svcId),
       tools.forAction(orgId, call.action.type),
@@ -163,19 +292,28 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       call.approvalId ? approvals.check(orgId, call.approvalId, actionHashOf(call)) : null,
       policies.active(orgId),
     ]);
+  }
+
+  /**
+   * Everything the checks need (`read`); then the policies that apply (pure, on facts built once),
+   * and for evaluate the budget's and their rate limits' counts in one query.
+   */
+  async function loadContext(
+    principal: Principal,
+    call: GatewayCall,
+    options: DecisionOptions,
+    windows: BudgetWindows,
+  ): Promise<Loaded> {
+    const orgId = principal.orgId;
+    const { mode } = options;
+    const now = Date.now();
+    const [agent, manifest, tool, settings, token, approval, active] = await read(orgId, call);
     const caller = callerFacts(principal);
-    const matches = matchPolicies(
-      active,
-      call.svcId,
-      call.capability,
-      () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }),
-      policyEvaluated,
-      env.policyEvalBudget,
-    );
+    const facts = () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now });
+    const matches = matchPolicies(active, call.svcId, call.capability, facts, policyEvaluated, env.policyEvalBudget);
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
     const counts = mode === 'evaluate' ? await peekCounts(db.sql, windows, counters) : null;
-    const limits = counts ? counts.limits.map((current, i) => ({ counter: counters[i], current })) : null;
     const context: DecisionContext = {
       call,
       mode,
@@ -188,7 +326,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       toolHold: tool ? tools.definitionHoldOf(tool, call.action.tool) : undefined,
       budget: manifest && counts ? budgetState(windows, manifest.limits, counts.budget) : null,
       policies: matches,
-      limits,
+      limits: counts ? counts.limits.map((current, i) => ({ counter: counters[i], current })) : null,
     };
     return { context, tool, settings, counters };
   }
@@ -222,255 +360,201 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     );
   }
 
+  /** Load the context → check → evaluate's answer, a denial, or an execution under its journal entry. */
   async function decideUntraced(
     principal: Principal,
     request: GatewayRequest,
     options: DecisionOptions,
   ): Promise<DecisionOutcome> {
-    const parsed = parseGatewayRequest(request);
-    if ('errors' in parsed) {
-      throw new AppError('VALIDATION_ERROR', 'The gateway request is invalid', { details: { errors: parsed.errors } });
-    }
-    const { call } = parsed;
-    const orgId = principal.orgId;
+    const call = parseCall(request);
     const interactionId = newInteractionId();
-    const windows = budgetWindows(orgId, call.svcId);
-    const { context, tool, settings, counters } = await loadContext(principal, call, options, windows);
-    let checked = checkDecision(context);
-    if (context.agent && !outOfScope(principal, call.svcId)) agents.seen(orgId, call.svcId);
-    const base = { interaction_id: interactionId, executed: false, result: null };
-    // Until the commit counts them, no rate limit is known to be exceeded.
-    let matched = policyEntries(context.policies);
+    const windows = budgetWindows(principal.orgId, call.svcId);
+    const loaded = await loadContext(principal, call, options, windows);
+    const checked = checkDecision(loaded.context);
+    if (loaded.context.agent && !outOfScope(principal, call.svcId)) agents.seen(principal.orgId, call.svcId);
+    if (options.mode === 'evaluate') return evaluated(interactionId, loaded.context, checked);
+    const subject = subjectOf(principal.orgId, call, options.channel);
+    const execution: Execution = { ...loaded, interactionId, principal, call, options, windows, subject };
+    if (checked.reasons.length) return deny(execution, checked);
+    return journal.run(interactionId, () => execute(execution, checked));
+  }
 
-    if (options.mode === 'evaluate') {
-      const decision = checked.reasons.length ? 'deny' : 'allow';
-      matched = policyEntries(context.policies, limitsReached(context.limits));
-      return {
-        decision: { ...base, decision, reasons: checked.reasons, approval_id: call.approvalId, policies: matched },
-        budget: null,
-        rateLimited: null,
-      };
-    }
+  const record = (execution: Execution, decision: GatewayDecision, resultHash: string | null = null) =>
+    records.append(execution.interactionId, recordOf(execution, decision, resultHash), execution.settings.recordParams);
 
-    // Hashed before anything is counted or called, so nothing about the params can fail later.
-    const paramsHash = canonicalHash(call.action.params);
+  /** A denial by the checks, recorded; a human is asked when only their approval is missing. */
+  async function deny(execution: Execution, checked: Checked): Promise<DecisionOutcome> {
+    const { call, context, interactionId } = execution;
+    const final = await withDayBudget(execution, checked);
+    const asked = shouldAskHuman(call, final)
+      ? await askHuman(execution, final.reasons)
+      : { approvalId: call.approvalId, reasons: final.reasons };
+    const decision = unexecuted(interactionId, {
+      decision: 'deny',
+      reasons: asked.reasons,
+      approval_id: asked.approvalId,
+      policies: policyEntries(context.policies),
+    });
+    await record(execution, decision);
+    return { decision, budget: null, rateLimited: null };
+  }
 
-    const subject: RecordSubject = {
-      orgId,
+  /** Denied anyway: the checks again with the budget read, to say so too when the day's is used up. */
+  async function withDayBudget({ context, windows }: Execution, checked: Checked): Promise<Checked> {
+    if (!context.manifest) return checked;
+    const { budget } = await peekCounts(db.sql, windows);
+    return checkDecision({ ...context, budget: budgetState(windows, context.manifest.limits, budget) });
+  }
+
+  /** Requests the approval the call lacks; the denial's one reason names it. */
+  async function askHuman(execution: Execution, [reason]: Reason[]) {
+    const { principal, call, context, settings } = execution;
+    const approvalId = await approvals.request({
+      orgId: principal.orgId,
       svcId: call.svcId,
       agentId: call.agentId,
-      actionType: call.action.type,
-      tool: call.action.tool,
+      manifestId: context.manifest!.id,
       capability: call.capability,
-      paramsHash,
-      channel: options.channel,
-    };
-    const recordOf = (decision: GatewayDecision, resultHash: string | null): NewRecord => ({
-      ...subject,
-      params: call.action.params,
-      decision: decision.decision,
-      executed: decision.executed,
-      reasons: decision.reasons,
-      resultHash,
-      approvalId: decision.approval_id,
-      policies: decision.policies,
+      action: call.action,
+      actionHash: actionHashOf(call),
+      reasons: [reason],
+      requestedBy: principalName(principal),
+      ttlSeconds: settings.approvalTtlSeconds,
     });
-    const recorded = async (decision: GatewayDecision, resultHash: string | null = null) => {
-      await records.append(interactionId, recordOf(decision, resultHash), settings.recordParams);
-      return decision;
-    };
+    return { approvalId, reasons: [{ ...reason, details: { ...reason.details, approval_id: approvalId } }] };
+  }
 
-    if (checked.reasons.length) {
-      // Denied anyway: say so too when the day's budget is used up.
-      if (context.manifest) {
-        context.budget = budgetState(windows, context.manifest.limits, (await peekCounts(db.sql, windows)).budget);
-        checked = checkDecision(context);
-      }
-      let approvalId = call.approvalId;
-      if (shouldAskHuman(call, checked)) {
-        approvalId = await approvals.request({
-          orgId,
-          svcId: call.svcId,
-          agentId: call.agentId,
-          manifestId: context.manifest!.id,
-          capability: call.capability,
-          action: call.action,
-          actionHash: actionHashOf(call),
-          reasons: checked.reasons,
-          requestedBy: principalName(principal),
-          ttlSeconds: settings.approvalTtlSeconds,
-        });
-        checked.reasons[0].details = { ...checked.reasons[0].details, approval_id: approvalId };
-      }
-      const decision = await recorded({
-        ...base,
-        decision: 'deny',
-        reasons: checked.reasons,
-        approval_id: approvalId,
-        policies: matched,
-      });
-      return { decision, budget: null, rateLimited: null };
-    }
+  /**
+   * An allowed execute, run under its journal entry: the commit (counting, using and journaling),
+   * then the tool, then the record. Answers whether the record was appended.
+   */
+  async function execute(
+    execution: Execution,
+    checked: Checked,
+  ): Promise<{ value: DecisionOutcome; hasRecord: boolean }> {
+    const approvalToUse = checked.needsHuman ? execution.call.approvalId : null;
+    const commit = await commitOrUnavailable(execution, approvalToUse);
+    if (!commit.ok) return { value: await refused(execution, commit, approvalToUse), hasRecord: false };
+    const decision = await callTool(execution, approvalToUse, policiesCounted(execution, commit.counts));
+    return { value: { decision, budget: commit.budget, rateLimited: null }, hasRecord: true };
+  }
 
-    // Allowed so far: count, use and journal in one commit, then call the tool.
-    const approvalToUse = checked.needsHuman ? call.approvalId : null;
-    const entry: JournalEntry = {
-      id: interactionId,
-      ...subject,
-      params: settings.recordParams ? call.action.params : null,
-      approvalId: approvalToUse,
-      // An interrupted execution's record lists the matches as known before the commit counted them.
-      policies: matched,
-    };
-    journal.begin(interactionId);
-    let commit: Commit;
+  async function commitOrUnavailable(execution: Execution, approvalToUse: string | null): Promise<Commit> {
     try {
-      commit = await commitExecution(context, counters, windows, entry, approvalToUse);
+      return await commitExecution(execution, journalEntryOf(execution, approvalToUse), approvalToUse);
     } catch (error) {
-      journal.end(interactionId, false);
       // The commit may have reached the database before the connection failed: then the journal
       // has the entry and recovery records it. The tool did not run.
-      throw unavailableFor(error, interactionId, false);
+      throw unavailableFor(error, execution.interactionId, false);
     }
-    if (!commit.ok) {
-      journal.end(interactionId, false);
-      if (commit.refusedBy) matched = policyEntries(context.policies, new Map([[commit.refusedBy.match, true]]));
-      const decision = await recorded({
-        ...base,
-        decision: 'deny',
-        reasons: [commit.reason],
-        approval_id: approvalToUse,
-        policies: matched,
-      });
-      return { decision, budget: commit.budget, rateLimited: commit.rateLimited };
-    }
-    const counted = commit.counts;
-    matched = policyEntries(
-      context.policies,
-      new Map(counters.map((counter, i) => [counter.match, counted[i] > counter.limit])),
-    );
+  }
 
-    const callTool = () =>
-      tools.execute(tool!, {
+  /** The commit refused: recorded as denied, naming the policy whose rate limit refused. */
+  async function refused(
+    execution: Execution,
+    commit: Refusal,
+    approvalToUse: string | null,
+  ): Promise<DecisionOutcome> {
+    const exceeded = new Map(commit.refusedBy ? [[commit.refusedBy.match, true]] : []);
+    const decision = unexecuted(execution.interactionId, {
+      decision: 'deny',
+      reasons: [commit.reason],
+      approval_id: approvalToUse,
+      policies: policyEntries(execution.context.policies, exceeded),
+    });
+    await record(execution, decision);
+    return { decision, budget: commit.budget, rateLimited: commit.rateLimited };
+  }
+
+  /** Calls the tool (letting other work run meanwhile, when the edge can) and records its outcome. */
+  async function callTool(
+    execution: Execution,
+    approvalToUse: string | null,
+    policies: RecordedPolicy[],
+  ): Promise<GatewayDecision> {
+    const { call, interactionId, options } = execution;
+    const send = () =>
+      tools.execute(execution.tool!, {
         svc_id: call.svcId,
         agent_id: call.agentId,
         action: call.action,
         interaction_id: interactionId,
       });
-    const result = await (options.awayWhile ? options.awayWhile(callTool) : callTool());
+    const result = await (options.awayWhile ? options.awayWhile(send) : send());
     const allowed: GatewayDecision = {
-      ...base,
-      decision: 'allow',
+      interaction_id: interactionId,
       executed: true,
       result,
+      decision: 'allow',
       reasons: [],
       approval_id: approvalToUse,
-      policies: matched,
+      policies,
     };
-    const resultHash = canonicalHash(result);
-    let decision: GatewayDecision;
-    try {
-      decision = await recorded(allowed, resultHash);
-    } catch (error) {
-      if (isDatabaseUnavailable(error)) {
-        // The tool ran: its record is written with its real outcome once the database is back.
-        journal.defer(interactionId, recordOf(allowed, resultHash), settings.recordParams);
-        throw unavailableFor(error, interactionId, true);
-      }
-      // The journal entry stays: this process's recovery sweep records the execution as interrupted.
-      journal.end(interactionId, false);
-      throw error;
-    }
-    journal.end(interactionId, true);
-    return { decision, budget: commit.budget, rateLimited: null };
+    await recordExecuted(execution, allowed, canonicalHash(result));
+    return allowed;
   }
 
   /**
-   * The one commit of an allowed execute. Without a token or an approval to use, it is the single
-   * statement that counts the policy rate limits and the budget and writes the journal entry;
-   * otherwise a transaction that uses them first and keeps nothing when anything is refused.
+   * The record of an execution whose tool ran. With the database unreachable the journal keeps it
+   * and appends it once the database is back; after any other failure the journal entry stays,
+   * and this process's recovery sweep records the execution as interrupted.
    */
-  async function commitExecution(
-    context: DecisionContext,
-    counters: readonly PolicyCounter[],
-    windows: BudgetWindows,
-    entry: JournalEntry,
-    approvalToUse: string | null,
-  ): Promise<Commit> {
-    const limits = context.manifest!.limits;
-    const tokenId = context.token?.ok ? context.token.tokenId : null;
-    const refusal = (reason: Reason): Commit => ({
-      ok: false,
-      reason,
-      budget: null,
-      rateLimited: null,
-      refusedBy: null,
-    });
-    const counted = async (conn: Parameters<typeof countAndJournal>[0], owner: number): Promise<Commit | LeaseLost> => {
-      const outcome = await countAndJournal(conn, counters, windows, limits, owner, entry);
-      if ('leaseLost' in outcome) return LEASE_LOST;
-      if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
-      if (outcome.refusedBy !== null) {
-        const counter = counters[outcome.refusedBy];
-        const reason = policyLimitReached(context.policies[counter.match], counter);
-        const { resetAt } = counter.window;
-        return {
-          ok: false,
-          reason,
-          budget: null,
-          rateLimited: { reason, limit: counter.limit, resetAt, retryAfterSeconds: secondsUntil(counter.window) },
-          refusedBy: counter,
-        };
-      }
-      const { state, exceeded } = outcome.budget;
-      if (exceeded === 'day')
-        return { ok: false, reason: budgetExceeded(state), budget: state, rateLimited: null, refusedBy: null };
-      const reason = hourlyLimitReached(state);
-      const { window } = state.hour;
-      return {
-        ok: false,
-        reason,
-        budget: state,
-        rateLimited: {
-          reason,
-          limit: state.hour.limit,
-          resetAt: window.resetAt,
-          retryAfterSeconds: secondsUntil(window),
-        },
-        refusedBy: null,
-      };
-    };
-    const attempt = async (owner: number): Promise<Commit | LeaseLost> => {
-      if (!tokenId && !approvalToUse) return counted(db.sql, owner);
-      return db.sql.transactionIf(async (tx) => {
-        if (tokenId && !(await tokens.use(tx, tokenId))) {
-          return {
-            commit: false,
-            value: refusal({
-              code: 'CAPABILITY_TOKEN_INVALID',
-              message: 'The capability token was used up or revoked meanwhile',
-            }),
-          };
-        }
-        if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(context.call)))) {
-          return {
-            commit: false,
-            value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }),
-          };
-        }
-        const value = await counted(tx, owner);
-        return { commit: value !== LEASE_LOST && value.ok, value };
-      });
-    };
+  async function recordExecuted(execution: Execution, allowed: GatewayDecision, resultHash: string): Promise<void> {
+    try {
+      await record(execution, allowed, resultHash);
+    } catch (error) {
+      if (!isDatabaseUnavailable(error)) throw error;
+      journal.defer(execution.interactionId, recordOf(execution, allowed, resultHash), execution.settings.recordParams);
+      throw unavailableFor(error, execution.interactionId, true);
+    }
+  }
+
+  /**
+   * The one commit of an allowed execute, under this process's journal owner id; once more under a
+   * new one when the lease of the first was lost.
+   */
+  async function commitExecution(execution: Execution, entry: JournalEntry, approvalToUse: string | null) {
     const owner = await journal.ownerId();
-    const first = await attempt(owner);
+    const first = await attemptCommit(execution, entry, approvalToUse, owner);
     if (first !== LEASE_LOST) return first;
     // This process was taken for a stopped one (its lease ran out while the database was away):
     // nothing was counted; once more under a new owner id.
     await journal.leaseLost(owner);
-    const second = await attempt(await journal.ownerId());
+    const second = await attemptCommit(execution, entry, approvalToUse, await journal.ownerId());
     if (second === LEASE_LOST) throw serviceUnavailable('The execution journal could not be claimed; retry shortly');
     return second;
+  }
+
+  /**
+   * Without a token or an approval to use, the commit is the single statement that counts and
+   * journals; otherwise a transaction that uses them first and keeps nothing when anything is refused.
+   */
+  function attemptCommit(
+    execution: Execution,
+    entry: JournalEntry,
+    approvalToUse: string | null,
+    owner: number,
+  ): Promise<Commit | LeaseLost> {
+    const { token, call } = execution.context;
+    const tokenId = token?.ok ? token.tokenId : null;
+    if (!tokenId && !approvalToUse) return countAndJournalOn(db.sql, execution, entry, owner);
+    return db.sql.transactionIf(async (tx) => {
+      if (tokenId && !(await tokens.use(tx, tokenId))) {
+        const reason = {
+          code: 'CAPABILITY_TOKEN_INVALID',
+          message: 'The capability token was used up or revoked meanwhile',
+        } as const;
+        return { commit: false, value: refusal(reason) };
+      }
+      if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(call)))) {
+        return {
+          commit: false,
+          value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }),
+        };
+      }
+      const value = await countAndJournalOn(tx, execution, entry, owner);
+      return { commit: value !== LEASE_LOST && value.ok, value };
+    });
   }
 
   /**
