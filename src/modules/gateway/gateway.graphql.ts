@@ -1,13 +1,10 @@
 import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
-import { restRoute } from '../../http/rest-routes.js';
-import { AppError } from '../../errors.js';
-import type { RequestState } from '../../http/request-state.js';
 import { closedValues } from '../../graphql/closed-values.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
-import { REASON_CODES, type GatewayDecision, type GatewayRequest, type Reason } from './decision.js';
+import { REASON_CODES, type GatewayDecision, type GatewayMode, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.graphql.js';
-import type { DecisionOutcome } from './gateway.service.js';
+import { answer } from './gateway.rest.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
   fields: (t) => ({
@@ -66,108 +63,27 @@ const decisionArgs = builder.args((t) => ({
 }));
 
 /**
- * The HTTP edge of a decision (REST and GraphQL alike): the agent's hourly budget in the
- * X-RateLimit headers, or the limit that refused (the hourly budget or a policy's rate limit) as
- * 429 POLICY_VIOLATION with its X-RateLimit headers and Retry-After (the denial is already
- * recorded).
- */
-function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
-  const { budget, rateLimited } = outcome;
-  const headers = (limit: number, remaining: number, resetAt: number) => {
-    state.responseHeaders.set('X-RateLimit-Limit', String(limit));
-    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, remaining)));
-    state.responseHeaders.set('X-RateLimit-Reset', String(resetAt));
-  };
-  if (rateLimited) headers(rateLimited.limit, 0, rateLimited.resetAt);
-  else if (budget) headers(budget.hour.limit, budget.hour.limit - budget.hour.current, budget.hour.window.resetAt);
-  if (rateLimited) {
-    throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
-      details: rateLimited.reason.details,
-      headers: { 'Retry-After': String(rateLimited.retryAfterSeconds) },
-    });
-  }
-  return outcome.decision;
-}
-
-/**
- * A decision as the REST facade answers it: the GatewayDecision type's fields, nulls included, in
- * the (sorted) key order SOFA gives a field's value, so a direct route answers byte for byte what
- * the SOFA route did.
- */
-function decisionBody(decision: GatewayDecision) {
-  const { result } = decision;
-  return {
-    approval_id: decision.approval_id,
-    decision: decision.decision,
-    executed: decision.executed,
-    interaction_id: decision.interaction_id,
-    policies: decision.policies.map((p) => ({
-      condition_error: p.condition_error,
-      effect: p.effect,
-      mode: p.mode,
-      name: p.name,
-      policy_id: p.policy_id,
-      rate_limit_exceeded: p.rate_limit_exceeded,
-      version: p.version,
-    })),
-    reasons: decision.reasons.map((r) => ({ code: r.code, details: r.details ?? null, message: r.message })),
-    result: result && { data: result.data, error: result.success ? null : result.error, success: result.success },
-  };
-}
-
-/**
  * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
- * records. One declaration per mode: the GraphQL field and its REST route, authorized by the same
- * action, answering through the same edge (`answer`); the REST route calls the service directly.
+ * records. Each mode's field answers through the gateway's HTTP edge (gateway.rest.ts, where its
+ * REST route is declared too), authorized by the same action as that route.
  */
-function decisionRoute(
-  mode: 'execute' | 'evaluate',
-  description: string,
-  summary: string,
-  auth: ReadonlyArray<'apiKey' | 'bearer'>,
-) {
-  const action = `gateway:${mode}` as const;
+function decisionField(mode: GatewayMode, description: string) {
   builder.mutationField(`gateway_${mode}`, (t) =>
     t.field({
       type: GatewayDecisionRef,
       description,
       args: decisionArgs,
-      authScopes: { own: action },
+      authScopes: { own: `gateway:${mode}` },
       async resolve(_, args, ctx) {
         const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
         return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
       },
     }),
   );
-  restRoute(`Mutation.gateway_${mode}`, {
-    method: 'POST',
-    path: `/gateway/${mode}`,
-    tag: 'Gateway',
-    summary,
-    auth,
-    direct: {
-      action,
-      async handle({ principal, args, services, state }) {
-        const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, {
-          mode,
-          channel: 'rest',
-          awayWhile: state.turn?.away,
-        });
-        return decisionBody(answer(outcome, state));
-      },
-    },
-  });
 }
 
-decisionRoute(
-  'execute',
-  'Decide, count the budget, execute through the org tool connector and record.',
-  'Execute an agent action if policy allows it',
-  ['apiKey'],
-);
-decisionRoute(
+decisionField('execute', 'Decide, count the budget, execute through the org tool connector and record.');
+decisionField(
   'evaluate',
   'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
-  'Dry-run the decision for an agent action',
-  ['apiKey', 'bearer'],
 );
