@@ -296,121 +296,157 @@ async function serveDirect(
   }
 }
 
+/** The request as yoga hands it to the guard. */
+type Served = Parameters<NonNullable<Plugin<{}, ServerContext>['onRequest']>>[0];
+
+/**
+ * The declared route of the request, or the 404 (no route on the path) or 405 (none for the
+ * method) that answers it; undefined when the path is not the facade's: outside /api/v1 only the
+ * paths of root-mounted routes are.
+ */
+function match(routes: readonly CompiledRoute[], method: string, url: URL): CompiledRoute | Response | undefined {
+  const onPath = routes.filter((r) => r.pattern.test(url.pathname));
+  const underBase = url.pathname === REST_BASE_PATH || url.pathname.startsWith(`${REST_BASE_PATH}/`);
+  if (!underBase && !onPath.length) return undefined;
+  const route = onPath.filter((r) => r.method === method).sort(bySpecificity)[0];
+  if (route) return route;
+  if (!onPath.length) return errorResponse(wireError('NOT_FOUND', 'No such endpoint'));
+  const response = errorResponse(wireError('METHOD_NOT_ALLOWED', `${method} is not allowed here`));
+  response.headers.set('Allow', [...new Set(onPath.map((r) => r.method))].join(', '));
+  return response;
+}
+
+const invalid = (message: string, errors: FieldError[]) =>
+  errorResponse(wireError('VALIDATION_ERROR', message, { errors }));
+
+/** What a checked request carries: a body-carrying route's JSON text and its coerced arguments. */
+type Input = { body: false } | { body: true; text: string; args: Record<string, unknown> };
+
+/**
+ * The request's input checked against its route (the edge rule for URL text, then the query
+ * string, or the body), or the 400/422 that answers it. A streamed route's handler checks its
+ * query string itself.
+ */
+async function validate(
+  route: CompiledRoute,
+  request: Request,
+  url: URL,
+  schema: GraphQLSchema,
+): Promise<Input | Response> {
+  const unstorable = checkUrlText(url, route);
+  if (unstorable.length) return invalid('The request is invalid', unstorable);
+  if (route.stream) return { body: false };
+  if (request.method !== 'GET') return validateBody(route, request, url, schema);
+  const problems = checkQuery(url, route);
+  return problems.length ? invalid('The query string is invalid', problems) : { body: false };
+}
+
+/** A body-carrying route: the few arguments it takes from the query string, then the JSON body. */
+async function validateBody(
+  route: CompiledRoute,
+  request: Request,
+  url: URL,
+  schema: GraphQLSchema,
+): Promise<Input | Response> {
+  const queryProblems = route.queryArgs.length ? checkQuery(url, route, route.queryArgs) : [];
+  if (queryProblems.length) return invalid('The query string is invalid', queryProblems);
+  const text = await request.text();
+  const fromQuery = new Set(route.queryArgs.filter((name) => url.searchParams.has(name)));
+  const checked = checkBody(text, route, schema, fromQuery);
+  if (checked === 'not_json') return errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON'));
+  if (checked.errors.length) return invalid('The request body is invalid', checked.errors);
+  return { body: true, text, args: checked.args };
+}
+
+/**
+ * The request SOFA serves for a body-carrying route. Its arguments come from the path and the
+ * JSON body only: SOFA would otherwise also read them from the query string, where secrets end up
+ * in access logs.
+ */
+function sofaRequest(route: CompiledRoute, text: string, { request, url, fetchAPI }: Served): Request {
+  const clean = sofaUrl(url, route);
+  clean.search = '';
+  for (const name of route.queryArgs)
+    for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
+  const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
+  // The server's own Request class: Node's global (undici) Request costs ~7% of a gateway call.
+  return new fetchAPI.Request(clean, { method: request.method, headers: request.headers, body: body || null });
+}
+
+/** What becomes of a checked request: answered here, or served by SOFA, as it came or rewritten. */
+type Dispatch = { answer: Response } | { sofa: Request | undefined };
+
 export function useRestFacade(
   schema: GraphQLSchema,
   authenticate: (request: Request, state: RequestState) => Promise<AuthState>,
   logger: Logger,
   services: Services,
 ): Plugin<{}, ServerContext>[] {
+  /**
+   * The caller of a route that needs credentials (null for an open route), or the answer that
+   * refuses them. Credentials are checked before the input, so an anonymous caller learns nothing
+   * from validation messages. Who may do what is decided later, by the field's auth scopes.
+   */
+  async function callerOf(
+    route: CompiledRoute,
+    request: Request,
+    state: RequestState,
+  ): Promise<Principal | null | Response> {
+    if (!route.needsAuth) return null;
+    try {
+      const auth = await authenticate(request, state);
+      return auth.principal ?? errorResponse(toWireError(auth.error ?? authenticationRequired()));
+    } catch (error) {
+      // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).
+      if (!(error instanceof AppError))
+        logUnexpected(logger, error, { request_id: state.requestId }, 'authentication failed');
+      return errorResponse(toWireError(error));
+    }
+  }
+
+  /**
+   * A streamed or direct route is answered by its handler; every other route is SOFA's, a
+   * root-mounted one under SOFA's base path and a body-carrying one without its query string.
+   */
+  async function dispatch(
+    route: CompiledRoute,
+    input: Input,
+    principal: Principal | null,
+    served: Served,
+  ): Promise<Dispatch> {
+    const { request, url, serverContext, fetchAPI } = served;
+    if (route.stream) {
+      const stream = { ...route, stream: route.stream };
+      return { answer: await serveStream(stream, principal!, url, serverContext, services, logger) };
+    }
+    if (!input.body) {
+      if (!route.atRoot) return { sofa: undefined };
+      return { sofa: new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }) };
+    }
+    if (route.direct) {
+      const direct = { ...route, direct: route.direct };
+      return { answer: await serveDirect(direct, principal!, input.args, serverContext, services, logger) };
+    }
+    return { sofa: sofaRequest(route, input.text, served) };
+  }
+
   let routes: CompiledRoute[] | undefined;
   const guard: Plugin<{}, ServerContext> = {
-    async onRequest({ request, url, serverContext, endResponse, setRequest, fetchAPI }) {
+    /** match → authenticate → validate → dispatch; a step that answers ends the request. */
+    async onRequest(served) {
+      const { request, url, serverContext, endResponse, setRequest } = served;
       routes ??= compile(schema);
-      const onPath = routes.filter((r) => r.pattern.test(url.pathname));
-      const underBase = url.pathname === REST_BASE_PATH || url.pathname.startsWith(`${REST_BASE_PATH}/`);
-      // Outside /api/v1 only the paths of root-mounted routes are the facade's; the rest is not.
-      if (!underBase && !onPath.length) return;
-      const route = onPath.filter((r) => r.method === request.method).sort(bySpecificity)[0];
-      if (!route) {
-        if (onPath.length) {
-          const response = errorResponse(wireError('METHOD_NOT_ALLOWED', `${request.method} is not allowed here`));
-          response.headers.set('Allow', [...new Set(onPath.map((r) => r.method))].join(', '));
-          endResponse(response);
-        } else {
-          endResponse(errorResponse(wireError('NOT_FOUND', 'No such endpoint')));
-        }
-        return;
-      }
+      const route = match(routes, request.method, url);
+      if (route === undefined) return;
+      if (route instanceof Response) return endResponse(route);
       serverContext.state.route = route.label;
-      // Credentials are checked before the body, so an anonymous caller learns nothing from
-      // validation messages. Who may do what is decided later, by the field's auth scopes.
-      let principal: Principal | null = null;
-      if (route.needsAuth) {
-        let rejection: unknown;
-        try {
-          const auth = await authenticate(request, serverContext.state);
-          if (!auth.principal) rejection = auth.error ?? authenticationRequired();
-          principal = auth.principal;
-        } catch (error) {
-          // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).
-          if (!(error instanceof AppError))
-            logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'authentication failed');
-          rejection = error;
-        }
-        if (rejection) {
-          endResponse(errorResponse(toWireError(rejection)));
-          return;
-        }
-      }
-      const unstorable = checkUrlText(url, route);
-      if (unstorable.length) {
-        endResponse(errorResponse(wireError('VALIDATION_ERROR', 'The request is invalid', { errors: unstorable })));
-        return;
-      }
-      if (route.stream) {
-        endResponse(
-          await serveStream({ ...route, stream: route.stream }, principal!, url, serverContext, services, logger),
-        );
-        return;
-      }
-      if (request.method === 'GET') {
-        const problems = checkQuery(url, route);
-        if (problems.length) {
-          endResponse(
-            errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: problems })),
-          );
-          return;
-        }
-        if (route.atRoot)
-          setRequest(new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }));
-        return;
-      }
-      const queryProblems = route.queryArgs.length ? checkQuery(url, route, route.queryArgs) : [];
-      if (queryProblems.length) {
-        endResponse(
-          errorResponse(wireError('VALIDATION_ERROR', 'The query string is invalid', { errors: queryProblems })),
-        );
-        return;
-      }
-      const text = await request.text();
-      const checked = checkBody(
-        text,
-        route,
-        schema,
-        new Set(route.queryArgs.filter((name) => url.searchParams.has(name))),
-      );
-      if (checked === 'not_json') {
-        endResponse(errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON')));
-        return;
-      }
-      if (checked.errors.length) {
-        endResponse(
-          errorResponse(wireError('VALIDATION_ERROR', 'The request body is invalid', { errors: checked.errors })),
-        );
-        return;
-      }
-      if (route.direct) {
-        endResponse(
-          await serveDirect(
-            { ...route, direct: route.direct },
-            principal!,
-            checked.args,
-            serverContext,
-            services,
-            logger,
-          ),
-        );
-        return;
-      }
-      // Arguments of body-carrying routes come from the path and the JSON body only: SOFA would
-      // otherwise also read them from the query string, where secrets end up in access logs.
-      const clean = sofaUrl(url, route);
-      clean.search = '';
-      for (const name of route.queryArgs)
-        for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
-      const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
-      // The server's own Request class: Node's global (undici) Request costs ~7% of a gateway call.
-      setRequest(new fetchAPI.Request(clean, { method: request.method, headers: request.headers, body: body || null }));
+      const principal = await callerOf(route, request, serverContext.state);
+      if (principal instanceof Response) return endResponse(principal);
+      const input = await validate(route, request, url, schema);
+      if (input instanceof Response) return endResponse(input);
+      const next = await dispatch(route, input, principal, served);
+      if ('answer' in next) endResponse(next.answer);
+      else if (next.sofa) setRequest(next.sofa);
     },
   };
   const sofa = useSofa({
