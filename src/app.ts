@@ -26,7 +26,7 @@ import { SecretBox } from './lib/secret-box.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import { createTelemetry, type Telemetry } from './observability/telemetry.js';
-import type { AuthState } from './modules/auth/authenticate.js';
+import type { AuthenticateOptions, AuthState } from './modules/auth/authenticate.js';
 import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
 import { createServices, type Services } from './services.js';
 import { Response } from './http/fetch-api.js';
@@ -116,8 +116,8 @@ export function createApp({
   const services = createServices({ env, db, logger, keys, cache, secrets, telemetry });
   const openapi = () => openApiDocument(env.publicUrl);
   let draining = false;
-  const authenticate = (request: Request, state: RequestState): Promise<AuthState> =>
-    (state.auth ??= services.authenticate(request, state));
+  const authenticate = (request: Request, state: RequestState, options?: AuthenticateOptions): Promise<AuthState> =>
+    (state.auth ??= services.authenticate(request, state, options));
 
   const yoga = createYoga<ServerContext, Context>({
     schema,

@@ -15,7 +15,7 @@ import type { Logger } from 'pino';
 import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
 import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
-import type { AuthState } from '../modules/auth/authenticate.js';
+import type { AuthenticateOptions, AuthState } from '../modules/auth/authenticate.js';
 import { authorize, may, type Principal } from '../modules/auth/authz.js';
 import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
@@ -39,6 +39,8 @@ import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-route
 interface CompiledRoute {
   method: string;
   needsAuth: boolean;
+  /** Counted against the operator rate limit when authenticated (all but the budgeted gateway routes). */
+  operatorRateLimit: boolean;
   pattern: RegExp;
   label: string;
   /** Names of the path parameters, in the order of the pattern's groups. */
@@ -74,6 +76,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     return {
       method: route.method,
       needsAuth: route.auth.length > 0,
+      operatorRateLimit: !route.budgeted,
       pattern,
       label: `${route.method} ${publicPath(route)}`,
       atRoot: route.mount === 'root',
@@ -89,6 +92,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     return {
       method: route.method,
       needsAuth: true,
+      operatorRateLimit: true,
       ...pathPattern(`${REST_BASE_PATH}${route.path}`),
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
       atRoot: false,
@@ -378,7 +382,7 @@ type Dispatch = { answer: Response } | { sofa: Request | undefined };
 
 export function useRestFacade(
   schema: GraphQLSchema,
-  authenticate: (request: Request, state: RequestState) => Promise<AuthState>,
+  authenticate: (request: Request, state: RequestState, options: AuthenticateOptions) => Promise<AuthState>,
   logger: Logger,
   services: Services,
 ): Plugin<{}, ServerContext>[] {
@@ -394,7 +398,7 @@ export function useRestFacade(
   ): Promise<Principal | null | Response> {
     if (!route.needsAuth) return null;
     try {
-      const auth = await authenticate(request, state);
+      const auth = await authenticate(request, state, { operatorRateLimit: route.operatorRateLimit });
       return auth.principal ?? errorResponse(toWireError(auth.error ?? authenticationRequired()));
     } catch (error) {
       // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).

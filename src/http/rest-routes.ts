@@ -38,6 +38,11 @@ export interface RestRoute {
   /** Security schemes accepted: bearer token, API key, or none (open route). */
   auth: ReadonlyArray<'bearer' | 'apiKey'>;
   /**
+   * Counted against the agent's manifest budget and its policies' rate limits, in the gateway's
+   * decision (the gateway's routes), so not against the org's operator rate limit as well.
+   */
+  budgeted?: true;
+  /**
    * The whole JSON body is this one argument (a manifest payload is the body itself, and its
    * unknown fields must reach the validator rather than be dropped by SOFA).
    */

@@ -18,8 +18,13 @@ export interface AuthenticatorDeps {
 
 const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
 
-/** Routes governed by manifest budgets rather than the operator rate limit. */
-const isGatewayRoute = (route: string | undefined) => route?.startsWith('POST /api/v1/gateway/') ?? false;
+export interface AuthenticateOptions {
+  /**
+   * False for a route governed by the agent's manifest budget instead (the gateway's, declared
+   * `budgeted`): it is counted there, not against the operator rate limit. Default true.
+   */
+  operatorRateLimit?: boolean;
+}
 
 export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
   const scheduler = new FairScheduler(concurrency);
@@ -92,10 +97,14 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
     return { principal };
   }
 
-  /** Reads the credentials and counts the request against the operator rate limit (REST). */
-  async function authenticate(request: Request, state: RequestState): Promise<AuthState> {
+  /** Reads the credentials and counts the request against the operator rate limit (REST), unless told not to. */
+  async function authenticate(
+    request: Request,
+    state: RequestState,
+    { operatorRateLimit = true }: AuthenticateOptions = {},
+  ): Promise<AuthState> {
     const auth = await identify(request, state);
-    if (auth.principal && !isGatewayRoute(state.route)) await countOperatorRequests(auth.principal, state);
+    if (auth.principal && operatorRateLimit) await countOperatorRequests(auth.principal, state);
     return auth;
   }
 

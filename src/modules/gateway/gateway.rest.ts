@@ -71,6 +71,7 @@ function decisionRoute(mode: GatewayMode, summary: string, auth: ReadonlyArray<'
     tag: 'Gateway',
     summary,
     auth,
+    budgeted: true,
     direct: {
       action: `gateway:${mode}`,
       async handle({ principal, args, services, state }) {
