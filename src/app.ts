@@ -27,7 +27,7 @@ import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import { createTelemetry, type Telemetry } from './observability/telemetry.js';
 import type { AuthenticateOptions, AuthState } from './modules/auth/authenticate.js';
-import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
+import { createWebhookDispatcher, type WebhookWake } from './modules/webhook/webhook.dispatcher.js';
 import { createServices, type Services } from './services.js';
 import { Response } from './http/fetch-api.js';
 
@@ -45,6 +45,8 @@ export interface App {
   keys: SigningKeyStore;
   /** The OpenAPI document it serves, built on first use. */
   openapi(): Record<string, unknown>;
+  /** This app's webhook dispatcher, for code that enqueues events outside the services (tests). */
+  webhooks: WebhookWake;
   /**
    * Resolves once the process owns its execution journal and has recorded the executions that
    * stopped processes left unrecorded; serve traffic after it.
@@ -113,7 +115,12 @@ export function createApp({
   }
   const cache = new ConfigCache(db.sql).start();
   const keys = new SigningKeyStore(db.sql, secrets, cache);
-  const services = createServices({ env, db, logger, keys, cache, secrets, telemetry });
+  // Made before the services: those that enqueue webhook events wake it (it starts below).
+  const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets, telemetry });
+  const services = createServices(
+    { env, db, logger, keys, cache, secrets, telemetry },
+    { webhooks: webhookDispatcher },
+  );
   const openapi = () => openApiDocument(env.publicUrl);
   let draining = false;
   const authenticate = (request: Request, state: RequestState, options?: AuthenticateOptions): Promise<AuthState> =>
@@ -251,7 +258,7 @@ export function createApp({
   definitionsSweep.unref();
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
-  const webhookDispatcher = createWebhookDispatcher({ env, db, logger, secrets, telemetry }).start();
+  webhookDispatcher.start();
   const ready = services.journal.start();
   ready.catch((error) => logger.error({ err: error }, 'execution journal recovery failed at start'));
 
@@ -262,6 +269,7 @@ export function createApp({
     env,
     keys,
     openapi,
+    webhooks: webhookDispatcher,
     ready,
     setDraining: () => {
       draining = true;

@@ -20,6 +20,7 @@ import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
 import { createOAuthService } from './modules/oauth/oauth.service.js';
+import type { WebhookWake } from './modules/webhook/webhook.dispatcher.js';
 
 /**
  * How long after its last request an org keeps its share of the process: an agent that calls every
@@ -37,15 +38,16 @@ const ORG_ACTIVE_WINDOW_MS = 1000;
 const ORG_ANTICIPATION_MS = 1;
 const ORG_ANTICIPATION_LIMIT = 3;
 
-export function createServices(deps: Deps) {
+/** `webhooks`: the app's webhook dispatcher, which the services that enqueue events wake. */
+export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
   const users = createUserService(deps);
   const sessions = createSessionService(deps, { users });
   const apiKeys = createApiKeyService(deps);
   const records = createRecordService(deps);
-  const tools = createToolService(deps);
+  const tools = createToolService(deps, { webhooks });
   const manifests = createManifestService(deps);
   const tokens = createCapabilityTokenService(deps, { manifests });
-  const approvals = createApprovalService(deps);
+  const approvals = createApprovalService(deps, { webhooks });
   const orgs = createOrgService(deps, { users });
   const policies = createPolicyService(deps);
   // Agents and OAuth need each other: deactivating an agent revokes its grants, and the consent

@@ -13,7 +13,6 @@ import { defaultMigrationsDir, migrate } from '../src/db/migrate.js';
 import { EnvError, parseEnv } from '../src/env.js';
 import { keyIdOf, SecretBox } from '../src/lib/secret-box.js';
 import { SigningKeyStore } from '../src/lib/signing-keys.js';
-import { wakeWebhookDispatchers } from '../src/modules/webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent } from '../src/modules/webhook/webhook.service.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, reopenTestDatabase, type TestDatabase } from './support/database.js';
@@ -178,12 +177,12 @@ async function expectToolCallWorks(app: TestApp, c: Configured) {
   expect(hit.headers['x-signature']).toBe(hmac(c.toolSecret, hit, 'x-timestamp'));
 }
 
-/** The delivery of a new event, sent by whichever dispatcher runs now. */
-async function deliverEvent(c: Configured) {
+/** The delivery of a new event, sent by the dispatcher of `app`, the one running now. */
+async function deliverEvent(app: TestApp, c: Configured) {
   await database.db.sql.transaction((tx) =>
     enqueueWebhookEvent(tx, c.org.orgId, 'approval.decided', { approval_id: `apr_${++counter}` }),
   );
-  wakeWebhookDispatchers();
+  app.app.webhooks.wake();
   const until = Date.now() + 15_000;
   for (;;) {
     const [delivery] = await database.db.sql.query<{ status: string; last_error: string | null }>(
@@ -197,9 +196,9 @@ async function deliverEvent(c: Configured) {
 }
 
 /** A webhook delivery reaches the receiver signed with the webhook's secret. */
-async function expectDeliveryWorks(c: Configured) {
+async function expectDeliveryWorks(app: TestApp, c: Configured) {
   const before = hitsTo(c.hookPath).length;
-  expect(await deliverEvent(c)).toEqual({ status: 'delivered', last_error: null });
+  expect(await deliverEvent(app, c)).toEqual({ status: 'delivered', last_error: null });
   const received = hitsTo(c.hookPath);
   expect(received).toHaveLength(before + 1);
   expect(received[before].headers['x-webhook-signature']).toBe(
@@ -253,7 +252,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
       const c = await configure(app);
       await expectAllSealedWith(c, FIRST_KEY);
       await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
     });
   });
 
@@ -269,7 +268,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
 
     await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async (app) => {
       await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
       // A new webhook secret is sealed, beside the plaintext rows.
       const rotated = `whsec-rotated-${randomBytes(8).toString('hex')}`;
       const patched = await app.request('PATCH', `/api/v1/orgs/${c.org.orgId}/webhooks/${c.webhookId}`, {
@@ -280,7 +279,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
       c.webhookSecret = rotated;
       expect((await storedSecrets(c)).webhook.secret).toMatch(new RegExp(`^agw:v1:${keyIdOf(FIRST_KEY)}:`));
       expect((await storedSecrets(c)).tool.secret).toBe(c.toolSecret);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
 
       const counts = await reencryptSecrets(database.db.sql, new SecretBox(FIRST_KEY));
       expect(counts).toEqual({
@@ -300,7 +299,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
     // A fresh instance (nothing cached) reads the re-sealed rows.
     await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async (app) => {
       await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
     });
   });
 
@@ -311,20 +310,20 @@ describe('with KEY_ENCRYPTION_KEY', () => {
     const rotatedEnv = { KEY_ENCRYPTION_KEY: hex(SECOND_KEY), KEY_ENCRYPTION_KEY_PREVIOUS: hex(FIRST_KEY) };
     await withApp(rotatedEnv, async (app) => {
       await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
     });
     await reencryptSecrets(database.db.sql, new SecretBox(SECOND_KEY, [FIRST_KEY]));
     await expectAllSealedWith(c, SECOND_KEY);
 
     await withApp({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY) }, async (app) => {
       await expectToolCallWorks(app, c);
-      await expectDeliveryWorks(c);
+      await expectDeliveryWorks(app, c);
     });
     // With only the retired key, the webhook secret no longer opens: a failed attempt that says so,
     // nothing sent. (The signing keys do not open either: such a process cannot serve the gateway.)
-    await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async () => {
+    await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, async (app) => {
       const before = hitsTo(c.hookPath).length;
-      const delivery = await deliverEvent(c);
+      const delivery = await deliverEvent(app, c);
       expect(delivery).toEqual({
         status: 'failed',
         last_error: expect.stringMatching(/^SECRET_UNAVAILABLE: .*neither KEY_ENCRYPTION_KEY/),
@@ -416,7 +415,7 @@ describe('the rotation tools', () => {
       await expectAllSealedWith(c, SECOND_KEY);
       await withApp({ KEY_ENCRYPTION_KEY: hex(SECOND_KEY) }, async (app) => {
         await expectToolCallWorks(app, c);
-        await expectDeliveryWorks(c);
+        await expectDeliveryWorks(app, c);
       });
     },
   );
@@ -430,10 +429,10 @@ describe('without KEY_ENCRYPTION_KEY', () => {
     const c = await withApp({}, async (app) => {
       const configured = await configure(app, lookalike);
       expect((await storedSecrets(configured)).webhook.secret).toBe(`agw:plain:${lookalike}`);
-      await expectDeliveryWorks(configured);
+      await expectDeliveryWorks(app, configured);
       return configured;
     });
-    await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, () => expectDeliveryWorks(c));
+    await withApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, (app) => expectDeliveryWorks(app, c));
   });
 
   test('the service warns once at start, in one line, when KEY_ENCRYPTION_KEY is not set, and not when it is', async () => {

@@ -8,7 +8,7 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { agentScope, principalName, type Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
-import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
+import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
 import { randomId } from '../../lib/ids.js';
 import {
   approvalById,
@@ -63,7 +63,7 @@ export function approvalSummary(approval: Approval) {
  * an approved one exactly once; operators list and decide; pending and unused approved approvals
  * expire after the org's TTL, lazily on every read and in a periodic sweep.
  */
-export function createApprovalService({ db, telemetry }: Deps) {
+export function createApprovalService({ db, telemetry }: Deps, { webhooks }: { webhooks: WebhookWake }) {
   // `agw_approvals_pending`: one count per scrape, over all orgs (an org is no label). Pending ones
   // past their TTL await the sweep and are not counted.
   telemetry.observePendingApprovals(() => countOpenPending(db.sql));
@@ -85,7 +85,7 @@ export function createApprovalService({ db, telemetry }: Deps) {
         expires_at: new Date(approval.expires_at).toISOString(),
       });
     });
-    wakeWebhookDispatchers();
+    webhooks.wake();
     return id;
   }
 
@@ -194,7 +194,7 @@ export function createApprovalService({ db, telemetry }: Deps) {
       await enqueueWebhookEvent(sqlConnectionOf(tx), orgId, 'approval.decided', approvalSummary(decided));
       return decided;
     });
-    wakeWebhookDispatchers();
+    webhooks.wake();
     return decided;
   }
 

@@ -5,7 +5,7 @@ import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
 import type { Actor } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { wakeWebhookDispatchers } from '../webhook/webhook.dispatcher.js';
+import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
 import type { McpToolConfig } from './mcp-connector-config.js';
@@ -61,9 +61,14 @@ interface Collaborators {
   credentialsOf(tool: Tool): ToolCredentials | null;
   /** The mcp tools' upstream clients: a read uses the tool's when it has one (docs/decisions/0049-mcp-upstream-pool.md). */
   upstreams: McpUpstreamPool;
+  /** The app's webhook dispatcher, woken once a change's events are committed. */
+  webhooks: WebhookWake;
 }
 
-export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf, upstreams }: Collaborators) {
+export function createToolDefinitions(
+  { db, env, logger }: Deps,
+  { credentialsOf, upstreams, webhooks }: Collaborators,
+) {
   async function state(toolId: string, pinned: boolean): Promise<DefinitionState> {
     const kept = pinned ? await selectDefinitions(db.sql, toolId) : [];
     return { pinned, definitions: new Map(kept.map((definition) => [definition.name, definition])) };
@@ -127,7 +132,7 @@ export function createToolDefinitions({ db, env, logger }: Deps, { credentialsOf
       return plan.changes;
     });
     if (changes.length) {
-      wakeWebhookDispatchers();
+      webhooks.wake();
       logger.warn({ tool_id: tool.id, org_id: tool.orgId, changes }, 'upstream MCP tool definitions changed');
     }
   }

@@ -29,6 +29,7 @@ import {
   updateTool,
   updateToolSecrets,
 } from './tool.store.js';
+import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
@@ -325,7 +326,7 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
   return stale.length;
 }
 
-export function createToolService(deps: Deps) {
+export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
   const { env, db, cache, logger, secrets, telemetry } = deps;
   /** The mcp tools' upstream clients, reused across calls; closed by `close()` (the app's stop). */
   const mcpUpstreams = createMcpUpstreamPool({
@@ -353,7 +354,7 @@ export function createToolService(deps: Deps) {
       return null;
     }
   }
-  const definitions = createToolDefinitions(deps, { credentialsOf, upstreams: mcpUpstreams });
+  const definitions = createToolDefinitions(deps, { credentialsOf, upstreams: mcpUpstreams, webhooks });
 
   /**
    * Reads a saved mcp tool's upstream definitions (the first read pins them). A save stands

@@ -58,15 +58,13 @@ export interface WebhookDispatcher {
   stop(): Promise<void>;
 }
 
-const running = new Set<WebhookDispatcher>();
-
 /**
- * Wakes the dispatchers of this process: call after committing a transaction that enqueued
- * events, so they go out now rather than at the next poll. Correctness never depends on it.
+ * The app's dispatcher as the services that enqueue events hold it (passed to them when they are
+ * built): woken after committing a transaction that enqueued events, so they go out now rather
+ * than at the next poll. Correctness never depends on it. Per app: one app's writes wake its own
+ * dispatcher, not those of other apps in the process.
  */
-export function wakeWebhookDispatchers(): void {
-  for (const dispatcher of running) dispatcher.wake();
-}
+export type WebhookWake = Pick<WebhookDispatcher, 'wake'>;
 
 /** What an attempt's outcome means for the delivery. */
 function judge(outcome: OutboundOutcome | SecretUnavailable): {
@@ -287,7 +285,6 @@ export function createWebhookDispatcher({
     start() {
       if (!stopped) return dispatcher;
       stopped = false;
-      running.add(dispatcher);
       schedule(0);
       return dispatcher;
     },
@@ -298,7 +295,6 @@ export function createWebhookDispatcher({
     },
     async stop() {
       stopped = true;
-      running.delete(dispatcher);
       clearTimeout(timer);
       for (const controller of inFlight.values()) controller.abort();
       await Promise.allSettled([ticking, ...inFlight.keys()]);

@@ -62,8 +62,8 @@ const generateSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
  * in ONE statement on the caller's connection, so it commits or rolls back with the caller's
  * transaction (`db.sql.transaction(tx => …)`, or a Prisma transaction through
  * `sqlConnectionOf(tx)`). Every delivery of the event carries the same `event_id` and payload
- * `{event_id, event, org_id, created_at, data}`. Call `wakeWebhookDispatchers()` after the commit
- * for prompt delivery; without it the next poll sends them.
+ * `{event_id, event, org_id, created_at, data}`. Wake the app's dispatcher (`WebhookWake`) after
+ * the commit for prompt delivery; without it the next poll sends them.
  */
 export async function enqueueWebhookEvent(
   conn: SqlConnection,

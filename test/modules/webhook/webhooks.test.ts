@@ -7,7 +7,6 @@ import {
   MAX_IN_FLIGHT_PER_WEBHOOK,
   MAX_RETRY_DELAY_MS,
   retryDelayMs,
-  wakeWebhookDispatchers,
 } from '../../../src/modules/webhook/webhook.dispatcher.js';
 import { enqueueWebhookEvent, type WebhookEvent } from '../../../src/modules/webhook/webhook.service.js';
 import { WebhookDashboardDocument, WebhookWithDeliveriesDocument } from '../../generated/graphql.js';
@@ -127,7 +126,7 @@ const localWebhook = (
 /** What the approvals code does: enqueue inside its transaction, wake the dispatcher after the commit. */
 async function publish(orgId: string, event: WebhookEvent, data: Record<string, unknown>) {
   await t.database.db.sql.transaction((tx) => enqueueWebhookEvent(tx, orgId, event, data));
-  wakeWebhookDispatchers();
+  t.app.webhooks.wake();
 }
 
 async function eventually<T>(
@@ -641,7 +640,7 @@ describe('delivery', () => {
     await t.database.db.sql.transaction(async (tx) => {
       for (let i = 0; i < backlog; i++) await enqueueWebhookEvent(tx, org.orgId, 'approval.requested', { n: i });
     });
-    wakeWebhookDispatchers();
+    t.app.webhooks.wake();
     await eventually(
       async () => open.get(slowPath) ?? 0,
       (n) => n > 0,
@@ -719,7 +718,7 @@ describe('delivery', () => {
       await enqueueWebhookEvent(tx, org.orgId, 'approval.requested', { approval_id: 'apr_pause' });
       await tx.query('UPDATE webhooks SET active = false WHERE id = $1', [webhook.webhook_id]);
     });
-    wakeWebhookDispatchers();
+    t.app.webhooks.wake();
     // Another org's delivery enqueued after it is sent: the dispatcher has looked since.
     const probeOrg = await signUp(t, 'whpause-probe');
     const probe = await localWebhook(probeOrg, `/ok/${tag('pause-probe')}`);
@@ -752,7 +751,7 @@ describe('the outbox is transactional', () => {
         throw new Error('the approval failed');
       }),
     ).rejects.toThrow('the approval failed');
-    wakeWebhookDispatchers();
+    t.app.webhooks.wake();
     // A later committed event to the same webhook goes out; the rolled-back one never existed.
     await publish(org.orgId, 'approval.requested', { marker: 'committed' });
     const { items } = await settled(org, webhook.webhook_id);
@@ -778,7 +777,7 @@ describe('the outbox is transactional', () => {
     await db.prisma.$transaction(async (tx) => {
       await enqueueWebhookEvent(sqlConnectionOf(tx), org.orgId, 'approval.decided', { marker: 'prisma-committed' });
     });
-    wakeWebhookDispatchers();
+    t.app.webhooks.wake();
     const { items } = await settled(org, webhook.webhook_id);
     expect(items.map((d) => d.payload.data)).toEqual([{ marker: 'prisma-committed' }]);
     expect(hitsTo(path)).toHaveLength(1);
@@ -810,7 +809,8 @@ describe('several dispatchers on one database', () => {
       const events = 40;
       for (let i = 0; i < events; i++) {
         await t.database.db.sql.transaction((tx) => enqueueWebhookEvent(tx, org.orgId, 'approval.requested', { n: i }));
-        wakeWebhookDispatchers();
+        t.app.webhooks.wake();
+        second.app.webhooks.wake();
       }
       const page = await eventually(
         () => listDeliveries(org, webhook.webhook_id, '?limit=200'),
