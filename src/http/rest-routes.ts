@@ -5,10 +5,6 @@ import type { RequestState } from './request-state.js';
 
 type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
 
-/**
- * The REST facade's routes. Each module declares the routes of its fields beside them; only
- * declared fields are reachable over REST (src/http/rest-facade.ts refuses every other path).
- */
 /** Where the versioned REST facade lives. */
 export const REST_BASE_PATH = '/api/v1';
 /**
@@ -86,6 +82,11 @@ export interface DirectRoute {
   handle(call: DirectCall): Promise<unknown>;
 }
 
+/**
+ * The REST facade's routes. Each module declares the routes of its fields beside them (the
+ * gateway's in gateway.rest.ts); only declared fields are reachable over REST (rest-facade.ts
+ * refuses every other path).
+ */
 export const restRoutes = new Map<string, RestRoute>();
 
 /** `field` is `Query.name` or `Mutation.name`. */
