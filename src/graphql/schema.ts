@@ -7,7 +7,7 @@ import '../modules/api-key/api-key.graphql.js';
 import '../modules/manifest/manifest.graphql.js';
 import '../modules/tool/tool.graphql.js';
 import '../modules/gateway/gateway.graphql.js';
-import '../modules/gateway/gateway.rest.js';
+import '../http/gateway-edge.js';
 import '../modules/capability-token/capability-token.graphql.js';
 import '../modules/record/record.graphql.js';
 import '../modules/approval/approval.graphql.js';

@@ -84,7 +84,7 @@ export interface DirectRoute {
 
 /**
  * The REST facade's routes. Each module declares the routes of its fields beside them (the
- * gateway's in gateway.rest.ts); only declared fields are reachable over REST (rest-facade.ts
+ * gateway's in gateway-edge.ts); only declared fields are reachable over REST (rest-facade.ts
  * refuses every other path).
  */
 export const restRoutes = new Map<string, RestRoute>();

@@ -4,7 +4,7 @@ import { closedValues } from '../../graphql/closed-values.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
 import { REASON_CODES, type GatewayDecision, type GatewayMode, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.graphql.js';
-import { answer } from './gateway.rest.js';
+import { answer } from '../../http/gateway-edge.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
   fields: (t) => ({
@@ -64,8 +64,8 @@ const decisionArgs = builder.args((t) => ({
 
 /**
  * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
- * records. Each mode's field answers through the gateway's HTTP edge (gateway.rest.ts, where its
- * REST route is declared too), authorized by the same action as that route.
+ * records. Each mode's field answers through the gateway's HTTP edge (src/http/gateway-edge.ts,
+ * where its REST route is declared too), authorized by the same action as that route.
  */
 function decisionField(mode: GatewayMode, description: string) {
   builder.mutationField(`gateway_${mode}`, (t) =>

@@ -1,14 +1,16 @@
-import { AppError } from '../../errors.js';
-import type { RequestState } from '../../http/request-state.js';
-import { restRoute } from '../../http/rest-routes.js';
-import type { GatewayDecision, GatewayMode, GatewayRequest } from './decision.js';
-import type { DecisionOutcome } from './gateway.service.js';
+import { AppError } from '../errors.js';
+import type { GatewayDecision, GatewayMode, GatewayRequest } from '../modules/gateway/decision.js';
+import type { DecisionOutcome } from '../modules/gateway/gateway.service.js';
+import type { RequestState } from './request-state.js';
+import { restRoute } from './rest-routes.js';
 
 /**
  * The gateway's HTTP edge: its two REST routes (answered directly, without SOFA: the hot path),
  * the body they answer, and what a decision sets on the HTTP answer, which the GraphQL fields
- * (gateway.graphql.ts) give alike. The routes are counted against the agent's manifest budget and
- * its policies' rate limits (in the decision), never against the operator rate limit.
+ * (src/modules/gateway/gateway.graphql.ts) give alike. The routes are counted against the agent's
+ * manifest budget and its policies' rate limits (in the decision), never against the operator
+ * rate limit. Here rather than in the module: a module's files other than its GraphQL schema know
+ * nothing of HTTP, and this file is HTTP through and through (headers, the 429, the wire body).
  */
 
 /**
