@@ -27,7 +27,8 @@ import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import { createTelemetry, type Telemetry } from './observability/telemetry.js';
 import type { AuthenticateOptions, AuthState } from './modules/auth/authenticate.js';
-import { createWebhookDispatcher, type WebhookWake } from './modules/webhook/webhook.dispatcher.js';
+import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
+import type { WebhookWake } from './modules/webhook/webhook.service.js';
 import { createServices, type Services } from './services.js';
 import { Response } from './http/fetch-api.js';
 

@@ -20,7 +20,7 @@ import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
 import { createOAuthService } from './modules/oauth/oauth.service.js';
-import type { WebhookWake } from './modules/webhook/webhook.dispatcher.js';
+import type { WebhookWake } from './modules/webhook/webhook.service.js';
 
 /**
  * How long after its last request an org keeps its share of the process: an agent that calls every

@@ -8,7 +8,7 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { agentScope, principalName, type Principal } from '../auth/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
-import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
+import type { WebhookWake } from '../webhook/webhook.service.js';
 import { randomId } from '../../lib/ids.js';
 import {
   approvalById,

@@ -5,7 +5,7 @@ import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
 import type { Actor } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
+import type { WebhookWake } from '../webhook/webhook.service.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
 import type { McpToolConfig } from './mcp-connector-config.js';

@@ -29,7 +29,7 @@ import {
   updateTool,
   updateToolSecrets,
 } from './tool.store.js';
-import type { WebhookWake } from '../webhook/webhook.dispatcher.js';
+import type { WebhookWake } from '../webhook/webhook.service.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';

@@ -58,14 +58,6 @@ export interface WebhookDispatcher {
   stop(): Promise<void>;
 }
 
-/**
- * The app's dispatcher as the services that enqueue events hold it (passed to them when they are
- * built): woken after committing a transaction that enqueued events, so they go out now rather
- * than at the next poll. Correctness never depends on it. Per app: one app's writes wake its own
- * dispatcher, not those of other apps in the process.
- */
-export type WebhookWake = Pick<WebhookDispatcher, 'wake'>;
-
 /** What an attempt's outcome means for the delivery. */
 function judge(outcome: OutboundOutcome | SecretUnavailable): {
   delivered: boolean;

@@ -58,6 +58,16 @@ const newEventId = (now = Date.now()) => timeOrderedId('evt', now);
 const generateSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
 
 /**
+ * The app's webhook dispatcher as the services that enqueue events hold it (handed to them when
+ * the app builds them): woken after committing a transaction that enqueued events, so they go out
+ * now rather than at the next poll. Correctness never depends on it. Per app: one app's writes
+ * wake its own dispatcher, not those of other apps in the process.
+ */
+export interface WebhookWake {
+  wake(): void;
+}
+
+/**
  * Queues `event` for every active webhook of the org subscribed to it: one pending delivery each,
  * in ONE statement on the caller's connection, so it commits or rolls back with the caller's
  * transaction (`db.sql.transaction(tx => …)`, or a Prisma transaction through
