@@ -3,6 +3,7 @@ import type { AuthState } from '../modules/auth/authz.js';
 import { Headers } from './fetch-api.js';
 import { scopedSlot } from '../lib/async-scope.js';
 import { randomHexId } from '../lib/ids.js';
+import { runWithRequestId } from '../lib/request-id.js';
 
 /**
  * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied
@@ -40,7 +41,9 @@ const requestSlot = scopedSlot<RequestState>('request');
 
 /** The request being served, for code far from the context (audit entries, error logs). */
 export const currentRequest = (): RequestState | undefined => requestSlot.get();
-export const runWithRequest = <T>(state: RequestState, work: () => T): T => requestSlot.run(state, work);
+/** Serves `work` as this request: its state for the edge, its id for the domain (src/lib/request-id.ts). */
+export const runWithRequest = <T>(state: RequestState, work: () => T): T =>
+  requestSlot.run(state, () => runWithRequestId(state.requestId, work));
 
 const acceptableRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 

@@ -3,8 +3,8 @@ import { incrementConfigVersion, readConfigVersion } from './config-cache.store.
 
 /**
  * In-process caches for what the gateway reads on every call (API keys, manifests, tools, org
- * settings). Every audited write bumps `config_versions` in its transaction (audit.service.ts);
- * each process polls that counter and drops its caches when it moved, and the writing process
+ * settings). Every write of cached data bumps `config_versions` in its transaction (the owning
+ * service calls bumpConfigVersion); each process polls that counter and drops its caches when it moved, and the writing process
  * drops them at once. A suspended manifest or a deleted key therefore stops working everywhere
  * within one poll interval, without a database read per request.
  */

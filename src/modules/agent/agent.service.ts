@@ -5,6 +5,7 @@ import { likeLiteral } from '../../lib/like-literal.js';
 import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import {
@@ -122,6 +123,7 @@ export async function ensureAgentForManifest(
       targetId: agent.id,
       after: { ...snapshot(row), from_manifest: manifestId },
     });
+    await bumpConfigVersion(tx);
   }
 }
 
@@ -223,6 +225,7 @@ export function createAgentService(
           targetId: id,
           after: { ...snapshot(agent), from_manifest: null },
         });
+        await bumpConfigVersion(tx);
         return agent;
       });
     } catch (error) {
@@ -307,6 +310,7 @@ export function createAgentService(
         },
         reason: why ?? undefined,
       });
+      await bumpConfigVersion(tx);
     });
   }
 
@@ -328,6 +332,7 @@ export function createAgentService(
         before: snapshot(before),
         after: snapshot(after),
       });
+      await bumpConfigVersion(tx);
       return after;
     });
   }

@@ -2,6 +2,7 @@ import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors, notFoundIfGone } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
@@ -81,6 +82,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
         targetId: created.id,
         after: { name: created.name, key_prefix: prefix, scopes, svc_ids: svcIds, expires_at: expiresAt.toISOString() },
       });
+      await bumpConfigVersion(tx);
       return created;
     });
     return { ...row, key };
@@ -109,6 +111,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
             expires_at: deleted.expiresAt.toISOString(),
           },
         });
+        await bumpConfigVersion(tx);
       }),
     );
     lastTouched.delete(keyId);

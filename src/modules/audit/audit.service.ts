@@ -2,8 +2,7 @@ import type { Deps } from '../../deps.js';
 import { limitOffset } from '../../lib/list-page.js';
 import { FieldErrors } from '../../errors.js';
 import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
-import { currentRequest } from '../../http/request-state.js';
-import { bumpConfigVersion } from '../../lib/config-cache.js';
+import { currentRequestId } from '../../lib/request-id.js';
 import type { Actor, AuditEvent } from './audit-events.js';
 import { timeOrderedId } from '../../lib/ids.js';
 import { auditBatch, auditPage, insertAuditEntry, type AuditFilter } from './audit.store.js';
@@ -19,7 +18,8 @@ export function auditId(now = Date.now()): string {
 
 /**
  * Writes an audit entry with the transaction of the change it describes, so an entry exists
- * exactly when the change committed.
+ * exactly when the change committed. It writes nothing else: a change to what the gateway caches
+ * says so itself (`bumpConfigVersion`, src/lib/config-cache.ts) in the same transaction.
  */
 export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: AuditEvent): Promise<void> {
   await insertAuditEntry(tx, {
@@ -34,10 +34,8 @@ export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: Au
     before: (event.before ?? undefined) as Prisma.InputJsonValue | undefined,
     after: (event.after ?? undefined) as Prisma.InputJsonValue | undefined,
     reason: event.reason,
-    requestId: currentRequest()?.requestId,
+    requestId: currentRequestId(),
   });
-  // Every audited write may change what gateways cache (keys, manifests, tools, settings).
-  await bumpConfigVersion(tx);
 }
 
 export interface AuditPage {

@@ -13,6 +13,7 @@ import {
 import type { Manifest, ManifestStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { ensureAgentForManifest } from '../agent/agent.service.js';
 import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
 import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
@@ -196,6 +197,7 @@ export function createManifestService({ db, cache }: Deps) {
       targetId: created.id,
       after: { status: 'pending', svc_id: created.svcId, manifest_hash: created.manifestHash },
     });
+    await bumpConfigVersion(tx);
     return created.id;
   }
 
@@ -336,6 +338,7 @@ export function createManifestService({ db, cache }: Deps) {
               before: { status: old.status },
               after: { status: 'superseded', superseded_by: current.id },
             });
+            await bumpConfigVersion(tx);
           }
         }
         // Conditional on the status read above: of two concurrent transitions, one updates nothing.
@@ -352,6 +355,7 @@ export function createManifestService({ db, cache }: Deps) {
           after: { status: to, ...(approved ? { approved_capabilities: approved } : {}) },
           ...(reason ? { reason } : {}),
         });
+        await bumpConfigVersion(tx);
       });
     } catch (error) {
       // The partial unique indexes are the last line: a race the locks did not foresee is a

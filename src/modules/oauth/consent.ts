@@ -3,6 +3,7 @@ import { AppError, forbidden } from '../../errors.js';
 import { randomId } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { may, type UserPrincipal } from '../auth/authz.js';
 import {
   authorizationRedirect,
@@ -186,6 +187,7 @@ export function createConsent(
             targetId: client.client_id,
             after: { client_name: clientName, kind: client.kind, redirect_uris: client.registration.redirect_uris },
           });
+          await bumpConfigVersion(tx);
         }
         const grant = await insertGrantWithCode(
           tx,
@@ -216,6 +218,7 @@ export function createConsent(
             approved_by: grant.approvedBy,
           }),
         });
+        await bumpConfigVersion(tx);
       });
       if (client.kind === 'registered') await touchClient(client.client_id);
       return {

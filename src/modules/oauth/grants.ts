@@ -3,6 +3,7 @@ import { notFound } from '../../errors.js';
 import type { OAuthGrant, Prisma } from '../../generated/prisma/client.js';
 import { actorOf, type Actor, type OAuthGrantSnapshot } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { principalName, type OAuthGrantPrincipal, type Principal } from '../auth/authz.js';
 import { mcpResourceUrl } from './oauth-metadata.js';
 import { kidOf, verifyAccessToken, type VerifiedAccessToken } from './oauth-tokens.js';
@@ -76,6 +77,7 @@ export function createGrants({ db, env, cache, keys, logger }: Pick<Deps, 'db' |
         before: snapshotOfGrant(grant),
         reason,
       });
+      await bumpConfigVersion(tx);
     }
     return revoked;
   }

@@ -5,6 +5,7 @@ import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../auth/authz.js';
 import { createPasswords } from '../auth/password.js';
 import { type UserService, validateEmail, validatePassword } from '../user/user.service.js';
@@ -180,6 +181,8 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
         before: settingsOf(before),
         after: settingsOf(after),
       });
+      // Every process caches the org's gateway settings.
+      await bumpConfigVersion(tx);
       return after;
     });
   }

@@ -6,6 +6,7 @@ import { randomId } from '../../lib/ids.js';
 import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf, type PolicySnapshot } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../auth/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { compileCondition, describePosition, type CompiledCondition } from './policy-condition.js';
@@ -373,6 +374,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
           targetId: policy.id,
           after: policySnapshot(policy),
         });
+        await bumpConfigVersion(tx);
         return policy;
       });
     } catch (error) {
@@ -437,6 +439,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
             before: policySnapshot(before),
             after: policySnapshot(policy),
           });
+          await bumpConfigVersion(tx);
           return policy;
         }),
       );
@@ -458,6 +461,7 @@ export function createPolicyService({ db, cache, logger }: Deps) {
           targetId: deleted.id,
           before: policySnapshot(deleted),
         });
+        await bumpConfigVersion(tx);
       }),
     );
   }

@@ -5,6 +5,7 @@ import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import { randomId } from '../../lib/ids.js';
 import type { Actor } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { WebhookWake } from '../webhook/webhook.service.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
@@ -127,6 +128,7 @@ export function createToolDefinitions(
           targetId: tool.id,
           after: { definitions: plan.kept.map((d) => ({ name: d.name, pinned_hash: d.pinnedHash! })) },
         });
+        await bumpConfigVersion(tx);
       }
       for (const change of plan.changes) await reportChange(tx, tool, actor, change, plan.kept);
       return plan.changes;
@@ -153,6 +155,7 @@ export function createToolDefinitions(
       targetId: tool.id,
       after: data,
     });
+    await bumpConfigVersion(tx);
     await enqueueWebhookEvent(sqlConnectionOf(tx), tool.orgId, 'tool.definition_changed', data);
   }
 
@@ -194,6 +197,7 @@ export function createToolDefinitions(
         targetId: tool.id,
         after: { accepted: plan.accepted },
       });
+      await bumpConfigVersion(tx);
     });
   }
 

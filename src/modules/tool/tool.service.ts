@@ -4,6 +4,7 @@ import { AppError, FieldErrors, conflict, isUniqueViolation, notFound, notFoundI
 import { Prisma, type Tool } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../auth/authz.js';
 import {
   failure,
@@ -436,6 +437,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
           targetId: tool.id,
           after: snapshot(tool),
         });
+        await bumpConfigVersion(tx);
         return tool;
       });
       await readAfterSave(created, actor);
@@ -476,6 +478,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
             before: snapshot(existing),
             after: { ...snapshot(tool), secrets_set: secretsSet },
           });
+          await bumpConfigVersion(tx);
           return tool;
         }),
       );
@@ -500,6 +503,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
           targetId: deleted.id,
           before: snapshot(deleted),
         });
+        await bumpConfigVersion(tx);
       }),
     );
   }
