@@ -13,6 +13,8 @@ export default {
     '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, diagnostics: false }],
   },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
+  // The suites that measure the heap first, on fresh workers (test/support/test-sequencer.js).
+  testSequencer: '<rootDir>/test/support/test-sequencer.js',
   testTimeout: 60000,
   maxWorkers: 2,
 };
