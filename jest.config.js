@@ -1,8 +1,10 @@
 /**
  * ESM throughout (jose is ESM-only): ts-jest transpiles, Node's VM modules run the tests.
- * `npm test` runs the files in two workers, then the `*.measured.test.ts` files one at a time:
+ * `npm test` runs the files in three workers, then the `*.measured.test.ts` files one at a time:
  * they compare latencies (one org's under another's flood), which a second test file running on
- * the same two cores would distort.
+ * the same two cores would distort. Three workers on two cores: a file waiting on a child
+ * process, a browser or a timer leaves a core to the others (about 6% sooner than two on this
+ * machine).
  */
 export default {
   testEnvironment: 'node',
@@ -16,5 +18,5 @@ export default {
   // The suites that measure the heap first, on fresh workers (test/support/test-sequencer.js).
   testSequencer: '<rootDir>/test/support/test-sequencer.js',
   testTimeout: 60000,
-  maxWorkers: 2,
+  maxWorkers: 3,
 };
