@@ -128,26 +128,24 @@ test('a revisit with the ETag is a 304 without a body; another ETag gets the pag
 test('compressed once: later requests send the kept bytes without compressing again', async () => {
   const plain = await getPage();
   await getPage({ 'accept-encoding': 'br' });
-  // CPU time of this process (client and service both run in it), not wall time: another test
-  // file running on the other core slows wall time unevenly, not the work done.
-  const cpuMs = async (work: () => unknown) => {
-    const started = process.cpuUsage();
+  const elapsedMs = async (work: () => unknown) => {
+    const started = process.hrtime.bigint();
     await work();
-    const { user, system } = process.cpuUsage(started);
-    return (user + system) / 1000;
+    return Number(process.hrtime.bigint() - started) / 1e6;
   };
   // What one compression costs on this machine, now (the service's quality and window).
-  const compressMs = await cpuMs(() =>
+  const compressMs = await elapsedMs(() =>
     brotliCompressSync(plain.body, {
       params: { [constants.BROTLI_PARAM_QUALITY]: 6, [constants.BROTLI_PARAM_SIZE_HINT]: plain.body.length },
     }),
   );
-  const perRequestMs =
-    (await cpuMs(async () => {
-      for (let i = 0; i < 5; i++) await getPage({ 'accept-encoding': 'br' });
-    })) / 5;
+  // The fastest of five: a garbage collection or the other test files on these cores can stall
+  // any one request, not all five, while a service that compressed again would pay the
+  // compression on every one of them.
+  const perRequestMs: number[] = [];
+  for (let i = 0; i < 5; i++) perRequestMs.push(await elapsedMs(() => getPage({ 'accept-encoding': 'br' })));
   // Sending the kept 2 MB on loopback costs a small part of compressing 9 MB again.
-  expect(perRequestMs).toBeLessThan(compressMs / 2);
+  expect(Math.min(...perRequestMs)).toBeLessThan(compressMs / 2);
 });
 
 test('GraphQL clients on /graphql are not given the page', async () => {
