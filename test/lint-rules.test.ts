@@ -1,0 +1,72 @@
+/**
+ * The lint rules of `npm run lint` catch what they exist for (docs/decisions/0051): run on a small
+ * project with the repository's own configuration, a statement in a service and an import of
+ * another module's store fail, and the same code moved into the store passes.
+ */
+import { spawnSync } from 'node:child_process';
+import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+let project: string;
+
+beforeAll(async () => {
+  await mkdir(path.join(root, '.scratch'), { recursive: true });
+  project = await mkdtemp(path.join(root, '.scratch', 'lint-rules-'));
+  await cp(path.join(root, 'biome.json'), path.join(project, 'biome.json'));
+  await cp(path.join(root, 'lint'), path.join(project, 'lint'), { recursive: true });
+  await cp(path.join(root, '.dependency-cruiser.cjs'), path.join(project, '.dependency-cruiser.cjs'));
+  await cp(path.join(root, 'tsconfig.json'), path.join(project, 'tsconfig.json'));
+  await mkdir(path.join(project, 'src/modules/alpha'), { recursive: true });
+  await mkdir(path.join(project, 'src/modules/beta'), { recursive: true });
+});
+afterAll(() => rm(project, { recursive: true, force: true }));
+
+function run(bin: string, args: string[]) {
+  const result = spawnSync(process.execPath, [path.join(root, 'node_modules', bin), ...args], {
+    cwd: project,
+    encoding: 'utf8',
+  });
+  return { code: result.status, output: `${result.stdout}${result.stderr}` };
+}
+const biome = (file: string) =>
+  run('@biomejs/biome/bin/biome', ['lint', '--vcs-enabled=false', '--config-path', project, file]);
+const depcruise = () =>
+  run('dependency-cruiser/bin/dependency-cruiser.mjs', ['src', '--config', '.dependency-cruiser.cjs']);
+
+const statement = `export async function find(db: { prisma: { user: { findMany(): Promise<unknown[]> } } }) {
+  return db.prisma.user.findMany();
+}
+`;
+
+test('a database statement in a service fails the lint; the same in a store passes', async () => {
+  await writeFile(path.join(project, 'src/modules/alpha/alpha.service.ts'), statement);
+  const inService = biome('src/modules/alpha/alpha.service.ts');
+  expect(inService.code).not.toBe(0);
+  expect(inService.output).toContain("A database statement belongs in the module's *.store.ts");
+
+  await writeFile(path.join(project, 'src/modules/alpha/alpha.store.ts'), statement);
+  const inStore = biome('src/modules/alpha/alpha.store.ts');
+  expect(inStore.output).not.toContain('A database statement belongs');
+  expect(inStore.code).toBe(0);
+});
+
+test("importing another module's store fails the boundary check; its service passes", async () => {
+  await writeFile(path.join(project, 'src/modules/alpha/alpha.service.ts'), "export const alpha = 'a';\n");
+  await writeFile(
+    path.join(project, 'src/modules/beta/beta.service.ts'),
+    "import { find } from '../alpha/alpha.store.js';\nexport const beta = find;\n",
+  );
+  const throughStore = depcruise();
+  expect(throughStore.code).not.toBe(0);
+  expect(throughStore.output).toContain('store-of-another-folder');
+
+  await writeFile(
+    path.join(project, 'src/modules/beta/beta.service.ts'),
+    "import { alpha } from '../alpha/alpha.service.js';\nexport const beta = alpha;\n",
+  );
+  const throughService = depcruise();
+  expect(throughService.output).not.toContain('error');
+  expect(throughService.code).toBe(0);
+});
