@@ -1,8 +1,6 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { SpanKind } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -19,6 +17,7 @@ import { signUp, type OrgFixture } from './support/fixtures.js';
 import { delta, parseExposition, sampleValue } from './support/metrics.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 import { freePort, killAllServices, startService, waitExit, waitReady } from './support/service-process.js';
+import { migratedDataDir } from './support/pglite-template.js';
 
 /**
  * Metrics and traces (docs/decisions/0039-metrics-and-traces.md): the counters and histograms move by exactly
@@ -669,7 +668,7 @@ test('OTEL_TRACES_SAMPLER and its argument are checked at start', () => {
 
 describe('the service process', () => {
   test('serves /metrics on METRICS_HOST:METRICS_PORT, not on the public port, and closes it on SIGTERM', async () => {
-    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'agw-metrics-'));
+    const dataDir = await migratedDataDir('agw-metrics-');
     try {
       const metricsPort = await freePort();
       const service = startService(await freePort(), {

@@ -24,6 +24,8 @@ import {
   waitReady,
   type Service,
 } from './support/service-process.js';
+import { migratedDataDir } from './support/pglite-template.js';
+import { nodeArguments } from './support/child-command.js';
 
 const PASSWORD = 'correct horse battery staple';
 
@@ -32,8 +34,12 @@ const TEST_TIMEOUT_MS = 180_000;
 
 const tempDirs: string[] = [];
 
-async function tempDataDir(): Promise<string> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-process-'));
+/** A new DATA_DIR: empty (the first start runs initdb and the migrations), or already migrated. */
+async function tempDataDir(contents: 'empty' | 'migrated' = 'empty'): Promise<string> {
+  const dir =
+    contents === 'migrated'
+      ? await migratedDataDir('agw-process-')
+      : await mkdtemp(path.join(os.tmpdir(), 'agw-process-'));
   tempDirs.push(dir);
   return dir;
 }
@@ -182,7 +188,7 @@ describe('restarts on the same DATA_DIR', () => {
   test(
     'SIGTERM stops the service cleanly, and the next start has the data',
     async () => {
-      const dataDir = await tempDataDir();
+      const dataDir = await tempDataDir('migrated');
       const first = await startReady(dataDir);
       const seeded = await seed(first);
 
@@ -212,7 +218,7 @@ function rotateKeys(dataDir: string) {
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   delete env.DATABASE_URL;
   delete env.NODE_OPTIONS;
-  return spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'rotate-keys', 'record'], {
+  return spawnSync(process.execPath, [...nodeArguments('cli/agent-gateway'), 'rotate-keys', 'record'], {
     cwd: fileURLToPath(new URL('..', import.meta.url)),
     env,
     encoding: 'utf8',
@@ -224,7 +230,7 @@ describe('one process per DATA_DIR', () => {
   test(
     'a second service on it exits non-zero naming the holder, the first keeps serving, and after kill -9 of the first a new one starts',
     async () => {
-      const dataDir = await tempDataDir();
+      const dataDir = await tempDataDir('migrated');
       const first = await startReady(dataDir);
       const seeded = await seed(first);
 
@@ -274,7 +280,7 @@ describe('one process per DATA_DIR', () => {
   test(
     '`agent-gateway rotate-keys` refuses it while a service runs on it, and rotates once the service stopped',
     async () => {
-      const dataDir = await tempDataDir();
+      const dataDir = await tempDataDir('migrated');
       const service = await startReady(dataDir);
 
       const refused = rotateKeys(dataDir);

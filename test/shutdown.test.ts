@@ -4,17 +4,16 @@
  * a request in flight, with a webhook attempt in flight. The child runs on the suite's backend
  * (embedded PGlite in a temporary DATA_DIR, or a PostgreSQL database of its own).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openDatabase } from '../src/db/database.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
 import { actionBody, execute, readyAgent } from './support/gateway.js';
 import { killAllServices, startReadyService, waitExit, type Service } from './support/service-process.js';
+import { migratedDataDir } from './support/pglite-template.js';
 
 const GRACE_MS = 2000;
 /**
@@ -39,7 +38,8 @@ async function freshStorage(): Promise<{ dataDir?: string; databaseUrl?: string 
     databases.push(database);
     return { databaseUrl: database.url };
   }
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'agw-shutdown-'));
+  // Migrated already: what is under test is the stop, not a first start.
+  const dataDir = await migratedDataDir('agw-shutdown-');
   tempDirs.push(dataDir);
   return { dataDir };
 }

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { openDatabase } from '../../src/db/database.js';
@@ -47,4 +47,15 @@ export async function migratedTemplate(): Promise<Blob> {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
     return makeTemplate(file);
   }
+}
+
+/**
+ * A new DATA_DIR holding the migrated template, for a service process whose test is not about a
+ * first start: the child then skips initdb and the migrations (about 5 s of CPU a start).
+ */
+export async function migratedDataDir(prefix: string): Promise<string> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), prefix));
+  const db = await openDatabase({ dataDir, loadDataDir: await migratedTemplate(), migrate: false });
+  await db.close();
+  return dataDir;
 }

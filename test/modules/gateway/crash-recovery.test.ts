@@ -9,17 +9,16 @@
  * without a restart, and never those of a live one.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import type { TestClient } from '../../support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from '../../support/database.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from '../../support/gateway.js';
 import { allRecords, expectOneChain, interrupted, untilRecorded } from '../../support/records.js';
+import { migratedDataDir } from '../../support/pglite-template.js';
 import {
   killAllServices,
   startReadyService,
@@ -212,7 +211,8 @@ async function storage(): Promise<{
       close: async () => undefined,
     };
   }
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'agw-crash-'));
+  // Migrated already: what is under test is the recovery, not a first start.
+  const dataDir = await migratedDataDir('agw-crash-');
   tempDirs.push(dataDir);
   // PGlite is single-process: read it only while no service runs on it.
   let pglite: PGlite | undefined;
