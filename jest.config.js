@@ -17,6 +17,8 @@ export default {
   testMatch: ['<rootDir>/test/**/*.test.ts'],
   // The suites that measure the heap first, on fresh workers (test/support/test-sequencer.js).
   testSequencer: '<rootDir>/test/support/test-sequencer.js',
+  // src/ as JavaScript once per run, for the tests' child processes (test/support/global-setup.js).
+  globalSetup: '<rootDir>/test/support/global-setup.js',
   testTimeout: 60000,
   maxWorkers: 3,
 };

@@ -6,13 +6,17 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, realpathSync } from 'node:fs';
-import { cp, mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { commandLine, listeningLine, usage } from '../src/usage.js';
 import { ENV_DESCRIPTIONS, environmentNames } from '../src/env-usage.js';
 import { parseEnv } from '../src/env.js';
+import { startTestApp } from './support/app.js';
+import { signUp } from './support/fixtures.js';
+import { actionBody, execute, readyAgent } from './support/gateway.js';
+import { nodeArguments } from './support/child-command.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const version = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version;
@@ -41,7 +45,7 @@ function runService(args: string[], env: Record<string, string>) {
   delete childEnv.NODE_OPTIONS;
   if (!('DATABASE_URL' in env)) delete childEnv.DATABASE_URL;
   return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { cwd: root, env: childEnv });
+    const child = spawn(process.execPath, [...nodeArguments('main'), ...args], { cwd: root, env: childEnv });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -145,6 +149,35 @@ describe('command line of the service', () => {
   }, 60_000);
 });
 
+/**
+ * An export of three records from a test app, written into `dir`, and a copy with the second
+ * record's `executed` flipped.
+ */
+async function recordsExport(dir: string): Promise<{ file: string; edited: string }> {
+  const t = await startTestApp();
+  try {
+    const org = await signUp(t, 'cli-build');
+    const agent = await readyAgent(t, org, { capabilities: ['billing:read'] });
+    for (let i = 0; i < 3; i++) {
+      const response = await execute(t, agent, actionBody(agent, 'read', { invoice: `inv-${i}`, amount: 100 + i }));
+      expect(response.status).toBe(200);
+    }
+    const exported = await t.request('GET', '/api/v1/records/export', { token: org.adminToken });
+    expect(exported.status).toBe(200);
+    const lines = exported.text.trimEnd().split('\n');
+    lines[2] = lines[2].replace(/"executed":(true|false)/, (m) =>
+      m.endsWith('true') ? '"executed":false' : '"executed":true',
+    );
+    const file = path.join(dir, 'export.jsonl');
+    const edited = path.join(dir, 'edited.jsonl');
+    await writeFile(file, exported.text);
+    await writeFile(edited, `${lines.join('\n')}\n`);
+    return { file, edited };
+  } finally {
+    await t.close();
+  }
+}
+
 describe('the agent-gateway command in a checkout', () => {
   let checkout: string;
 
@@ -169,7 +202,7 @@ describe('the agent-gateway command in a checkout', () => {
     await rm(checkout, { recursive: true, force: true });
   });
 
-  test('`npx agent-gateway --help` builds dist/ when there is none and prints the usage; the next run starts at once', async () => {
+  test('`npx agent-gateway --help` builds dist/ when there is none and prints the usage; the next run starts at once; the built CLI runs with plain node', async () => {
     expect(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).bin).toEqual({
       'agent-gateway': 'bin/agent-gateway.js',
     });
@@ -194,6 +227,20 @@ describe('the agent-gateway command in a checkout', () => {
     const unknown = await runIn(checkout, 'npx', ['agent-gateway', 'no-such-command'], npm);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('agent-gateway: unknown command no-such-command');
+
+    // What the build emitted (`npm run build`'s tsc with tsconfig.build.json) runs with plain node:
+    // the CLI verifies a real export and finds an edited record.
+    const cli = path.join(checkout, 'dist/cli/agent-gateway.js');
+    expect(readFileSync(cli, 'utf8').split('\n')[0]).toBe('#!/usr/bin/env node');
+    const { file, edited } = await recordsExport(checkout);
+    const ok = await runIn(checkout, process.execPath, [cli, 'verify', file]);
+    expect([ok.code, ok.stdout]).toEqual([0, expect.stringContaining('OK: 3 records')]);
+    const bad = await runIn(checkout, process.execPath, [cli, 'verify', edited]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('record seq 2');
+    expect(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).scripts.verify).toBe(
+      'tsx src/cli/agent-gateway.ts verify',
+    );
   }, 300_000);
 
   test('without dist/ and without the compiler it says to run npm run build', async () => {

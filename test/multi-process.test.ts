@@ -12,6 +12,7 @@ import { createKey, signUp } from './support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
 import { connectClient, mcpRequest } from './support/oauth.js';
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
+import { nodeArguments } from './support/child-command.js';
 
 const describeOnPostgres = backend === 'postgresql' ? describe : describe.skip;
 const PUBLIC_URL = 'https://gateway.test';
@@ -131,7 +132,7 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
 
     const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: database.url };
     delete env.NODE_OPTIONS;
-    const cli = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'rotate-keys', 'record'], {
+    const cli = spawnSync(process.execPath, [...nodeArguments('cli/agent-gateway'), 'rotate-keys', 'record'], {
       cwd: fileURLToPath(new URL('..', import.meta.url)),
       env,
       encoding: 'utf8',

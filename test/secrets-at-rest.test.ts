@@ -18,6 +18,7 @@ import { startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, reopenTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { execute, readyAgent, type AgentFixture } from './support/gateway.js';
+import { nodeArguments } from './support/child-command.js';
 
 /**
  * Secrets at rest (KEY_ENCRYPTION_KEY): signing keys, http tools' secret and header values and
@@ -395,7 +396,7 @@ describe('the rotation tools', () => {
     async () => {
       const c = await withApp({}, (app) => configure(app));
       const run = (env: Record<string, string>) =>
-        spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'reencrypt'], {
+        spawnSync(process.execPath, [...nodeArguments('cli/agent-gateway'), 'reencrypt'], {
           cwd: fileURLToPath(new URL('..', import.meta.url)),
           env: { PATH: process.env.PATH, DATABASE_URL: database.url, ...env },
           encoding: 'utf8',

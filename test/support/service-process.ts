@@ -1,11 +1,13 @@
 /**
- * The real service as a child process on a real port (`src/main.ts` through tsx), for tests that
- * need separate OS processes: restarts on one data directory, several gateways on one PostgreSQL.
+ * The real service as a child process on a real port (src/main.ts compiled by esbuild, see
+ * child-command.ts), for tests that need separate OS processes: restarts on one data directory,
+ * several gateways on one PostgreSQL.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { TEST_DATABASE_TIMEOUT_MS } from './database.js';
+import { nodeArguments } from './child-command.js';
 import {
   TEST_SIGNUP_LIMIT,
   requestInit,
@@ -83,7 +85,9 @@ export function startService(port: number, options: ServiceOptions): Service {
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.dataDir) env.DATA_DIR = options.dataDir;
   const preload = options.preload ? ['--import', options.preload] : [];
-  const child = spawn(process.execPath, ['--import', 'tsx', ...preload, 'src/main.ts'], {
+  // A preloaded module is TypeScript: tsx loads it, and the service from src/ with it.
+  const entry = options.preload ? ['--import', 'tsx', ...preload, 'src/main.ts'] : nodeArguments('main');
+  const child = spawn(process.execPath, entry, {
     cwd: root,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

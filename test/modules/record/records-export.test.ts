@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +8,7 @@ import { canonicalHash as hashOfParams } from '../../../src/lib/canonical-json.j
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
+import { nodeArguments } from '../../support/child-command.js';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
 let t: TestApp;
@@ -72,7 +73,7 @@ function run(command: string, args: string[]): Promise<Run> {
   });
 }
 const verify = (file: string, ...extra: string[]) =>
-  run(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'verify', file, ...extra]);
+  run(process.execPath, [...nodeArguments('cli/agent-gateway'), 'verify', file, ...extra]);
 
 const lines = (text: string) => text.trimEnd().split('\n');
 
@@ -373,46 +374,8 @@ describe('agent-gateway verify', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toBe('FAILED: line 5: malformed line: not JSON\n');
     expect((await verify(join(dir, 'missing.jsonl'))).code).toBe(2);
-    expect((await run(process.execPath, ['--import', 'tsx', 'src/cli/agent-gateway.ts', 'frobnicate'])).code).toBe(2);
+    expect((await run(process.execPath, [...nodeArguments('cli/agent-gateway'), 'frobnicate'])).code).toBe(2);
   });
-
-  test('`npm run build` emits an executable that runs with plain node', async () => {
-    // The build's own configuration, into a scratch directory inside the package (so that the
-    // emitted modules resolve their dependencies from its node_modules as an installed package does).
-    const out = join(root, '.scratch', `build-${randomBytes(4).toString('hex')}`);
-    try {
-      const built = await run(process.execPath, [
-        join(root, 'node_modules/typescript/bin/tsc'),
-        '-p',
-        'tsconfig.build.json',
-        '--outDir',
-        out,
-      ]);
-      expect(built).toMatchObject({ code: 0, stderr: '' });
-      const cli = join(out, 'cli/agent-gateway.js');
-      expect((await readFile(cli, 'utf8')).split('\n')[0]).toBe('#!/usr/bin/env node');
-      const ok = await run(process.execPath, [cli, 'verify', file]);
-      expect(ok.code).toBe(0);
-      expect(ok.stdout).toContain('OK: 40 records');
-      const bad = await run(process.execPath, [
-        cli,
-        'verify',
-        await saved(
-          editLine(text, 2, /"executed":(true|false)/, (m) =>
-            m.endsWith('true') ? '"executed":false' : '"executed":true',
-          ),
-        ),
-      ]);
-      expect(bad.code).toBe(1);
-      expect(bad.stderr).toContain('record seq 2');
-      const pkg = JSON.parse(await readFile(join(root, 'package.json'), 'utf8'));
-      // The bin is a launcher that builds dist/ when stale and runs this (test/command-line.test.ts).
-      expect(pkg.bin).toEqual({ 'agent-gateway': 'bin/agent-gateway.js' });
-      expect(pkg.scripts.verify).toBe('tsx src/cli/agent-gateway.ts verify');
-    } finally {
-      await rm(out, { recursive: true, force: true });
-    }
-  }, 180_000);
 });
 
 describe('after a record key rotation', () => {
