@@ -398,7 +398,12 @@ describe('reconnecting', () => {
     await stopUpstream();
     await startUpstream();
     expectRefunded(await execute('billing', 'refund', { invoice: 'r2', amount: 2 }), 'r2');
-    expect(methodsOf(fromTool(before, tags.billing))).toEqual(['tools/call']);
+    // One call reached the upstream, and no session handshake. When the pooled client's connection
+    // was still taken for open (the upstream's close not yet seen), the call never reached the
+    // upstream and went again on a fresh client, which negotiates with `server/discover` first.
+    expect([['tools/call'], ['server/discover', 'tools/call']]).toContainEqual(
+      methodsOf(fromTool(before, tags.billing)),
+    );
   });
 
   test('a session the upstream ended by itself (expired): the call meets 404 and succeeds on a new session', async () => {
