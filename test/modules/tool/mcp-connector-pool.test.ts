@@ -353,7 +353,7 @@ describe('calls reuse the tool’s client and its session', () => {
 });
 
 describe('reconnecting', () => {
-  test('the upstream restarts between calls: the next call meets 404 for its session and succeeds on a new one; while it is down, calls fail TOOL_UNREACHABLE', async () => {
+  test('the upstream restarts between calls: the next call succeeds on a new session (after a 404 for its old one, or at once); while it is down, calls fail TOOL_UNREACHABLE', async () => {
     const { tags, execute } = await toolsOrg(t, { billing: { path: '/mcp' } });
     expectRefunded(await execute('billing', 'refund', { invoice: 'before', amount: 1 }), 'before');
     const before = hits.length;
@@ -379,16 +379,16 @@ describe('reconnecting', () => {
     await startUpstream();
     expectRefunded(await execute('billing', 'refund', { invoice: 'again', amount: 4 }), 'again');
     const retried = fromTool(mid, tags.billing).filter((h) => h.method === 'POST');
-    expect(methodsOf(retried)).toEqual([
-      'tools/call',
-      'server/discover',
-      'initialize',
-      'notifications/initialized',
-      'tools/call',
-    ]);
-    expect(sessionOf(retried[0])).toBe(sessionOf(received[3]));
-    expect(sessionOf(retried[4])).not.toBe(sessionOf(retried[0]));
-    expect(stateful.sessions.has(sessionOf(retried[4])!)).toBe(true);
+    // The call meets 404 on the old session and goes again on a new one. Or, when the pooled
+    // client's connection was still taken for open (the upstream's close not yet seen), it never
+    // reached the upstream and went again at once. (The 404 alone, without a restart: "a session
+    // the upstream ended by itself".)
+    const handshake = ['server/discover', 'initialize', 'notifications/initialized', 'tools/call'];
+    expect([['tools/call', ...handshake], handshake]).toContainEqual(methodsOf(retried));
+    if (retried.length === 5) expect(sessionOf(retried[0])).toBe(sessionOf(received[3]));
+    const served = retried[retried.length - 1];
+    expect(sessionOf(served)).not.toBe(sessionOf(received[3]));
+    expect(stateful.sessions.has(sessionOf(served)!)).toBe(true);
   });
 
   test('a 2026-07-28 upstream restarting: there is no session to lose, and the next call just succeeds', async () => {
