@@ -75,6 +75,13 @@ async function until(what: string, condition: () => boolean, timeoutMs = 60_000)
 /** An org whose agent executes `billing:read` through an http tool at the receiver. */
 async function setUp(service: TestClient, receiver: Receiver) {
   const org = await signUp(service, 'crash');
+  // The tests poll every record, 1000 a page, several times a second while thousands accrue: over
+  // the default operator limit (1000 requests a minute) when the services are quick.
+  const limit = await service.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+    token: org.adminToken,
+    body: { operator_rate_limit_per_minute: 100_000 },
+  });
+  expect(limit.status).toBe(200);
   const agent = await readyAgent(service, org, {
     tool: false,
     constraints: { max_actions_per_hour: 100_000, max_actions_per_day: 100_000 },
