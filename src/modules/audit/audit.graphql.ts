@@ -1,6 +1,6 @@
 import { builder } from '../../graphql/builder.js';
 import { closedValues } from '../../graphql/closed-values.js';
-import { listType } from '../../graphql/list.js';
+import { cursorArgDescription, historyListType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute, type StreamParam } from '../../http/stream-routes.js';
@@ -69,7 +69,7 @@ export const AuditLogRef = builder.prismaObject('AuditLog', {
   }),
 });
 
-const AuditLogList = listType('AuditLogList', AuditLogRef);
+const AuditLogList = historyListType('AuditLogList', AuditLogRef);
 
 const filterArgs = builder.args((t) => ({
   actor: t.string({ description: 'Actor id (user id, API key id) or label (email, key prefix).' }),
@@ -82,6 +82,7 @@ const filterArgs = builder.args((t) => ({
 const pageArgs = builder.args((t) => ({
   limit: t.int({ description: 'Default 50, at most 1000.' }),
   offset: t.int({ description: 'Default 0.' }),
+  cursor: t.string({ description: cursorArgDescription }),
 }));
 
 const tag = 'Audit logs';

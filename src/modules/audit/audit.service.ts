@@ -1,11 +1,18 @@
 import type { Deps } from '../../deps.js';
-import { limitOffset } from '../../lib/list-page.js';
+import {
+  boundedTotal,
+  cursorOf,
+  encodeCursor,
+  type HistoryPage,
+  limitOffset,
+  TOTAL_BOUND,
+} from '../../lib/list-page.js';
 import { FieldErrors } from '../../errors.js';
 import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
 import { currentRequestId } from '../../lib/request-id.js';
 import type { Actor, AuditEvent } from './audit-events.js';
 import { timeOrderedId } from '../../lib/ids.js';
-import { auditBatch, auditPage, insertAuditEntry, type AuditFilter } from './audit.store.js';
+import { type AuditFilter, type AuditKey, auditEntries, countAuditEntries, insertAuditEntry } from './audit.store.js';
 
 export type { AuditFilter } from './audit.store.js';
 
@@ -41,6 +48,16 @@ export async function recordAudit(tx: Tx, orgId: string, actor: Actor, event: Au
 export interface AuditPage {
   limit?: number | null;
   offset?: number | null;
+  /** A page's next_cursor: the entries after that page. */
+  cursor?: string | null;
+}
+
+const AUDIT_CURSOR = 'audit';
+/** An audit cursor holds the time and id of its page's last entry. */
+function keyOfCursor([time, id, ...rest]: string[]): AuditKey | undefined {
+  const createdAt = new Date(time ?? '');
+  if (rest.length || Number.isNaN(createdAt.getTime()) || !/^[\x21-\x7e]{1,200}$/.test(id ?? '')) return undefined;
+  return { createdAt, id };
 }
 
 export const AUDIT_EXPORT_BATCH = 1000;
@@ -64,12 +81,25 @@ function checkFilter(filter: AuditFilter, errors: FieldErrors): void {
 
 export function createAuditService({ db }: Deps) {
   /** Newest first. */
-  async function list(orgId: string, filter: AuditFilter & AuditPage) {
+  async function list(orgId: string, filter: AuditFilter & AuditPage): Promise<HistoryPage<AuditLog>> {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: 50, max: 1000 }, errors);
+    const after = cursorOf(filter.cursor, offset, keyOfCursor, AUDIT_CURSOR, errors);
     checkFilter(filter, errors);
     errors.throwIfAny();
-    return auditPage(db.prisma, orgId, filter, { limit, offset });
+    // One more than the page: whether a next page exists, without counting.
+    const [rows, counted] = await Promise.all([
+      auditEntries(db.sql, orgId, filter, { order: 'desc', take: limit + 1, offset, after }),
+      countAuditEntries(db.sql, orgId, filter, TOTAL_BOUND),
+    ]);
+    const items = rows.slice(0, limit);
+    const last = items.at(-1);
+    return {
+      items,
+      ...boundedTotal(counted),
+      next_cursor:
+        rows.length > limit && last ? encodeCursor(AUDIT_CURSOR, [last.createdAt.toISOString(), last.id]) : null,
+    };
   }
 
   /**
@@ -89,7 +119,7 @@ export function createAuditService({ db }: Deps) {
     return (async function* () {
       let after: { createdAt: Date; id: string } | undefined;
       for (;;) {
-        const batch = await auditBatch(db.prisma, orgId, filter, after, batchSize);
+        const batch = await auditEntries(db.sql, orgId, filter, { order: 'asc', take: batchSize, offset: 0, after });
         if (batch.length) yield batch;
         if (batch.length < batchSize) return;
         const last = batch[batch.length - 1];

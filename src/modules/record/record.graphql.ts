@@ -3,7 +3,7 @@ import { closedValues } from '../../graphql/closed-values.js';
 import { policyEffects, policyModes } from '../policy/policy-rules.js';
 import { INTERACTION_CHANNELS } from './record-chain.js';
 import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
+import { cursorArgDescription, historyListType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
 import { graphqlOnly } from '../../http/rest-schema.js';
 import { streamResponse, streamRoute } from '../../http/stream-routes.js';
@@ -126,7 +126,7 @@ builder.prismaObjectFields(RecordRef, (t) => ({
   }),
 }));
 
-const RecordList = listType('RecordList', RecordRef);
+const RecordList = historyListType('RecordList', RecordRef);
 
 const recordFilterArgs = builder.args((t) => ({
   agent_id: t.string(),
@@ -136,6 +136,7 @@ const recordFilterArgs = builder.args((t) => ({
   to: t.field({ type: 'Timestamp' }),
   limit: t.int({ description: 'Default 100, at most 1000.' }),
   offset: t.int(),
+  cursor: t.string({ description: cursorArgDescription }),
 }));
 
 builder.prismaObjectField('Organization', 'records', (t) =>

@@ -1,7 +1,8 @@
 import type { SqlConnection } from '../../db/sql.js';
 import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
-import { limitOffset } from '../../lib/list-page.js';
+import { keyBatcher, type Queued as QueuedItem } from '../../lib/key-batcher.js';
+import { cursorOf, encodeCursor, type HistoryPage, limitOffset, TOTAL_BOUND } from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js';
 import {
@@ -16,6 +17,7 @@ import {
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
 import {
+  countRecords,
   countRecordsInSeqRange,
   existingRecordIds,
   exportRange,
@@ -60,7 +62,14 @@ export interface RecordFilter {
   to?: Date | null;
   limit?: number | null;
   offset?: number | null;
+  /** A page's next_cursor: the records after that page. */
+  cursor?: string | null;
 }
+
+const RECORDS_CURSOR = 'records';
+/** A records cursor holds the seq of its page's last record. */
+const seqOfCursor = ([seq, ...rest]: string[]): bigint | undefined =>
+  rest.length === 0 && /^[1-9][0-9]{0,18}$/.test(seq ?? '') ? BigInt(seq) : undefined;
 
 export interface RecordExportFilter {
   /** Inclusive: the export starts at the first record created at or after it. */
@@ -114,10 +123,8 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     id: string;
     entry: NewRecord;
     storeParams: boolean;
-    resolve: (record: InteractionRecord) => void;
-    reject: (error: unknown) => void;
   }
-  const queues = new Map<string, Pending[]>();
+  type Queued = QueuedItem<Pending, InteractionRecord>;
   const MAX_BATCH = 200;
 
   /**
@@ -151,46 +158,33 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     );
     if (unstorable)
       return Promise.reject(new Error(`record ${id} cannot be stored: ${unstorable.field} ${unstorable.message}`));
-    return new Promise((resolve, reject) => {
-      const queue = queues.get(entry.orgId);
-      const pending = { id, entry, storeParams, resolve, reject };
-      if (queue) {
-        queue.push(pending);
-        return;
-      }
-      queues.set(entry.orgId, [pending]);
-      void drain(entry.orgId);
-    });
+    return appendQueued(entry.orgId, { id, entry, storeParams });
   }
 
-  async function drain(orgId: string): Promise<void> {
-    for (;;) {
-      const queue = queues.get(orgId)!;
-      if (!queue.length) {
-        queues.delete(orgId);
-        return;
-      }
-      const batch = queue.splice(0, MAX_BATCH);
-      try {
-        await write(orgId, batch);
-      } catch (error) {
-        // Unreachable, the database fails every record alike; and a batch whose commit was cut off
-        // may have been written, so appending its records again would fail on their ids.
-        if (batch.length === 1 || isDatabaseUnavailable(error)) {
-          for (const pending of batch) pending.reject(error);
-          continue;
-        }
-        // One failing record must not fail the others of its batch: each is tried on its own.
-        for (const pending of batch) await write(orgId, [pending]).catch(pending.reject);
-      }
+  const appendQueued = keyBatcher<Pending, InteractionRecord>(async (orgId, batch) => {
+    try {
+      await write(orgId, batch);
+    } catch (error) {
+      // Unreachable, the database fails every record alike; and a batch whose commit was cut off
+      // may have been written, so appending its records again would fail on their ids.
+      if (batch.length === 1 || isDatabaseUnavailable(error)) throw error;
+      // One failing record must not fail the others of its batch: each is tried on its own.
+      for (const queued of batch) await write(orgId, [queued]).catch(queued.reject);
     }
-  }
+  }, MAX_BATCH);
 
-  async function write(orgId: string, batch: Pending[]): Promise<void> {
+  async function write(orgId: string, batch: Queued[]): Promise<void> {
     // Outside the transaction: on PGlite a second query path would wait for the transaction's connection.
     const key = await keys.activeKey('record');
-    const records = await db.sql.transaction((tx) => appendBatch(tx, orgId, batch, key));
-    batch.forEach((pending, i) => pending.resolve(records[i]));
+    const records = await db.sql.transaction((tx) =>
+      appendBatch(
+        tx,
+        orgId,
+        batch.map((queued) => queued.item),
+        key,
+      ),
+    );
+    batch.forEach((queued, i) => queued.resolve(records[i]));
   }
 
   /** Which of these interaction ids already have their record (a record's id is its interaction id). */
@@ -269,17 +263,33 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     return record;
   }
 
-  async function list(orgId: string, filter: RecordFilter) {
+  async function list(orgId: string, filter: RecordFilter): Promise<HistoryPage<InteractionRecord>> {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: 100, max: 1000 }, errors);
+    const beforeSeq = cursorOf(filter.cursor, offset, seqOfCursor, RECORDS_CURSOR, errors);
     errors.throwIfAny();
     const [type, tool] = filter.action?.includes(':') ? filter.action.split(':', 2) : [filter.action, undefined];
-    return recordPage(
-      db.prisma,
-      orgId,
-      { agentId: filter.agent_id, actionType: type, tool, status: filter.status, from: filter.from, to: filter.to },
-      { limit, offset },
-    );
+    const criteria = {
+      agentId: filter.agent_id,
+      actionType: type,
+      tool,
+      status: filter.status,
+      from: filter.from,
+      to: filter.to,
+    };
+    // One more than the page: whether a next page exists, without counting.
+    const [rows, counted] = await Promise.all([
+      recordPage(db.prisma, orgId, criteria, { take: limit + 1, offset, beforeSeq }),
+      countRecords(db.prisma, orgId, criteria, TOTAL_BOUND),
+    ]);
+    const items = rows.slice(0, limit);
+    const last = items.at(-1);
+    return {
+      items,
+      total: counted.total,
+      total_exact: counted.exact,
+      next_cursor: rows.length > limit && last ? encodeCursor(RECORDS_CURSOR, [last.seq.toString()]) : null,
+    };
   }
 
   /** Recomputes the hash, checks the signature against the signing key and the link to the previous record. */

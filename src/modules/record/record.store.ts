@@ -149,15 +149,54 @@ export interface RecordCriteria {
   to?: Date | null;
 }
 
-/** A page of the org's records that match, newest (highest seq) first, and how many match in all. */
-export async function recordPage(
+/**
+ * A page of the org's records that match, newest (highest seq) first: up to `take` of them, from
+ * below `beforeSeq` (the next_cursor) when given. Every filter has an index that ends in seq, so a
+ * page reads about `take` rows however long the history.
+ */
+export function recordPage(
   prisma: PrismaClient,
   orgId: string,
   criteria: RecordCriteria,
-  page: { limit: number; offset: number },
-): Promise<{ items: InteractionRecord[]; total: number }> {
+  page: { take: number; offset: number; beforeSeq?: bigint },
+): Promise<InteractionRecord[]> {
+  const where = recordWhere(orgId, criteria);
+  return prisma.interactionRecord.findMany({
+    where: page.beforeSeq === undefined ? where : { ...where, seq: { lt: page.beforeSeq } },
+    orderBy: [{ seq: 'desc' }],
+    take: page.take,
+    skip: page.offset,
+  });
+}
+
+/**
+ * How many records match, counting no further than `bound + 1` (`exact` false when there are
+ * more). With no criterion it is exact at any size: the chain head's seq, since the chain numbers
+ * its records from 1 without gaps.
+ */
+export async function countRecords(
+  prisma: PrismaClient,
+  orgId: string,
+  criteria: RecordCriteria,
+  bound: number,
+): Promise<{ total: number; exact: boolean }> {
+  if (!Object.values(criteria).some(Boolean)) {
+    const head = await prisma.recordChainHead.findUnique({ where: { orgId }, select: { seq: true } });
+    return { total: Number(head?.seq ?? 0n), exact: true };
+  }
+  // In seq order, which every filter's index has (Prisma orders a bounded count by id otherwise,
+  // and sorting every match by id is the scan the bound is there to avoid).
+  const counted = await prisma.interactionRecord.count({
+    where: recordWhere(orgId, criteria),
+    orderBy: { seq: 'desc' },
+    take: bound + 1,
+  });
+  return counted > bound ? { total: bound, exact: false } : { total: counted, exact: true };
+}
+
+function recordWhere(orgId: string, criteria: RecordCriteria): Prisma.InteractionRecordWhereInput {
   const { agentId, actionType, tool, status, from, to } = criteria;
-  const where: Prisma.InteractionRecordWhereInput = {
+  return {
     orgId,
     ...(agentId ? { agentId } : {}),
     ...(actionType ? { actionType } : {}),
@@ -165,11 +204,6 @@ export async function recordPage(
     ...(status ? { status } : {}),
     ...(from || to ? { createdAt: { ...(from ? { gte: from } : {}), ...(to ? { lt: to } : {}) } } : {}),
   };
-  const [items, total] = await Promise.all([
-    prisma.interactionRecord.findMany({ where, orderBy: [{ seq: 'desc' }], take: page.limit, skip: page.offset }),
-    prisma.interactionRecord.count({ where }),
-  ]);
-  return { items, total };
 }
 
 /** The hash of the org's record at `seq`, undefined when there is none. */

@@ -1,0 +1,173 @@
+import { startTestApp, type TestApp } from '../../support/app.js';
+import { signUp, type OrgFixture } from '../../support/fixtures.js';
+import { HISTORY_ACTORS, seedHistory } from '../../support/history.js';
+
+// Listings of a history longer than the exact-total bound (10,000): totals bounded and flagged,
+// cursors that walk a listing exactly as limit/offset does, and refusals of cursors that are not.
+const SIZE = 10_050;
+let t: TestApp;
+let big: OrgFixture;
+let other: OrgFixture;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  big = await signUp(t, 'history');
+  other = await signUp(t, 'history-other');
+  await seedHistory((text, values) => t.database.db.sql.query(text, values), big.orgId, SIZE);
+  await seedHistory((text, values) => t.database.db.sql.query(text, values), other.orgId, 30);
+}, 120_000);
+afterAll(() => t.close());
+
+const get = (path: string, org = big) => t.request('GET', path, { token: org.adminToken });
+const audit = (org = big) => `/api/v1/orgs/${org.orgId}/audit-logs`;
+const join = (path: string, query: string) => `${path}${path.includes('?') ? '&' : '?'}${query}`;
+const idOf = (item: { record_id?: string; audit_id?: string }) => item.record_id ?? item.audit_id;
+
+/** Every item of a listing, following next_cursor page by page. */
+async function byCursor(path: string, limit: number, org = big): Promise<string[]> {
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  for (let pages = 0; pages < 200; pages++) {
+    const response = await get(
+      join(path, `limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`),
+      org,
+    );
+    expect(response.status).toBe(200);
+    ids.push(...response.body.items.map(idOf));
+    cursor = response.body.next_cursor;
+    if (cursor === null) {
+      expect(response.body.items.length).toBeLessThanOrEqual(limit);
+      return ids;
+    }
+    expect(response.body.items).toHaveLength(limit);
+  }
+  throw new Error('the cursor never ended');
+}
+
+/** Every item of a listing by limit and offset. */
+async function byOffset(path: string, org = big): Promise<string[]> {
+  const ids: string[] = [];
+  for (let offset = 0; ; offset += 1000) {
+    const response = await get(join(path, `limit=1000&offset=${offset}`), org);
+    expect(response.status).toBe(200);
+    ids.push(...response.body.items.map(idOf));
+    if (response.body.items.length < 1000) return ids;
+  }
+}
+
+describe('totals', () => {
+  test('the unfiltered records total is exact at any size: the chain head counts them', async () => {
+    const page = await get('/api/v1/records?limit=1');
+    expect(page.body).toMatchObject({ total: SIZE, total_exact: true });
+  });
+
+  test.each([
+    ['records, beyond the bound', '/api/v1/records?from=2000-01-01T00:00:00Z', 10_000, false],
+    ['records, within it', '/api/v1/records?status=denied', SIZE / 10, true],
+    ['audit, beyond the bound', '', 10_000, false],
+    ['audit, within it', '?action=policy.updated', SIZE / 10, true],
+  ])('%s', async (_, path, total, exact) => {
+    const response = await get(path.startsWith('/') ? path : `${audit()}${path}`);
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ total, total_exact: exact });
+  });
+
+  test('the audit total of an org with more than 10,000 entries of its own says so', async () => {
+    // The sign-up's own entries and the seeded ones: more than the bound.
+    const response = await get(`${audit()}?limit=1`);
+    expect(response.body).toMatchObject({ total: 10_000, total_exact: false });
+    expect(response.body.next_cursor).toEqual(expect.any(String));
+  });
+});
+
+describe('cursors', () => {
+  test.each([
+    ['records', '/api/v1/records?status=denied', 97],
+    ['records by agent', '/api/v1/records?agent_id=agent-7', 100],
+    ['records by action type', '/api/v1/records?action=email', 400],
+    ['records in a window', '', 50],
+    ['audit by actor, id or label', `?actor=user-3`, 450],
+    ['audit by actor label in another case', '?actor=USER3%40HISTORY.EXAMPLE', 450],
+    ['audit by action family', '?action=api_key', 333],
+    ['audit by target', '?target_type=manifest&target_id=m-42', 3],
+  ])('%s: pages by cursor are the pages by offset, without a gap or a repeat', async (name, query, limit) => {
+    let path = query.startsWith('/') ? query : `${audit()}${query}`;
+    if (name === 'records in a window') {
+      const newest = await get('/api/v1/records?limit=1');
+      const to = new Date(Date.parse(newest.body.items[0].created_at) - 600_000);
+      const from = new Date(to.getTime() - 3_600_000);
+      path = `/api/v1/records?from=${from.toISOString()}&to=${to.toISOString()}`;
+    }
+    const expected = await byOffset(path);
+    expect(expected.length).toBeGreaterThan(limit);
+    const walked = await byCursor(path, limit);
+    expect(walked).toEqual(expected);
+    expect(new Set(walked).size).toBe(walked.length);
+  });
+
+  test('an actor id and a label in another case match the same entries', async () => {
+    const byId = await byOffset(`${audit()}?actor=user-3`);
+    const byLabel = await byOffset(`${audit()}?actor=${encodeURIComponent('user3@history.example')}`);
+    expect(byId.length).toBe(SIZE / HISTORY_ACTORS);
+    expect(byLabel).toEqual(byId);
+  });
+
+  test('the last page has no next_cursor, also when it is full', async () => {
+    const all = await get(`${audit(other)}?limit=1000`, other);
+    const count = all.body.items.length;
+    const exact = await get(`${audit(other)}?limit=${count}`, other);
+    expect(exact.body.next_cursor).toBeNull();
+    const short = await get(`${audit(other)}?limit=${count - 1}`, other);
+    expect(short.body.next_cursor).toEqual(expect.any(String));
+  });
+
+  test("a cursor reads the caller's org only: another org's cursor is a position, not a key to its entries", async () => {
+    const first = await get('/api/v1/records?limit=5');
+    const elsewhere = await get(`/api/v1/records?cursor=${encodeURIComponent(first.body.next_cursor)}`, other);
+    expect(elsewhere.status).toBe(200);
+    expect(elsewhere.body.items.length).toBeGreaterThan(0);
+    for (const item of elsewhere.body.items) expect(item.org_id).toBe(other.orgId);
+  });
+
+  test('GraphQL pages the same way', async () => {
+    const query = `query ($cursor: String) { records(limit: 3, cursor: $cursor, status: denied) {
+      items { record_id seq } total total_exact next_cursor } }`;
+    const first = await t.graphql(query, {}, { token: big.adminToken });
+    expect(first.body.data.records).toMatchObject({ total: SIZE / 10, total_exact: true });
+    const second = await t.graphql(query, { cursor: first.body.data.records.next_cursor }, { token: big.adminToken });
+    const seqs = [...first.body.data.records.items, ...second.body.data.records.items].map(
+      (r: { seq: number }) => r.seq,
+    );
+    expect(seqs).toEqual([SIZE, SIZE - 10, SIZE - 20, SIZE - 30, SIZE - 40, SIZE - 50]);
+  });
+});
+
+describe('refused cursors', () => {
+  const recordsCursor = async () => (await get('/api/v1/records?limit=1')).body.next_cursor as string;
+  const auditCursor = async () => (await get(`${audit()}?limit=1`)).body.next_cursor as string;
+
+  test.each([
+    ['garbage', async () => 'not-a-cursor', '/api/v1/records', 'cursor'],
+    ['an audit cursor on records', auditCursor, '/api/v1/records', 'cursor'],
+    ['a records cursor on the audit log', recordsCursor, 'audit', 'cursor'],
+    ['a forged seq', async () => Buffer.from('["records","-1"]').toString('base64url'), '/api/v1/records', 'cursor'],
+    [
+      'a forged time',
+      async () => Buffer.from('["audit","yesterday","aud_x"]').toString('base64url'),
+      'audit',
+      'cursor',
+    ],
+  ])('%s → 422 naming %s', async (_, cursorOf, path, field) => {
+    const url = `${path === 'audit' ? audit() : path}?cursor=${encodeURIComponent(await cursorOf())}`;
+    const response = await get(url);
+    expect(response.status).toBe(422);
+    expect(response.body.error.code).toBe('VALIDATION_ERROR');
+    expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([field]);
+  });
+
+  test('a cursor with an offset → 422 naming offset', async () => {
+    const response = await get(`/api/v1/records?offset=5&cursor=${encodeURIComponent(await recordsCursor())}`);
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['offset']);
+  });
+});
