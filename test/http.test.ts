@@ -187,7 +187,8 @@ describe('operator rate limit', () => {
     expect(open.headers.get('x-ratelimit-limit')).toBeNull();
   });
 
-  test('two app instances on one database share the count', async () => {
+  /** A second app instance on the test's database, as a second process would be. */
+  async function secondInstance(): Promise<{ other: TestApp; close: () => Promise<void> }> {
     let second: Database | TestDatabase | undefined;
     let secondDb: Database;
     if (backend === 'postgresql') {
@@ -201,6 +202,17 @@ describe('operator rate limit', () => {
       secondDb = t.database.db;
     }
     const other = await startTestApp({}, { db: secondDb });
+    return {
+      other,
+      async close() {
+        await other.app.stop();
+        if (second && 'close' in second && backend === 'postgresql') await second.close();
+      },
+    };
+  }
+
+  test('two app instances on one database share the count', async () => {
+    const { other, close } = await secondInstance();
     try {
       const org = await signUp(t);
       await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
@@ -217,8 +229,46 @@ describe('operator rate limit', () => {
       expect(statuses.filter((s) => s === 200).length).toBeLessThanOrEqual(4 + 1);
       expect(statuses).toContain(429);
     } finally {
-      await other.app.stop();
-      if (second && 'close' in second && backend === 'postgresql') await second.close();
+      await close();
+    }
+  });
+
+  test('concurrent requests on two instances each get a count of their own: exactly the limit is admitted', async () => {
+    // Each instance sends an org's concurrent requests in batches (one counter update for all that
+    // arrive while one is in flight); the counts must still be one per request, without a gap.
+    const { other, close } = await secondInstance();
+    try {
+      const org = await signUp(t);
+      const limit = 25;
+      await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+        token: org.adminToken,
+        body: { operator_rate_limit_per_minute: limit },
+      });
+      const responses = await Promise.all(
+        Array.from({ length: 80 }, (_, i) =>
+          (i % 2 ? other : t).request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken }),
+        ),
+      );
+      // A minute boundary in the middle splits the requests over two windows: each is checked alone.
+      const windows = new Map<string | null, TestResponse[]>();
+      for (const response of responses) {
+        const reset = response.headers.get('x-ratelimit-reset');
+        windows.set(reset, [...(windows.get(reset) ?? []), response]);
+      }
+      for (const inWindow of windows.values()) {
+        const counts = inWindow.map((r) =>
+          r.status === 200 ? limit - Number(r.headers.get('x-ratelimit-remaining')) : r.body.error.details.current,
+        );
+        const sorted = [...counts].sort((a, b) => a - b);
+        expect(sorted).toEqual(sorted.map((_, i) => sorted[0] + i));
+        for (const [i, response] of inWindow.entries()) {
+          expect(response.status).toBe(counts[i] <= limit ? 200 : 429);
+        }
+      }
+      expect(responses.filter((r) => r.status === 200).length).toBeLessThanOrEqual(2 * limit);
+      expect(responses.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(80 - 2 * limit);
+    } finally {
+      await close();
     }
   });
 });

@@ -1,9 +1,15 @@
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
+import { keyBatcher } from '../../lib/key-batcher.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import type { RequestState } from '../../http/request-state.js';
 import type { Principal } from '../auth/authz.js';
 import { countOperatorRequests } from './org.store.js';
+
+interface OperatorCount {
+  count: number;
+  limit: number | null;
+}
 
 /**
  * The per-org limit on operator traffic (docs/decisions/0013-operator-rate-limit.md: 1000 a minute unless the org says
@@ -15,9 +21,29 @@ import { countOperatorRequests } from './org.store.js';
  * price of one. Refused requests count too, as every request did before.
  */
 export function createOperatorRateLimit({ db }: Deps) {
+  // The requests of one org and minute that arrive while its upsert is in flight go in the next
+  // one: an org's requests no longer queue on its counter row one commit at a time. Each request
+  // still gets a count of its own (its place among the batch's increments), so the limit stays exact.
+  const counted = keyBatcher<{ orgId: string; windowStart: Date; requests: number }, OperatorCount>(
+    async (_key, batch) => {
+      const { orgId, windowStart } = batch[0].item;
+      const added = batch.reduce((sum, queued) => sum + queued.item.requests, 0);
+      const row = await countOperatorRequests(db.sql, orgId, windowStart, added);
+      let count = row.count - added;
+      for (const queued of batch) {
+        count += queued.item.requests;
+        queued.resolve({ count, limit: row.limit });
+      }
+    },
+  );
+
   return async function count(principal: Principal, state: RequestState, requests = 1): Promise<void> {
     const window = fixedWindow(60);
-    const row = await countOperatorRequests(db.sql, principal.orgId, window.start, requests);
+    const row = await counted(`${principal.orgId}@${window.start.getTime()}`, {
+      orgId: principal.orgId,
+      windowStart: window.start,
+      requests,
+    });
     const limit = row.limit ?? 0;
     const headers = state.responseHeaders;
     headers.set('X-RateLimit-Limit', String(limit));
