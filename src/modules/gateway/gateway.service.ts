@@ -18,6 +18,7 @@ import {
   policyCounters,
   secondsUntil,
   type BudgetLimits,
+  type BudgetCounts,
   type BudgetState,
   type BudgetWindows,
   type PolicyCounter,
@@ -42,7 +43,15 @@ import {
   type Reason,
 } from './decision.js';
 import type { ExecutionJournal } from './execution-journal.js';
-import { budgetCountsOf, countAndJournal, peekCounts, type JournalEntry } from './gateway.store.js';
+import {
+  budgetCountsOf,
+  type CounterKey,
+  countAndJournal,
+  counterKeyOf,
+  type JournalEntry,
+  readCounts,
+} from './gateway.store.js';
+import { keyBatcher } from '../../lib/key-batcher.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -282,6 +291,30 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
   /** The reads a decision needs, each independent of the others and mostly cached. */
+  /**
+   * Counter reads without counting (evaluate; requests already denied). Reads that arrive while
+   * one is in flight go together in the next, one statement for all of them: a burst of evaluates
+   * costs a read per round trip, not one per request, and each still reads after it arrived.
+   */
+  const readCountsBatched = keyBatcher<readonly CounterKey[], Map<string, number>>(async (_, batch) => {
+    const keys = new Map(batch.flatMap((queued) => queued.item.map((key) => [counterKeyOf(key), key] as const)));
+    const counts = await readCounts(db.sql, [...keys.values()]);
+    for (const queued of batch) queued.resolve(counts);
+  });
+
+  /** The agent's counts in the current hour and day and those of the policy rate limits. */
+  async function peekCounts(
+    windows: BudgetWindows,
+    counters: readonly PolicyCounter[] = [],
+  ): Promise<{ budget: BudgetCounts; limits: number[] }> {
+    const counts = await readCountsBatched('counts', [windows.hour, windows.day, ...counters]);
+    const count = (key: CounterKey) => counts.get(counterKeyOf(key)) ?? 0;
+    return {
+      budget: { day: count(windows.day), hour: count(windows.hour) },
+      limits: counters.map(count),
+    };
+  }
+
   function read(orgId: string, call: GatewayCall) {
     return Promise.all([
       agents.gate(orgId, call.svcId),
@@ -313,7 +346,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const matches = matchPolicies(active, call.svcId, call.capability, facts, policyEvaluated, env.policyEvalBudget);
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
-    const counts = mode === 'evaluate' ? await peekCounts(db.sql, windows, counters) : null;
+    const counts = mode === 'evaluate' ? await peekCounts(windows, counters) : null;
     const context: DecisionContext = {
       call,
       mode,
@@ -402,7 +435,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   /** Denied anyway: the checks again with the budget read, to say so too when the day's is used up. */
   async function withDayBudget({ context, windows }: Execution, checked: Checked): Promise<Checked> {
     if (!context.manifest) return checked;
-    const { budget } = await peekCounts(db.sql, windows);
+    const { budget } = await peekCounts(windows);
     return checkDecision({ ...context, budget: budgetState(windows, context.manifest.limits, budget) });
   }
 

@@ -26,27 +26,23 @@ export interface JournalEntry extends RecordSubject {
   policies: RecordedPolicy[];
 }
 
-/**
- * The agent's counts in the current hour and day and those of the policy rate limits, without
- * counting anything (evaluate; requests already denied), in one query.
- */
-export async function peekCounts(
-  sql: SqlDriver,
-  windows: BudgetWindows,
-  counters: readonly PolicyCounter[] = [],
-): Promise<{ budget: BudgetCounts; limits: number[] }> {
-  const buckets = [windows.hour, windows.day, ...counters];
-  const rows = await sql.query<{ bucket: string; count: number }>(
-    `SELECT c.bucket, c.count FROM rate_counters c
+/** A fixed-window counter: its bucket and the start of its window. */
+export interface CounterKey {
+  bucket: string;
+  window: { start: Date };
+}
+
+export const counterKeyOf = (key: CounterKey) => `${key.bucket}@${key.window.start.getTime()}`;
+
+/** The current counts of the counters (0 for one never hit), by counterKeyOf, in one statement. */
+export async function readCounts(sql: SqlDriver, keys: readonly CounterKey[]): Promise<Map<string, number>> {
+  const rows = await sql.query<{ bucket: string; window_start: Date; count: number }>(
+    `SELECT c.bucket, c.window_start, c.count FROM rate_counters c
      JOIN unnest($1::text[], $2::timestamptz[]) AS k(bucket, window_start) USING (bucket, window_start)`,
-    [buckets.map((b) => b.bucket), buckets.map((b) => b.window.start)],
-    'peek_counts',
+    [keys.map((k) => k.bucket), keys.map((k) => k.window.start)],
+    'read_counts',
   );
-  const count = (bucket: string) => rows.find((r) => r.bucket === bucket)?.count ?? 0;
-  return {
-    budget: { day: count(windows.day.bucket), hour: count(windows.hour.bucket) },
-    limits: counters.map((c) => count(c.bucket)),
-  };
+  return new Map(rows.map((r) => [counterKeyOf({ bucket: r.bucket, window: { start: r.window_start } }), r.count]));
 }
 
 /** The hour and day counts of several agents, in one query (agents' `usage`). */

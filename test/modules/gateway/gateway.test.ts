@@ -299,6 +299,22 @@ describe('budgets', () => {
     expect(codes(denied.body)).toContain('CAPABILITY_NOT_APPROVED');
   });
 
+  test('concurrent evaluates of several agents each read the counts of their own agent', async () => {
+    // Evaluates in flight together share one read of the counters; each must still get its agent's:
+    // the agent whose hour is used up is refused, the others are not.
+    const org = await signUp(t);
+    const agents = [];
+    for (const used of [0, 2, 1]) {
+      const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 2, max_actions_per_day: 10 } });
+      for (let i = 0; i < used; i++) expect((await execute(t, agent)).body.decision).toBe('allow');
+      agents.push({ agent, reasons: used === 2 ? ['POLICY_VIOLATION'] : [] });
+    }
+    // Each agent's configuration cached first: the evaluates then reach the counter reads interleaved.
+    for (const { agent } of agents) await evaluate(t, agent);
+    const dry = await Promise.all(Array.from({ length: 60 }, (_, i) => evaluate(t, agents[i % 3].agent)));
+    expect(dry.map((response) => codes(response.body))).toEqual(dry.map((_, i) => agents[i % 3].reasons));
+  });
+
   test('operators may evaluate with a bearer token, never execute', async () => {
     const org = await signUp(t);
     const agent = await readyAgent(t, org);
