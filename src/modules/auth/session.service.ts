@@ -142,8 +142,20 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps,
     return { ...access, refresh_token: refresh.token, familyId };
   }
 
-  /** Checks signature, type, audience and expiry, then revocation (token and family) and the user's current role. */
-  async function verify(token: string): Promise<UserPrincipal> {
+  /**
+   * Tokens whose signature and claims checked out, so that a client sending the same bearer token
+   * again pays for no second Ed25519 verification; its expiry and revocation are still checked on
+   * every request. Dropped whole when full: a bound on memory, not an eviction policy.
+   */
+  const verifiedTokens = new Map<string, JWTPayload>();
+  const VERIFIED_TOKENS_MAX = 10_000;
+
+  async function verifiedClaims(token: string): Promise<JWTPayload> {
+    const cached = verifiedTokens.get(token);
+    if (cached) {
+      if (cached.exp! * 1000 <= Date.now()) throw invalidToken('The bearer token has expired');
+      return cached;
+    }
     let kid: string | undefined;
     try {
       kid = decodeProtectedHeader(token).kid;
@@ -167,6 +179,14 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps,
       if (error instanceof joseErrors.JWTExpired) throw invalidToken('The bearer token has expired');
       throw invalidToken();
     }
+    if (verifiedTokens.size >= VERIFIED_TOKENS_MAX) verifiedTokens.clear();
+    verifiedTokens.set(token, payload);
+    return payload;
+  }
+
+  /** Checks signature, type, audience and expiry, then revocation (token and family) and the user's current role. */
+  async function verify(token: string): Promise<UserPrincipal> {
+    const payload = await verifiedClaims(token);
     if (typeof payload.sid !== 'string') throw invalidToken();
     // A family is deleted only after every token of it expired, so a missing family is as good as
     // a revoked one.
