@@ -49,6 +49,9 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 0);
 // BENCH_ONLY=evaluate (a substring of a row name) measures just the bare server and the matching rows, for profiling.
 const ONLY = process.env.BENCH_ONLY;
+// The tail at a steady load: rows at a fixed rate report p99 where throughput rows saturate.
+const FIXED_RATE = Number(process.env.BENCH_RATE ?? 500);
+const RATE_DURATION_S = Number(process.env.BENCH_RATE_SECONDS ?? 10);
 
 const listen = (server: Server) =>
   new Promise<number>((resolve) =>
@@ -59,13 +62,14 @@ const listen = (server: Server) =>
  * One row. `cpu µs/req` is this process's CPU time (service and, unless BENCH_WORKERS, the load
  * generator) per request: steadier than throughput on a machine shared with other work.
  */
-async function measure(name: string, url: string, headers: Record<string, string> = {}) {
+async function measure(name: string, url: string, headers: Record<string, string> = {}, rate?: number) {
   const cpu = process.cpuUsage();
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
-    duration: DURATION_S,
+    duration: rate ? RATE_DURATION_S : DURATION_S,
     headers,
+    ...(rate ? { overallRate: rate } : {}),
     ...(WORKERS ? { workers: WORKERS } : {}),
   });
   return row(name, result, process.cpuUsage(cpu));
@@ -478,12 +482,14 @@ async function measurePost(
   name: string,
   url: string,
   request: { method: 'POST'; headers: Record<string, string>; body: string } = gatewayRequest,
+  rate?: number,
 ) {
   const cpu = process.cpuUsage();
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
-    duration: DURATION_S,
+    duration: rate ? RATE_DURATION_S : DURATION_S,
+    ...(rate ? { overallRate: rate } : {}),
     ...request,
     ...(WORKERS ? { workers: WORKERS } : {}),
   });
@@ -544,7 +550,40 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ],
   [MCP_TOOL_2025, () => measurePost(MCP_TOOL_2025, `${base}/api/v1/gateway/execute`, mcpTool2025Request)],
   [MCP_TOOL_2026, () => measurePost(MCP_TOOL_2026, `${base}/api/v1/gateway/execute`, mcpTool2026Request)],
+  ...fixedRateScenarios(),
 ];
+/** The same requests at a fixed rate, bare first: their p99 is the tail at a steady load. */
+function fixedRateScenarios(): [string, () => ReturnType<typeof measure>][] {
+  if (!FIXED_RATE) return [];
+  const at = ` at ${FIXED_RATE} req/s`;
+  return [
+    [`bare node:http${at}`, () => measure(`bare node:http${at}`, `http://127.0.0.1:${barePort}/`, {}, FIXED_RATE)],
+    [
+      `GET /api/v1/orgs/{id} (bearer)${at}`,
+      () => measure(`GET /api/v1/orgs/{id} (bearer)${at}`, `${base}/api/v1/orgs/${org.org_id}`, auth, FIXED_RATE),
+    ],
+    [
+      `POST /api/v1/gateway/evaluate${at}`,
+      () =>
+        measurePost(
+          `POST /api/v1/gateway/evaluate${at}`,
+          `${base}/api/v1/gateway/evaluate`,
+          gatewayRequest,
+          FIXED_RATE,
+        ),
+    ],
+    [
+      `POST /api/v1/gateway/execute (+ record)${at}`,
+      () =>
+        measurePost(
+          `POST /api/v1/gateway/execute (+ record)${at}`,
+          `${base}/api/v1/gateway/execute`,
+          gatewayRequest,
+          FIXED_RATE,
+        ),
+    ],
+  ];
+}
 // Telemetry off and on, alternated so that drift (a warming database, a busy neighbour) hits both.
 const TELEMETRY_ROUNDS = Number(process.env.BENCH_TELEMETRY_ROUNDS ?? 3);
 const TELEMETRY_OFF = 'POST /api/v1/gateway/evaluate, telemetry off';
