@@ -1,13 +1,17 @@
-// A closed-loop HTTP load client, run as a process of its own so that it shares no event loop with
-// the service it measures (the bench's two-org rows, test/fairness.measured.test.ts). `concurrency` clients
-// each send the request again as soon as the previous answer arrived, for `seconds`; it prints one
-// JSON line: requests, rps, the latency percentiles in milliseconds (measured per request with
-// the monotonic clock, not bucketed), and how many answers were not 2xx or failed.
+// An HTTP load client, run as a process of its own so that it shares no event loop with the
+// service it measures (the bench's two-org and fixed-rate rows, test/fairness.measured.test.ts).
+// Closed loop: `concurrency` clients each send the request again as soon as the previous answer
+// arrived, for `seconds`. Open loop, with `rate`: a request every 1/rate seconds whatever the
+// answers, each latency counted from when the request was due, so that a stalled service is not
+// measured by fewer, luckier requests (coordinated omission). It prints one JSON line: requests,
+// rps, the latency percentiles in milliseconds (per request with the monotonic clock, not
+// bucketed), and how many answers were not 2xx or failed.
 //
 //   node scripts/load-client.mjs '{"url": "...", "headers": {...}, "body": "...", "seconds": 5, "concurrency": 1}'
+//   node scripts/load-client.mjs '{"url": "...", "seconds": 10, "rate": 500}'
 import http from 'node:http';
 
-const { url, method = 'POST', headers = {}, body = '', seconds, concurrency } = JSON.parse(process.argv[2]);
+const { url, method = 'POST', headers = {}, body = '', seconds, concurrency = 256, rate } = JSON.parse(process.argv[2]);
 const target = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
 const payload = Buffer.from(body);
@@ -15,9 +19,8 @@ const latencies = [];
 const statuses = {};
 let failures = 0;
 
-function once() {
+function once(started = performance.now()) {
   return new Promise((resolve) => {
-    const started = performance.now();
     const request = http.request(
       {
         host: target.hostname,
@@ -44,12 +47,29 @@ function once() {
   });
 }
 
+/** Sends each request when it is due, however many are still waiting for their answers. */
+async function openLoop() {
+  const interval = 1000 / rate;
+  const total = Math.floor(seconds * rate);
+  const start = performance.now();
+  const sent = [];
+  for (let k = 0; k < total; ) {
+    for (const now = performance.now(); k < total && start + k * interval <= now; k++)
+      sent.push(once(start + k * interval));
+    const wait = start + k * interval - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+  await Promise.all(sent);
+}
+
 const deadline = performance.now() + seconds * 1000;
-await Promise.all(
-  Array.from({ length: concurrency }, async () => {
-    while (performance.now() < deadline) await once();
-  }),
-);
+if (rate) await openLoop();
+else
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < deadline) await once();
+    }),
+  );
 agent.destroy();
 latencies.sort((a, b) => a - b);
 const percentile = (p) =>
