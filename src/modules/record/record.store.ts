@@ -8,11 +8,20 @@ import { GENESIS_HASH } from './record-chain.js';
  * and recovery need.
  */
 
+/** The seq and hash of the org's last record: seq 0 and the genesis hash before its first. */
+export interface ChainHead {
+  seq: bigint;
+  hash: string;
+}
+
+const headOf = (row: { seq: string; head_hash: string } | undefined): ChainHead =>
+  row ? { seq: BigInt(row.seq), hash: row.head_hash } : { seq: 0n, hash: GENESIS_HASH };
+
 /**
  * Creates the org's head on its first record and locks it, in one statement: a no-op update of an
  * existing head takes the row lock like SELECT … FOR UPDATE. Held until the transaction ends.
  */
-export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<{ seq: string; head_hash: string }> {
+export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<ChainHead> {
   const [head] = await tx.query<{ seq: string; head_hash: string }>(
     `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, 0, $2, now())
      ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
@@ -20,7 +29,17 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<{
     [orgId, GENESIS_HASH],
     'lock_chain_head',
   );
-  return head;
+  return headOf(head);
+}
+
+/** The org's chain head as committed, without locking it. */
+export async function readChainHead(sql: SqlConnection, orgId: string): Promise<ChainHead> {
+  const [head] = await sql.query<{ seq: string; head_hash: string }>(
+    'SELECT seq::text AS seq, head_hash FROM record_chain_heads WHERE org_id = $1::uuid',
+    [orgId],
+    'read_chain_head',
+  );
+  return headOf(head);
 }
 
 const columns = [
@@ -54,15 +73,12 @@ const casts: Record<string, string> = {
   reasons: '::jsonb',
   policies: '::jsonb',
   status: '::"RecordStatus"',
+  executed: '::boolean',
+  created_at: '::timestamptz',
 };
 
-/** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
-export async function insertRecordsAndAdvanceHead(
-  tx: SqlConnection,
-  orgId: string,
-  records: InteractionRecord[],
-): Promise<void> {
-  const values: unknown[] = [];
+/** The batch's rows as VALUES, every parameter typed, and the parameters. */
+function recordValues(records: InteractionRecord[], values: unknown[]): string {
   const rows = records.map((r) => {
     const row = [
       r.id,
@@ -90,18 +106,63 @@ export async function insertRecordsAndAdvanceHead(
     ];
     const placeholders = row.map((value, i) => {
       values.push(value);
-      return `$${values.length}${casts[columns[i]] ?? ''}`;
+      return `$${values.length}${casts[columns[i]] ?? '::text'}`;
     });
     return `(${placeholders.join(', ')})`;
   });
+  return `VALUES ${rows.join(', ')}`;
+}
+
+/** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
+export async function insertRecordsAndAdvanceHead(
+  tx: SqlConnection,
+  orgId: string,
+  records: InteractionRecord[],
+): Promise<void> {
+  const values: unknown[] = [];
+  const rows = recordValues(records, values);
   const last = records[records.length - 1];
   values.push(orgId, last.seq.toString(), last.recordHash);
   const n = values.length;
   await tx.query(
-    `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) VALUES ${rows.join(', ')})
+    `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) ${rows})
      UPDATE record_chain_heads SET seq = $${n - 1}::bigint, head_hash = $${n}, updated_at = now() WHERE org_id = $${n - 2}::uuid`,
     values,
   );
+}
+
+/**
+ * Appends a batch chained on `expected` and moves the org's head to its last record, in one
+ * statement that does either both or nothing: nothing when the head is no longer `expected`
+ * (another writer appended first; its row lock makes a concurrent statement see its new head).
+ * Whether it appended.
+ */
+export async function appendIfHeadIs(
+  sql: SqlConnection,
+  orgId: string,
+  expected: ChainHead,
+  records: InteractionRecord[],
+): Promise<boolean> {
+  const values: unknown[] = [];
+  const rows = recordValues(records, values);
+  const last = records[records.length - 1];
+  values.push(orgId, last.seq.toString(), last.recordHash, expected.seq.toString(), expected.hash);
+  const n = values.length;
+  const [result] = await sql.query<{ advanced: number }>(
+    `WITH head AS (
+       INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at)
+       VALUES ($${n - 4}::uuid, $${n - 3}::bigint, $${n - 2}, now())
+       ON CONFLICT (org_id) DO UPDATE SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, updated_at = now()
+         WHERE h.seq = $${n - 1}::bigint AND h.head_hash = $${n}
+       RETURNING 1
+     ), appended AS (
+       INSERT INTO interaction_records (${columns.join(', ')})
+       SELECT * FROM (${rows}) AS batch WHERE EXISTS (SELECT 1 FROM head)
+     )
+     SELECT count(*)::int AS advanced FROM head`,
+    values,
+  );
+  return result.advanced === 1;
 }
 
 /** Which of these record ids exist. */

@@ -1,8 +1,9 @@
 import { openDatabase } from '../../../src/db/database.js';
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { backend } from '../../support/database.js';
+import { allRecords, expectOneChain } from '../../support/records.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from '../../support/fixtures.js';
-import { actionBody, evaluate, execute, readyAgent } from '../../support/gateway.js';
+import { type AgentFixture, actionBody, evaluate, execute, readyAgent } from '../../support/gateway.js';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -283,6 +284,33 @@ describe('budgets', () => {
     }
   });
 
+  test('two instances appending to one org at once keep one chain: each appends on the head it knows, and again when the other moved it', async () => {
+    const org = await signUp(t);
+    const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 } });
+    const secondDb =
+      backend === 'postgresql' ? await openDatabase({ databaseUrl: t.database.url!, poolSize: 10 }) : t.database.db;
+    const second = await startTestApp({}, { db: secondDb });
+    try {
+      // In waves, so that each instance's known head is stale when its next batch is signed.
+      for (let wave = 0; wave < 6; wave++) {
+        const results = await Promise.all(Array.from({ length: 30 }, (_, i) => execute(i % 2 ? second : t, agent)));
+        for (const result of results) expect(result.body.decision).toBe('allow');
+      }
+      const records = await allRecords(t, org);
+      expect(records).toHaveLength(180);
+      expectOneChain(records);
+      for (const record of [records[0], records[90], records[179]]) {
+        const verified = await t.request('GET', `/api/v1/records/${record.record_id}/verify`, {
+          token: org.adminToken,
+        });
+        expect(verified.body).toMatchObject({ valid: true });
+      }
+    } finally {
+      await second.app.stop();
+      if (backend === 'postgresql') await secondDb.close();
+    }
+  });
+
   test('evaluate decides the same way but counts, executes and records nothing', async () => {
     const org = await signUp(t);
     const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 1, max_actions_per_day: 1 } });
@@ -303,7 +331,7 @@ describe('budgets', () => {
     // Evaluates in flight together share one read of the counters; each must still get its agent's:
     // the agent whose hour is used up is refused, the others are not.
     const org = await signUp(t);
-    const agents = [];
+    const agents: { agent: AgentFixture; reasons: string[] }[] = [];
     for (const used of [0, 2, 1]) {
       const agent = await readyAgent(t, org, { constraints: { max_actions_per_hour: 2, max_actions_per_day: 10 } });
       for (let i = 0; i < used; i++) expect((await execute(t, agent)).body.decision).toBe('allow');

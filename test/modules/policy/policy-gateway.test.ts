@@ -388,7 +388,7 @@ describe('records with policies', () => {
         reasons: [],
         result_hash: null,
         approval_id: null,
-        prev_hash: head.head_hash,
+        prev_hash: head.hash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
       };
@@ -412,7 +412,7 @@ describe('records with policies', () => {
           approvalId: null,
           policies: null,
           channel: null,
-          prevHash: head.head_hash,
+          prevHash: head.hash,
           recordHash,
           signature: signRecordHash(recordHash, key.privateKey),
           keyId: key.kid,
