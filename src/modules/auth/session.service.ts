@@ -8,10 +8,13 @@ import { fixedWindow, reset, unhit } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from './authz.js';
 import { createPasswords } from './password.js';
-import { randomId } from '../../lib/ids.js';
+import { isUuid, randomId } from '../../lib/ids.js';
+import { keyBatcher } from '../../lib/key-batcher.js';
 import type { UserService } from '../user/user.service.js';
 import {
-  accessTokenState,
+  type AccessTokenKey,
+  type AccessTokenState,
+  accessTokenStates,
   claimRefreshToken,
   deleteExpiredRefreshTokensAndFamilies,
   deleteExpiredRevokedTokens,
@@ -184,13 +187,27 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps,
     return payload;
   }
 
+  /**
+   * The bearer check's read of revocations, family and role, on every request. Checks that
+   * arrive while one is in flight go together in the next statement: under load a read per round
+   * trip rather than one per request, and each still reads after its request arrived.
+   */
+  const checkAccessToken = keyBatcher<AccessTokenKey, AccessTokenState | undefined>(async (_, batch) => {
+    const states = await accessTokenStates(
+      db.sql,
+      batch.map((queued) => queued.item),
+    );
+    batch.forEach((queued, i) => queued.resolve(states[i]));
+  });
+
   /** Checks signature, type, audience and expiry, then revocation (token and family) and the user's current role. */
   async function verify(token: string): Promise<UserPrincipal> {
     const payload = await verifiedClaims(token);
     if (typeof payload.sid !== 'string') throw invalidToken();
     // A family is deleted only after every token of it expired, so a missing family is as good as
     // a revoked one.
-    const row = await accessTokenState(db.sql, payload.sub, payload.jti, payload.sid);
+    if (!isUuid(payload.sub ?? '') || typeof payload.jti !== 'string') throw invalidToken();
+    const row = await checkAccessToken('tokens', { userId: payload.sub!, jti: payload.jti, familyId: payload.sid });
     if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
     if (row.family_revoked)
       throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');

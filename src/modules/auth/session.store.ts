@@ -34,24 +34,33 @@ export interface AccessTokenState {
   family_revoked: boolean;
 }
 
+/** An access token as the bearer check looks it up: its user, its id and its family. */
+export interface AccessTokenKey {
+  userId: string;
+  jti: string;
+  familyId: string;
+}
+
 /**
- * One round trip: is the token revoked, is its family revoked (or gone), and does the user still
- * exist (with which role)? Undefined when the user is gone.
+ * One round trip for several tokens: is each revoked, is its family revoked (or gone), and does
+ * its user still exist (with which role)? In the order of `keys`; undefined where the user is gone.
+ * Every user id must be a UUID.
  */
-export async function accessTokenState(
+export async function accessTokenStates(
   sql: SqlConnection,
-  userId: string | undefined,
-  jti: string | undefined,
-  familyId: string,
-): Promise<AccessTokenState | undefined> {
-  const [row] = await sql.query<AccessTokenState>(
-    `SELECT u.role, u.email, u.org_id,
-            EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = $2) AS token_revoked,
-            NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = $3 AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
-     FROM users u WHERE u.id = $1::uuid`,
-    [userId, jti, familyId],
+  keys: readonly AccessTokenKey[],
+): Promise<(AccessTokenState | undefined)[]> {
+  const rows = await sql.query<AccessTokenState & { ord: string }>(
+    `SELECT k.ord::text AS ord, u.role, u.email, u.org_id,
+            EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
+            NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = k.family_id AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
+     FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, jti, family_id, ord)
+     JOIN users u ON u.id = k.user_id`,
+    [keys.map((k) => k.userId), keys.map((k) => k.jti), keys.map((k) => k.familyId)],
+    'access_token_states',
   );
-  return row;
+  const byOrdinal = new Map(rows.map(({ ord, ...state }) => [Number(ord), state]));
+  return keys.map((_, i) => byOrdinal.get(i + 1));
 }
 
 /** Puts an access token on the revocation list until it would have expired anyway. */

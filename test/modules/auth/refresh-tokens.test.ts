@@ -293,7 +293,20 @@ describe('logout and the bearer refresh', () => {
     }
     const revocationReads = statements.filter((s) => /revoked_tokens|session_families/.test(s));
     expect(revocationReads).toHaveLength(1);
-    expect(revocationReads[0]).toMatch(/revoked_tokens[\s\S]*session_families[\s\S]*FROM users/);
+    expect(revocationReads[0]).toMatch(/revoked_tokens[\s\S]*session_families[\s\S]*users/);
+  });
+
+  test('bearer checks read together under load still each see their own token: a logged-out one is refused, the others not', async () => {
+    const org = await signUp(t);
+    const other = await addUser(t, org, 'operator');
+    const live = await login(org.adminEmail);
+    const loggedOut = await login(other.email);
+    expect((await t.request('POST', '/api/v1/auth/logout', { token: loggedOut.accessToken })).status).toBe(204);
+    // Warmed first, so that the concurrent checks reach the revocation read together.
+    await orgReadStatus(org, live.accessToken);
+    const tokens = Array.from({ length: 40 }, (_, i) => (i % 3 === 1 ? loggedOut.accessToken : live.accessToken));
+    const statuses = await Promise.all(tokens.map((token) => orgReadStatus(org, token)));
+    expect(statuses).toEqual(tokens.map((token) => (token === live.accessToken ? 200 : 401)));
   });
 });
 
