@@ -56,7 +56,9 @@ const AUDIT_CURSOR = 'audit';
 /** An audit cursor holds the time and id of its page's last entry. */
 function keyOfCursor([time, id, ...rest]: string[]): AuditKey | undefined {
   const createdAt = new Date(time ?? '');
-  if (rest.length || Number.isNaN(createdAt.getTime()) || !/^[\x21-\x7e]{1,200}$/.test(id ?? '')) return undefined;
+  // Within what the database stores (a next_cursor's time is an entry's, so always is).
+  const inRange = createdAt.getUTCFullYear() >= 1970 && createdAt.getUTCFullYear() <= 9999;
+  if (rest.length || !inRange || !/^[\x21-\x7e]{1,200}$/.test(id ?? '')) return undefined;
   return { createdAt, id };
 }
 

@@ -152,12 +152,24 @@ describe('refused cursors', () => {
     ['a records cursor on the audit log', recordsCursor, 'audit', 'cursor'],
     ['a forged seq', async () => Buffer.from('["records","-1"]').toString('base64url'), '/api/v1/records', 'cursor'],
     [
+      'a seq beyond bigint',
+      async () => Buffer.from('["records","9999999999999999999"]').toString('base64url'),
+      '/api/v1/records',
+      'cursor',
+    ],
+    [
+      'a time the database cannot store',
+      async () => Buffer.from('["audit","-271821-04-20T00:00:00.000Z","aud_x"]').toString('base64url'),
+      'audit',
+      'cursor',
+    ],
+    [
       'a forged time',
       async () => Buffer.from('["audit","yesterday","aud_x"]').toString('base64url'),
       'audit',
       'cursor',
     ],
-  ])('%s → 422 naming %s', async (_, cursorOf, path, field) => {
+  ])('%s → 422', async (_, cursorOf, path, field) => {
     const url = `${path === 'audit' ? audit() : path}?cursor=${encodeURIComponent(await cursorOf())}`;
     const response = await get(url);
     expect(response.status).toBe(422);
