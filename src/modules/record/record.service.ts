@@ -1,4 +1,3 @@
-import type { SqlConnection } from '../../db/sql.js';
 import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
 import { keyBatcher, type Queued as QueuedItem } from '../../lib/key-batcher.js';
