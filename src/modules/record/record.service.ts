@@ -70,8 +70,8 @@ export interface RecordFilter {
 }
 
 const RECORDS_CURSOR = 'records';
-/** A records cursor holds the seq of its page's last record. */
 const MAX_SEQ = 2n ** 63n - 1n;
+/** A records cursor holds the seq of its page's last record. */
 const seqOfCursor = ([seq, ...rest]: string[]): bigint | undefined =>
   rest.length === 0 && /^[1-9][0-9]{0,18}$/.test(seq ?? '') && BigInt(seq) <= MAX_SEQ ? BigInt(seq) : undefined;
 
