@@ -290,7 +290,6 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) =>
     telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
-  /** The reads a decision needs, each independent of the others and mostly cached. */
   /**
    * Counter reads without counting (evaluate; requests already denied). Reads that arrive while
    * one is in flight go together in the next, one statement for all of them: a burst of evaluates
@@ -315,6 +314,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     };
   }
 
+  /** The reads a decision needs, each independent of the others and mostly cached. */
   function read(orgId: string, call: GatewayCall) {
     return Promise.all([
       agents.gate(orgId, call.svcId),
