@@ -1,7 +1,14 @@
 import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import type { Deps } from '../../deps.js';
 import { keyBatcher, type Queued as QueuedItem } from '../../lib/key-batcher.js';
-import { cursorOf, encodeCursor, type HistoryPage, limitOffset, TOTAL_BOUND } from '../../lib/list-page.js';
+import {
+  boundedTotal,
+  cursorOf,
+  encodeCursor,
+  type HistoryPage,
+  limitOffset,
+  TOTAL_BOUND,
+} from '../../lib/list-page.js';
 import { FieldErrors, notFound } from '../../errors.js';
 import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js';
 import type { SigningKey } from '../../lib/signing-keys.js';
@@ -316,8 +323,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     const last = items.at(-1);
     return {
       items,
-      total: counted.total,
-      total_exact: counted.exact,
+      ...(counted.fromHead ? { total: counted.count, total_exact: true } : boundedTotal(counted.count)),
       next_cursor: rows.length > limit && last ? encodeCursor(RECORDS_CURSOR, [last.seq.toString()]) : null,
     };
   }

@@ -231,19 +231,18 @@ export function recordPage(
 }
 
 /**
- * How many records match, counting no further than `bound + 1` (`exact` false when there are
- * more). With no criterion it is exact at any size: the chain head's seq, since the chain numbers
- * its records from 1 without gaps.
+ * How many records match, counting no further than `bound + 1`; with no criterion, exactly at any
+ * size (`fromHead`): the chain head's seq, since the chain numbers its records from 1 without gaps.
  */
 export async function countRecords(
   prisma: PrismaClient,
   orgId: string,
   criteria: RecordCriteria,
   bound: number,
-): Promise<{ total: number; exact: boolean }> {
+): Promise<{ count: number; fromHead: boolean }> {
   if (!Object.values(criteria).some(Boolean)) {
     const head = await prisma.recordChainHead.findUnique({ where: { orgId }, select: { seq: true } });
-    return { total: Number(head?.seq ?? 0n), exact: true };
+    return { count: Number(head?.seq ?? 0n), fromHead: true };
   }
   // In seq order, which every filter's index has (Prisma orders a bounded count by id otherwise,
   // and sorting every match by id is the scan the bound is there to avoid).
@@ -252,7 +251,7 @@ export async function countRecords(
     orderBy: { seq: 'desc' },
     take: bound + 1,
   });
-  return counted > bound ? { total: bound, exact: false } : { total: counted, exact: true };
+  return { count: counted, fromHead: false };
 }
 
 function recordWhere(orgId: string, criteria: RecordCriteria): Prisma.InteractionRecordWhereInput {
