@@ -6,7 +6,8 @@
  * tokens, GraphQL for `refresh_session` and `session_login` (their unprefixed REST routes are
  * mounted in src/http).
  */
-import { decodeJwt } from 'jose';
+import { SignJWT, decodeJwt } from 'jose';
+import { SESSION_TOKEN_TYPE } from '../../../src/modules/auth/session.service.js';
 import { sha256Hex } from '../../../src/lib/hash.js';
 import { startTestApp, type TestApp, type TestResponse } from '../../support/app.js';
 import { PASSWORD, addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
@@ -294,6 +295,23 @@ describe('logout and the bearer refresh', () => {
     const revocationReads = statements.filter((s) => /revoked_tokens|session_families/.test(s));
     expect(revocationReads).toHaveLength(1);
     expect(revocationReads[0]).toMatch(/revoked_tokens[\s\S]*session_families[\s\S]*users/);
+  });
+
+  test('a token whose signature was verified once still expires: the next request after its exp is 401', async () => {
+    const org = await signUp(t);
+    const { accessToken } = await login(org.adminEmail);
+    // The same claims as a real token, signed with the service's key, expiring in two seconds.
+    const key = await t.app.keys.activeKey('session');
+    const claims = decodeJwt(accessToken);
+    const exp = Math.floor(Date.now() / 1000) + 2;
+    const shortLived = await new SignJWT({ ...claims, exp })
+      .setProtectedHeader({ alg: 'EdDSA', typ: SESSION_TOKEN_TYPE, kid: key.kid })
+      .sign(key.privateKey);
+    expect(await orgReadStatus(org, shortLived)).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 50));
+    const expired = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: shortLived });
+    expect(expired.status).toBe(401);
+    expect(JSON.stringify(expired.body)).toMatch(/has expired/);
   });
 
   test('bearer checks read together under load still each see their own token: a logged-out one is refused, the others not', async () => {
