@@ -6,6 +6,7 @@ import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { migrate } from './migrate.js';
+import { type PreparedPGlite, preparedPGlite } from './pglite-statements.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
 import {
   DEFAULT_DATABASE_TIMEOUT_MS,
@@ -54,7 +55,7 @@ export interface DatabaseOptions {
   onQuery?: QueryObserver;
 }
 
-function pgliteDriver(db: PGlite): SqlDriver {
+function pgliteDriver(db: PreparedPGlite): SqlDriver {
   const driver: SqlConnection = {
     async exec(script) {
       await db.exec(script);
@@ -272,7 +273,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     await lock?.release();
     throw error;
   }
-  const sql = pgliteDriver(pglite);
+  const prepared = preparedPGlite(pglite);
+  const sql = pgliteDriver(prepared);
   try {
     if (shouldMigrate) await migrate(sql);
   } catch (error) {
@@ -280,7 +282,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     await lock?.release();
     throw error;
   }
-  const adapter = new PrismaPGlite(pglite);
+  // The adapter uses only query, exec and transaction, which the prepared facade answers as PGlite does.
+  const adapter = new PrismaPGlite(prepared as unknown as PGlite);
   const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
   return {
     kind: 'pglite',
