@@ -153,9 +153,7 @@ export function preparedPGlite(pglite: PGlite): PreparedPGlite {
     async query<T>(text: string, params: unknown[] = [], options?: QueryOptions) {
       if (plain(options)) return pglite.query<T>(text, params, options);
       await locks._checkReady();
-      return locks._runExclusiveTransaction(() =>
-        locks._runExclusiveQuery(() => run<T>(text, params, options, false)),
-      );
+      return locks._runExclusiveTransaction(() => locks._runExclusiveQuery(() => run<T>(text, params, options, false)));
     },
     async exec(script: string, options?: QueryOptions) {
       await locks._checkReady();
