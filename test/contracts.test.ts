@@ -4,6 +4,7 @@ import { restRoutes } from '../src/http/rest-routes.js';
 import { streamRoutes } from '../src/http/stream-routes.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp } from './support/fixtures.js';
+import { readyAgent } from './support/gateway.js';
 import { OpenApiResponseChecker } from './support/openapi-validator.js';
 
 let t: TestApp;
@@ -394,10 +395,48 @@ describe('REST surface', () => {
     ['POST', '/api/v1/create-organization'],
     ['GET', '/api/v1/nothing-here'],
     ['POST', '/api/v1/auth/login/'],
+    // Where SOFA answers each field inside the service, and where the OpenAPI document's SOFA puts root routes.
+    ['GET', '/api/v1/~field/Query.organization'],
+    ['POST', '/api/v1/~field/Mutation.login'],
+    ['POST', '/api/v1/~root/auth/login'],
   ])('%s %s is not a route', async (method, path) => {
     const response = await t.request(method, path, { body: method === 'POST' ? {} : undefined });
     expect(response.status).toBe(404);
     expect(response.body).toEqual({ error: { code: 'NOT_FOUND', message: 'No such endpoint', details: {} } });
+  });
+
+  test("a path parameter is the path's, whatever the query string or the body name the same", async () => {
+    const mine = await signUp(t, 'path-mine');
+    const other = await signUp(t, 'path-other');
+    const read = await t.request('GET', `/api/v1/orgs/${mine.orgId}?org_id=${other.orgId}`, { token: mine.adminToken });
+    expect(read.status).toBe(200);
+    expect(read.body.org_id).toBe(mine.orgId);
+    const elsewhere = await t.request('GET', `/api/v1/orgs/${other.orgId}?org_id=${mine.orgId}`, {
+      token: mine.adminToken,
+    });
+    expect(elsewhere.status).toBe(404);
+    const renamed = await t.request('PATCH', `/api/v1/orgs/${mine.orgId}?org_id=${other.orgId}`, {
+      token: mine.adminToken,
+      body: { org_id: other.orgId, name: 'Renamed by path' },
+    });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body).toMatchObject({ org_id: mine.orgId, name: 'Renamed by path' });
+    const untouched = await t.request('GET', `/api/v1/orgs/${other.orgId}`, { token: other.adminToken });
+    expect(untouched.body.name).not.toBe('Renamed by path');
+  });
+
+  test('a path parameter is decoded once, as sent', async () => {
+    const org = await signUp(t, 'path-decoded');
+    const agent = await readyAgent(t, org);
+    const encoded = [...agent.svcId].map((c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0')}`).join('');
+    const read = await t.request('GET', `/api/v1/agents/${encoded}`, { token: org.adminToken });
+    expect(read.status).toBe(200);
+    expect(read.body.agent_id).toBe(agent.svcId);
+    // A plus sign in a path is a plus sign, not a space; a stray escape names nothing.
+    for (const odd of [`${agent.svcId}+x`, `${agent.svcId}%2`, `${agent.svcId}%20x`]) {
+      const missing = await t.request('GET', `/api/v1/agents/${odd}`, { token: org.adminToken });
+      expect({ odd, status: missing.status }).toEqual({ odd, status: 404 });
+    }
   });
 
   test('a known path with another method answers 405 with Allow', async () => {

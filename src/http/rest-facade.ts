@@ -23,7 +23,7 @@ import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from './request-state.js';
-import { publicPath, restRoutes, ROOT_MOUNT_PREFIX, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
+import { publicPath, restRoutes, sofaFieldPath, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
 import { Response } from './fetch-api.js';
 import { inputProblem, REQUIRED } from './input-problems.js';
 import { restSchema } from './rest-schema.js';
@@ -50,8 +50,8 @@ interface CompiledRoute {
   bodyArg: string | undefined;
   /** Arguments a body-carrying route also reads from the query string. */
   queryArgs: readonly string[];
-  /** Mounted at the root: SOFA serves it under REST_BASE_PATH + ROOT_MOUNT_PREFIX. */
-  atRoot: boolean;
+  /** The GraphQL field SOFA serves it with (`Query.org`); none for a streamed route. */
+  field?: string;
   stream?: StreamRoute;
   direct?: DirectRoute;
 }
@@ -79,7 +79,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       operatorRateLimit: !route.budgeted,
       pattern,
       label: `${route.method} ${publicPath(route)}`,
-      atRoot: route.mount === 'root',
+      field: fieldPath,
       pathParams,
       bodyArgs: new Map(field.args.filter((a) => !pathParams.includes(a.name)).map((a) => [a.name, a])),
       bodyArg: route.bodyArg,
@@ -95,7 +95,6 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       operatorRateLimit: true,
       ...pathPattern(`${REST_BASE_PATH}${route.path}`),
       label: `${route.method} ${REST_BASE_PATH}${route.path}`,
-      atRoot: false,
       bodyArgs: new Map(),
       bodyArg: undefined,
       queryArgs: [],
@@ -105,10 +104,21 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
   return [...sofaRoutes, ...streamed];
 }
 
-/** Where SOFA serves the route of this request URL (root-mounted routes live under a prefix). */
-function sofaUrl(url: URL, route: CompiledRoute): URL {
-  const target = new URL(url);
-  if (route.atRoot) target.pathname = `${REST_BASE_PATH}${ROOT_MOUNT_PREFIX}${url.pathname}`;
+/**
+ * Where SOFA serves the route of this request URL: its field's literal path, with the path
+ * parameters in the query string (decoded from the path as a router would, and first, as SOFA
+ * reads path parameters before the query string), then `kept` of the request's own query string:
+ * every other parameter, or only the named ones. SOFA takes a parameter from the query string
+ * before the body, so the path's values win there as they did on the path.
+ */
+function sofaUrl(url: URL, route: CompiledRoute, kept: 'all' | readonly string[]): URL {
+  const target = new URL(`${REST_BASE_PATH}${sofaFieldPath(route.field!)}`, url);
+  const groups = route.pattern.exec(url.pathname)?.slice(1) ?? [];
+  route.pathParams.forEach((name, i) => target.searchParams.append(name, safeDecode(groups[i])));
+  for (const [name, value] of url.searchParams) {
+    if (route.pathParams.includes(name)) continue;
+    if (kept === 'all' || kept.includes(name)) target.searchParams.append(name, value);
+  }
   return target;
 }
 
@@ -368,17 +378,14 @@ async function validateBody(
  * in access logs.
  */
 function sofaRequest(route: CompiledRoute, text: string, { request, url, fetchAPI }: Served): Request {
-  const clean = sofaUrl(url, route);
-  clean.search = '';
-  for (const name of route.queryArgs)
-    for (const value of url.searchParams.getAll(name)) clean.searchParams.append(name, value);
+  const clean = sofaUrl(url, route, route.queryArgs);
   const body = route.bodyArg ? `{${JSON.stringify(route.bodyArg)}:${text}}` : text;
   // The server's own Request class: Node's global (undici) Request costs ~7% of a gateway call.
   return new fetchAPI.Request(clean, { method: request.method, headers: request.headers, body: body || null });
 }
 
 /** What becomes of a checked request: answered here, or served by SOFA, as it came or rewritten. */
-type Dispatch = { answer: Response } | { sofa: Request | undefined };
+type Dispatch = { answer: Response } | { sofa: Request };
 
 export function useRestFacade(
   schema: GraphQLSchema,
@@ -409,8 +416,8 @@ export function useRestFacade(
   }
 
   /**
-   * A streamed or direct route is answered by its handler; every other route is SOFA's, a
-   * root-mounted one under SOFA's base path and a body-carrying one without its query string.
+   * A streamed or direct route is answered by its handler; every other route is SOFA's, at its
+   * field's path, a body-carrying one without its query string.
    */
   async function dispatch(
     route: CompiledRoute,
@@ -424,8 +431,9 @@ export function useRestFacade(
       return { answer: await serveStream(stream, principal!, url, serverContext, services, logger) };
     }
     if (!input.body) {
-      if (!route.atRoot) return { sofa: undefined };
-      return { sofa: new fetchAPI.Request(sofaUrl(url, route), { method: request.method, headers: request.headers }) };
+      return {
+        sofa: new fetchAPI.Request(sofaUrl(url, route, 'all'), { method: request.method, headers: request.headers }),
+      };
     }
     if (route.direct) {
       const direct = { ...route, direct: route.direct };
@@ -450,12 +458,12 @@ export function useRestFacade(
       if (input instanceof Response) return endResponse(input);
       const next = await dispatch(route, input, principal, served);
       if ('answer' in next) endResponse(next.answer);
-      else if (next.sofa) setRequest(next.sofa);
+      else setRequest(next.sofa);
     },
   };
   const sofa = useSofa({
     basePath: REST_BASE_PATH,
-    routes: sofaRouteConfig(),
+    routes: sofaRouteConfig('field_path'),
     errorHandler: restErrorHandler as unknown as NonNullable<Parameters<typeof useSofa>[0]['errorHandler']>,
     openAPI: { endpoint: false },
     swaggerUI: { endpoint: false },
@@ -465,7 +473,7 @@ export function useRestFacade(
     ...sofa,
     onSchemaChange: (payload) => sofa.onSchemaChange?.({ ...payload, schema: restSchema(payload.schema) }),
     // SOFA picks its requests by the URL it is given; yoga passes the URL of the request as it
-    // arrived, not of the one the guard set, which for a root-mounted route lies under SOFA's base.
+    // arrived, not of the one the guard set at the field's path.
     onRequest: (payload) => sofa.onRequest?.({ ...payload, url: new URL(payload.request.url) }),
   };
   return [guard, restFacade];

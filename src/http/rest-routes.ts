@@ -8,11 +8,19 @@ type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
 /** Where the versioned REST facade lives. */
 export const REST_BASE_PATH = '/api/v1';
 /**
- * Where SOFA serves the routes mounted at the root (`mount: 'root'`): SOFA has one base path, so
- * the guard (rest-facade.ts) rewrites `/auth/login` to `/api/v1/~root/auth/login` before SOFA
- * sees it. Requests that name this prefix themselves match no route and are 404.
+ * Where the OpenAPI document's SOFA (openapi.ts) puts the routes mounted at the root
+ * (`mount: 'root'`): SOFA has one base path, so `/auth/login` is `/api/v1/~root/auth/login` there
+ * and the document maps it back.
  */
 export const ROOT_MOUNT_PREFIX = '/~root';
+/**
+ * Where the serving SOFA (rest-facade.ts) answers each field: a literal path per field under
+ * REST_BASE_PATH, the path parameters moved to the query string. The guard has already matched
+ * the public path; a literal path is one map lookup in SOFA's router, where a path with
+ * parameters was matched again against the URLPattern of every such route (about a tenth of an
+ * operator read's CPU). Requests that name these paths themselves match no route and are 404.
+ */
+export const FIELD_MOUNT_PREFIX = '/~field';
 
 export interface RestRoute {
   method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
@@ -103,11 +111,24 @@ export const publicPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
 export const sofaPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
   route.mount === 'root' ? `${ROOT_MOUNT_PREFIX}${route.path}` : route.path;
 
-export function sofaRouteConfig(): Record<string, RouteConfig> {
+/** Where the serving SOFA answers `field` (`Query.org`), under REST_BASE_PATH. */
+export const sofaFieldPath = (field: string) => `${FIELD_MOUNT_PREFIX}/${field}`;
+
+/**
+ * SOFA's routes: at their public paths for the OpenAPI document, at their fields' literal paths
+ * for serving.
+ */
+export function sofaRouteConfig(at: 'public_path' | 'field_path' = 'public_path'): Record<string, RouteConfig> {
   return Object.fromEntries(
     [...restRoutes].map(([field, r]) => [
       field,
-      { method: r.method, path: sofaPath(r), responseStatus: r.status ?? 200, tags: [r.tag], description: r.summary },
+      {
+        method: r.method,
+        path: at === 'field_path' ? sofaFieldPath(field) : sofaPath(r),
+        responseStatus: r.status ?? 200,
+        tags: [r.tag],
+        description: r.summary,
+      },
     ]),
   );
 }
