@@ -1,12 +1,13 @@
 import { mkdir } from 'node:fs/promises';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { migrate } from './migrate.js';
-import { type PreparedPGlite, preparedPGlite } from './pglite-statements.js';
+import type { PreparedPGlite } from './pglite-statements.js';
+import { type PGliteOnThread, startPGliteThread } from './pglite-worker.js';
 import { observeAdapter, type QueryObserver } from './query-observer.js';
 import {
   DEFAULT_DATABASE_TIMEOUT_MS,
@@ -266,15 +267,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   if (!inMemory) await mkdir(dataDir, { recursive: true, mode: 0o700 });
   // Before PGlite touches the files: a second process on them would corrupt the database.
   const lock = inMemory ? undefined : await lockDataDir(dataDir);
-  let pglite: PGlite;
+  let pglite: PGliteOnThread;
   try {
-    pglite = await PGlite.create(dataDir, options.loadDataDir ? { loadDataDir: options.loadDataDir } : {});
+    pglite = await startPGliteThread({ dataDir, loadDataDir: await options.loadDataDir?.arrayBuffer() });
   } catch (error) {
     await lock?.release();
     throw error;
   }
-  const prepared = preparedPGlite(pglite);
-  const sql = pgliteDriver(prepared);
+  const sql = pgliteDriver(pglite);
   try {
     if (shouldMigrate) await migrate(sql);
   } catch (error) {
@@ -283,7 +283,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     throw error;
   }
   // The adapter uses only query, exec and transaction, which the prepared facade answers as PGlite does.
-  const adapter = new PrismaPGlite(prepared as unknown as PGlite);
+  const adapter = new PrismaPGlite(pglite as unknown as PGlite);
   const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
   return {
     kind: 'pglite',
@@ -291,7 +291,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     prisma,
     sql,
     ping: () => ping(sql),
-    dumpDataDir: () => pglite.dumpDataDir('none'),
+    dumpDataDir: () => pglite.dumpDataDir(),
     async close() {
       await prisma.$disconnect();
       // $disconnect does not close PGlite; without this the process never exits.

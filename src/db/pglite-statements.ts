@@ -1,27 +1,27 @@
 import {
+  type messages,
   type PGlite,
   parse,
   protocol,
   type QueryOptions,
   type Results,
   TransactionAbortedError,
+  types,
 } from '@electric-sql/pglite';
 
 /**
  * PGlite with prepared statements. PGlite's own `query` parses and plans every statement again and
  * crosses into its WebAssembly backend six times for it (parse, describe, bind, describe, execute,
- * sync), all on the event loop. Here a statement is parsed once and named, and each run is one
- * message (bind, describe, execute, sync): a primary-key read costs about a third as much
- * (measured in decision 0055). It answers like PGlite's `query`, `exec` and `transaction`, which
- * is all our SQL driver and Prisma's PGlite adapter use, and it holds PGlite's own locks, so
- * statements sent to PGlite directly (migrations, dumps) still never interleave with a transaction.
+ * sync). Here a statement is parsed once and named, and each run is one message (bind, describe,
+ * execute, sync): a primary-key read costs about a third as much (decision 0055). This is what
+ * the embedded database offers the service (pglite-worker.ts, which runs it on its own thread):
+ * PGlite's `query`, `exec` and `transaction`, answering as PGlite does, which is all our SQL driver
+ * and Prisma's PGlite adapter use.
  */
 export interface PreparedPGlite {
   query<T>(text: string, params?: unknown[], options?: QueryOptions): Promise<Results<T>>;
   exec(script: string, options?: QueryOptions): Promise<Results[]>;
   transaction<T>(work: (tx: PreparedTransaction) => Promise<T>): Promise<T>;
-  /** Statements prepared now (tests). */
-  readonly preparedCount: number;
 }
 
 export interface PreparedTransaction {
@@ -35,14 +35,6 @@ interface Prepared {
   name: string;
   /** The parameters' types as PostgreSQL inferred them: how each value is written. */
   paramTypes: number[];
-}
-
-/** PGlite's locks and readiness check: protected in its types, the ones its own query and transaction take. */
-interface PGliteLocks {
-  /** Throws "PGlite is closed" once it is: what a request sees when the database closes under it. */
-  _checkReady(): Promise<void>;
-  _runExclusiveQuery<T>(fn: () => Promise<T>): Promise<T>;
-  _runExclusiveTransaction<T>(fn: () => Promise<T>): Promise<T>;
 }
 
 /** Bounds the statements kept per database: a statement built per list length would otherwise grow it forever. */
@@ -63,8 +55,100 @@ function concat(parts: Uint8Array[]): Uint8Array {
   return out;
 }
 
-export function preparedPGlite(pglite: PGlite): PreparedPGlite {
-  const locks = pglite as unknown as PGliteLocks;
+/**
+ * A statement's answer with its values as PostgreSQL wrote them (text, or null). Values are parsed
+ * where they are used: a Date or a Uint8Array made on another thread is of another realm, which
+ * `instanceof` checks (Prisma's, a test's) would not recognize.
+ */
+export interface RawResult {
+  fields: { name: string; dataTypeID: number }[];
+  rows: (string | null)[][];
+  command?: string;
+  /** As PGlite counts it: the rows changed so far by the script's statements. */
+  affectedRows: number;
+  rowCount?: number;
+}
+
+/** PGlite's parseResults without the parsing: one answer per completed command. */
+function rawResults(backendMessages: messages.BackendMessage[]): RawResult[] {
+  const results: RawResult[] = [];
+  let current: Pick<RawResult, 'fields' | 'rows'> = { fields: [], rows: [] };
+  let affectedRows = 0;
+  for (const message of backendMessages) {
+    if (message.name === 'rowDescription') {
+      current.fields = (message as messages.RowDescriptionMessage).fields.map((field) => ({
+        name: field.name,
+        dataTypeID: field.dataTypeID,
+      }));
+    } else if (message.name === 'dataRow') {
+      current.rows.push((message as messages.DataRowMessage).fields);
+    } else if (message.name === 'commandComplete') {
+      // A tag that carries a row count ends in it ("SELECT 2", "INSERT 0 5"); others end in a word.
+      const parts = (message as messages.CommandCompleteMessage).text.split(' ');
+      const command = parts[0];
+      const rowCount = Number.parseInt(parts[parts.length - 1], 10);
+      if (['INSERT', 'UPDATE', 'DELETE', 'COPY', 'MERGE'].includes(command)) affectedRows += rowCount;
+      results.push({ ...current, command, affectedRows, ...(Number.isNaN(rowCount) ? {} : { rowCount }) });
+      current = { fields: [], rows: [] };
+    }
+  }
+  return results.length ? results : [{ fields: [], rows: [], affectedRows: 0 }];
+}
+
+/** An array type and its element's type, for parsing arrays as PGlite does. */
+export interface ArrayType {
+  oid: number;
+  typarray: number;
+}
+
+/** The array types of the database, as PGlite reads them when it starts. */
+export async function arrayTypes(runner: StatementRunner): Promise<ArrayType[]> {
+  const [result] = await runner.script(
+    `SELECT b.oid, b.typarray FROM pg_catalog.pg_type a LEFT JOIN pg_catalog.pg_type b ON b.oid = a.typelem
+     WHERE a.typcategory = 'A' GROUP BY b.oid, b.typarray ORDER BY b.oid`,
+    false,
+  );
+  return result.rows.map(([oid, typarray]) => ({ oid: Number(oid), typarray: Number(typarray) }));
+}
+
+type Parsers = Record<number, (value: string) => unknown>;
+
+/** PGlite's parsers by type, its array types' included. */
+export function parsersFor(arrays: readonly ArrayType[]): Parsers {
+  const parsers: Parsers = { ...(types.parsers as Parsers) };
+  for (const { oid, typarray } of arrays) {
+    parsers[typarray] = (value) => types.arrayParser(value, parsers[oid] as types.Parser, typarray);
+  }
+  return parsers;
+}
+
+/** A raw answer parsed as PGlite's query would have parsed it, in this realm. */
+export function parseRaw<T>(raw: RawResult, parsers: Parsers, options: QueryOptions | undefined): Results<T> {
+  const using = (options?.parsers ? { ...parsers, ...options.parsers } : parsers) as QueryOptions['parsers'];
+  const { fields } = raw;
+  const rows = raw.rows.map((values) => {
+    if (options?.rowMode === 'array') {
+      return values.map((value, i) => types.parseType(value, fields[i].dataTypeID, using));
+    }
+    const row: Record<string, unknown> = {};
+    values.forEach((value, i) => {
+      row[fields[i].name] = types.parseType(value, fields[i].dataTypeID, using);
+    });
+    return row;
+  });
+  return { ...raw, rows } as Results<T>;
+}
+
+/**
+ * The statements of one PGlite session, without locks: whoever calls it runs one statement at a
+ * time and knows whether a transaction is open (statements in one are not synced to disk alone).
+ */
+export interface StatementRunner {
+  statement(text: string, params: unknown[], inTransaction: boolean): Promise<RawResult>;
+  script(text: string, inTransaction: boolean): Promise<RawResult[]>;
+}
+
+export function statementRunner(pglite: PGlite): StatementRunner {
   /** Text → statement, oldest use first (a Map keeps insertion order; a use moves it to the end). */
   const statements = new Map<string, Prepared>();
   let nextName = 0;
@@ -72,7 +156,7 @@ export function preparedPGlite(pglite: PGlite): PreparedPGlite {
   const send = async (parts: Uint8Array[], inTransaction: boolean) =>
     (await pglite.execProtocol(concat(parts), { syncToFs: !inTransaction })).messages;
 
-  async function prepare(text: string, options: QueryOptions | undefined, inTransaction: boolean): Promise<Prepared> {
+  async function prepare(text: string, inTransaction: boolean): Promise<Prepared> {
     const known = statements.get(text);
     if (known) {
       statements.delete(text);
@@ -87,11 +171,7 @@ export function preparedPGlite(pglite: PGlite): PreparedPGlite {
     const name = `agw_${nextName++}`;
     // A failed Parse creates nothing: the statement is kept only once PostgreSQL has it.
     const messages = await send(
-      [
-        serialize.parse({ name, text, types: options?.paramTypes }),
-        serialize.describe({ type: 'S', name }),
-        serialize.sync(),
-      ],
+      [serialize.parse({ name, text }), serialize.describe({ type: 'S', name }), serialize.sync()],
       inTransaction,
     );
     const prepared = { name, paramTypes: parse.parseDescribeStatementResults(messages) };
@@ -100,33 +180,27 @@ export function preparedPGlite(pglite: PGlite): PreparedPGlite {
   }
 
   /** Writes each value as PGlite's query would: by the type PostgreSQL gave its parameter. */
-  function values(params: unknown[], prepared: Prepared, options: QueryOptions | undefined) {
+  function values(params: unknown[], prepared: Prepared) {
     return params.map((param, i) => {
       if (param === null || param === undefined) return null;
-      const oid = prepared.paramTypes[i];
-      const write = options?.serializers?.[oid] ?? pglite.serializers[oid];
+      const write = pglite.serializers[prepared.paramTypes[i]];
       return write ? write(param) : String(param);
     });
   }
 
-  async function run<T>(
-    text: string,
-    params: unknown[],
-    options: QueryOptions | undefined,
-    inTransaction: boolean,
-  ): Promise<Results<T>> {
-    const prepared = await prepare(text, options, inTransaction);
+  async function statement(text: string, params: unknown[], inTransaction: boolean): Promise<RawResult> {
+    const prepared = await prepare(text, inTransaction);
     try {
       const messages = await send(
         [
-          serialize.bind({ statement: prepared.name, values: values(params, prepared, options) }),
+          serialize.bind({ statement: prepared.name, values: values(params, prepared) }),
           serialize.describe({ type: 'P' }),
           serialize.execute({}),
           serialize.sync(),
         ],
         inTransaction,
       );
-      return parse.parseResults(messages, pglite.parsers, options)[0] as Results<T>;
+      return rawResults(messages)[0];
     } catch (error) {
       if ((error as { code?: string }).code !== FEATURE_NOT_SUPPORTED || !statements.has(text)) throw error;
       // The statement's tables changed shape: it is prepared again. Outside a transaction the run
@@ -134,75 +208,74 @@ export function preparedPGlite(pglite: PGlite): PreparedPGlite {
       statements.delete(text);
       await send([serialize.close({ type: 'S', name: prepared.name }), serialize.sync()], inTransaction);
       if (inTransaction) throw error;
-      return run(text, params, options, inTransaction);
+      return statement(text, params, inTransaction);
     }
   }
 
-  /** PGlite's own `query` takes what this path does not write (a COPY's blob). */
-  const plain = (options: QueryOptions | undefined) => options?.blob !== undefined;
-
-  async function simple(script: string, options: QueryOptions | undefined, inTransaction: boolean) {
-    const messages = await send([serialize.query(script), serialize.sync()], inTransaction);
-    return parse.parseResults(messages, pglite.parsers, options);
+  async function script(text: string, inTransaction: boolean) {
+    return rawResults(await send([serialize.query(text), serialize.sync()], inTransaction));
   }
 
-  return {
-    get preparedCount() {
-      return statements.size;
-    },
-    async query<T>(text: string, params: unknown[] = [], options?: QueryOptions) {
-      if (plain(options)) return pglite.query<T>(text, params, options);
-      await locks._checkReady();
-      return locks._runExclusiveTransaction(() => locks._runExclusiveQuery(() => run<T>(text, params, options, false)));
+  return { statement, script };
+}
+
+/** What a transaction runs its statements through: parsed answers, as PGlite's own give. */
+export interface ParsedStatements {
+  statement<T>(
+    text: string,
+    params: unknown[],
+    options: QueryOptions | undefined,
+    inTransaction: boolean,
+  ): Promise<Results<T>>;
+  script(text: string, options: QueryOptions | undefined, inTransaction: boolean): Promise<Results[]>;
+}
+
+/**
+ * Runs `work` in a transaction through `runner`, as PGlite's own `transaction` does: committed
+ * when it resolves, rolled back when it throws or asks to. The caller holds whatever lock keeps
+ * other statements out until it ends.
+ */
+export async function runTransaction<T>(
+  runner: ParsedStatements,
+  work: (tx: PreparedTransaction) => Promise<T>,
+): Promise<T> {
+  await runner.script('BEGIN', undefined, true);
+  let closed = false;
+  const open = () => {
+    if (closed) throw new Error('Transaction is closed');
+  };
+  const tx: PreparedTransaction = {
+    async query<R>(text: string, params: unknown[] = [], options?: QueryOptions) {
+      open();
+      return runner.statement<R>(text, params, options, true);
     },
     async exec(script: string, options?: QueryOptions) {
-      await locks._checkReady();
-      return locks._runExclusiveTransaction(() => locks._runExclusiveQuery(() => simple(script, options, false)));
+      open();
+      return runner.script(script, options, true);
     },
-    async transaction<T>(work: (tx: PreparedTransaction) => Promise<T>) {
-      await locks._checkReady();
-      return locks._runExclusiveTransaction(async () => {
-        const inQueryLock = <R>(fn: () => Promise<R>) => locks._runExclusiveQuery(fn);
-        await inQueryLock(() => simple('BEGIN', undefined, true));
-        let closed = false;
-        const open = () => {
-          if (closed) throw new Error('Transaction is closed');
-        };
-        const tx: PreparedTransaction = {
-          async query<R>(text: string, params: unknown[] = [], options?: QueryOptions) {
-            open();
-            return inQueryLock(() => run<R>(text, params, options, true));
-          },
-          async exec(script: string, options?: QueryOptions) {
-            open();
-            return inQueryLock(() => simple(script, options, true));
-          },
-          async rollback() {
-            open();
-            await inQueryLock(() => simple('ROLLBACK', undefined, true));
-            closed = true;
-          },
-          get closed() {
-            return closed;
-          },
-        };
-        try {
-          const result = await work(tx);
-          if (!closed) {
-            closed = true;
-            const [ended] = await inQueryLock(() => simple('COMMIT', undefined, false));
-            // COMMIT of a transaction a statement failed in rolls it back, as PGlite's transaction reports.
-            if (ended.command === 'ROLLBACK') throw new TransactionAbortedError();
-          }
-          return result;
-        } catch (error) {
-          if (!closed) {
-            closed = true;
-            await inQueryLock(() => simple('ROLLBACK', undefined, false));
-          }
-          throw error;
-        }
-      });
+    async rollback() {
+      open();
+      await runner.script('ROLLBACK', undefined, true);
+      closed = true;
+    },
+    get closed() {
+      return closed;
     },
   };
+  try {
+    const result = await work(tx);
+    if (!closed) {
+      closed = true;
+      const [ended] = await runner.script('COMMIT', undefined, false);
+      // COMMIT of a transaction a statement failed in rolls it back, as PGlite's transaction reports.
+      if (ended.command === 'ROLLBACK') throw new TransactionAbortedError();
+    }
+    return result;
+  } catch (error) {
+    if (!closed) {
+      closed = true;
+      await runner.script('ROLLBACK', undefined, false);
+    }
+    throw error;
+  }
 }

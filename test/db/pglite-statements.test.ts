@@ -1,62 +1,101 @@
 import { PGlite, TransactionAbortedError } from '@electric-sql/pglite';
-import { preparedPGlite, type PreparedPGlite } from '../../src/db/pglite-statements.js';
+import { type PGliteOnThread, startPGliteThread } from '../../src/db/pglite-worker.js';
 
 /**
- * The prepared-statement path under the embedded database answers exactly as PGlite's own query
- * does (values of every kind both ways, errors, transactions), while parsing each statement once.
+ * The embedded database as the service gets it: PGlite on a thread of its own, each statement
+ * prepared once. It answers exactly as PGlite's own query does on this thread (values of every
+ * kind both ways, errors, transactions) and leaves the event loop free while a statement runs.
  * Runs on a real PGlite whatever DATABASE_URL says: this path exists only there.
  */
 
-let pglite: PGlite;
-let db: PreparedPGlite;
+let db: PGliteOnThread;
+/** PGlite on this thread, as it answers without us: the reference. */
+let reference: PGlite;
+
+const schema = `
+  CREATE TABLE things (id int PRIMARY KEY, name text, data jsonb, at timestamptz, tags text[], blob bytea, big bigint, amount numeric);
+  INSERT INTO things VALUES (1, 'one', '{"a":[1,2]}', '2026-01-02T03:04:05.678Z', '{x,"y z"}', '\\x0102ff', 9007199254740993, 12.50);
+`;
 
 beforeAll(async () => {
-  pglite = await PGlite.create('memory://');
-  db = preparedPGlite(pglite);
-  await db.exec(`
-    CREATE TABLE things (id int PRIMARY KEY, name text, data jsonb, at timestamptz, tags text[], blob bytea, big bigint);
-    INSERT INTO things VALUES (1, 'one', '{"a":[1,2]}', '2026-01-02T03:04:05.678Z', '{x,"y z"}', '\\x0102ff', 9007199254740993);
-  `);
+  db = await startPGliteThread({ dataDir: 'memory://' });
+  await db.exec(schema);
+  reference = await PGlite.create('memory://');
+  await reference.exec(schema);
 });
 
 afterAll(async () => {
-  await pglite.close();
+  await db?.close();
+  await reference?.close();
 });
 
-const select = 'SELECT id, name, data, at, tags, blob, big FROM things WHERE id = $1';
+const prepared = async () =>
+  Number((await db.query<{ n: string }>('SELECT count(*)::text AS n FROM pg_prepared_statements')).rows[0].n);
 
-test('a row reads as PGlite reads it, as objects and as arrays, with parsers of the caller', async () => {
-  for (const options of [undefined, { rowMode: 'array' as const }, { parsers: { 20: (x: string) => `big:${x}` } }]) {
-    const mine = await db.query(select, [1], options);
-    const theirs = await pglite.query(select, [1], options);
-    expect(mine).toEqual(theirs);
+const select = 'SELECT id, name, data, at, tags, blob, big, amount FROM things WHERE id = $1';
+
+test('a row reads as PGlite reads it, as objects and as arrays, with the parsers of the caller', async () => {
+  const ownParsers = { 20: (x: string) => `big:${x}`, 1700: (x: string) => `numeric:${x}` };
+  for (const options of [
+    undefined,
+    { rowMode: 'array' as const },
+    { rowMode: 'array' as const, parsers: ownParsers },
+  ]) {
+    expect(await db.query(select, [1], options)).toEqual(await reference.query(select, [1], options));
   }
-  const { rows } = await db.query<Record<string, unknown>>(select, [1]);
-  expect(rows[0]).toMatchObject({ data: { a: [1, 2] }, tags: ['x', 'y z'], at: new Date('2026-01-02T03:04:05.678Z') });
+  const { rows } = await db.query<Record<string, unknown>>(select, [1], { parsers: ownParsers });
+  expect(rows[0]).toMatchObject({
+    data: { a: [1, 2] },
+    tags: ['x', 'y z'],
+    at: new Date('2026-01-02T03:04:05.678Z'),
+    blob: new Uint8Array([1, 2, 255]),
+    big: 'big:9007199254740993',
+    amount: 'numeric:12.50',
+  });
+  // Values are made on this side of the thread: of this realm, as `instanceof` checks expect.
+  expect(rows[0].at).toBeInstanceOf(Date);
+  expect(rows[0].blob).toBeInstanceOf(Uint8Array);
+  expect(rows[0].tags).toBeInstanceOf(Array);
 });
 
 test('values of every kind are written as PGlite writes them, nulls included', async () => {
   const insert =
-    'INSERT INTO things (id, name, data, at, tags, blob, big) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, data, at, tags, blob, big';
+    'INSERT INTO things (id, name, data, at, tags, blob, big) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, name, data, at, tags, blob, big';
   const values = [2, null, { b: 'c' }, new Date('2026-05-06T07:08:09.010Z'), ['p', 'q r'], new Uint8Array([7, 8]), 12n];
-  const { rows, affectedRows } = await db.query(insert, values);
-  expect(affectedRows).toBe(1);
-  expect(rows).toEqual((await pglite.query('SELECT id, data, at, tags, blob, big FROM things WHERE id = 2')).rows);
-  expect(rows[0]).toMatchObject({ data: { b: 'c' }, tags: ['p', 'q r'], big: 12 });
+  const mine = await db.query(insert, values);
+  expect(mine).toEqual(await reference.query(insert, values));
+  expect(mine.affectedRows).toBe(1);
+  expect(mine.rows[0]).toMatchObject({
+    name: null,
+    data: { b: 'c' },
+    tags: ['p', 'q r'],
+    blob: new Uint8Array([7, 8]),
+  });
 });
 
 test('a statement is prepared once, however often it runs; a failed one is not kept', async () => {
-  const before = db.preparedCount;
+  const before = await prepared();
   for (let i = 0; i < 5; i++) await db.query('SELECT $1::int + 1 AS n', [i]);
-  expect(db.preparedCount).toBe(before + 1);
+  // The count's own statement was prepared before it first counted, so it is in `before`.
+  expect(await prepared()).toBe(before + 1);
   await expect(db.query('SELECT nope FROM things')).rejects.toMatchObject({ code: '42703' });
-  expect(db.preparedCount).toBe(before + 1);
+  expect(await prepared()).toBe(before + 1);
   // The error leaves nothing behind: the next statement runs.
   expect((await db.query<{ n: number }>('SELECT $1::int + 1 AS n', [41])).rows).toEqual([{ n: 42 }]);
 });
 
-test('a constraint violation keeps its SQLSTATE, as callers tell conflicts from bugs by it', async () => {
-  await expect(db.query('INSERT INTO things (id) VALUES ($1)', [1])).rejects.toMatchObject({ code: '23505' });
+test('a database error keeps its class and every field across the thread, as callers tell conflicts from bugs by them', async () => {
+  const error = await db.query('INSERT INTO things (id) VALUES ($1)', [1]).catch((e: unknown) => e);
+  const theirs = await reference.query('INSERT INTO things (id) VALUES ($1)', [1]).catch((e: unknown) => e);
+  expect(error).toBeInstanceOf(Error);
+  expect(error).toMatchObject({
+    code: '23505',
+    constraint: 'things_pkey',
+    table: 'things',
+    detail: (theirs as { detail: string }).detail,
+    message: (theirs as Error).message,
+  });
+  expect((error as Error).constructor).toBe((theirs as Error).constructor);
 });
 
 test('a transaction commits or rolls back, and statements outside it wait rather than joining it', async () => {
@@ -64,11 +103,17 @@ test('a transaction commits or rolls back, and statements outside it wait rather
   const held = new Promise<void>((resolve) => {
     release = resolve;
   });
+  let inserted!: () => void;
+  const insertedInside = new Promise<void>((resolve) => {
+    inserted = resolve;
+  });
   const inside = db.transaction(async (tx) => {
     await tx.query('INSERT INTO things (id, name) VALUES ($1, $2)', [10, 'rolled back']);
+    inserted();
     await held;
     throw new Error('changed my mind');
   });
+  await insertedInside;
   // Sent while the transaction is open: it must not become part of it (and roll back with it).
   const outside = db.query('INSERT INTO things (id, name) VALUES ($1, $2)', [11, 'kept']);
   release();
@@ -112,16 +157,40 @@ test('a table that changes shape under a prepared statement is prepared again', 
 
 test('the statements kept are bounded; one dropped from the cache still runs', async () => {
   for (let i = 0; i < 520; i++) await db.query(`SELECT ${i} AS n WHERE $1::int = $1::int`, [i]);
-  expect(db.preparedCount).toBe(500);
+  expect(await prepared()).toBe(500);
   expect((await db.query('SELECT 0 AS n WHERE $1::int = $1::int', [0])).rows).toEqual([{ n: 0 }]);
-  const { rows } = await pglite.query<{ n: string }>('SELECT count(*)::text AS n FROM pg_prepared_statements');
-  expect(Number(rows[0].n)).toBe(500);
+});
+
+test('the event loop keeps turning while a statement runs', async () => {
+  let turns = 0;
+  let counting = true;
+  const count = () => {
+    turns++;
+    if (counting) setImmediate(count);
+  };
+  setImmediate(count);
+  // PGlite on this thread runs a statement synchronously: not one turn would happen during it.
+  await db.query('SELECT pg_sleep($1)', [0.3]);
+  counting = false;
+  expect(turns).toBeGreaterThan(10);
+});
+
+test('a dump of the data directory opens again with everything in it', async () => {
+  const copy = await startPGliteThread({
+    dataDir: 'memory://',
+    loadDataDir: await (await db.dumpDataDir()).arrayBuffer(),
+  });
+  try {
+    expect((await copy.query('SELECT name FROM things WHERE id = $1', [11])).rows).toEqual([{ name: 'kept' }]);
+  } finally {
+    await copy.close();
+  }
 });
 
 test('a closed database says so, as the service tells an outage by it', async () => {
-  const other = await PGlite.create('memory://');
-  const closing = preparedPGlite(other);
+  const closing = await startPGliteThread({ dataDir: 'memory://' });
   await closing.query('SELECT 1');
-  await other.close();
+  await closing.close();
+  expect(closing.closed).toBe(true);
   await expect(closing.query('SELECT 1')).rejects.toThrow(/PGlite is closed/);
 });

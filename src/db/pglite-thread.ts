@@ -1,0 +1,69 @@
+import { parentPort, workerData } from 'node:worker_threads';
+import { messages, PGlite } from '@electric-sql/pglite';
+import { arrayTypes, statementRunner } from './pglite-statements.js';
+import type { ThreadReply, ThreadRequest, ThreadStart } from './pglite-worker.js';
+
+/**
+ * The embedded database's own thread (pglite-worker.ts starts it): PGlite and its prepared
+ * statements run here, off the service's event loop. Requests arrive in order and are run one at
+ * a time in that order; the caller's lock decides which statements belong to a transaction.
+ * Answers go back unparsed (RawResult): the service parses them in its own realm.
+ */
+
+const start = workerData as ThreadStart;
+const port = parentPort!;
+
+/** A database error keeps every field PGlite gives it (code, detail, constraint...) across the thread. */
+function describeError(error: unknown): ThreadReply['error'] {
+  if (!(error instanceof Error)) return { message: String(error), fields: {} };
+  const fields: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(error)) {
+    if (value === undefined || typeof value === 'function' || typeof value === 'object') continue;
+    fields[key] = value;
+  }
+  return { message: error.message, name: error.name, fields, database: error instanceof messages.DatabaseError };
+}
+
+async function main() {
+  const pglite = await PGlite.create(
+    start.dataDir,
+    start.loadDataDir ? { loadDataDir: new Blob([start.loadDataDir]) } : {},
+  );
+  const runner = statementRunner(pglite);
+  /** Requests are run in arrival order: a transaction's statements follow its BEGIN. */
+  let queue = Promise.resolve();
+  port.on('message', (request: ThreadRequest) => {
+    queue = queue.then(() => serve(request));
+  });
+
+  async function serve(request: ThreadRequest): Promise<void> {
+    try {
+      const value = await answer(request);
+      if (value instanceof ArrayBuffer) port.postMessage({ id: request.id, value } satisfies ThreadReply, [value]);
+      else port.postMessage({ id: request.id, value } satisfies ThreadReply);
+    } catch (error) {
+      port.postMessage({ id: request.id, error: describeError(error) } satisfies ThreadReply);
+    }
+  }
+
+  async function answer(request: ThreadRequest): Promise<unknown> {
+    switch (request.op) {
+      case 'query':
+        return runner.statement(request.text, request.params, request.inTransaction);
+      case 'exec':
+        return runner.script(request.text, request.inTransaction);
+      case 'dump':
+        return (await pglite.dumpDataDir('none')).arrayBuffer();
+      case 'close':
+        if (!pglite.closed) await pglite.close();
+        return null;
+    }
+  }
+
+  // The service parses values itself, arrays of every type PGlite knows included.
+  port.postMessage({ id: 0, value: await arrayTypes(runner) } satisfies ThreadReply);
+}
+
+main().catch((error: unknown) => {
+  port.postMessage({ id: 0, error: describeError(error) } satisfies ThreadReply);
+});
