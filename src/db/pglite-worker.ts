@@ -22,6 +22,8 @@ export interface PGliteOnThread extends PreparedPGlite {
   /** The data directory as a tarball (what `loadDataDir` takes back). */
   dumpDataDir(): Promise<Blob>;
   close(): Promise<void>;
+  /** Stops the thread at once, as a crash of the database would (tests). */
+  kill(): Promise<void>;
 }
 
 /** What the thread is started with. */
@@ -174,6 +176,9 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
       await outside(() => send<null>({ op: 'close' })).catch(() => undefined);
       closed = true;
       failure = new Error(CLOSED);
+      await worker.terminate();
+    },
+    async kill() {
       await worker.terminate();
     },
   };

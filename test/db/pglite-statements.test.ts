@@ -194,3 +194,14 @@ test('a closed database says so, as the service tells an outage by it', async ()
   expect(closing.closed).toBe(true);
   await expect(closing.query('SELECT 1')).rejects.toThrow(/PGlite is closed/);
 });
+
+test('a thread that dies fails what it was running and everything after it as closed, never a hang', async () => {
+  const dying = await startPGliteThread({ dataDir: 'memory://' });
+  const running = dying.query('SELECT pg_sleep($1)', [5]);
+  const waiting = dying.transaction(async (tx) => tx.query('SELECT 1'));
+  await dying.kill();
+  await expect(running).rejects.toThrow(/PGlite is closed/);
+  await expect(waiting).rejects.toThrow(/PGlite is closed/);
+  await expect(dying.query('SELECT 1')).rejects.toThrow(/PGlite is closed/);
+  expect(dying.closed).toBe(true);
+});
