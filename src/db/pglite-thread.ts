@@ -57,6 +57,9 @@ async function main() {
       case 'close':
         if (!pglite.closed) await pglite.close();
         return null;
+      case 'exit':
+        // A worker's process.exit ends this thread only.
+        process.exit(1);
     }
   }
 

@@ -22,7 +22,11 @@ export interface PGliteOnThread extends PreparedPGlite {
   /** The data directory as a tarball (what `loadDataDir` takes back). */
   dumpDataDir(): Promise<Blob>;
   close(): Promise<void>;
-  /** Stops the thread at once, as a crash of the database would (tests). */
+  /**
+   * Ends the thread once it has run what was sent before, as a crash would (tests). Not
+   * `worker.terminate()` in the middle of a statement: stopping a thread inside PGlite's
+   * WebAssembly can bring the whole process down (seen as SIGTRAP).
+   */
   kill(): Promise<void>;
 }
 
@@ -42,7 +46,9 @@ export type ThreadCall =
     }
   | { op: 'exec'; text: string; inTransaction: boolean }
   | { op: 'dump' }
-  | { op: 'close' };
+  | { op: 'close' }
+  /** Ends the thread where it stands, as a crash would (tests). */
+  | { op: 'exit' };
 
 export type ThreadRequest = ThreadCall & { id: number };
 
@@ -179,7 +185,11 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
       await worker.terminate();
     },
     async kill() {
-      await worker.terminate();
+      const gone = new Promise((resolve) => worker.once('exit', resolve));
+      worker.ref();
+      // In turn with the statements sent before it, which the thread runs first.
+      await outside(async () => worker.postMessage({ op: 'exit', id: nextId++ } satisfies ThreadRequest));
+      await gone;
     },
   };
 }

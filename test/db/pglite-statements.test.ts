@@ -195,13 +195,18 @@ test('a closed database says so, as the service tells an outage by it', async ()
   await expect(closing.query('SELECT 1')).rejects.toThrow(/PGlite is closed/);
 });
 
-test('a thread that dies fails what it was running and everything after it as closed, never a hang', async () => {
+test('a thread that dies fails what was waiting for it and everything after as closed, never a hang', async () => {
   const dying = await startPGliteThread({ dataDir: 'memory://' });
-  const running = dying.query('SELECT pg_sleep($1)', [5]);
-  const waiting = dying.transaction(async (tx) => tx.query('SELECT 1'));
-  await dying.kill();
-  await expect(running).rejects.toThrow(/PGlite is closed/);
-  await expect(waiting).rejects.toThrow(/PGlite is closed/);
+  const failure = (error: unknown) => error as Error;
+  const before = dying.query('SELECT pg_sleep($1) AS slept', [0.2]);
+  const died = dying.kill();
+  // Sent while the thread is still busy: waiting in its queue when it dies.
+  const waiting = dying.query('SELECT 1 AS one').catch(failure);
+  const inTransaction = dying.transaction(async (tx) => tx.query('SELECT 1 AS one')).catch(failure);
+  await died;
+  expect((await before).rows).toEqual([{ slept: '' }]);
+  expect(await waiting).toEqual(expect.objectContaining({ message: 'PGlite is closed' }));
+  expect(await inTransaction).toEqual(expect.objectContaining({ message: 'PGlite is closed' }));
   await expect(dying.query('SELECT 1')).rejects.toThrow(/PGlite is closed/);
   expect(dying.closed).toBe(true);
 });
