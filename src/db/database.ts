@@ -294,7 +294,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     dumpDataDir: () => pglite.dumpDataDir(),
     async close() {
       await prisma.$disconnect();
-      // $disconnect does not close PGlite; without this the process never exits.
+      // $disconnect does not close PGlite: this closes it on its thread (a clean shutdown of the data
+      // directory) and ends the thread, before the directory's lock is given up.
       if (!pglite.closed) await pglite.close();
       await lock?.release();
     },
