@@ -48,10 +48,12 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 // The load generator runs in a worker thread so that it does not share the service's event loop.
 // BENCH_WORKERS=1 runs the load generator in a worker thread instead (bare then gains more than the service).
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 0);
-// BENCH_ONLY=evaluate (a substring of a row name; several separated by `|`) measures just the bare
-// server and the matching rows, for profiling.
+// BENCH_ONLY=evaluate (a substring of a row name; several separated by `|`; `=name` for exactly that
+// row) measures just the bare server and the matching rows, for profiling.
 const ONLY = process.env.BENCH_ONLY;
 const onlyParts = ONLY?.split('|') ?? [];
+const onlyMatches = (part: string, name: string) =>
+  part.startsWith('=') ? name === part.slice(1) : name.includes(part);
 // The tail at a steady load: rows at a fixed rate report p99 where throughput rows saturate.
 const FIXED_RATE = Number(process.env.BENCH_RATE ?? 500);
 const RATE_DURATION_S = Number(process.env.BENCH_RATE_SECONDS ?? 10);
@@ -626,7 +628,7 @@ for (let round = 1; round <= OAUTH_ROUNDS; round++) {
 }
 const rows: Awaited<ReturnType<typeof measure>>[] = [];
 for (const [name, run] of scenarios) {
-  if (ONLY && name !== 'bare node:http' && !onlyParts.some((part) => name.includes(part))) continue;
+  if (ONLY && name !== 'bare node:http' && !onlyParts.some((part) => onlyMatches(part, name))) continue;
   rows.push(name === 'bare node:http' ? await run() : await profiled(name, run));
 }
 const baseline = rows[0].rps;

@@ -44,9 +44,11 @@ import {
 } from './decision.js';
 import type { ExecutionJournal } from './execution-journal.js';
 import {
+  type AllowanceOutcome,
   budgetCountsOf,
   type CounterKey,
   countAndJournal,
+  countAndJournalMany,
   counterKeyOf,
   type JournalEntry,
   readCounts,
@@ -268,21 +270,51 @@ function policiesCounted({ context, counters }: Execution, counts: readonly numb
   );
 }
 
+/** What the commit's count said, as the execute's answer. */
+function commitOutcome({ context, counters }: Execution, outcome: AllowanceOutcome): Commit | LeaseLost {
+  if ('leaseLost' in outcome) return LEASE_LOST;
+  if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
+  if (outcome.refusedBy !== null) return policyRefusal(context, counters[outcome.refusedBy]);
+  return budgetRefusal(outcome.budget.state, outcome.budget.exceeded);
+}
+
 /**
  * The single statement that counts the policy rate limits and the budget and writes the journal
  * entry, on `conn` (the driver, or the transaction that used a token or an approval first).
  */
 async function countAndJournalOn(
   conn: Parameters<typeof countAndJournal>[0],
-  { context, counters, windows }: Execution,
+  execution: Execution,
   entry: JournalEntry,
   owner: number,
 ): Promise<Commit | LeaseLost> {
-  const outcome = await countAndJournal(conn, counters, windows, context.manifest!.limits, owner, entry);
-  if ('leaseLost' in outcome) return LEASE_LOST;
-  if (outcome.ok) return { ok: true, budget: outcome.budget.state, counts: outcome.counts };
-  if (outcome.refusedBy !== null) return policyRefusal(context, counters[outcome.refusedBy]);
-  return budgetRefusal(outcome.budget.state, outcome.budget.exceeded);
+  const { counters, windows, context } = execution;
+  return commitOutcome(
+    execution,
+    await countAndJournal(conn, counters, windows, context.manifest!.limits, owner, entry),
+  );
+}
+
+/** At most this many executes share one commit: a bound on the statement's size and on a batch's wait. */
+const MAX_COMMIT_BATCH = 64;
+
+interface QueuedCommit {
+  execution: Execution;
+  entry: JournalEntry;
+  owner: number;
+}
+
+/**
+ * Executes whose commits may share a statement: the same owner, counters, windows and limits (one
+ * agent's executes of an action the same policies match). Every commit of such a batch locks the
+ * rows the first locked, so a batch never takes a lock out of take_allowance's order.
+ */
+function commitBatchKey({ execution: { counters, windows, context }, owner }: QueuedCommit): string {
+  const limits = context.manifest!.limits;
+  const counterKeys = counters.map((c) => `${counterKeyOf(c)}:${c.limit}:${c.enforced}`);
+  return [owner, counterKeyOf(windows.day), counterKeyOf(windows.hour), limits.maxActionsPerDay]
+    .concat(limits.maxActionsPerHour, counterKeys)
+    .join('|');
 }
 
 export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
@@ -300,6 +332,35 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const counts = await readCounts(db.sql, [...keys.values()]);
     for (const queued of batch) queued.resolve(counts);
   });
+
+  /**
+   * The commits of executes with neither a token nor an approval. Those that arrive while one of
+   * their batch key is committing go together in the next statement: an agent's counter rows stay
+   * locked until a commit is durable, so one agent's executes would otherwise wait for one disk
+   * flush each. Should a batch fail for any reason but an unreachable database, each commit is
+   * tried alone, so that one execute's bad entry cannot fail the others.
+   */
+  const commitBatched = keyBatcher<QueuedCommit, Commit | LeaseLost>(async (_, batch) => {
+    const commits = batch.map((queued) => queued.item);
+    const outcomes = await commitTogether(commits).catch((error: unknown) => {
+      if (commits.length === 1 || isDatabaseUnavailable(error)) throw error;
+      return undefined;
+    });
+    if (outcomes) {
+      batch.forEach((queued, i) => queued.resolve(commitOutcome(queued.item.execution, outcomes[i])));
+      return;
+    }
+    for (const { item, resolve, reject } of batch) {
+      await countAndJournalOn(db.sql, item.execution, item.entry, item.owner).then(resolve, reject);
+    }
+  }, MAX_COMMIT_BATCH);
+
+  function commitTogether(commits: readonly QueuedCommit[]): Promise<AllowanceOutcome[]> {
+    const [{ execution, owner }] = commits;
+    const { counters, windows, context } = execution;
+    const entries = commits.map((commit) => commit.entry);
+    return countAndJournalMany(db.sql, counters, windows, context.manifest!.limits, owner, entries);
+  }
 
   /** The agent's counts in the current hour and day and those of the policy rate limits. */
   async function peekCounts(
@@ -570,7 +631,10 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   ): Promise<Commit | LeaseLost> {
     const { token, call } = execution.context;
     const tokenId = token?.ok ? token.tokenId : null;
-    if (!tokenId && !approvalToUse) return countAndJournalOn(db.sql, execution, entry, owner);
+    if (!tokenId && !approvalToUse) {
+      const queued = { execution, entry, owner };
+      return commitBatched(commitBatchKey(queued), queued);
+    }
     return db.sql.transactionIf(async (tx) => {
       if (tokenId && !(await tokens.use(tx, tokenId))) {
         const reason = {

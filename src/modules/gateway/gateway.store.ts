@@ -65,6 +65,36 @@ export type AllowanceOutcome =
   | { ok: false; refusedBy: number; counts: number[] }
   | { ok: false; refusedBy: null; budget: BudgetOutcome & { ok: false } };
 
+interface AllowanceRow {
+  limit_counts: number[];
+  refused_by: number;
+  day_count: number | null;
+  hour_count: number | null;
+}
+
+/** The counters' parameters of take_allowance, in its order. */
+function allowanceParams(counters: readonly PolicyCounter[], windows: BudgetWindows, limits: BudgetLimits): unknown[] {
+  return [
+    counters.map((c) => c.bucket),
+    counters.map((c) => c.window.start),
+    counters.map((c) => c.limit),
+    counters.map((c) => c.enforced),
+    windows.day.bucket,
+    windows.day.window.start,
+    limits.maxActionsPerDay,
+    windows.hour.bucket,
+    windows.hour.window.start,
+    limits.maxActionsPerHour,
+  ];
+}
+
+function allowanceOutcome(row: AllowanceRow, windows: BudgetWindows, limits: BudgetLimits): AllowanceOutcome {
+  const counts = row.limit_counts ?? [];
+  if (row.refused_by > 0) return { ok: false, refusedBy: row.refused_by - 1, counts };
+  const budget = budgetOutcome(windows, limits, row);
+  return budget.ok ? { ok: true, budget, counts } : { ok: false, refusedBy: null, budget };
+}
+
 /**
  * The commit of an allowed execute, in one statement: counts the action against the rate limits
  * of its matched policies and the agent's day and hour (`take_allowance`, which locks those
@@ -83,12 +113,7 @@ export async function countAndJournal(
   owner: number,
   entry: JournalEntry,
 ): Promise<AllowanceOutcome> {
-  const [row] = await conn.query<{
-    limit_counts: number[];
-    refused_by: number;
-    day_count: number | null;
-    hour_count: number | null;
-  }>(
+  const [row] = await conn.query<AllowanceRow>(
     `WITH allowance AS MATERIALIZED (
        SELECT limit_counts, refused_by, day_count, hour_count FROM take_allowance_as($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ),
@@ -100,16 +125,7 @@ export async function countAndJournal(
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
     [
-      counters.map((c) => c.bucket),
-      counters.map((c) => c.window.start),
-      counters.map((c) => c.limit),
-      counters.map((c) => c.enforced),
-      windows.day.bucket,
-      windows.day.window.start,
-      limits.maxActionsPerDay,
-      windows.hour.bucket,
-      windows.hour.window.start,
-      limits.maxActionsPerHour,
+      ...allowanceParams(counters, windows, limits),
       entry.id,
       entry.orgId,
       owner,
@@ -126,11 +142,62 @@ export async function countAndJournal(
     ],
     'count_and_journal',
   );
-  if (!row) return { ok: false, leaseLost: true };
-  const counts = row.limit_counts ?? [];
-  if (row.refused_by > 0) return { ok: false, refusedBy: row.refused_by - 1, counts };
-  const budget = budgetOutcome(windows, limits, row);
-  return budget.ok ? { ok: true, budget, counts } : { ok: false, refusedBy: null, budget };
+  return row ? allowanceOutcome(row, windows, limits) : { ok: false, leaseLost: true };
+}
+
+/**
+ * `countAndJournal` for several executes against the same counters, in one statement and so one
+ * commit (`take_allowances_as`): each is counted in the order of `entries` and journaled only when
+ * it had room, and gets the outcome it would have had alone. Answers in the order of `entries`;
+ * every one lease-lost when `owner` has no lease.
+ */
+export async function countAndJournalMany(
+  sql: SqlDriver,
+  counters: readonly PolicyCounter[],
+  windows: BudgetWindows,
+  limits: BudgetLimits,
+  owner: number,
+  entries: readonly JournalEntry[],
+): Promise<AllowanceOutcome[]> {
+  const rows = await sql.query<AllowanceRow & { ord: string }>(
+    `WITH allowance AS MATERIALIZED (
+       SELECT ord, limit_counts, refused_by, day_count, hour_count
+       FROM take_allowances_as($11, $12, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+     ),
+     journal AS (
+       INSERT INTO gateway_executions
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel)
+       SELECT e.id, e.org_id, $11, e.svc_id, e.agent_id, e.action_type, e.tool, e.capability, e.params_hash, e.params,
+              e.approval_id, e.policies, e.channel
+       FROM allowance
+       JOIN unnest($13::text[], $14::uuid[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
+                   $20::text[], $21::jsonb[], $22::text[], $23::jsonb[], $24::text[])
+         WITH ORDINALITY AS e(id, org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params,
+                              approval_id, policies, channel, ord) USING (ord)
+       WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
+     )
+     SELECT ord, limit_counts, refused_by, day_count, hour_count FROM allowance ORDER BY ord`,
+    [
+      ...allowanceParams(counters, windows, limits),
+      owner,
+      entries.length,
+      entries.map((e) => e.id),
+      entries.map((e) => e.orgId),
+      entries.map((e) => e.svcId),
+      entries.map((e) => e.agentId),
+      entries.map((e) => e.actionType),
+      entries.map((e) => e.tool),
+      entries.map((e) => e.capability),
+      entries.map((e) => e.paramsHash),
+      entries.map((e) => (e.params === null ? null : JSON.stringify(e.params))),
+      entries.map((e) => e.approvalId),
+      entries.map((e) => JSON.stringify(e.policies)),
+      entries.map((e) => e.channel),
+    ],
+    'count_and_journal_many',
+  );
+  if (!rows.length) return entries.map(() => ({ ok: false, leaseLost: true }));
+  return rows.map((row) => allowanceOutcome(row, windows, limits));
 }
 
 /** Drops the journal entries of executions whose records exist. */
