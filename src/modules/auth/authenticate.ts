@@ -32,14 +32,26 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
   /** A turn of the org that can be given back while the request waits outside and taken again. */
   function turnOf(orgId: string, first: Admission & { admitted: true }): Turn {
     let current = first;
+    /** The request was answered: its turn is over, even if that happened while it was away. */
+    let ended = false;
     return {
-      release: () => current.release(),
+      release: () => {
+        ended = true;
+        current.release();
+      },
       async away(wait) {
         current.release();
         try {
           return await wait();
         } finally {
-          current = (await scheduler.admit(orgId, true)) as Admission & { admitted: true };
+          // A request can be answered while away: a client that hangs up on an MCP call gets its
+          // answer (499) from the SDK at once. What it still does (its record) then runs without a
+          // turn; taking one back would keep it for good, since nothing would release it again.
+          if (!ended) {
+            const back = (await scheduler.admit(orgId, true)) as Admission & { admitted: true };
+            if (ended) back.release();
+            else current = back;
+          }
         }
       },
     };
