@@ -87,6 +87,15 @@ function pgliteDriver(db: PreparedPGlite): SqlDriver {
   }
 }
 
+/**
+ * The Prisma client over a driver adapter. `errorFormat: 'minimal'`: with any other format every
+ * call captures a stack trace (`new Error()`) to point at its caller in an error's message, a
+ * few percent of an operator read's CPU; our errors are mapped by code, and logs need no code frame.
+ */
+function prismaClient(adapter: PrismaPg | PrismaPGlite, onQuery: DatabaseOptions['onQuery']): PrismaClient {
+  return new PrismaClient({ adapter: onQuery ? observeAdapter(adapter, onQuery) : adapter, errorFormat: 'minimal' });
+}
+
 /** Whether statements named on hot paths are prepared once per connection; turned off for good once a pooler loses one. */
 interface StatementNaming {
   named: boolean;
@@ -247,7 +256,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     pool.on('connect', (client) => client.on('error', () => undefined));
     const sql = postgresDriver(pool, (work) => withPoolClient(pool, work), naming);
     const adapter = new PrismaPg(pool);
-    const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
+    const prisma = prismaClient(adapter, options.onQuery);
     return {
       kind: 'postgresql',
       location: redact(options.databaseUrl),
@@ -284,7 +293,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   }
   // The adapter uses only query, exec and transaction, which the prepared facade answers as PGlite does.
   const adapter = new PrismaPGlite(pglite as unknown as PGlite);
-  const prisma = new PrismaClient({ adapter: options.onQuery ? observeAdapter(adapter, options.onQuery) : adapter });
+  const prisma = prismaClient(adapter, options.onQuery);
   return {
     kind: 'pglite',
     location: dataDir,
