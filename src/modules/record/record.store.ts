@@ -67,51 +67,52 @@ const columns = [
   'created_at',
 ];
 const casts: Record<string, string> = {
-  org_id: '::uuid',
-  seq: '::bigint',
-  params: '::jsonb',
-  reasons: '::jsonb',
-  policies: '::jsonb',
-  status: '::"RecordStatus"',
-  executed: '::boolean',
-  created_at: '::timestamptz',
+  org_id: '::uuid[]',
+  seq: '::bigint[]',
+  params: '::jsonb[]',
+  reasons: '::jsonb[]',
+  policies: '::jsonb[]',
+  status: '::"RecordStatus"[]',
+  executed: '::boolean[]',
+  created_at: '::timestamptz[]',
 };
 
-/** The batch's rows as VALUES, every parameter typed, and the parameters. */
-function recordValues(records: InteractionRecord[], values: unknown[]): string {
-  const rows = records.map((r) => {
-    const row = [
-      r.id,
-      r.orgId,
-      r.seq.toString(),
-      r.svcId,
-      r.agentId,
-      r.actionType,
-      r.tool,
-      r.capability,
-      r.paramsHash,
-      r.params === null ? null : JSON.stringify(r.params),
-      r.status,
-      r.executed,
-      JSON.stringify(r.reasons),
-      r.resultHash,
-      r.approvalId,
-      r.policies === null ? null : JSON.stringify(r.policies),
-      r.channel,
-      r.prevHash,
-      r.recordHash,
-      r.signature,
-      r.keyId,
-      r.createdAt,
-    ];
-    const placeholders = row.map((value, i) => {
-      values.push(value);
-      return `$${values.length}${casts[columns[i]] ?? '::text'}`;
-    });
-    return `(${placeholders.join(', ')})`;
-  });
-  return `VALUES ${rows.join(', ')}`;
+/**
+ * The batch's rows from one array per column: one statement text whatever the batch's size, so
+ * that it is parsed and planned once per connection instead of once per batch size.
+ */
+const batchRows = `SELECT * FROM unnest(${columns.map((column, i) => `$${i + 1}${casts[column] ?? '::text[]'}`).join(', ')})`;
+
+/** The parameters of `batchRows`: each column's values, in the batch's order. */
+function recordColumns(records: InteractionRecord[]): unknown[][] {
+  const rows = records.map((r) => [
+    r.id,
+    r.orgId,
+    r.seq.toString(),
+    r.svcId,
+    r.agentId,
+    r.actionType,
+    r.tool,
+    r.capability,
+    r.paramsHash,
+    r.params === null ? null : JSON.stringify(r.params),
+    r.status,
+    r.executed,
+    JSON.stringify(r.reasons),
+    r.resultHash,
+    r.approvalId,
+    r.policies === null ? null : JSON.stringify(r.policies),
+    r.channel,
+    r.prevHash,
+    r.recordHash,
+    r.signature,
+    r.keyId,
+    r.createdAt,
+  ]);
+  return columns.map((_, i) => rows.map((row) => row[i]));
 }
+
+const HEAD = columns.length;
 
 /** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
 export async function insertRecordsAndAdvanceHead(
@@ -119,15 +120,13 @@ export async function insertRecordsAndAdvanceHead(
   orgId: string,
   records: InteractionRecord[],
 ): Promise<void> {
-  const values: unknown[] = [];
-  const rows = recordValues(records, values);
   const last = records[records.length - 1];
-  values.push(orgId, last.seq.toString(), last.recordHash);
-  const n = values.length;
   await tx.query(
-    `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) ${rows})
-     UPDATE record_chain_heads SET seq = $${n - 1}::bigint, head_hash = $${n}, updated_at = now() WHERE org_id = $${n - 2}::uuid`,
-    values,
+    `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) ${batchRows})
+     UPDATE record_chain_heads SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, updated_at = now()
+     WHERE org_id = $${HEAD + 1}::uuid`,
+    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash],
+    'insert_records_and_advance_head',
   );
 }
 
@@ -143,24 +142,21 @@ export async function appendIfHeadIs(
   expected: ChainHead,
   records: InteractionRecord[],
 ): Promise<boolean> {
-  const values: unknown[] = [];
-  const rows = recordValues(records, values);
   const last = records[records.length - 1];
-  values.push(orgId, last.seq.toString(), last.recordHash, expected.seq.toString(), expected.hash);
-  const n = values.length;
   const [result] = await sql.query<{ advanced: number }>(
     `WITH head AS (
        INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at)
-       VALUES ($${n - 4}::uuid, $${n - 3}::bigint, $${n - 2}, now())
+       VALUES ($${HEAD + 1}::uuid, $${HEAD + 2}::bigint, $${HEAD + 3}, now())
        ON CONFLICT (org_id) DO UPDATE SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, updated_at = now()
-         WHERE h.seq = $${n - 1}::bigint AND h.head_hash = $${n}
+         WHERE h.seq = $${HEAD + 4}::bigint AND h.head_hash = $${HEAD + 5}
        RETURNING 1
      ), appended AS (
        INSERT INTO interaction_records (${columns.join(', ')})
-       SELECT * FROM (${rows}) AS batch WHERE EXISTS (SELECT 1 FROM head)
+       SELECT * FROM (${batchRows}) AS batch WHERE EXISTS (SELECT 1 FROM head)
      )
      SELECT count(*)::int AS advanced FROM head`,
-    values,
+    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, expected.seq.toString(), expected.hash],
+    'append_if_head_is',
   );
   return result.advanced === 1;
 }
