@@ -285,7 +285,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   }
   const sql = pgliteDriver(pglite);
   try {
-    if (shouldMigrate) await migrate(sql);
+    if (shouldMigrate) {
+      await migrate(sql);
+      // A fresh database gets its enums now, after the thread started: `"RecordStatus"[]` and the
+      // like would otherwise be sent as text and fail (a record batch on a first `npm start`).
+      await pglite.refreshArrayTypes();
+    }
   } catch (error) {
     await pglite.close();
     await lock?.release();

@@ -52,6 +52,11 @@ async function main() {
         return runner.statement(request.text, request.params, request.inTransaction);
       case 'exec':
         return runner.script(request.text, request.inTransaction);
+      case 'refreshArrayTypes':
+        // Parameters are written by their type's serializer, which PGlite knows only for the
+        // array types it had read: an array of a type created since would go out as plain text.
+        await pglite.refreshArrayTypes();
+        return arrayTypes(runner);
       case 'dump':
         return (await pglite.dumpDataDir('none')).arrayBuffer();
       case 'close':

@@ -21,6 +21,11 @@ export interface PGliteOnThread extends PreparedPGlite {
   readonly closed: boolean;
   /** The data directory as a tarball (what `loadDataDir` takes back). */
   dumpDataDir(): Promise<Blob>;
+  /**
+   * Learns the array types created since the thread started (the migrations' enums), as PGlite's
+   * own method of that name: until then their arrays can be neither written nor read.
+   */
+  refreshArrayTypes(): Promise<void>;
   close(): Promise<void>;
   /**
    * Ends the thread once it has run what was sent before, as a crash would (tests). Not
@@ -46,6 +51,8 @@ export type ThreadCall =
     }
   | { op: 'exec'; text: string; inTransaction: boolean }
   | { op: 'dump' }
+  /** Reads the database's array types again (after migrations created types) and answers them. */
+  | { op: 'refreshArrayTypes' }
   | { op: 'close' }
   /** Ends the thread where it stands, as a crash would (tests). */
   | { op: 'exit' };
@@ -172,6 +179,9 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
     },
     transaction<T>(work: (tx: PreparedTransaction) => Promise<T>) {
       return lock.runExclusive(() => runTransaction(runner, work));
+    },
+    async refreshArrayTypes() {
+      parsers = parsersFor(await outside(() => send<ArrayType[]>({ op: 'refreshArrayTypes' })));
     },
     async dumpDataDir() {
       const dump = await outside(() => send<ArrayBuffer>({ op: 'dump' }));

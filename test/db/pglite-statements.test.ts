@@ -1,4 +1,5 @@
 import { PGlite, TransactionAbortedError } from '@electric-sql/pglite';
+import { openDatabase } from '../../src/db/database.js';
 import { type PGliteOnThread, startPGliteThread } from '../../src/db/pglite-worker.js';
 
 /**
@@ -184,6 +185,28 @@ test('a dump of the data directory opens again with everything in it', async () 
     expect((await copy.query('SELECT name FROM things WHERE id = $1', [11])).rows).toEqual([{ name: 'kept' }]);
   } finally {
     await copy.close();
+  }
+});
+
+test('an enum created after the thread started: its arrays are written and read once the array types are refreshed', async () => {
+  await db.exec(`CREATE TYPE mood AS ENUM ('calm', 'busy')`);
+  const both = 'SELECT $1::mood[] AS moods';
+  // What PGlite does too: a type it has not read yet has no array serializer, so the array goes out as text.
+  await expect(db.query(both, [['calm', 'busy']])).rejects.toThrow(/malformed array literal/);
+  await db.refreshArrayTypes();
+  expect((await db.query(both, [['calm', 'busy']])).rows).toEqual([{ moods: ['calm', 'busy'] }]);
+  expect((await db.query(both, [['busy']])).rows).toEqual([{ moods: ['busy'] }]);
+});
+
+test('a fresh embedded database: the enums of its migrations work as arrays from the first statement', async () => {
+  const fresh = await openDatabase({ dataDir: 'memory://' });
+  try {
+    const rows = await fresh.sql.query<{ statuses: string[] }>(`SELECT $1::"RecordStatus"[] AS statuses`, [
+      ['approved', 'denied'],
+    ]);
+    expect(rows).toEqual([{ statuses: ['approved', 'denied'] }]);
+  } finally {
+    await fresh.close();
   }
 });
 
