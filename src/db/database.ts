@@ -2,6 +2,7 @@ import { mkdir } from 'node:fs/promises';
 import type { PGlite } from '@electric-sql/pglite';
 import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
+import { clientWithStatementDeadline } from './statement-deadline.js';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { lockDataDir } from './data-dir-lock.js';
@@ -243,7 +244,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       // requests fast instead of queueing them.
       connectionTimeoutMillis: timeoutMs,
       // A statement the server never answers (a network partition) fails; its client is closed.
-      query_timeout: timeoutMs,
+      Client: clientWithStatementDeadline(timeoutMs),
       keepAlive: true,
     });
     // An idle client's error (server restart) must not crash the process; the pool replaces it.
