@@ -10,7 +10,7 @@ import { AppError, serviceUnavailable } from './errors.js';
 import { logUnexpected } from './logger.js';
 import type { Context } from './graphql/context.js';
 import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
-import { createLoaders } from './graphql/loaders.js';
+import { Loaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
 import { serveDocs } from './http/docs.js';
 import { useConsole } from './http/console.js';
@@ -146,15 +146,12 @@ export function createApp({
       error: (...args) => !args.some(isDatabaseUnavailable) && logger.error(args.map(String).join(' ')),
     },
     context({ request, state }): Context {
-      let loaders: Context['loaders'] | undefined;
       return {
         request,
         state,
         services,
-        // Made on first use: gateway calls, most of the traffic, never batch relations.
-        get loaders() {
-          return (loaders ??= createLoaders(services));
-        },
+        // Each loader is made on first use: gateway calls, most of the traffic, batch no relations.
+        loaders: new Loaders(services),
         authenticate: () => authenticate(request, state),
       };
     },

@@ -18,6 +18,7 @@ export interface OrgScopedId {
 }
 
 const scopedKey = ({ orgId, id }: OrgScopedId) => `${orgId}\u0000${id}`;
+const byAgent = { cacheKeyFn: ({ orgId, svcId }: AgentKey) => historyKey(orgId, svcId) };
 
 /** One query per org for the ids asked for in one tick; results in the order of the keys. */
 function byIdLoader<Row extends { id: string }>(load: (orgId: string, ids: string[]) => Promise<Row[]>) {
@@ -35,83 +36,133 @@ function byIdLoader<Row extends { id: string }>(load: (orgId: string, ids: strin
   );
 }
 
-/**
- * Request-scoped DataLoaders: a list of N items asking for the same relation costs one query.
- * Created per request, so nothing is cached across callers or after a write.
- */
-export function createLoaders(services: Services) {
-  const byAgent = { cacheKeyFn: ({ orgId, svcId }: AgentKey) => historyKey(orgId, svcId) };
-  const currentManifest = new DataLoader(async (agents: readonly AgentKey[]) => {
-    const byKey = await services.manifests.currentOf(agents);
-    return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? null);
+/** Manifest versions per agent, none for an agent that has none. */
+function versionsLoader<Version>(load: (agents: readonly AgentKey[]) => Promise<Map<string, Version[]>>) {
+  return new DataLoader(async (agents: readonly AgentKey[]) => {
+    const byKey = await load(agents);
+    return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
   }, byAgent);
-  return {
-    /** Agents' current manifest (active or suspended, else the newest). */
-    currentManifest,
-    /** Agents' budget use this hour and day, against their current manifest's limits. */
-    agentUsage: new DataLoader(async (agents: readonly AgentKey[]) => {
-      const manifests = await currentManifest.loadMany(agents);
-      return services.gateway.usageOf(
-        agents.map((agent, i) => {
-          const manifest = manifests[i];
-          return {
-            ...agent,
-            limits: manifest && !(manifest instanceof Error) ? services.manifests.limitsOf(manifest) : null,
-          };
-        }),
-      );
-    }, byAgent),
-    /** The policies that target each agent. */
-    agentPolicies: new DataLoader((agents: readonly AgentKey[]) => services.policies.forAgents(agents), byAgent),
-    manifestHistory: new DataLoader(
-      async (agents: readonly { orgId: string; svcId: string }[]) => {
-        const byKey = await services.manifests.historyOf(agents);
-        return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
-      },
-      { cacheKeyFn: ({ orgId, svcId }) => historyKey(orgId, svcId) },
-    ),
-    /** A page of deliveries per webhook: one query per distinct filter, whatever the number of webhooks. */
-    webhookDeliveries: new DataLoader(
-      async (keys: readonly DeliveriesKey[]) => {
-        const groups = new Map<string, DeliveriesKey[]>();
-        for (const key of keys) {
-          const group = groups.get(filterKey(key)) ?? [];
-          group.push(key);
-          groups.set(filterKey(key), group);
-        }
-        const pages = new Map<string, Map<string, ListPage<WebhookDelivery>> | Error>();
-        await Promise.all(
-          [...groups].map(async ([filter, group]) => {
-            try {
-              pages.set(
-                filter,
-                await services.webhooks.deliveriesOf([...new Set(group.map((k) => k.webhookId))], group[0]),
-              );
-            } catch (error) {
-              pages.set(filter, error as Error);
-            }
-          }),
-        );
-        return keys.map((key) => {
-          const byWebhook = pages.get(filterKey(key))!;
-          return byWebhook instanceof Error ? byWebhook : byWebhook.get(key.webhookId)!;
-        });
-      },
-      { cacheKeyFn: (key) => `${key.webhookId}\u0000${filterKey(key)}` },
-    ),
-    /** Audit actors that are users. */
-    userById: byIdLoader((orgId, ids) => services.users.byIds(orgId, ids)),
-    /** Approvals that records name. */
-    approvalById: byIdLoader((orgId, ids) => services.approvals.byIds(orgId, ids)),
-    /** Every approved version of an agent's manifest, oldest approval first (records' `manifest`). */
-    approvedManifests: new DataLoader(
-      async (agents: readonly { orgId: string; svcId: string }[]) => {
-        const byKey = await services.manifests.approvedOf(agents);
-        return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? []);
-      },
-      { cacheKeyFn: ({ orgId, svcId }) => historyKey(orgId, svcId) },
-    ),
-  };
 }
 
-export type Loaders = ReturnType<typeof createLoaders>;
+/**
+ * Request-scoped DataLoaders: a list of N items asking for the same relation costs one query.
+ * Created per request, so nothing is cached across callers or after a write. Each loader is made
+ * on first use: most requests use none or one, and the context is copied by spreading, which
+ * would call a getter of the context itself (the loaders' getters are the prototype's, not copied).
+ */
+export class Loaders {
+  readonly #services: Services;
+  readonly #made = new Map<string, unknown>();
+
+  constructor(services: Services) {
+    this.#services = services;
+  }
+
+  #once<T>(name: string, make: (services: Services) => T): T {
+    let loader = this.#made.get(name) as T | undefined;
+    if (loader === undefined) {
+      loader = make(this.#services);
+      this.#made.set(name, loader);
+    }
+    return loader;
+  }
+
+  /** Agents' current manifest (active or suspended, else the newest). */
+  get currentManifest() {
+    return this.#once(
+      'currentManifest',
+      (services) =>
+        new DataLoader(async (agents: readonly AgentKey[]) => {
+          const byKey = await services.manifests.currentOf(agents);
+          return agents.map(({ orgId, svcId }) => byKey.get(historyKey(orgId, svcId)) ?? null);
+        }, byAgent),
+    );
+  }
+
+  /** Agents' budget use this hour and day, against their current manifest's limits. */
+  get agentUsage() {
+    return this.#once(
+      'agentUsage',
+      (services) =>
+        new DataLoader(async (agents: readonly AgentKey[]) => {
+          const manifests = await this.currentManifest.loadMany(agents);
+          return services.gateway.usageOf(
+            agents.map((agent, i) => {
+              const manifest = manifests[i];
+              return {
+                ...agent,
+                limits: manifest && !(manifest instanceof Error) ? services.manifests.limitsOf(manifest) : null,
+              };
+            }),
+          );
+        }, byAgent),
+    );
+  }
+
+  /** The policies that target each agent. */
+  get agentPolicies() {
+    return this.#once(
+      'agentPolicies',
+      (services) => new DataLoader((agents: readonly AgentKey[]) => services.policies.forAgents(agents), byAgent),
+    );
+  }
+
+  get manifestHistory() {
+    return this.#once('manifestHistory', (services) =>
+      versionsLoader((agents) => services.manifests.historyOf(agents)),
+    );
+  }
+
+  /** A page of deliveries per webhook: one query per distinct filter, whatever the number of webhooks. */
+  get webhookDeliveries() {
+    return this.#once(
+      'webhookDeliveries',
+      (services) =>
+        new DataLoader(
+          async (keys: readonly DeliveriesKey[]) => {
+            const groups = new Map<string, DeliveriesKey[]>();
+            for (const key of keys) {
+              const group = groups.get(filterKey(key)) ?? [];
+              group.push(key);
+              groups.set(filterKey(key), group);
+            }
+            const pages = new Map<string, Map<string, ListPage<WebhookDelivery>> | Error>();
+            await Promise.all(
+              [...groups].map(async ([filter, group]) => {
+                try {
+                  pages.set(
+                    filter,
+                    await services.webhooks.deliveriesOf([...new Set(group.map((k) => k.webhookId))], group[0]),
+                  );
+                } catch (error) {
+                  pages.set(filter, error as Error);
+                }
+              }),
+            );
+            return keys.map((key) => {
+              const byWebhook = pages.get(filterKey(key))!;
+              return byWebhook instanceof Error ? byWebhook : byWebhook.get(key.webhookId)!;
+            });
+          },
+          { cacheKeyFn: (key) => `${key.webhookId}\u0000${filterKey(key)}` },
+        ),
+    );
+  }
+
+  /** Audit actors that are users. */
+  get userById() {
+    return this.#once('userById', (services) => byIdLoader((orgId, ids) => services.users.byIds(orgId, ids)));
+  }
+
+  /** Approvals that records name. */
+  get approvalById() {
+    return this.#once('approvalById', (services) => byIdLoader((orgId, ids) => services.approvals.byIds(orgId, ids)));
+  }
+
+  /** Every approved version of an agent's manifest, oldest approval first (records' `manifest`). */
+  get approvedManifests() {
+    return this.#once('approvedManifests', (services) =>
+      versionsLoader((agents) => services.manifests.approvedOf(agents)),
+    );
+  }
+}
