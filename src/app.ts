@@ -131,6 +131,10 @@ export function createApp({
     schema,
     graphqlEndpoint: GRAPHQL_ENDPOINT,
     parserAndValidationCache: boundedDocumentCaches(),
+    // MAX_BODY_BYTES is enforced for every route before yoga (useRequestLifecycle). Yoga's own
+    // limit piped each body through a stream transform whose objects outlived two young-generation
+    // collections: 12 KB promoted per GraphQL request (docs/decisions/0057-young-garbage.md).
+    maxRequestBodySize: false,
     landingPage: false,
     // Served by useGraphiQLPage: rendered and compressed once, cacheable.
     graphiql: false,

@@ -117,6 +117,34 @@ describe('request errors', () => {
     expect((await streamed.json()).error.code).toBe('PAYLOAD_TOO_LARGE');
   });
 
+  test("/graphql: a body over 1 MiB is 413 too, with or without Content-Length (our limit, not yoga's)", async () => {
+    const big = JSON.stringify({ query: `{ __typename }${' '.repeat(1024 * 1024)}` });
+    const declared = await t.app.yoga.fetch('http://localhost/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': String(big.length) },
+      body: big,
+    });
+    expect(declared.status).toBe(413);
+    expect((await declared.json()).error.code).toBe('PAYLOAD_TOO_LARGE');
+    const chunks = new TextEncoder().encode(big);
+    const streamed = await t.app.yoga.fetch('http://localhost/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: new ReadableStream({
+        start(controller) {
+          for (let i = 0; i < chunks.length; i += 65536) controller.enqueue(chunks.slice(i, i + 65536));
+          controller.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    expect(streamed.status).toBe(413);
+    expect((await streamed.json()).error.code).toBe('PAYLOAD_TOO_LARGE');
+    // Just under the limit is a GraphQL request like any other.
+    const fits = await t.graphql(`{ __typename }${' '.repeat(1024 * 1024 - 200)}`);
+    expect(fits.body.data).toEqual({ __typename: 'Query' });
+  });
+
   test('credentials are checked before the body: an anonymous invalid body is 401, not 422', async () => {
     const org = await signUp(t);
     const missing = await t.request('POST', `/api/v1/orgs/${org.orgId}/users`, { body: {} });

@@ -10,7 +10,7 @@ import pg from 'pg';
  * two young-generation collections and was promoted with everything it reached (the request's
  * objects too): 3 MB per scavenge under 500 executes a second, scavenges of 6 to 9 ms instead of
  * about 2, and those pauses made the p99. Here each query is built with its final callback, so
- * nothing of it is reassigned. docs/decisions/0057-statement-deadline.md has the measurements.
+ * nothing of it is reassigned. docs/decisions/0057-young-garbage.md has the measurements.
  */
 export function clientWithStatementDeadline(timeoutMs: number): typeof pg.Client {
   return class StatementDeadlineClient extends pg.Client {

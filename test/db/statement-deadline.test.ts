@@ -1,13 +1,9 @@
 /**
  * Every statement sent to PostgreSQL has a deadline (DATABASE_TIMEOUT_MS): one the server never
  * answers fails as the database being unavailable, and its connection is dropped so that the next
- * statements get a working one. And the deadline costs the garbage collector nothing: a statement's
- * objects die young (src/db/statement-deadline.ts says what node-postgres' own `query_timeout` did).
+ * statements get a working one. (What the deadline costs the garbage collector: young-garbage.test.ts.)
  */
-import { execFile } from 'node:child_process';
 import net, { type AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { isDatabaseUnavailable } from '../../src/db/unavailable.js';
 import { backend, createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -106,51 +102,5 @@ describe('a statement the server never answers', () => {
       }
     },
     60_000,
-  );
-});
-
-describe("the deadline and the garbage collector (the pool's clients)", () => {
-  /**
-   * Bytes that young-generation collections promoted while `statements` statements ran one after
-   * another in a process of its own, with a 1 MB young generation so that it collects often.
-   */
-  async function promotedPerStatement(form: 'statement' | 'transaction', statements: number) {
-    const { stdout } = await promisify(execFile)(
-      process.execPath,
-      [
-        '--max-semi-space-size=1',
-        '--trace-gc-nvp',
-        fileURLToPath(new URL('../support/statement-garbage.mjs', import.meta.url)),
-      ],
-      {
-        env: {
-          ...process.env,
-          NODE_OPTIONS: '',
-          DATABASE_URL: database!.url,
-          STATEMENT_FORM: form,
-          STATEMENTS: String(statements),
-        },
-        maxBuffer: 64 * 1024 * 1024,
-        timeout: 120_000,
-      },
-    );
-    const lines = stdout.split('\n');
-    const counted = lines.slice(lines.indexOf('START') + 1, lines.indexOf('END'));
-    const scavenges = counted.filter((line) => / gc=s /.test(line));
-    const promoted = scavenges.reduce((sum, line) => sum + Number(/ promoted=(\d+)/.exec(line)![1]), 0);
-    return { scavenges: scavenges.length, perStatement: promoted / statements };
-  }
-
-  // With node-postgres' query_timeout, each statement promoted 0.5 to 1 KB (its objects and those
-  // it reached): 960 bytes alone, 515 in a transaction. Now a few bytes.
-  onPostgres.each(['statement', 'transaction'] as const)(
-    'a %s sent through the pool leaves nothing for the old generation',
-    async (form) => {
-      const { scavenges, perStatement } = await promotedPerStatement(form, 10_000);
-      // Enough collections for the figure to mean something.
-      expect(scavenges).toBeGreaterThan(50);
-      expect(perStatement).toBeLessThan(100);
-    },
-    180_000,
   );
 });
