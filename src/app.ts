@@ -12,6 +12,7 @@ import type { Context } from './graphql/context.js';
 import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
 import { Loaders } from './graphql/loaders.js';
 import { schema } from './graphql/schema.js';
+import { useScopeCacheRelease } from './graphql/scope-cache.js';
 import { serveDocs } from './http/docs.js';
 import { useConsole } from './http/console.js';
 import { useGraphiQLPage } from './http/graphiql-page.js';
@@ -175,6 +176,7 @@ export function createApp({
       useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
       useRequestLifecycle({ logger, telemetry, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
       useGraphQlGuard(services),
+      useScopeCacheRelease(),
       useGraphiQLPage(),
       useConsole(),
       {

@@ -61,8 +61,12 @@ describe("statements through the pool's clients (PostgreSQL)", () => {
 });
 
 describe('requests through the service', () => {
-  async function promotedPerRequest(request: { method: string; path: string; body?: unknown }) {
-    const stdout = await run(['--expose-gc', support('request-garbage.mjs')], { REQUEST: JSON.stringify(request) });
+  // Without allocation-site pretenuring: V8 decides it from what earlier rounds promoted, which
+  // would let one round's figure move the next.
+  async function promotedPerRequest(request: { method: string; path: string; body?: unknown; operator?: boolean }) {
+    const stdout = await run(['--expose-gc', '--no-allocation-site-pretenuring', support('request-garbage.mjs')], {
+      REQUEST: JSON.stringify(request),
+    });
     const { perRequest } = JSON.parse(stdout.trim().split('\n').pop()!) as { perRequest: number[] };
     // The median round: one round may include a young collection the harness did not ask for.
     return [...perRequest].sort((a, b) => a - b)[Math.floor(perRequest.length / 2)];
@@ -74,5 +78,18 @@ describe('requests through the service', () => {
   test('a GraphQL POST leaves under 2 KB a request for the old generation', async () => {
     const promoted = await promotedPerRequest({ method: 'POST', path: '/graphql', body: { query: '{ __typename }' } });
     expect(promoted).toBeLessThan(2048);
+  }, 120_000);
+
+  // Pothos' scope-auth cache and the context pointed at each other through a WeakMap, which a
+  // young collection keeps: 16.2 KB a read on the embedded database, 10.1 KB once the cache is
+  // released when the result is complete (scope-cache.ts). The rest is not ours (0057).
+  test("an operator's GraphQL read leaves under 13 KB a request for the old generation", async () => {
+    const promoted = await promotedPerRequest({
+      method: 'POST',
+      path: '/graphql',
+      body: { query: '{ organization(org_id: "ORG") { name slug } }' },
+      operator: true,
+    });
+    expect(promoted).toBeLessThan(13 * 1024);
   }, 120_000);
 });
