@@ -117,6 +117,8 @@ export function startService(port: number, options: ServiceOptions): Service {
     child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   const base = `http://127.0.0.1:${port}`;
+  let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  void exited.then((e) => (exit = e));
   const service: Service = {
     child,
     port,
@@ -126,7 +128,20 @@ export function startService(port: number, options: ServiceOptions): Service {
     stderr,
     exited,
     output: () => `--- stdout ---\n${[...stdout, pending].join('\n')}\n--- stderr ---\n${stderr.join('')}`,
-    request: (method, path, requestOptions) => httpRequest(base, method, path, requestOptions),
+    async request(method, path, requestOptions) {
+      try {
+        return await httpRequest(base, method, path, requestOptions);
+      } catch (error) {
+        // A refused or cut connection: whether this process is still the one on the port, and what it wrote.
+        const state = exit ? `exited (code ${exit.code}, signal ${exit.signal})` : `running (pid ${child.pid})`;
+        throw new Error(
+          `${method} ${path} on ${base}: ${String(error)}; the service is ${state}\n${service.output().slice(-4000)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+    },
   };
   running.add(service);
   void exited.then(() => running.delete(service));
