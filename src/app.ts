@@ -260,6 +260,11 @@ export function createApp({
     runPeriodic(() => services.tools.sweepDefinitions(), 'tool definitions refresh failed');
   }, Math.min(env.mcpUpstreamRefreshSeconds, DEFINITIONS_SWEEP_MAX_SECONDS) * 1000);
   definitionsSweep.unref();
+  // Signs a checkpoint of each org whose record tree grew; every process may run it (a lock per org).
+  const checkpointSweep = setInterval(() => {
+    runPeriodic(() => services.records.log.publishDue(), 'checkpoint sweep failed');
+  }, Math.max(1, env.checkpointSeconds) * 1000);
+  checkpointSweep.unref();
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
   webhookDispatcher.start();
@@ -282,6 +287,7 @@ export function createApp({
       clearInterval(maintenance);
       clearInterval(approvalSweep);
       clearInterval(definitionsSweep);
+      clearInterval(checkpointSweep);
       cache.stop();
       await ready.catch(() => undefined);
       await Promise.all([webhookDispatcher.stop(), services.journal.stop(), services.tools.close(), ...periodicWork]);

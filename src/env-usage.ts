@@ -38,6 +38,10 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   },
   SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
+  CHECKPOINT_SECONDS: {
+    default: '10',
+    meaning: 'at most one signed checkpoint of an org’s records per this many seconds; 0: on demand',
+  },
   MCP_UPSTREAM_REFRESH_SECONDS: {
     default: '300',
     meaning: 'how often mcp tools read their upstream tool definitions again',

@@ -51,6 +51,11 @@ export interface Env {
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
+  /**
+   * At most one signed checkpoint of an org's record tree per this many seconds, while it grows
+   * (docs/decisions/0059-records-as-a-transparency-log.md); 0: whenever it grew and one is needed.
+   */
+  checkpointSeconds: number;
   /** How often each mcp tool's upstream definitions are read again (docs/decisions/0050-upstream-tool-definitions.md). */
   mcpUpstreamRefreshSeconds: number;
   /** How often the webhook dispatcher looks for due deliveries. */
@@ -265,6 +270,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     oauthClientMetadataLoopback: source.OAUTH_CLIENT_METADATA_LOOPBACK === 'true',
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
+    checkpointSeconds: integer(source, 'CHECKPOINT_SECONDS', 10, 0),
     mcpUpstreamRefreshSeconds: integer(source, 'MCP_UPSTREAM_REFRESH_SECONDS', 300, 1),
     webhookPollMs: integer(source, 'WEBHOOK_POLL_MS', 500, 10),
     webhookRetryBaseMs: integer(source, 'WEBHOOK_RETRY_BASE_MS', 2000, 1),

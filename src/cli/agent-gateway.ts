@@ -14,7 +14,7 @@ import type { JWK } from 'jose';
 import { verifyExport, type VerifyResult } from '../modules/record/record-export.js';
 
 const usage = `Usage: agent-gateway verify <export.jsonl> [--jwks <jwks.json>]
-       agent-gateway rotate-keys [record|capability|session|oauth|all]
+       agent-gateway rotate-keys [record|capability|session|oauth|checkpoint|all]
        agent-gateway reencrypt
 
 Verifies a records export of Agent Gateway (GET /api/v1/records/export) offline: the signed
@@ -108,7 +108,7 @@ async function verify(args: string[]): Promise<number> {
   return 1;
 }
 
-const purposes = ['record', 'capability', 'session', 'oauth'] as const;
+const purposes = ['record', 'capability', 'session', 'oauth', 'checkpoint'] as const;
 
 async function rotateKeys(args: string[]): Promise<number> {
   if (args.length > 1 || (args[0] && args[0] !== 'all' && !purposes.includes(args[0] as never))) {

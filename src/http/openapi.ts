@@ -150,10 +150,17 @@ function streamOperation(route: StreamRoute): Json {
     ],
     responses: {
       '200': {
-        description: 'Streamed as it is read from the database (chunked transfer encoding)',
+        description: route.whole?.description ?? 'Streamed as it is read from the database (chunked transfer encoding)',
         headers: {
           ...rateLimitHeaders,
-          'Content-Disposition': { description: 'attachment; filename="…"', schema: { type: 'string' } },
+          ...(route.whole
+            ? Object.fromEntries(
+                Object.entries(route.whole.headers).map(([name, description]) => [
+                  name,
+                  { description, schema: { type: 'string' } },
+                ]),
+              )
+            : { 'Content-Disposition': { description: 'attachment; filename="…"', schema: { type: 'string' } } }),
         },
         content: Object.fromEntries(
           Object.entries(route.media).map(([type, description]) => [type, { schema: { type: 'string', description } }]),

@@ -58,6 +58,13 @@ export interface StreamRoute {
   query: readonly StreamParam[];
   /** Media types of the 200 response and what each holds. */
   media: Record<string, string>;
+  /**
+   * A response built whole rather than streamed as an attachment: its 200 has this description
+   * and these headers (besides the rate-limit ones) instead of Content-Disposition.
+   */
+  whole?: { description: string; headers: Record<string, string> };
+  /** Error statuses beyond those every route has (as RestRoute's). */
+  extraErrors?: RestRoute['extraErrors'];
   /** Validates (throwing AppErrors, answered in the usual envelopes) and returns the streamed response. */
   handle(call: StreamCall): Promise<Response>;
 }

@@ -22,7 +22,7 @@ import {
  * stay for verification. With KEY_ENCRYPTION_KEY set, private keys are sealed at rest (secret-box.ts).
  */
 
-export type KeyPurpose = 'session' | 'capability' | 'record' | 'oauth';
+export type KeyPurpose = 'session' | 'capability' | 'record' | 'oauth' | 'checkpoint';
 
 export interface SigningKey {
   kid: string;

@@ -12,6 +12,7 @@ import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { REASON_CODES } from '../gateway/decision.js';
 import type { RecordBody, RecordedPolicy } from './record-chain.js';
 import { exportLineOf, type RecordExportFilter } from './record.service.js';
+import type { ConsistencyProof, InclusionProof, RecordCheckpoint } from './record-log.js';
 
 const RecordStatusEnum = builder.enumType('RecordStatus', { values: ['approved', 'denied'] as const });
 
@@ -252,4 +253,149 @@ streamRoute({
     const stamp = header.exported_at.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
     return streamResponse(call, lines(), 'application/x-ndjson; charset=utf-8', `records-${call.orgId}-${stamp}.jsonl`);
   },
+});
+
+// The records as a transparency log (docs/decisions/0059-records-as-a-transparency-log.md).
+
+const RecordCheckpointRef = builder.objectRef<RecordCheckpoint>('RecordCheckpoint').implement({
+  description:
+    "A signed checkpoint of the organization's Merkle tree of records: C2SP tlog-checkpoint text in a C2SP signed note.",
+  fields: (t) => ({
+    origin: t.exposeString('origin', { description: '`<PUBLIC_URL host>/orgs/<org_id>`, also the key name.' }),
+    tree_size: t.exposeInt('tree_size', { description: 'How many records (leaves) the tree has.' }),
+    root_hash: t.exposeString('root_hash', { description: 'The RFC 9162 root hash, base64.' }),
+    note: t.exposeString('note', { description: 'The signed note, exactly as GET /records/checkpoint serves it.' }),
+    key_id: t.exposeString('key_id', { description: 'The checkpoint signing key.' }),
+    created_at: t.expose('created_at', { type: 'Timestamp' }),
+  }),
+});
+
+const CheckpointVerifierRef = builder
+  .objectRef<{ verifier_key: string; verifier_keys: string[] }>('CheckpointVerifier')
+  .implement({
+    fields: (t) => ({
+      verifier_key: t.exposeString('verifier_key', {
+        description:
+          'The active key in the note verifier-key form: `<name>+<hex key hash>+<base64 of 0x01 ‖ public key>`.',
+      }),
+      verifier_keys: t.exposeStringList('verifier_keys', {
+        description: 'Every checkpoint key, retired ones included (newest first): older checkpoints verify with them.',
+      }),
+    }),
+  });
+
+const InclusionProofRef = builder.objectRef<InclusionProof>('RecordInclusionProof').implement({
+  description: 'RFC 9162 §2.1.3 inclusion proof of a record (leaf index = seq − 1).',
+  fields: (t) => ({
+    record_id: t.exposeID('record_id'),
+    leaf_index: t.exposeInt('leaf_index'),
+    tree_size: t.exposeInt('tree_size'),
+    root_hash: t.exposeString('root_hash', { description: 'Base64.' }),
+    hashes: t.exposeStringList('hashes', { description: 'The audit path, leaf first, base64.' }),
+  }),
+});
+
+const ConsistencyProofRef = builder.objectRef<ConsistencyProof>('RecordConsistencyProof').implement({
+  description: 'RFC 9162 §2.1.4 consistency proof between two tree sizes.',
+  fields: (t) => ({
+    from: t.exposeInt('from'),
+    to: t.exposeInt('to'),
+    hashes: t.exposeStringList('hashes', { description: 'Base64.' }),
+  }),
+});
+
+builder.queryField('record_checkpoint', (t) =>
+  t.field({
+    type: RecordCheckpointRef,
+    description: "The latest signed checkpoint of the caller's organization's record tree.",
+    authScopes: { own: 'log:read' },
+    resolve: (_, __, ctx) => ctx.services.records.log.checkpoint(principalOf(ctx).orgId),
+  }),
+);
+
+streamRoute({
+  operationId: 'record_checkpoint_note',
+  method: 'GET',
+  path: '/records/checkpoint',
+  tag,
+  summary: "The latest signed checkpoint of the caller's organization's record tree (C2SP tlog-checkpoint)",
+  description:
+    'A C2SP signed note holding a C2SP tlog-checkpoint: the origin line `<PUBLIC_URL host>/orgs/<org_id>`, the tree ' +
+    'size, the base64 RFC 9162 root hash, a blank line, then an Ed25519 signature line. A new one is signed at most ' +
+    'every CHECKPOINT_SECONDS while the tree grows. 404 before the first record.',
+  auth: ['bearer', 'apiKey'],
+  action: 'log:read',
+  query: [],
+  media: { 'text/plain': 'The signed note' },
+  whole: {
+    description: 'The latest checkpoint as a signed note',
+    headers: { 'X-Tree-Size': 'The tree size of the checkpoint' },
+  },
+  extraErrors: ['404'],
+  async handle(call) {
+    const { note, tree_size } = await call.services.records.log.checkpoint(call.orgId);
+    return new Response(note, {
+      status: 200,
+      headers: {
+        'Content-Type': 'text/plain; charset=utf-8',
+        'Cache-Control': 'no-store',
+        'X-Tree-Size': String(tree_size),
+      },
+    });
+  },
+});
+
+builder.queryField('record_checkpoint_verifier', (t) =>
+  t.field({
+    type: CheckpointVerifierRef,
+    description: "The keys that verify the caller's organization's checkpoints, in the note verifier-key form.",
+    authScopes: { own: 'log:read' },
+    resolve: (_, __, ctx) => ctx.services.records.log.verifiers(principalOf(ctx).orgId),
+  }),
+);
+restRoute('Query.record_checkpoint_verifier', {
+  method: 'GET',
+  path: '/records/checkpoint/verifier',
+  tag,
+  summary: 'The verifier keys of the checkpoints (note verifier-key form)',
+  auth: ['bearer', 'apiKey'],
+});
+
+builder.queryField('record_proof', (t) =>
+  t.field({
+    type: InclusionProofRef,
+    description:
+      'RFC 9162 inclusion proof of a record in the tree of `tree_size` records (default: the latest checkpoint). ' +
+      'Sizes beyond the latest checkpoint are 422.',
+    args: { record_id: t.arg.id({ required: true }), tree_size: t.arg.int() },
+    authScopes: { own: 'log:read' },
+    resolve: (_, args, ctx) =>
+      ctx.services.records.log.inclusion(principalOf(ctx).orgId, String(args.record_id), args.tree_size),
+  }),
+);
+restRoute('Query.record_proof', {
+  method: 'GET',
+  path: '/records/:record_id/proof',
+  tag,
+  summary: 'Inclusion proof of a record at a tree size (RFC 9162)',
+  auth: ['bearer', 'apiKey'],
+});
+
+builder.queryField('record_consistency', (t) =>
+  t.field({
+    type: ConsistencyProofRef,
+    description:
+      'RFC 9162 consistency proof that the tree of `to` records extends the tree of `from`. ' +
+      'Sizes beyond the latest checkpoint are 422.',
+    args: { from: t.arg.int({ required: true }), to: t.arg.int({ required: true }) },
+    authScopes: { own: 'log:read' },
+    resolve: (_, args, ctx) => ctx.services.records.log.consistency(principalOf(ctx).orgId, args.from, args.to),
+  }),
+);
+restRoute('Query.record_consistency', {
+  method: 'GET',
+  path: '/records/consistency',
+  tag,
+  summary: 'Consistency proof between two tree sizes (RFC 9162)',
+  auth: ['bearer', 'apiKey'],
 });

@@ -21,6 +21,8 @@ import {
   type RecordBody,
   type RecordedPolicy,
 } from './record-chain.js';
+import { MerkleFrontier, recordLeafHash } from './merkle.js';
+import { createRecordLog } from './record-log.js';
 import { RECORDS_EXPORT_FORMAT, signHeader, type ExportHeader, type ExportRecordLine } from './record-export.js';
 import { randomId } from '../../lib/ids.js';
 import {
@@ -129,7 +131,14 @@ export function bodyOf(record: InteractionRecord): RecordBody {
   };
 }
 
-export function createRecordService({ db, keys, telemetry }: Deps) {
+/** Records signed on a head, and the head after them. */
+interface SignedBatch {
+  records: InteractionRecord[];
+  head: ChainHead;
+}
+
+export function createRecordService(deps: Deps) {
+  const { db, keys, telemetry } = deps;
   interface Pending {
     id: string;
     entry: NewRecord;
@@ -198,10 +207,10 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     // Outside any transaction: on PGlite a second query path would wait for the transaction's connection.
     const key = await keys.activeKey('record');
     const items = batch.map((queued) => queued.item);
-    const records = (await appendOptimistically(orgId, items, key)) ?? (await appendLocked(orgId, items, key));
-    const last = records[records.length - 1];
+    const { records, head } =
+      (await appendOptimistically(orgId, items, key)) ?? (await appendLocked(orgId, items, key));
     if (knownHeads.size >= 10_000) knownHeads.clear();
-    knownHeads.set(orgId, { seq: last.seq, hash: last.recordHash });
+    knownHeads.set(orgId, head);
     batch.forEach((queued, i) => queued.resolve(records[i]));
   }
 
@@ -210,23 +219,23 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     orgId: string,
     items: Pending[],
     key: SigningKey,
-  ): Promise<InteractionRecord[] | undefined> {
+  ): Promise<SignedBatch | undefined> {
     for (let attempt = 0; attempt < OPTIMISTIC_ATTEMPTS; attempt++) {
       const head = knownHeads.get(orgId) ?? (await readChainHead(db.sql, orgId));
-      const records = signedBatch(orgId, head, items, key);
+      const signed = signedBatch(orgId, head, items, key);
       knownHeads.delete(orgId);
-      if (await appendIfHeadIs(db.sql, orgId, head, records)) return records;
+      if (await appendIfHeadIs(db.sql, orgId, head, signed.records, signed.head.frontier)) return signed;
     }
     return undefined;
   }
 
   /** The batch appended under the lock of the org's chain head, whoever else is appending. */
-  function appendLocked(orgId: string, items: Pending[], key: SigningKey): Promise<InteractionRecord[]> {
+  function appendLocked(orgId: string, items: Pending[], key: SigningKey): Promise<SignedBatch> {
     return db.sql.transaction(async (tx) => {
       const head = await lockChainHead(tx, orgId);
-      const records = signedBatch(orgId, head, items, key);
-      await insertRecordsAndAdvanceHead(tx, orgId, records);
-      return records;
+      const signed = signedBatch(orgId, head, items, key);
+      await insertRecordsAndAdvanceHead(tx, orgId, signed.records, signed.head.frontier);
+      return signed;
     });
   }
 
@@ -235,10 +244,14 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     return ids.length ? existingRecordIds(db.sql, ids) : new Set();
   }
 
-  /** The batch's records, chained from `head` and signed: the statements append them as they are. */
-  function signedBatch(orgId: string, head: ChainHead, batch: Pending[], key: SigningKey): InteractionRecord[] {
+  /**
+   * The batch's records, chained from `head`, signed, each with the tree nodes its leaf completes;
+   * and the head after them. The statements append them as they are.
+   */
+  function signedBatch(orgId: string, head: ChainHead, batch: Pending[], key: SigningKey): SignedBatch {
     let seq = head.seq;
     let prevHash = head.hash;
+    const tree = MerkleFrontier.of(head.seq, head.frontier);
     const records: InteractionRecord[] = [];
     for (const { id, entry, storeParams } of batch) {
       seq += 1n;
@@ -265,6 +278,7 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
         key_id: key.kid,
       };
       const recordHash = recordHashOf(body);
+      const completed = tree.append(recordLeafHash(recordHash));
       records.push({
         id,
         orgId,
@@ -286,12 +300,13 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),
+        treeNodes: completed.length ? Buffer.concat(completed) : null,
         keyId: key.kid,
         createdAt,
       });
       prevHash = recordHash;
     }
-    return records;
+    return { records, head: { seq, hash: prevHash, frontier: tree.packed() } };
   }
 
   async function get(orgId: string, recordId: string) {
@@ -397,7 +412,10 @@ export function createRecordService({ db, keys, telemetry }: Deps) {
     return { header, batches: batches() };
   }
 
-  return { append, existing, get, list, verify, exportRecords };
+  /** Checkpoints and proofs of the org's record tree. */
+  const log = createRecordLog(deps, get);
+
+  return { append, existing, get, list, verify, exportRecords, log };
 }
 
 export type RecordService = ReturnType<typeof createRecordService>;

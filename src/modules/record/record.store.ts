@@ -8,24 +8,37 @@ import { GENESIS_HASH } from './record-chain.js';
  * and recovery need.
  */
 
-/** The seq and hash of the org's last record: seq 0 and the genesis hash before its first. */
+/**
+ * The seq and hash of the org's last record (seq 0 and the genesis hash before its first), and the
+ * right edge of its Merkle tree there (merkle.ts: the packed roots of the complete subtrees).
+ */
 export interface ChainHead {
   seq: bigint;
   hash: string;
+  frontier: Buffer;
 }
 
-const headOf = (row: { seq: string; head_hash: string } | undefined): ChainHead =>
-  row ? { seq: BigInt(row.seq), hash: row.head_hash } : { seq: 0n, hash: GENESIS_HASH };
+interface HeadRow {
+  seq: string;
+  head_hash: string;
+  tree_frontier: Uint8Array;
+}
+
+const headOf = (row: HeadRow | undefined): ChainHead =>
+  row
+    ? { seq: BigInt(row.seq), hash: row.head_hash, frontier: Buffer.from(row.tree_frontier) }
+    : { seq: 0n, hash: GENESIS_HASH, frontier: Buffer.alloc(0) };
 
 /**
  * Creates the org's head on its first record and locks it, in one statement: a no-op update of an
  * existing head takes the row lock like SELECT … FOR UPDATE. Held until the transaction ends.
  */
 export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<ChainHead> {
-  const [head] = await tx.query<{ seq: string; head_hash: string }>(
-    `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, 0, $2, now())
+  const [head] = await tx.query<HeadRow>(
+    `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, tree_frontier, updated_at)
+     VALUES ($1::uuid, 0, $2, '\\x'::bytea, now())
      ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
-     RETURNING h.seq::text AS seq, h.head_hash`,
+     RETURNING h.seq::text AS seq, h.head_hash, h.tree_frontier`,
     [orgId, GENESIS_HASH],
     'lock_chain_head',
   );
@@ -34,8 +47,8 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<C
 
 /** The org's chain head as committed, without locking it. */
 export async function readChainHead(sql: SqlConnection, orgId: string): Promise<ChainHead> {
-  const [head] = await sql.query<{ seq: string; head_hash: string }>(
-    'SELECT seq::text AS seq, head_hash FROM record_chain_heads WHERE org_id = $1::uuid',
+  const [head] = await sql.query<HeadRow>(
+    'SELECT seq::text AS seq, head_hash, tree_frontier FROM record_chain_heads WHERE org_id = $1::uuid',
     [orgId],
     'read_chain_head',
   );
@@ -63,6 +76,7 @@ const columns = [
   'prev_hash',
   'record_hash',
   'signature',
+  'tree_nodes',
   'key_id',
   'created_at',
 ];
@@ -75,6 +89,7 @@ const casts: Record<string, string> = {
   status: '::"RecordStatus"[]',
   executed: '::boolean[]',
   created_at: '::timestamptz[]',
+  tree_nodes: '::bytea[]',
 };
 
 /**
@@ -106,6 +121,7 @@ function recordColumns(records: InteractionRecord[]): unknown[][] {
     r.prevHash,
     r.recordHash,
     r.signature,
+    r.treeNodes,
     r.keyId,
     r.createdAt,
   ]);
@@ -119,13 +135,15 @@ export async function insertRecordsAndAdvanceHead(
   tx: SqlConnection,
   orgId: string,
   records: InteractionRecord[],
+  frontier: Buffer,
 ): Promise<void> {
   const last = records[records.length - 1];
   await tx.query(
     `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) ${batchRows})
-     UPDATE record_chain_heads SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, updated_at = now()
+     UPDATE record_chain_heads
+     SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, tree_frontier = $${HEAD + 4}::bytea, updated_at = now()
      WHERE org_id = $${HEAD + 1}::uuid`,
-    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash],
+    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, frontier],
     'insert_records_and_advance_head',
   );
 }
@@ -141,13 +159,15 @@ export async function appendIfHeadIs(
   orgId: string,
   expected: ChainHead,
   records: InteractionRecord[],
+  frontier: Buffer,
 ): Promise<boolean> {
   const last = records[records.length - 1];
   const [result] = await sql.query<{ advanced: number }>(
     `WITH head AS (
-       INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, updated_at)
-       VALUES ($${HEAD + 1}::uuid, $${HEAD + 2}::bigint, $${HEAD + 3}, now())
-       ON CONFLICT (org_id) DO UPDATE SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, updated_at = now()
+       INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, tree_frontier, updated_at)
+       VALUES ($${HEAD + 1}::uuid, $${HEAD + 2}::bigint, $${HEAD + 3}, $${HEAD + 6}::bytea, now())
+       ON CONFLICT (org_id) DO UPDATE
+         SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, tree_frontier = EXCLUDED.tree_frontier, updated_at = now()
          WHERE h.seq = $${HEAD + 4}::bigint AND h.head_hash = $${HEAD + 5}
        RETURNING 1
      ), appended AS (
@@ -155,7 +175,15 @@ export async function appendIfHeadIs(
        SELECT * FROM (${batchRows}) AS batch WHERE EXISTS (SELECT 1 FROM head)
      )
      SELECT count(*)::int AS advanced FROM head`,
-    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, expected.seq.toString(), expected.hash],
+    [
+      ...recordColumns(records),
+      orgId,
+      last.seq.toString(),
+      last.recordHash,
+      expected.seq.toString(),
+      expected.hash,
+      frontier,
+    ],
     'append_if_head_is',
   );
   return result.advanced === 1;

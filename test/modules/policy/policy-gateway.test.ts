@@ -10,6 +10,7 @@ import { canonicalHash } from '../../../src/lib/canonical-json.js';
 import { recordHashOf, signRecordHash, type RecordBody } from '../../../src/modules/record/record-chain.js';
 import { verifyExport } from '../../../src/modules/record/record-export.js';
 import { insertRecordsAndAdvanceHead, lockChainHead } from '../../../src/modules/record/record.store.js';
+import { MerkleFrontier, recordLeafHash } from '../../../src/modules/record/merkle.js';
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { createKey, signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
@@ -393,32 +394,40 @@ describe('records with policies', () => {
         key_id: key.kid,
       };
       const recordHash = recordHashOf(body);
-      await insertRecordsAndAdvanceHead(tx, org.orgId, [
-        {
-          id: body.record_id,
-          orgId: org.orgId,
-          seq: BigInt(seq),
-          svcId,
-          agentId: svcId,
-          actionType: 'billing',
-          tool: 'read',
-          capability: 'billing:read',
-          paramsHash: body.params_hash,
-          params: null,
-          status: 'approved',
-          executed: true,
-          reasons: [],
-          resultHash: null,
-          approvalId: null,
-          policies: null,
-          channel: null,
-          prevHash: head.hash,
-          recordHash,
-          signature: signRecordHash(recordHash, key.privateKey),
-          keyId: key.kid,
-          createdAt,
-        },
-      ]);
+      const tree = MerkleFrontier.of(head.seq, head.frontier);
+      const completed = tree.append(recordLeafHash(recordHash));
+      await insertRecordsAndAdvanceHead(
+        tx,
+        org.orgId,
+        [
+          {
+            id: body.record_id,
+            orgId: org.orgId,
+            seq: BigInt(seq),
+            svcId,
+            agentId: svcId,
+            actionType: 'billing',
+            tool: 'read',
+            capability: 'billing:read',
+            paramsHash: body.params_hash,
+            params: null,
+            status: 'approved',
+            executed: true,
+            reasons: [],
+            resultHash: null,
+            approvalId: null,
+            policies: null,
+            channel: null,
+            prevHash: head.hash,
+            recordHash,
+            signature: signRecordHash(recordHash, key.privateKey),
+            treeNodes: completed.length ? Buffer.concat(completed) : null,
+            keyId: key.kid,
+            createdAt,
+          },
+        ],
+        tree.packed(),
+      );
       return body.record_id;
     });
   }
