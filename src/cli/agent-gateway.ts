@@ -13,7 +13,8 @@ import { createInterface } from 'node:readline';
 import type { JWK } from 'jose';
 import { verifyExport, type VerifyResult } from '../modules/record/record-export.js';
 
-const usage = `Usage: agent-gateway verify <export.jsonl> [--jwks <jwks.json>]
+const usage = `Usage: agent-gateway verify <export.jsonl> [--jwks <jwks.json>] [--verifier-key <key>]…
+       agent-gateway verify-proof <record.json> <proof.json> <checkpoint.txt> --verifier-key <key>…
        agent-gateway rotate-keys [record|capability|session|oauth|checkpoint|all]
        agent-gateway reencrypt
 
@@ -24,6 +25,16 @@ hash, every link of the chain, the count, and the chain head when the file reach
   <export.jsonl>      the export; "-" reads standard input
   --jwks <file>       trust only these keys (e.g. saved from the service's /.well-known/jwks.json)
                       instead of the JWKS the file carries
+  --verifier-key <k>  trust only this checkpoint key (GET /api/v1/records/checkpoint/verifier)
+                      instead of the one the file carries; may be given more than once
+
+The export carries the signed checkpoint it is taken at; verify rebuilds the checkpoint's Merkle
+root from the file's records (RFC 9162) and checks the checkpoint's signature.
+
+verify-proof checks one record offline: a record line of an export, the inclusion proof of
+GET /api/v1/records/{id}/proof and the checkpoint of GET /api/v1/records/checkpoint, against a
+checkpoint verifier key: the checkpoint's signature, the record's hash, and that the proof puts
+the record in the checkpoint's tree.
 
 Exit status: 0 verified, 1 not verified (the first broken record is printed), 2 usage or I/O error.
 
@@ -40,13 +51,14 @@ KEY_ENCRYPTION_KEY_PREVIOUS).`;
 
 class UsageError extends Error {}
 
-function parseArgs(args: string[]): { file: string; jwks?: string } {
+function parseArgs(args: string[]): { file: string; jwks?: string; verifierKeys?: string[] } {
   let file: string | undefined;
   let jwks: string | undefined;
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
+  const { rest, verifierKeys } = verifierKeyArgs(args);
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i];
     if (arg === '--jwks') {
-      jwks = args[++i];
+      jwks = rest[++i];
       if (!jwks) throw new UsageError('--jwks needs a file');
     } else if (arg.startsWith('--jwks=')) {
       jwks = arg.slice('--jwks='.length);
@@ -59,7 +71,22 @@ function parseArgs(args: string[]): { file: string; jwks?: string } {
     }
   }
   if (!file) throw new UsageError('verify needs the export file');
-  return { file, jwks };
+  return { file, jwks, verifierKeys: verifierKeys.length ? verifierKeys : undefined };
+}
+
+/** The --verifier-key values, and the other arguments. */
+function verifierKeyArgs(args: string[]): { rest: string[]; verifierKeys: string[] } {
+  const rest: string[] = [];
+  const verifierKeys: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--verifier-key') {
+      const key = args[++i];
+      if (!key) throw new UsageError('--verifier-key needs a key');
+      verifierKeys.push(key);
+    } else if (args[i].startsWith('--verifier-key=')) verifierKeys.push(args[i].slice('--verifier-key='.length));
+    else rest.push(args[i]);
+  }
+  return { rest, verifierKeys };
 }
 
 async function trustedKeys(path: string): Promise<JWK[]> {
@@ -83,6 +110,11 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
     `  range: seq ${result.firstSeq}..${result.lastSeq}, created ${result.firstCreatedAt} .. ${result.lastCreatedAt}`,
     `  keys:  ${result.keyIds.join(', ')}`,
     `  chain: ${start}; ${end}`,
+    `  checkpoint: ${
+      result.checkpoint
+        ? `tree size ${result.checkpoint.treeSize} of ${result.checkpoint.origin}, its root rebuilt from the file; signature by ${result.checkpoint.pinned ? 'a key you gave' : 'the key the file carries'}`
+        : 'none in the file'
+    }`,
     `  policies: ${result.policyMatches} record${result.policyMatches === 1 ? '' : 's'} with matched policies; ` +
       `${result.beforePolicies} from before policies (no list)`,
     `  channels: ${Object.entries(result.channels)
@@ -93,11 +125,11 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
 }
 
 async function verify(args: string[]): Promise<number> {
-  const { file, jwks } = parseArgs(args);
+  const { file, jwks, verifierKeys } = parseArgs(args);
   const keys = jwks ? await trustedKeys(jwks) : undefined;
   const input = file === '-' ? process.stdin : (await open(file)).createReadStream();
   const lines = createInterface({ input, crlfDelay: Infinity });
-  const result = await verifyExport(lines, { trustedKeys: keys });
+  const result = await verifyExport(lines, { trustedKeys: keys, trustedVerifierKeys: verifierKeys });
   if (result.ok) {
     process.stdout.write(`${describe(result)}\n`);
     return 0;
@@ -106,6 +138,35 @@ async function verify(args: string[]): Promise<number> {
     result.seq !== undefined ? `, record seq ${result.seq}${result.recordId ? ` (${result.recordId})` : ''}` : '';
   process.stderr.write(`FAILED: line ${result.line}${record}: ${result.reason}\n`);
   return 1;
+}
+
+async function verifyProof(args: string[]): Promise<number> {
+  const { rest, verifierKeys } = verifierKeyArgs(args);
+  if (rest.length !== 3) throw new UsageError('verify-proof needs the record, proof and checkpoint files');
+  if (!verifierKeys.length) throw new UsageError('verify-proof needs --verifier-key');
+  const [record, proof, checkpoint] = await Promise.all(rest.map((path) => readFile(path, 'utf8')));
+  const json = (text: string, what: string) => {
+    try {
+      return JSON.parse(text);
+    } catch {
+      throw new UsageError(`${what} is not JSON`);
+    }
+  };
+  const { verifyRecordProof } = await import('../modules/record/record-proof-check.js');
+  const result = verifyRecordProof({
+    record: json(record, rest[0]),
+    proof: json(proof, rest[1]),
+    checkpoint,
+    verifierKeys,
+  });
+  if (!result.ok) {
+    process.stderr.write(`FAILED: ${result.reason}\n`);
+    return 1;
+  }
+  process.stdout.write(
+    `OK: record ${result.recordId} (seq ${result.seq}) is in the tree of ${result.treeSize} records of ${result.origin}, signed by the verifier key\n`,
+  );
+  return 0;
 }
 
 const purposes = ['record', 'capability', 'session', 'oauth', 'checkpoint'] as const;
@@ -162,6 +223,7 @@ async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     if (command === 'verify') return await verify(rest);
+    if (command === 'verify-proof') return await verifyProof(rest);
     if (command === 'rotate-keys') return await rotateKeys(rest);
     if (command === 'reencrypt') return await reencrypt(rest);
     if (command === undefined || command === 'help' || command === '--help' || command === '-h') {

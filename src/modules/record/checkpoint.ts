@@ -97,7 +97,10 @@ export function signNote(text: string, name: string, privateKey: KeyObject, publ
  * The text of a note if one of its signatures is by one of `verifiers` and verifies; otherwise why
  * not. Signatures by keys not given are ignored, as C2SP signed-note says.
  */
-export function openNote(note: string, verifiers: readonly NoteVerifier[]): { text: string } | { error: string } {
+export function openNote(
+  note: string,
+  verifiers: readonly NoteVerifier[],
+): { text: string; signer: string } | { error: string } {
   const split = note.lastIndexOf('\n\n');
   if (split < 0 || !note.endsWith('\n')) return { error: 'not a signed note' };
   const text = note.slice(0, split + 1);
@@ -111,7 +114,7 @@ export function openNote(note: string, verifiers: readonly NoteVerifier[]): { te
     const verifier = verifiers.find((v) => v.name === name && v.hash.equals(bytes.subarray(0, 4)));
     if (!verifier) continue;
     known = true;
-    if (verify(null, Buffer.from(text, 'utf8'), verifier.publicKey, bytes.subarray(4))) return { text };
+    if (verify(null, Buffer.from(text, 'utf8'), verifier.publicKey, bytes.subarray(4))) return { text, signer: name };
   }
   return { error: known ? 'the signature does not verify' : 'no signature by a known key' };
 }

@@ -94,6 +94,23 @@ export class MerkleFrontier {
     return completed;
   }
 
+  /**
+   * Appends a whole complete subtree of 2^level leaves by its root: the size must be a multiple of
+   * 2^level, as it is for each subtree of `completeSubtrees(size, end)` in order.
+   */
+  appendSubtree(level: number, root: Hash): void {
+    if (level === 0) {
+      this.append(root);
+      return;
+    }
+    const width = 1n << BigInt(level);
+    if (this.treeSize % width !== 0n) throw new Error(`a subtree of ${width} leaves cannot follow ${this.treeSize}`);
+    let node = root;
+    for (let at = BigInt(level); (this.treeSize >> at) & 1n; at++) node = nodeHash(this.roots.pop()!, node);
+    this.roots.push(node);
+    this.treeSize += width;
+  }
+
   root(): Hash {
     return foldRight(this.roots);
   }
@@ -121,7 +138,7 @@ function splitPoint(n: bigint): bigint {
 }
 
 /** The complete subtrees that make up leaves [start, end), left to right. */
-function completeSubtrees(start: bigint, end: bigint): NodeId[] {
+export function completeSubtrees(start: bigint, end: bigint): NodeId[] {
   const nodes: NodeId[] = [];
   let at = start;
   while (at < end) {

@@ -25,6 +25,9 @@ import {
  * count, range and chain head cannot be edited to hide a removed record.
  */
 
+import { type Checkpoint, openNote, parseCheckpoint, parseVerifierKey } from './checkpoint.js';
+import { completeSubtrees, HASH_BYTES, MerkleFrontier, recordLeafHash } from './merkle.js';
+
 export const RECORDS_EXPORT_FORMAT = 'agent-gateway.records.v1';
 
 export interface ExportHeader {
@@ -43,9 +46,28 @@ export interface ExportHeader {
   chain_head: { seq: number; head_hash: string };
   /** The record signing public keys, as /.well-known/jwks.json serves them. */
   jwks: { keys: JWK[] };
+  /**
+   * The signed checkpoint the export is taken at (its tree size is chain_head.seq), with what ties
+   * the file's records to its root. Absent from exports made before the transparency log, and
+   * null when the org has no checkpoint yet.
+   */
+  checkpoint?: ExportCheckpoint | null;
   /** The key that signed this header. */
   key_id: string;
   signature: string;
+}
+
+/** docs/reference/exports.md#the-records-as-a-transparency-log */
+export interface ExportCheckpoint {
+  /** The signed note, as GET /records/checkpoint serves it. */
+  note: string;
+  /** The note verifier key of the key that signed it. */
+  verifier_key: string;
+  tree_size: number;
+  /** Base64 roots of the complete subtrees of the leaves before the first exported record, left to right. */
+  before: string[];
+  /** Base64 roots of the complete subtrees of the leaves after the last exported record, left to right. */
+  after: string[];
 }
 
 export interface ExportRecordLine {
@@ -71,6 +93,11 @@ export interface VerifyOptions {
    * /.well-known/jwks.json): then a file signed with any other key fails, even if it carries it.
    */
   trustedKeys?: JWK[];
+  /**
+   * Checkpoint verifier keys to trust instead of the file's own (e.g. from
+   * GET /records/checkpoint/verifier): a checkpoint signed by any other key fails.
+   */
+  trustedVerifierKeys?: string[];
 }
 
 export interface VerifySuccess {
@@ -86,6 +113,8 @@ export interface VerifySuccess {
   chainHead: { seq: number; head_hash: string };
   /** The last record is the chain head at export time (its hash matched). */
   reachesHead: boolean;
+  /** The checkpoint the file is tied to (its root rebuilt from the file), or null when it has none. */
+  checkpoint: { treeSize: number; origin: string; pinned: boolean } | null;
   /** The first record links to the genesis hash (seq 1), rather than to a record outside the file. */
   fromGenesis: boolean;
   /** Records whose signed body lists at least one matched policy. */
@@ -157,6 +186,21 @@ function checkHeader(value: unknown): ExportHeader {
     problems.push('jwks');
   if (typeof value.key_id !== 'string') problems.push('key_id');
   if (typeof value.signature !== 'string') problems.push('signature');
+  const checkpoint = value.checkpoint;
+  const hashList = (list: unknown) => Array.isArray(list) && list.every((h) => typeof h === 'string');
+  if (
+    !(
+      checkpoint === undefined ||
+      checkpoint === null ||
+      (isObject(checkpoint) &&
+        typeof checkpoint.note === 'string' &&
+        typeof checkpoint.verifier_key === 'string' &&
+        isSeq(checkpoint.tree_size) &&
+        hashList(checkpoint.before) &&
+        hashList(checkpoint.after))
+    )
+  )
+    problems.push('checkpoint');
   if (problems.length) throw new Broken(`malformed header: bad or missing ${problems.join(', ')}`);
   return value as unknown as ExportHeader;
 }
@@ -245,6 +289,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   const channels: VerifySuccess['channels'] = { rest: 0, graphql: 0, mcp: 0, none: 0 };
   const keyIds = new Set<string>();
   let pendingBlank = 0;
+  let tree: ExportTree | undefined;
   try {
     for await (const raw of lines) {
       lineNo += 1;
@@ -268,6 +313,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
           throw new Broken(`header: unknown key: ${header.key_id} is not a usable Ed25519 key of the JWKS`);
         if (!verifyRecordSignature(headerHashOf(unsigned), signature, headerKey))
           throw new Broken('header: bad signature');
+        tree = header.checkpoint ? exportTree(header, header.checkpoint, options) : undefined;
         continue;
       }
       const line = checkRecordShape(value);
@@ -300,6 +346,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       if (body.seq > header.chain_head.seq)
         throw new Broken(`seq ${body.seq} is past the chain head (${header.chain_head.seq})`, where);
       previous = { seq: body.seq, hash: line.record_hash };
+      tree?.frontier.append(recordLeafHash(line.record_hash));
       last = body;
       keyIds.add(body.key_id);
       count += 1;
@@ -326,6 +373,8 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   if (reachesHead && (previous?.hash ?? GENESIS_HASH) !== header.chain_head.head_hash) {
     return { ok: false, ...end, reason: 'chain head mismatch: the last record is not the chain head of the header' };
   }
+  const treeProblem = tree && closeTree(tree, last?.seq ?? null);
+  if (treeProblem) return { ok: false, ...end, reason: treeProblem };
   return {
     ok: true,
     orgId: header.org_id,
@@ -337,9 +386,69 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
     keyIds: [...keyIds],
     chainHead: header.chain_head,
     reachesHead,
+    checkpoint: tree
+      ? { treeSize: Number(tree.checkpoint.size), origin: tree.checkpoint.origin, pinned: tree.pinned }
+      : null,
     fromGenesis: first?.seq === 1,
     policyMatches,
     beforePolicies,
     channels,
   };
+}
+
+/** The checkpoint of a header, opened, and the tree rebuilt from the file as its records go by. */
+interface ExportTree {
+  checkpoint: Checkpoint;
+  frontier: MerkleFrontier;
+  after: Buffer[];
+  pinned: boolean;
+}
+
+const hashesOf = (list: string[], what: string): Buffer[] =>
+  list.map((hash) => {
+    const bytes = Buffer.from(hash, 'base64');
+    if (bytes.length !== HASH_BYTES || bytes.toString('base64') !== hash)
+      throw new Broken(`checkpoint: ${what} holds a hash that is not 32 bytes of base64`);
+    return bytes;
+  });
+
+function exportTree(header: ExportHeader, coverage: ExportCheckpoint, options: VerifyOptions): ExportTree {
+  const keys = options.trustedVerifierKeys ?? [coverage.verifier_key];
+  const verifiers = keys.map((key) => {
+    const parsed = parseVerifierKey(key);
+    if ('error' in parsed) throw new Broken(`checkpoint: verifier key: ${parsed.error}`);
+    return parsed;
+  });
+  const opened = openNote(coverage.note, verifiers);
+  if ('error' in opened) throw new Broken(`checkpoint: ${opened.error}`);
+  const checkpoint = parseCheckpoint(opened.text);
+  if ('error' in checkpoint) throw new Broken(`checkpoint: ${checkpoint.error}`);
+  if (checkpoint.origin !== opened.signer)
+    throw new Broken('checkpoint: its origin is not the name of the key that signed it');
+  if (!checkpoint.origin.endsWith(`/orgs/${header.org_id}`))
+    throw new Broken(`checkpoint: its origin ${checkpoint.origin} is not the log of org ${header.org_id}`);
+  if (checkpoint.size !== BigInt(header.chain_head.seq) || coverage.tree_size !== header.chain_head.seq)
+    throw new Broken('checkpoint: its tree size is not the chain head of the export');
+  const firstLeaf = header.first_seq === null ? checkpoint.size : BigInt(header.first_seq) - 1n;
+  const before = hashesOf(coverage.before, 'before');
+  if (before.length !== completeSubtrees(0n, firstLeaf).length)
+    throw new Broken('checkpoint: before does not cover the leaves before the first record');
+  return {
+    checkpoint,
+    frontier: MerkleFrontier.of(firstLeaf, Buffer.concat(before)),
+    after: hashesOf(coverage.after, 'after'),
+    pinned: Boolean(options.trustedVerifierKeys),
+  };
+}
+
+/** Adds the subtrees after the last record; why the rebuilt tree is not the checkpoint's, if it is not. */
+function closeTree(tree: ExportTree, lastSeq: number | null): string | undefined {
+  const size = tree.checkpoint.size;
+  const after = completeSubtrees(lastSeq === null ? size : BigInt(lastSeq), size);
+  if (after.length !== tree.after.length)
+    return 'checkpoint mismatch: after does not cover the leaves after the last record';
+  after.forEach((node, i) => tree.frontier.appendSubtree(node.level, tree.after[i]));
+  if (tree.frontier.size !== size || !tree.frontier.root().equals(tree.checkpoint.root))
+    return 'checkpoint mismatch: the records do not rebuild the root of the checkpoint';
+  return undefined;
 }

@@ -4,7 +4,9 @@ import type { Deps } from '../../deps.js';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { InteractionRecord } from '../../generated/prisma/client.js';
 import { checkpointText, signNote, verifierKey } from './checkpoint.js';
+import type { ExportCheckpoint } from './record-export.js';
 import {
+  completeSubtrees,
   consistencyProof,
   type Hash,
   HASH_BYTES,
@@ -190,6 +192,33 @@ export function createRecordLog(
     return { from: Number(fromSize), to: Number(toSize), hashes: proof.map(base64) };
   }
 
+  /**
+   * What a records export carries to tie its records to a checkpoint of `size` leaves: the note,
+   * the key that verifies it, and the roots of the complete subtrees before the first exported
+   * leaf and after the last, so that a verifier rebuilds the checkpoint's root from the file.
+   */
+  async function exportCoverage(
+    orgId: string,
+    checkpoint: CheckpointRow,
+    range: { first: bigint; last: bigint } | null,
+  ): Promise<ExportCheckpoint> {
+    const size = BigInt(checkpoint.tree_size);
+    const [beforeEnd, afterStart] = range ? [range.first - 1n, range.last] : [size, size];
+    const { before, after } = await withNodes(orgId, (read) => ({
+      before: completeSubtrees(0n, beforeEnd).map(read),
+      after: completeSubtrees(afterStart, size).map(read),
+    }));
+    const key = await keys.byId(checkpoint.key_id);
+    if (!key) throw new Error(`checkpoint key ${checkpoint.key_id} is missing`);
+    return {
+      note: checkpoint.note,
+      verifier_key: verifierKey(originOf(orgId), key.publicKey),
+      tree_size: Number(size),
+      before: before.map(base64),
+      after: after.map(base64),
+    };
+  }
+
   /** Checkpoints every org whose tree grew (the periodic sweep; any number of processes may run it). */
   async function publishDue(): Promise<number> {
     const orgs = await orgsPastTheirCheckpoint(db.sql, SWEEP_ORGS);
@@ -197,7 +226,7 @@ export function createRecordLog(
     return orgs.length;
   }
 
-  return { checkpoint, verifiers, inclusion, consistency, publishDue, publish, originOf };
+  return { checkpoint, verifiers, inclusion, consistency, publishDue, publish, exportCoverage };
 }
 
 export type RecordLog = ReturnType<typeof createRecordLog>;

@@ -232,10 +232,12 @@ streamRoute({
   summary: "Export the caller's organization's records with the keys to verify them offline (JSON Lines, streamed)",
   description:
     'A signed header line ({type: "header", format: "agent-gateway.records.v1", org_id, from, to, count, first_seq, ' +
-    'last_seq, exported_at, chain_head, jwks, key_id, signature}), then one line per record in seq order ' +
+    'last_seq, exported_at, chain_head, jwks, key_id, checkpoint, signature}), then one line per record in seq order ' +
     '({type: "record", body, params, record_hash, signature}; body is exactly what record_hash covers). ' +
-    'The records are those up to the chain head at export time, contiguous in seq from the first created at or after ' +
-    '`from` to the last created before `to`. Check a file offline with `npx agent-gateway verify <file>`.',
+    'The export is taken at the latest signed checkpoint (`checkpoint`: its note, verifier key, and the subtree roots ' +
+    'before and after the exported records, from which its Merkle root is rebuilt): the records up to its tree size, ' +
+    'contiguous in seq from the first created at or after `from` to the last created before `to`. Check a file ' +
+    'offline with `npx agent-gateway verify <file>`.',
   auth: ['bearer', 'apiKey'],
   action: 'log:export',
   query: [

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  completeSubtrees,
   consistencyProof,
   EMPTY_ROOT,
   type Hash,
@@ -168,5 +169,28 @@ describe('consistency proofs (RFC 9162 §2.1.4)', () => {
     const { read } = storedTree(5);
     expect(() => consistencyProof(0n, 5n, read)).toThrow(RangeError);
     expect(() => consistencyProof(4n, 3n, read)).toThrow(RangeError);
+  });
+});
+
+describe('a range of the tree between two compact edges (the records export)', () => {
+  test('the roots before a range, its leaves, then the subtrees after it rebuild the root of every size', () => {
+    const { read } = storedTree(40);
+    for (let size = 1n; size <= 40n; size++)
+      for (let first = 1n; first <= size; first++)
+        for (const last of new Set([first, (first + size) / 2n, size])) {
+          if (last < first) continue;
+          const before = completeSubtrees(0n, first - 1n).map(read);
+          const tree = MerkleFrontier.of(first - 1n, Buffer.concat(before));
+          for (let seq = first; seq <= last; seq++) tree.append(leafOf(Number(seq - 1n)));
+          for (const node of completeSubtrees(last, size)) tree.appendSubtree(node.level, read(node));
+          expect(tree.size).toBe(size);
+          expect(tree.root().equals(treeRoot(size, read))).toBe(true);
+        }
+  });
+
+  test('a subtree that does not start at a multiple of its width is refused', () => {
+    const tree = MerkleFrontier.empty();
+    tree.append(leafOf(0));
+    expect(() => tree.appendSubtree(1, leafOf(1))).toThrow('cannot follow');
   });
 });

@@ -113,6 +113,15 @@ describe('GET /records/export', () => {
       exported_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/),
       chain_head: { seq: 40, head_hash: head.head_hash },
       jwks: { keys: recordKeys },
+      // The checkpoint the export is taken at: all 40 records, so no subtree before or after them.
+      checkpoint: {
+        note: (await t.request('GET', '/api/v1/records/checkpoint', { token: org.adminToken })).text,
+        verifier_key: (await t.request('GET', '/api/v1/records/checkpoint/verifier', { token: org.adminToken })).body
+          .verifier_key,
+        tree_size: 40,
+        before: [],
+        after: [],
+      },
       key_id: expect.stringMatching(/^record_/),
       signature: expect.any(String),
     });

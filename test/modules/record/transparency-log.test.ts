@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createHash, generateKeyPairSync } from 'node:crypto';
-import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +18,7 @@ import { createTestDatabase } from '../../support/database.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
 import { optionalProgram } from '../../support/optional-programs.js';
+import { nodeArguments } from '../../support/child-command.js';
 
 /**
  * The records as a transparency log, checked by an implementation nobody here wrote: Go's
@@ -74,8 +75,9 @@ async function act(n: number, who = agent) {
 }
 
 /** Every record of the org, oldest first: id, seq and record hash. */
-async function records(): Promise<{ record_id: string; seq: number; record_hash: string }[]> {
-  const all: { record_id: string; seq: number; record_hash: string }[] = [];
+type Listed = { record_id: string; seq: number; record_hash: string; created_at?: string };
+async function records(): Promise<Listed[]> {
+  const all: Listed[] = [];
   let cursor = '';
   for (;;) {
     const page = await get(`/records?limit=1000${cursor ? `&cursor=${cursor}` : ''}`);
@@ -431,5 +433,121 @@ describe('the migration', () => {
       await rm(dir, { recursive: true, force: true });
       await old.close();
     }
+  });
+});
+
+describe('offline: the export carries its checkpoint, and verify-proof checks one record', () => {
+  const root = fileURLToPath(new URL('../../..', import.meta.url));
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'agw-tlog-'));
+    await act(5);
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  /** The CLI as a user runs it: a child process, no server or database behind it. */
+  function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    const env = { ...process.env };
+    delete env.NODE_OPTIONS;
+    delete env.DATABASE_URL;
+    return new Promise((resolve) => {
+      execFile(
+        process.execPath,
+        [...nodeArguments('cli/agent-gateway'), ...args],
+        { cwd: root, env },
+        (error, stdout, stderr) =>
+          resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+  }
+  const file = async (name: string, content: string) => {
+    const at = path.join(dir, name);
+    await writeFile(at, content);
+    return at;
+  };
+
+  test('an export of a middle range rebuilds the root of the checkpoint it is taken at; a key not given fails it', async () => {
+    const all = await records();
+    const from = encodeURIComponent(all[3].created_at!);
+    const to = encodeURIComponent(all[all.length - 3].created_at!);
+    const exported = await get(`/records/export?from=${from}&to=${to}`);
+    expect(exported.status).toBe(200);
+    const header = JSON.parse(exported.text.split('\n')[0]);
+    expect(header.checkpoint.tree_size).toBe(header.chain_head.seq);
+    expect(header.first_seq).toBeGreaterThan(1);
+    expect(header.last_seq).toBeLessThan(header.chain_head.seq);
+    expect(header.checkpoint.before.length).toBeGreaterThan(0);
+    expect(header.checkpoint.after.length).toBeGreaterThan(0);
+    const saved = await file('range.jsonl', exported.text);
+    const { verifier_key } = await verifierKeys();
+    const ok = await cli('verify', saved, '--verifier-key', verifier_key);
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain(
+      `checkpoint: tree size ${header.chain_head.seq} of gateway.example.com/orgs/${org.orgId}, its root rebuilt from the file; signature by a key you gave`,
+    );
+    const other = generateKeyPairSync('ed25519');
+    const { verifierKey } = await import('../../../src/modules/record/checkpoint.js');
+    const stranger = await cli(
+      'verify',
+      saved,
+      '--verifier-key',
+      verifierKey(`gateway.example.com/orgs/${org.orgId}`, other.publicKey),
+    );
+    expect(stranger.code).toBe(1);
+    expect(stranger.stderr).toContain('checkpoint: no signature by a known key');
+  });
+
+  test('verify-proof: a record, its proof and the checkpoint verify; an edited record, another size or another key do not', async () => {
+    const note = await checkpointNote();
+    const size = Number(note.split('\n')[1]);
+    const exported = (await get('/records/export')).text.trimEnd().split('\n');
+    const line = JSON.parse(exported[7]);
+    const proof = (await get(`/records/${line.body.record_id}/proof`)).body;
+    const { verifier_key } = await verifierKeys();
+    const [recordFile, proofFile, noteFile] = await Promise.all([
+      file('record.json', JSON.stringify(line)),
+      file('proof.json', JSON.stringify(proof)),
+      file('checkpoint.txt', note),
+    ]);
+    const ok = await cli('verify-proof', recordFile, proofFile, noteFile, '--verifier-key', verifier_key);
+    expect(ok.stdout).toBe(
+      `OK: record ${line.body.record_id} (seq ${line.body.seq}) is in the tree of ${size} records of gateway.example.com/orgs/${org.orgId}, signed by the verifier key\n`,
+    );
+    expect(ok.code).toBe(0);
+
+    const edited = await file(
+      'edited.json',
+      JSON.stringify({ ...line, body: { ...line.body, executed: !line.body.executed } }),
+    );
+    const editedRun = await cli('verify-proof', edited, proofFile, noteFile, '--verifier-key', verifier_key);
+    expect(editedRun).toMatchObject({ code: 1, stderr: 'FAILED: record: the body does not hash to record_hash\n' });
+
+    // A proof at an older size does not prove against this checkpoint.
+    const older = await file(
+      'older.json',
+      JSON.stringify((await get(`/records/${line.body.record_id}/proof?tree_size=${line.body.seq}`)).body),
+    );
+    const olderRun = await cli('verify-proof', recordFile, older, noteFile, '--verifier-key', verifier_key);
+    expect(olderRun.code).toBe(1);
+    expect(olderRun.stderr).toContain(`proof: at tree size ${line.body.seq}, the checkpoint is at ${size}`);
+
+    // The record of another leaf with this proof is not in the tree.
+    const neighbour = await file('neighbour.json', exported[8]);
+    const neighbourRun = await cli('verify-proof', neighbour, proofFile, noteFile, '--verifier-key', verifier_key);
+    expect(neighbourRun.code).toBe(1);
+
+    const other = generateKeyPairSync('ed25519');
+    const { verifierKey } = await import('../../../src/modules/record/checkpoint.js');
+    const strangerRun = await cli(
+      'verify-proof',
+      recordFile,
+      proofFile,
+      noteFile,
+      '--verifier-key',
+      verifierKey(`gateway.example.com/orgs/${org.orgId}`, other.publicKey),
+    );
+    expect(strangerRun).toMatchObject({ code: 1, stderr: 'FAILED: checkpoint: no signature by a known key\n' });
+    expect((await cli('verify-proof', recordFile, proofFile, noteFile)).code).toBe(2);
   });
 });
