@@ -1,9 +1,10 @@
-// How the records and audit listings cost as an org's history grows: two orgs, one with a small
+// How the records and audit listings, and the records' proofs, cost as an org's history grows: two orgs, one with a small
 // history and one with a large one (HISTORY_SIZES, default 20000 and 3000000 records and as many
 // audit entries), each listing timed in both, and the ratio. `npm run bench:history`, PostgreSQL
 // via DATABASE_URL (PGlite works with small sizes). The histories are written with SQL at one
 // record and one audit entry per second up to now, so that an hour of history holds as many
 // entries in both orgs and only the history's length differs.
+import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import pg from 'pg';
 import type { AddressInfo } from 'node:net';
@@ -85,6 +86,10 @@ async function orgWithHistory(size: number) {
   return { orgId: org.org_id as string, auth, size };
 }
 
+/** The id seedHistory gives the record of `seq`. */
+const seededRecordId = (orgId: string, seq: number) =>
+  `int_${createHash('md5').update(`${orgId}${seq}`).digest('hex')}`;
+
 /** The listings, each a path (relative to the org) and how it is reached. */
 function listings(org: { orgId: string; size: number }) {
   const hour = 3600_000;
@@ -111,6 +116,9 @@ function listings(org: { orgId: string; size: number }) {
     ['audit, an old hour by from/to', `${audit}?${window}`],
     ['audit, second page by offset', `${audit}?offset=50`],
     ['audit, next page by cursor', audit, 'cursor'],
+    // The transparency log: a proof reads O(log n) nodes by the records' (org, seq) index.
+    ['record proof, the middle record', `/api/v1/records/${seededRecordId(org.orgId, Math.ceil(org.size / 2))}/proof`],
+    ['consistency proof, half to all', `/api/v1/records/consistency?from=${Math.ceil(org.size / 2)}&to=${org.size}`],
   ] as const;
 }
 
@@ -136,8 +144,8 @@ async function time(path: string, auth: Record<string, string>, follow?: 'cursor
   }
   return {
     ms: median(samples),
-    items: body.items.length,
-    total: `${body.total}${body.total_exact === false ? '+' : ''}`,
+    items: body.items?.length ?? body.hashes.length,
+    total: body.items ? `${body.total}${body.total_exact === false ? '+' : ''}` : `tree ${body.tree_size ?? body.to}`,
   };
 }
 

@@ -40,7 +40,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
   CHECKPOINT_SECONDS: {
     default: '10',
-    meaning: 'at most one signed checkpoint of an org’s records per this many seconds; 0: on demand',
+    meaning: 'seconds between an org’s record checkpoints; 0: on demand',
   },
   MCP_UPSTREAM_REFRESH_SECONDS: {
     default: '300',

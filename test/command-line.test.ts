@@ -214,7 +214,7 @@ describe('the agent-gateway command in a checkout', () => {
       expect.stringContaining('agent-gateway: building dist/ (no build stamp)\n'),
     ]);
     expect(first.stdout).toMatch(
-      /^Usage: agent-gateway verify <export\.jsonl> \[--jwks <jwks\.json>\]\n {7}agent-gateway rotate-keys/,
+      /^Usage: agent-gateway verify <export\.jsonl> \[--jwks <jwks\.json>\] \[--verifier-key <key>\]…\n {7}agent-gateway verify-proof .*\n {7}agent-gateway rotate-keys/,
     );
     expect(first.stdout).toContain('agent-gateway reencrypt');
     expect(existsSync(path.join(checkout, 'dist/cli/agent-gateway.js'))).toBe(true);

@@ -13,6 +13,7 @@ import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js'
 import { connectClient, mcpRequest } from './support/oauth.js';
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
 import { nodeArguments } from './support/child-command.js';
+import { allRecords, expectTreeOfChain } from './support/records.js';
 
 const describeOnPostgres = backend === 'postgresql' ? describe : describe.skip;
 const PUBLIC_URL = 'https://gateway.test';
@@ -25,7 +26,8 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
   beforeAll(async () => {
     database = await createTestDatabase();
     // One public address for both, as behind a load balancer: OAuth access tokens name it.
-    const env = { LOG_LEVEL: 'warn', PUBLIC_URL };
+    // Checkpoints whenever one is read, so that each test reads one covering what it appended.
+    const env = { LOG_LEVEL: 'warn', PUBLIC_URL, CHECKPOINT_SECONDS: '0' };
     [first, second] = await Promise.all([
       startReadyService({ databaseUrl: database.url, env }),
       startReadyService({ databaseUrl: database.url, env }),
@@ -69,6 +71,10 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
       expect(Number(row.seq)).toBe(i + 1);
       if (i > 0) expect(row.prev_hash).toBe(chain[i - 1].record_hash);
     });
+    // One Merkle tree for both processes' appends: each serves the checkpoint of all 60, and proofs verify on both.
+    const records = await allRecords(first, org);
+    await expectTreeOfChain(first, org, records);
+    await expectTreeOfChain(second, org, records);
   }, 60_000);
 
   test('a manifest suspended and a key deleted through one process stop working on the other within a second', async () => {

@@ -68,6 +68,8 @@ interface Row {
   body?: (w: World) => unknown;
   /** Media type of a successful response when it is not JSON (streamed routes). */
   contentType?: string;
+  /** A query string the positive case needs (without `?`). */
+  query?: string;
   /** Extra checks on a successful response. */
   check?: (response: TestResponse, w: World) => void | Promise<void>;
 }
@@ -760,6 +762,41 @@ const matrix: Row[] = [
   },
   {
     method: 'GET',
+    route: '/records/checkpoint',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    contentType: 'text/plain; charset=utf-8',
+    check: (r, w) => expect(r.text.split('\n')[0]).toBe(`localhost:8000/orgs/${w.orgA.orgId}`),
+  },
+  {
+    method: 'GET',
+    route: '/records/checkpoint/verifier',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    check: (r, w) => expect(r.body.verifier_key).toMatch(new RegExp(`^localhost:8000/orgs/${w.orgA.orgId}\\+`)),
+  },
+  {
+    method: 'GET',
+    route: '/records/:record_id/proof',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    params: async (w) => ({ record_id: w.recordA }),
+    check: (r, w) => expect(r.body).toMatchObject({ record_id: w.recordA, leaf_index: 0 }),
+  },
+  {
+    method: 'GET',
+    route: '/records/consistency',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: ['logs:read'],
+    query: 'from=1&to=1',
+    check: (r) => expect(r.body).toEqual({ from: 1, to: 1, hashes: [] }),
+  },
+  {
+    method: 'GET',
     route: '/orgs/:org_id/audit-logs',
     ok: 200,
     roles: userRoles,
@@ -1001,7 +1038,7 @@ function fillPath(row: Row, orgId: string, params: Record<string, string>): stri
   return `${row.root ? '' : '/api/v1'}${row.route.replace(/:([a-z_]+)/g, (_, name: string) => {
     if (!(name in all)) throw new Error(`${label(row)}: no value for :${name}`);
     return encodeURIComponent(all[name]);
-  })}`;
+  })}${row.query ? `?${row.query}` : ''}`;
 }
 
 async function auditCount(): Promise<number> {

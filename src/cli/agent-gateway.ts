@@ -28,8 +28,8 @@ hash, every link of the chain, the count, and the chain head when the file reach
   --verifier-key <k>  trust only this checkpoint key (GET /api/v1/records/checkpoint/verifier)
                       instead of the one the file carries; may be given more than once
 
-The export carries the signed checkpoint it is taken at; verify rebuilds the checkpoint's Merkle
-root from the file's records (RFC 9162) and checks the checkpoint's signature.
+The export carries the org's latest signed checkpoint; verify checks its signature and rebuilds its
+Merkle root (RFC 9162) from the file's records up to its tree size.
 
 verify-proof checks one record offline: a record line of an export, the inclusion proof of
 GET /api/v1/records/{id}/proof and the checkpoint of GET /api/v1/records/checkpoint, against a
@@ -112,7 +112,9 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
     `  chain: ${start}; ${end}`,
     `  checkpoint: ${
       result.checkpoint
-        ? `tree size ${result.checkpoint.treeSize} of ${result.checkpoint.origin}, its root rebuilt from the file; signature by ${result.checkpoint.pinned ? 'a key you gave' : 'the key the file carries'}`
+        ? `tree size ${result.checkpoint.treeSize} of ${result.checkpoint.origin}, its root rebuilt from the file ` +
+          `(${result.checkpoint.covered} of its records in the file, ${result.checkpoint.after} after it); ` +
+          `signed by ${result.checkpoint.pinned ? 'a key you gave' : 'the key the file carries'}`
         : 'none in the file'
     }`,
     `  policies: ${result.policyMatches} record${result.policyMatches === 1 ? '' : 's'} with matched policies; ` +

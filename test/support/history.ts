@@ -2,8 +2,9 @@
  * A long history written with SQL rather than through the gateway: `size` records and `size`
  * audit entries in an org, one of each a second up to now, over 20 agents, 5 action types with 4
  * tools, every tenth record denied, 10 audit actions in 5 families by 5 actors on 1000 targets.
- * The records are chained by seq but not signed: for listings and their costs, not verification.
- * Used by the listing tests and `npm run bench:history`.
+ * The records are chained by seq but not signed: for listings, proofs and their costs, not
+ * verification. Their Merkle tree (migration record_tree) is built with set-based SQL, level by
+ * level, as appends would have built it. Used by the listing tests and `npm run bench:history`.
  */
 
 export const HISTORY_AGENTS = 20;
@@ -22,6 +23,9 @@ export const HISTORY_AUDIT_ACTIONS = [
   'approval.denied',
 ];
 export const HISTORY_ACTORS = 5;
+
+/** The seeded record hash of seq `seq` (an SQL expression): SHA-256 of 'h' and the seq, as a record hash. */
+const recordHash = (seq: string) => `'sha256:' || encode(sha256(convert_to('h' || (${seq})::text, 'UTF8')), 'hex')`;
 
 const sqlArray = (values: string[]) => `ARRAY[${values.map((v) => `'${v}'`).join(',')}]`;
 
@@ -44,7 +48,7 @@ export async function seedHistory(
          'cap', md5('p' || i), NULL,
          (CASE WHEN i % 10 = 0 THEN 'denied' ELSE 'approved' END)::"RecordStatus", i % 10 <> 0,
          '[]'::jsonb, md5('r' || i), NULL, '[]'::jsonb, 'rest',
-         md5('h' || (i - 1)), md5('h' || i), 'sig', 'kid',
+         ${recordHash('i - 1')}, ${recordHash('i')}, 'sig', 'kid',
          now() - make_interval(secs => $2::bigint - i)
        FROM generate_series($3::bigint, $4::bigint) AS i`,
       [orgId, size, first, last],
@@ -62,7 +66,56 @@ export async function seedHistory(
     );
   }
   await query(
-    `INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, $2, md5('h' || $2::bigint), now())`,
+    `INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, $2, ${recordHash('$2::bigint')}, now())`,
     [orgId, size],
   );
+  await seedTree(query, orgId, size);
+}
+
+/**
+ * The Merkle tree of the seeded records: every node level by level in a scratch table (each level
+ * one statement pairing the level below), then each record's completed nodes and the head's edge.
+ */
+async function seedTree(query: (text: string, values: unknown[]) => Promise<unknown>, orgId: string, size: number) {
+  const table = `history_tree_${orgId.replace(/-/g, '')}`;
+  await query(`CREATE UNLOGGED TABLE ${table} (level int, idx bigint, hash bytea, PRIMARY KEY (level, idx))`, []);
+  try {
+    await query(
+      `INSERT INTO ${table} SELECT 0, seq - 1, sha256('\\x00'::bytea || decode(substr(record_hash, 8), 'hex'))
+       FROM interaction_records WHERE org_id = $1::uuid`,
+      [orgId],
+    );
+    for (let level = 0; size >> (level + 1) > 0; level++) {
+      await query(
+        `INSERT INTO ${table} SELECT $1::int + 1, l.idx / 2, sha256('\\x01'::bytea || l.hash || r.hash)
+         FROM ${table} l JOIN ${table} r ON r.level = $1::int AND r.idx = l.idx + 1
+         WHERE l.level = $1::int AND l.idx % 2 = 0`,
+        [level],
+      );
+    }
+    await query(
+      `UPDATE interaction_records r SET tree_nodes = n.nodes
+       FROM (SELECT (idx + 1) << level AS seq, string_agg(hash, ''::bytea ORDER BY level) AS nodes
+             FROM ${table} WHERE level >= 1 GROUP BY 1) n
+       WHERE r.org_id = $1::uuid AND r.seq = n.seq`,
+      [orgId],
+    );
+    // The edge: one complete subtree per bit of the size, largest first.
+    const edge: { level: number; idx: number }[] = [];
+    for (let level = 31, at = 0; level >= 0; level--)
+      if (size & (1 << level)) {
+        edge.push({ level, idx: at >> level });
+        at += 1 << level;
+      }
+    await query(
+      `UPDATE record_chain_heads SET tree_frontier = COALESCE((
+         SELECT string_agg(t.hash, ''::bytea ORDER BY e.ord)
+         FROM unnest($2::int[], $3::bigint[]) WITH ORDINALITY AS e(level, idx, ord)
+         JOIN ${table} t ON t.level = e.level AND t.idx = e.idx), ''::bytea)
+       WHERE org_id = $1::uuid`,
+      [orgId, edge.map((e) => e.level), edge.map((e) => e.idx)],
+    );
+  } finally {
+    await query(`DROP TABLE ${table}`, []);
+  }
 }

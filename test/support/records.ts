@@ -1,3 +1,4 @@
+import { MerkleFrontier, recordLeafHash, verifyInclusion } from '../../src/modules/record/merkle.js';
 import type { TestClient } from './app.js';
 import type { OrgFixture } from './fixtures.js';
 
@@ -50,4 +51,25 @@ export function expectOneChain(records: readonly RecordRow[]): void {
     expect(record.seq).toBe(i + 1);
     if (i > 0) expect(record.prev_hash).toBe(records[i - 1].record_hash);
   });
+}
+
+/**
+ * The org's Merkle tree is the chain's (docs/reference/exports.md#the-records-as-a-transparency-log):
+ * a checkpoint read now (the service runs with CHECKPOINT_SECONDS=0) covers every record, its root
+ * is the root of the records' hashes computed here, and the first, middle and last records prove
+ * against it.
+ */
+export async function expectTreeOfChain(service: TestClient, org: OrgFixture, records: readonly RecordRow[]) {
+  const tree = MerkleFrontier.empty();
+  for (const record of records) tree.append(recordLeafHash(record.record_hash));
+  const note = await service.request('GET', '/api/v1/records/checkpoint', { token: org.adminToken });
+  expect(note.status).toBe(200);
+  expect(note.text.split('\n').slice(1, 3)).toEqual([String(records.length), tree.root().toString('base64')]);
+  for (const record of new Set([records[0], records[Math.floor(records.length / 2)], records.at(-1)!])) {
+    const proof = await service.request('GET', `/api/v1/records/${record.record_id}/proof`, { token: org.adminToken });
+    expect(proof.status).toBe(200);
+    const hashes = proof.body.hashes.map((h: string) => Buffer.from(h, 'base64'));
+    const leaf = recordLeafHash(record.record_hash);
+    expect(verifyInclusion(BigInt(record.seq - 1), BigInt(records.length), leaf, hashes, tree.root())).toBe(true);
+  }
 }

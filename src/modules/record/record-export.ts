@@ -47,9 +47,9 @@ export interface ExportHeader {
   /** The record signing public keys, as /.well-known/jwks.json serves them. */
   jwks: { keys: JWK[] };
   /**
-   * The signed checkpoint the export is taken at (its tree size is chain_head.seq), with what ties
-   * the file's records to its root. Absent from exports made before the transparency log, and
-   * null when the org has no checkpoint yet.
+   * The org's latest signed checkpoint when the export was taken (its tree size is at most
+   * chain_head.seq), with what ties the file's records up to that size to its root. Absent from
+   * exports made before the transparency log, and null when the org had no checkpoint yet.
    */
   checkpoint?: ExportCheckpoint | null;
   /** The key that signed this header. */
@@ -113,8 +113,11 @@ export interface VerifySuccess {
   chainHead: { seq: number; head_hash: string };
   /** The last record is the chain head at export time (its hash matched). */
   reachesHead: boolean;
-  /** The checkpoint the file is tied to (its root rebuilt from the file), or null when it has none. */
-  checkpoint: { treeSize: number; origin: string; pinned: boolean } | null;
+  /**
+   * The checkpoint the file is tied to (its root rebuilt from the file), or null when it has none;
+   * `after` records of the file are past it (in the next checkpoint).
+   */
+  checkpoint: { treeSize: number; origin: string; pinned: boolean; covered: number; after: number } | null;
   /** The first record links to the genesis hash (seq 1), rather than to a record outside the file. */
   fromGenesis: boolean;
   /** Records whose signed body lists at least one matched policy. */
@@ -346,7 +349,10 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       if (body.seq > header.chain_head.seq)
         throw new Broken(`seq ${body.seq} is past the chain head (${header.chain_head.seq})`, where);
       previous = { seq: body.seq, hash: line.record_hash };
-      tree?.frontier.append(recordLeafHash(line.record_hash));
+      if (tree && BigInt(body.seq) <= tree.checkpoint.size) {
+        tree.frontier.append(recordLeafHash(line.record_hash));
+        tree.covered += 1;
+      }
       last = body;
       keyIds.add(body.key_id);
       count += 1;
@@ -387,7 +393,13 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
     chainHead: header.chain_head,
     reachesHead,
     checkpoint: tree
-      ? { treeSize: Number(tree.checkpoint.size), origin: tree.checkpoint.origin, pinned: tree.pinned }
+      ? {
+          treeSize: Number(tree.checkpoint.size),
+          origin: tree.checkpoint.origin,
+          pinned: tree.pinned,
+          covered: tree.covered,
+          after: count - tree.covered,
+        }
       : null,
     fromGenesis: first?.seq === 1,
     policyMatches,
@@ -402,6 +414,8 @@ interface ExportTree {
   frontier: MerkleFrontier;
   after: Buffer[];
   pinned: boolean;
+  /** Records of the file the checkpoint covers, seen so far. */
+  covered: number;
 }
 
 const hashesOf = (list: string[], what: string): Buffer[] =>
@@ -427,9 +441,12 @@ function exportTree(header: ExportHeader, coverage: ExportCheckpoint, options: V
     throw new Broken('checkpoint: its origin is not the name of the key that signed it');
   if (!checkpoint.origin.endsWith(`/orgs/${header.org_id}`))
     throw new Broken(`checkpoint: its origin ${checkpoint.origin} is not the log of org ${header.org_id}`);
-  if (checkpoint.size !== BigInt(header.chain_head.seq) || coverage.tree_size !== header.chain_head.seq)
-    throw new Broken('checkpoint: its tree size is not the chain head of the export');
-  const firstLeaf = header.first_seq === null ? checkpoint.size : BigInt(header.first_seq) - 1n;
+  if (checkpoint.size > BigInt(header.chain_head.seq) || coverage.tree_size !== Number(checkpoint.size))
+    throw new Broken('checkpoint: its tree size is past the chain head of the export');
+  const firstLeaf =
+    header.first_seq === null || BigInt(header.first_seq) - 1n >= checkpoint.size
+      ? checkpoint.size
+      : BigInt(header.first_seq) - 1n;
   const before = hashesOf(coverage.before, 'before');
   if (before.length !== completeSubtrees(0n, firstLeaf).length)
     throw new Broken('checkpoint: before does not cover the leaves before the first record');
@@ -438,13 +455,14 @@ function exportTree(header: ExportHeader, coverage: ExportCheckpoint, options: V
     frontier: MerkleFrontier.of(firstLeaf, Buffer.concat(before)),
     after: hashesOf(coverage.after, 'after'),
     pinned: Boolean(options.trustedVerifierKeys),
+    covered: 0,
   };
 }
 
 /** Adds the subtrees after the last record; why the rebuilt tree is not the checkpoint's, if it is not. */
 function closeTree(tree: ExportTree, lastSeq: number | null): string | undefined {
   const size = tree.checkpoint.size;
-  const after = completeSubtrees(lastSeq === null ? size : BigInt(lastSeq), size);
+  const after = completeSubtrees(lastSeq === null || BigInt(lastSeq) > size ? size : BigInt(lastSeq), size);
   if (after.length !== tree.after.length)
     return 'checkpoint mismatch: after does not cover the leaves after the last record';
   after.forEach((node, i) => tree.frontier.appendSubtree(node.level, tree.after[i]));

@@ -194,8 +194,9 @@ export function createRecordLog(
 
   /**
    * What a records export carries to tie its records to a checkpoint of `size` leaves: the note,
-   * the key that verifies it, and the roots of the complete subtrees before the first exported
-   * leaf and after the last, so that a verifier rebuilds the checkpoint's root from the file.
+   * the key that verifies it, and the roots of the complete subtrees before the first exported leaf
+   * and after the last (up to the checkpoint's size), so that a verifier rebuilds the checkpoint's
+   * root from the file. Exported records past the checkpoint are in the next one.
    */
   async function exportCoverage(
     orgId: string,
@@ -203,7 +204,10 @@ export function createRecordLog(
     range: { first: bigint; last: bigint } | null,
   ): Promise<ExportCheckpoint> {
     const size = BigInt(checkpoint.tree_size);
-    const [beforeEnd, afterStart] = range ? [range.first - 1n, range.last] : [size, size];
+    // Leaves before the first exported one (all of the checkpoint's when it covers none of them),
+    // and after the last exported one that the checkpoint still covers.
+    const beforeEnd = range && range.first - 1n < size ? range.first - 1n : size;
+    const afterStart = range && range.first - 1n < size && range.last < size ? range.last : size;
     const { before, after } = await withNodes(orgId, (read) => ({
       before: completeSubtrees(0n, beforeEnd).map(read),
       after: completeSubtrees(afterStart, size).map(read),

@@ -359,13 +359,13 @@ export function createRecordService(deps: Deps) {
   }
 
   /**
-   * The records export, taken at the org's latest checkpoint (signing one first when one is due):
-   * only records up to its tree size are exported, so the checkpoint covers the file and a
-   * verifier rebuilds its root from the file (records are append-only, so later reads of seq ≤ that
-   * size see exactly them). The range is contiguous in seq, from the first record created at or
-   * after `from` to the last created before `to`, so the file verifies link by link. Batches are
-   * read one at a time with keyset pagination on seq; no transaction stays open while the client
-   * reads.
+   * The records export, taken at one point of the chain: the head is read in the same statement
+   * as the range, and only records up to that head are exported (records are append-only, so
+   * later reads of seq ≤ head see exactly them). The range is contiguous in seq, from the first
+   * record created at or after `from` to the last created before `to`, so the file verifies link
+   * by link. The header carries the org's latest signed checkpoint (signed first when one is due)
+   * and what rebuilds its root from the file's records up to its size. Batches are read one at a
+   * time with keyset pagination on seq; no transaction stays open while the client reads.
    */
   async function exportRecords(
     orgId: string,
@@ -377,17 +377,12 @@ export function createRecordService(deps: Deps) {
     errors.throwIfAny();
     const key = await keys.activeKey('record');
     const jwks = await keys.jwks(['record']);
+    // Signed first (when one is due), so that the checkpoint is at most the head the range reads.
     const checkpoint = await log.publish(orgId);
-    const range = await exportRange(
-      db.sql,
-      orgId,
-      filter.from ?? null,
-      filter.to ?? null,
-      checkpoint ? BigInt(checkpoint.tree_size) : 0n,
-    );
-    const head = { seq: Number(range.head_seq), head_hash: range.head_hash };
-    let first = range.first_seq ? BigInt(range.first_seq) : null;
-    let last = range.last_seq ? BigInt(range.last_seq) : null;
+    const range = await exportRange(db.sql, orgId, filter.from ?? null, filter.to ?? null);
+    const head = { seq: Number(range?.head_seq ?? 0), head_hash: range?.head_hash ?? GENESIS_HASH };
+    let first = range?.first_seq ? BigInt(range.first_seq) : null;
+    let last = range?.last_seq ? BigInt(range.last_seq) : null;
     if (first === null || last === null || first > last) first = last = null;
     const coverage = checkpoint
       ? await log.exportCoverage(orgId, checkpoint, first === null ? null : { first, last: last! })

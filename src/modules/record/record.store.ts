@@ -199,26 +199,22 @@ export async function existingRecordIds(sql: SqlDriver, ids: readonly string[]):
  * The org's chain head and the seq range of its records created in [from, to), read in one
  * statement so the range never runs past the head it is reported with.
  */
-export async function exportRange(sql: SqlDriver, orgId: string, from: Date | null, to: Date | null, upTo: bigint) {
+export async function exportRange(sql: SqlDriver, orgId: string, from: Date | null, to: Date | null) {
   const [range] = await sql.query<{
     head_seq: string;
     head_hash: string;
     first_seq: string | null;
     last_seq: string | null;
   }>(
-    `WITH head AS (
-       SELECT $4::bigint AS seq,
-         COALESCE((SELECT record_hash FROM interaction_records WHERE org_id = $1::uuid AND seq = $4::bigint), $5) AS head_hash
-     )
-     SELECT h.seq::text AS head_seq, h.head_hash,
+    `SELECT h.seq::text AS head_seq, h.head_hash,
        (SELECT min(r.seq) FROM interaction_records r
-         WHERE r.org_id = $1::uuid AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
+         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
        (SELECT max(r.seq) FROM interaction_records r
-         WHERE r.org_id = $1::uuid AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
-     FROM head h`,
-    [orgId, from, to, upTo.toString(), GENESIS_HASH],
+         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
+     FROM record_chain_heads h WHERE h.org_id = $1::uuid`,
+    [orgId, from, to],
   );
-  return range;
+  return range as typeof range | undefined;
 }
 
 /** One record of the org, or null. */

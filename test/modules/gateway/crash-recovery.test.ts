@@ -17,7 +17,7 @@ import type { TestClient } from '../../support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from '../../support/database.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from '../../support/gateway.js';
-import { allRecords, expectOneChain, interrupted, untilRecorded } from '../../support/records.js';
+import { allRecords, expectOneChain, expectTreeOfChain, interrupted, untilRecorded } from '../../support/records.js';
 import { migratedDataDir } from '../../support/pglite-template.js';
 import {
   killAllServices,
@@ -250,10 +250,17 @@ test(
     // A short lease, so that PostgreSQL's recovery (once the dead owner's lease ran out) comes soon.
     const second = await startReadyService({
       ...store.options,
-      env: { LOG_LEVEL: 'warn', EXECUTION_LEASE_SECONDS: '3', EXECUTION_RECOVERY_SECONDS: '1' },
+      env: {
+        LOG_LEVEL: 'warn',
+        EXECUTION_LEASE_SECONDS: '3',
+        EXECUTION_RECOVERY_SECONDS: '1',
+        CHECKPOINT_SECONDS: '0',
+      },
     });
     if (backend === 'postgresql') await untilRecorded(second, org, receiver.received);
     const records = await expectEveryInvocationRecorded(second, org, receiver, load.answered);
+    // The Merkle tree survived the crash with the chain, the recovered records included.
+    await expectTreeOfChain(second, org, records);
     expect(
       second.logs.some((line) => line.msg === 'recorded executions interrupted by a stopped gateway process'),
     ).toBe(true);
@@ -273,7 +280,12 @@ onPostgres(
   async () => {
     const store = await storage();
     // Leases of 3 s, renewed every second: the survivor may adopt only after the doomed one stopped renewing.
-    const env = { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1', EXECUTION_LEASE_SECONDS: '3' };
+    const env = {
+      LOG_LEVEL: 'warn',
+      EXECUTION_RECOVERY_SECONDS: '1',
+      EXECUTION_LEASE_SECONDS: '3',
+      CHECKPOINT_SECONDS: '0',
+    };
     const [doomed, survivor] = await Promise.all([
       startReadyService({ ...store.options, env }),
       startReadyService({ ...store.options, env }),
@@ -297,7 +309,8 @@ onPostgres(
       await new Promise((resolve) => setTimeout(resolve, 250));
       records = await allRecords(survivor, org);
     }
-    await expectEveryInvocationRecorded(survivor, org, receiver, load.answered);
+    records = await expectEveryInvocationRecorded(survivor, org, receiver, load.answered);
+    await expectTreeOfChain(survivor, org, records);
     await expectCountersMatch(store.query, org, agent, records.filter((r) => r.status === 'approved').length);
   },
   TEST_TIMEOUT_MS,

@@ -1,6 +1,7 @@
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { HISTORY_ACTORS, seedHistory } from '../../support/history.js';
+import { MerkleFrontier, recordLeafHash, verifyInclusion } from '../../../src/modules/record/merkle.js';
 
 // Listings of a history longer than the exact-total bound (10,000): totals bounded and flagged,
 // cursors that walk a listing exactly as limit/offset does, and refusals of cursors that are not.
@@ -181,5 +182,29 @@ describe('refused cursors', () => {
     const response = await get(`/api/v1/records?offset=5&cursor=${encodeURIComponent(await recordsCursor())}`);
     expect(response.status).toBe(422);
     expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual(['offset']);
+  });
+});
+
+describe('the seeded history has the tree appends would have built', () => {
+  test('its checkpoint root is the root of its record hashes, and a proof of a middle record verifies', async () => {
+    const rows = await t.database.db.sql.query<{ record_hash: string }>(
+      'SELECT record_hash FROM interaction_records WHERE org_id = $1 ORDER BY seq',
+      [big.orgId],
+    );
+    const tree = MerkleFrontier.empty();
+    for (const row of rows) tree.append(recordLeafHash(row.record_hash));
+    const note = await get('/api/v1/records/checkpoint');
+    expect(note.status).toBe(200);
+    expect(note.text.split('\n').slice(1, 3)).toEqual([String(SIZE), tree.root().toString('base64')]);
+    const middle = (await get(`/api/v1/records?offset=${SIZE / 2}&limit=1`)).body.items[0];
+    const proof = (await get(`/api/v1/records/${middle.record_id}/proof`)).body;
+    const verified = verifyInclusion(
+      BigInt(middle.seq - 1),
+      BigInt(SIZE),
+      recordLeafHash(middle.record_hash),
+      proof.hashes.map((h: string) => Buffer.from(h, 'base64')),
+      tree.root(),
+    );
+    expect(verified).toBe(true);
   });
 });
