@@ -5,13 +5,15 @@
 import { useId, useState } from 'preact/hooks';
 import {
   AuditLogsDocument,
+  RecordInLogDocument,
   RecordsDocument,
   VerifyRecordDocument,
   type RecordsQuery,
   type RecordStatus,
   type VerifyRecordQuery,
 } from '../generated/graphql';
-import { canDecide, currentToken, request, type SignedInUser } from './api';
+import { ApiError, canDecide, currentToken, request, type SignedInUser } from './api';
+import { checkLogPlace, type LogCheck } from './transparency';
 import { counted, ErrorLine, FilterField, messageOf, Partial, Section, Status, Time, usePolled } from './ui';
 
 type RecordItem = RecordsQuery['records']['items'][number];
@@ -117,11 +119,17 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
 
 function RecordCard({ record }: { record: RecordItem }) {
   const [verification, setVerification] = useState<Verification | undefined>(undefined);
+  const [inLog, setInLog] = useState<LogCheck | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const verify = async () => {
     setError(undefined);
     try {
-      setVerification((await request(VerifyRecordDocument, { record_id: record.record_id })).verify_record);
+      const [checked, place] = await Promise.all([
+        request(VerifyRecordDocument, { record_id: record.record_id }),
+        logPlace(record),
+      ]);
+      setVerification(checked.verify_record);
+      setInLog(place);
     } catch (failure) {
       setError(messageOf(failure));
     }
@@ -184,9 +192,37 @@ function RecordCard({ record }: { record: RecordItem }) {
           hash {verification.checks.hash ? 'ok' : 'bad'}, chain {verification.checks.chain ? 'ok' : 'bad'}
         </p>
       )}
+      {inLog && (
+        <p class={inLog.ok ? 'verified' : 'error'} role="status" aria-label="Transparency log">
+          {inLog.ok
+            ? `In the transparency log: the signed checkpoint of ${inLog.treeSize} records includes it (checked in this browser)`
+            : `Transparency log: ${inLog.reason}`}
+        </p>
+      )}
       <ErrorLine message={error} />
     </article>
   );
+}
+
+/**
+ * The record's checkpoint and inclusion proof, checked here (transparency.ts). A record newer than
+ * the latest checkpoint is not in a tree yet: the next checkpoint covers it.
+ */
+async function logPlace(record: RecordItem): Promise<LogCheck> {
+  try {
+    const log = await request(RecordInLogDocument, { record_id: record.record_id });
+    return await checkLogPlace({
+      note: log.record_checkpoint.note,
+      verifierKeys: log.record_checkpoint_verifier.verifier_keys,
+      recordHash: record.record_hash,
+      seq: record.seq,
+      proof: log.record_proof,
+    });
+  } catch (failure) {
+    if (failure instanceof ApiError && failure.code === 'VALIDATION_ERROR')
+      return { ok: false, reason: 'not in a checkpoint yet; the next one will include it' };
+    throw failure;
+  }
 }
 
 export function AuditPage({ user }: { user: SignedInUser }) {

@@ -1,4 +1,5 @@
 import { MerkleFrontier, recordLeafHash, verifyInclusion } from '../../src/modules/record/merkle.js';
+import { go, goVerify } from './tlog-verifier.js';
 import type { TestClient } from './app.js';
 import type { OrgFixture } from './fixtures.js';
 
@@ -57,7 +58,7 @@ export function expectOneChain(records: readonly RecordRow[]): void {
  * The org's Merkle tree is the chain's (docs/reference/exports.md#the-records-as-a-transparency-log):
  * a checkpoint read now (the service runs with CHECKPOINT_SECONDS=0) covers every record, its root
  * is the root of the records' hashes computed here, and the first, middle and last records prove
- * against it.
+ * against it, by the project's verifier and by Go's.
  */
 export async function expectTreeOfChain(service: TestClient, org: OrgFixture, records: readonly RecordRow[]) {
   const tree = MerkleFrontier.empty();
@@ -65,11 +66,20 @@ export async function expectTreeOfChain(service: TestClient, org: OrgFixture, re
   const note = await service.request('GET', '/api/v1/records/checkpoint', { token: org.adminToken });
   expect(note.status).toBe(200);
   expect(note.text.split('\n').slice(1, 3)).toEqual([String(records.length), tree.root().toString('base64')]);
+  const inclusions = [];
   for (const record of new Set([records[0], records[Math.floor(records.length / 2)], records.at(-1)!])) {
     const proof = await service.request('GET', `/api/v1/records/${record.record_id}/proof`, { token: org.adminToken });
     expect(proof.status).toBe(200);
     const hashes = proof.body.hashes.map((h: string) => Buffer.from(h, 'base64'));
     const leaf = recordLeafHash(record.record_hash);
     expect(verifyInclusion(BigInt(record.seq - 1), BigInt(records.length), leaf, hashes, tree.root())).toBe(true);
+    inclusions.push({ record_hash: record.record_hash, ...proof.body });
   }
+  // And Go's sumdb/note and sumdb/tlog agree, where Go is installed (always under CI).
+  if (!go) return;
+  const verifier = await service.request('GET', '/api/v1/records/checkpoint/verifier', { token: org.adminToken });
+  const checked = await goVerify({ verifier_keys: verifier.body.verifier_keys, checkpoints: [note.text], inclusions });
+  expect(checked.checkpoints[0]).toMatchObject({ size: records.length, root: tree.root().toString('base64') });
+  expect(checked.checkpoints[0].error).toBeUndefined();
+  expect(checked.inclusions).toEqual(inclusions.map(() => ''));
 }

@@ -1,5 +1,4 @@
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -17,52 +16,14 @@ import { startTestApp, type TestApp } from '../../support/app.js';
 import { createTestDatabase } from '../../support/database.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
-import { optionalProgram } from '../../support/optional-programs.js';
 import { nodeArguments } from '../../support/child-command.js';
+import { type GoInput, go, goVerify } from '../../support/tlog-verifier.js';
 
 /**
  * The records as a transparency log, checked by an implementation nobody here wrote: Go's
  * golang.org/x/mod/sumdb/note opens the checkpoints and sumdb/tlog checks the proofs
  * (test/support/tlog-verifier), besides the project's own verifier (merkle.ts, checkpoint.ts).
  */
-
-const verifierDir = fileURLToPath(new URL('../../support/tlog-verifier', import.meta.url));
-const GOPATH = '/usr/share/gocode';
-const go = optionalProgram(
-  "Go with golang.org/x/mod's sources",
-  existsSync(`${GOPATH}/src/golang.org/x/mod/sumdb/tlog`) ? ['/usr/bin/go', '/usr/lib/go/bin/go'] : [],
-  'apt-get install golang-go golang-golang-x-mod-dev',
-);
-
-interface GoInput {
-  verifier_keys: string[];
-  checkpoints?: string[];
-  inclusions?: { record_hash: string; leaf_index: number; tree_size: number; root_hash: string; hashes: string[] }[];
-  consistencies?: { from: number; to: number; from_root: string; to_root: string; hashes: string[] }[];
-}
-interface GoOutput {
-  checkpoints: { error?: string; origin?: string; size?: number; root?: string; signer?: string }[];
-  inclusions: string[];
-  consistencies: string[];
-}
-
-/** Runs the Go verifier (GOPATH mode on Debian's golang-golang-x-mod-dev: no network, no module download). */
-function goVerify(input: GoInput): Promise<GoOutput> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(
-      go!,
-      ['run', 'main.go'],
-      {
-        cwd: verifierDir,
-        env: { ...process.env, GO111MODULE: 'off', GOPATH, GOFLAGS: '' },
-        timeout: 120_000,
-      },
-      (error, stdout, stderr) =>
-        error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(JSON.parse(stdout)),
-    );
-    child.stdin!.end(JSON.stringify({ checkpoints: [], inclusions: [], consistencies: [], ...input }));
-  });
-}
 
 let t: TestApp;
 let org: OrgFixture;
