@@ -73,10 +73,6 @@ export class MerkleFrontier {
     return Buffer.concat(this.roots);
   }
 
-  copy(): MerkleFrontier {
-    return new MerkleFrontier(this.treeSize, [...this.roots]);
-  }
-
   /**
    * Appends a leaf; returns the nodes it completed above level 0, lowest first (node L − 1 of the
    * list is at level L): what the leaf's record stores.
