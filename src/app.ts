@@ -21,6 +21,7 @@ import { buildOpenApiDocument } from './http/openapi.js';
 import { currentRequest, type RequestState } from './http/request-state.js';
 import { useMcpEndpoint } from './http/mcp-endpoint.js';
 import { useOAuthEndpoints } from './http/oauth-endpoints.js';
+import { useSsoEndpoints } from './http/sso-endpoints.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
@@ -213,6 +214,7 @@ export function createApp({
         },
       },
       useOAuthEndpoints({ oauth: services.oauth, logger }),
+      useSsoEndpoints({ sso: services.sso, publicUrl: env.publicUrl, logger }),
       useMcpEndpoint({
         env,
         logger,
@@ -246,6 +248,7 @@ export function createApp({
           services.sessions.pruneRevokedTokens(),
           services.sessions.prune(),
           services.oauth.prune(),
+          services.sso.prune(),
         ]),
       'maintenance failed',
     );

@@ -18,6 +18,7 @@ import { createToolService } from './modules/tool/tool.service.js';
 import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
 import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
+import { createSsoService } from './modules/sso/sso.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
 import { createOAuthService } from './modules/oauth/oauth.service.js';
 import type { WebhookWake } from './modules/webhook/webhook.service.js';
@@ -41,7 +42,13 @@ const ORG_ANTICIPATION_LIMIT = 3;
 /** `webhooks`: the app's webhook dispatcher, which the services that enqueue events wake. */
 export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
   const users = createUserService(deps);
-  const sessions = createSessionService(deps, { users });
+  // Sessions and single sign-on need each other: an org that enforces SSO refuses password logins,
+  // and an SSO sign-in starts a session. Neither calls the other while being built.
+  const sessions = createSessionService(deps, {
+    users,
+    passwordLoginRefusal: (user) => sso.passwordLoginRefusal(user),
+  });
+  const sso = createSsoService(deps, { users, sessions });
   const apiKeys = createApiKeyService(deps);
   const records = createRecordService(deps);
   const tools = createToolService(deps, { webhooks });
@@ -97,6 +104,7 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
     oauth,
     mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }),
     sessions,
+    sso,
     apiKeys,
     countOperatorRequests,
     /** `identify` reads credentials; `authenticate` also counts the request (operator rate limit). */

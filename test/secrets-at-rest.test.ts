@@ -287,6 +287,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
         signingKeys: expect.any(Number),
         tools: expect.any(Number),
         webhooks: expect.any(Number),
+        ssoClientSecrets: 0,
       });
       expect(counts.signingKeys).toBeGreaterThan(0);
       expect(counts.tools).toBeGreaterThanOrEqual(1);
@@ -295,6 +296,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
         signingKeys: 0,
         tools: 0,
         webhooks: 0,
+        ssoClientSecrets: 0,
       });
     });
     // A fresh instance (nothing cached) reads the re-sealed rows.

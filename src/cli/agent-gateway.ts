@@ -43,10 +43,10 @@ DATABASE_URL (or the PGlite DATA_DIR, which it refuses while a service runs on i
 process) and retires the old ones, which keep verifying and stay in the JWKS. Running services switch
 to the new keys within a second.
 
-reencrypt seals every secret at rest (signing keys, tool secrets and header values, webhook
-secrets) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and those sealed with a key
-of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database (for PGlite, with the
-service stopped). Run it after setting a key for the first time, and after rotating it (then drop
+reencrypt seals every secret at rest (signing keys, tool secrets and header values, webhook and
+single sign-on client secrets) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and
+those sealed with a key of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database
+(for PGlite, with the service stopped). Run it after setting a key for the first time, and after rotating it (then drop
 KEY_ENCRYPTION_KEY_PREVIOUS).`;
 
 class UsageError extends Error {}
@@ -200,7 +200,7 @@ async function reencrypt(args: string[]): Promise<number> {
     if (!secrets.encrypting) throw new UsageError('reencrypt needs KEY_ENCRYPTION_KEY (the key to seal with)');
     const counts = await reencryptSecrets(db.sql, secrets);
     process.stdout.write(
-      `sealed with key ${secrets.currentKeyId}: ${counts.signingKeys} signing keys, ${counts.tools} tools, ${counts.webhooks} webhooks rewritten\n`,
+      `sealed with key ${secrets.currentKeyId}: ${counts.signingKeys} signing keys, ${counts.tools} tools, ${counts.webhooks} webhooks, ${counts.ssoClientSecrets} single sign-on client secrets rewritten\n`,
     );
   } finally {
     await db.close();

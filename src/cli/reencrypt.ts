@@ -1,6 +1,7 @@
 import type { SqlDriver } from '../db/sql.js';
 import type { SecretBox } from '../lib/secret-box.js';
 import { reencryptSigningKeys } from '../lib/signing-keys.js';
+import { reencryptSsoSecrets } from '../modules/sso/sso.service.js';
 import { reencryptToolSecrets } from '../modules/tool/tool.service.js';
 import { reencryptWebhookSecrets } from '../modules/webhook/webhook.service.js';
 
@@ -8,6 +9,7 @@ export interface ReencryptCounts {
   signingKeys: number;
   tools: number;
   webhooks: number;
+  ssoClientSecrets: number;
 }
 
 /**
@@ -23,5 +25,6 @@ export function reencryptSecrets(sql: SqlDriver, secrets: SecretBox): Promise<Re
     signingKeys: await reencryptSigningKeys(tx, secrets),
     tools: await reencryptToolSecrets(tx, secrets),
     webhooks: await reencryptWebhookSecrets(tx, secrets),
+    ssoClientSecrets: await reencryptSsoSecrets(tx, secrets),
   }));
 }

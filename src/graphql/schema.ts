@@ -18,6 +18,7 @@ import '../modules/marketplace/template.graphql.js';
 import '../modules/marketplace/purchase.graphql.js';
 import '../modules/audit/audit.graphql.js';
 import '../modules/oauth/oauth.graphql.js';
+import '../modules/sso/sso.graphql.js';
 import { restRoutes } from '../http/rest-routes.js';
 import { builder } from './builder.js';
 

@@ -59,11 +59,12 @@ export interface RestRoute {
   queryArgs?: readonly string[];
   /**
    * Error statuses the route can answer beyond those every route of its kind can (a body: 400,
-   * 413; credentials: 401, 403, 429; a path id: 404): 401 of a wrong password, 404 of an id in the
-   * body, 409 of a conflict or a state transition, 503 of a secret that does not open. The
+   * 413; credentials: 401, 403, 429; a path id: 404): 401 of a wrong password, 403 of a login the
+   * org refuses, 404 of an id in the body, 409 of a conflict or a state transition, 503 of a secret
+   * that does not open. The
    * document lists only these, and every test's responses are held to it (test/support/app.ts).
    */
-  extraErrors?: ReadonlyArray<'401' | '404' | '409' | '429' | '503'>;
+  extraErrors?: ReadonlyArray<'401' | '403' | '404' | '409' | '429' | '503'>;
   /** What an error status of this route can mean beyond what it means everywhere (a code of its own). */
   errorNotes?: Partial<Record<'409' | '422', string>>;
   /**

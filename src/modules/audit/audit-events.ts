@@ -157,6 +157,19 @@ export interface OAuthGrantSnapshot {
   approved_by: string;
 }
 
+/** An org's single sign-on configuration as audited: never its client secret. */
+interface SsoSnapshot {
+  issuer: string;
+  client_id: string;
+  allowed_domains: string[];
+  default_role: string;
+  role_claim: string | null;
+  role_map: Record<string, string> | null;
+  scopes: string[];
+  enforce: boolean;
+  allow_private_network: boolean;
+}
+
 type Event<Action extends string, TargetType extends string, Before, After> = {
   action: Action;
   targetType: TargetType;
@@ -170,6 +183,10 @@ export type AuditEvent =
   | Event<'org.created', 'organization', never, OrgSnapshot>
   | Event<'org.updated', 'organization', Partial<OrgSnapshot>, Partial<OrgSnapshot>>
   | Event<'user.created', 'user', never, UserSnapshot>
+  | Event<'user.provisioned', 'user', never, UserSnapshot & { issuer: string; subject: string }>
+  | Event<'session.sso_login', 'user', never, UserSnapshot>
+  | Event<'sso.configured', 'sso_configuration', SsoSnapshot, SsoSnapshot & { client_secret_set: boolean }>
+  | Event<'sso.removed', 'sso_configuration', SsoSnapshot, never>
   | Event<'api_key.created', 'api_key', never, ApiKeySnapshot>
   | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>
   | Event<'capability_token.issued', 'capability_token', never, CapabilityTokenSnapshot>
@@ -236,6 +253,10 @@ const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'org.created': 'organization',
   'org.updated': 'organization',
   'user.created': 'user',
+  'user.provisioned': 'user',
+  'session.sso_login': 'user',
+  'sso.configured': 'sso_configuration',
+  'sso.removed': 'sso_configuration',
   'api_key.created': 'api_key',
   'api_key.deleted': 'api_key',
   'capability_token.issued': 'capability_token',

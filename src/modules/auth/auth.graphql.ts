@@ -31,8 +31,10 @@ const LoginSession = builder.objectRef<LoginResult>('LoginSession').implement({
   }),
 });
 
+type SignedInUserRow = Pick<User, 'id' | 'email' | 'orgId' | 'role'>;
+
 /** The user of a session as the unprefixed `/auth/login` shows it: exactly these four fields. */
-const SignedInUser = builder.objectRef<User>('SignedInUser').implement({
+const SignedInUser = builder.objectRef<SignedInUserRow>('SignedInUser').implement({
   fields: (t) => ({
     user_id: t.exposeID('id'),
     email: t.exposeString('email'),
@@ -42,11 +44,11 @@ const SignedInUser = builder.objectRef<User>('SignedInUser').implement({
 });
 
 /** `session_login`: the login of docs/decisions/0012-rotating-refresh-tokens.md, named as the unprefixed `/auth/login` answers it. */
-interface SessionLoginResult extends RotatedSession {
-  user: User;
+export interface SessionLoginResult extends RotatedSession {
+  user: SignedInUserRow;
 }
 
-const SessionLogin = builder.objectRef<SessionLoginResult>('SessionLogin').implement({
+export const SessionLogin = builder.objectRef<SessionLoginResult>('SessionLogin').implement({
   fields: (t) => ({
     token: t.exposeString('token', { description: 'The bearer access token, the same as `/api/v1/auth/login` gives.' }),
     refresh_token: t.exposeString('refresh_token', { description: refreshTokenDescription }),
@@ -78,7 +80,8 @@ restRoute('Mutation.login', {
   tag: 'Sessions',
   summary: 'Exchange email and password for a bearer token (valid 3600 s) and a refresh token (30 days, single use)',
   auth: [],
-  extraErrors: ['401', '429'],
+  // 403: the org signs in with single sign-on (a non-admin with the right password).
+  extraErrors: ['401', '403', '429'],
 });
 
 builder.mutationField('session_login', (t) =>
@@ -105,7 +108,7 @@ restRoute('Mutation.session_login', {
   tag: 'Sessions',
   summary: 'Log in: an access token, a refresh token (30 days, single use) and the user',
   auth: [],
-  extraErrors: ['401', '429'],
+  extraErrors: ['401', '403', '429'],
 });
 
 // No credentials: the refresh token is the credential.

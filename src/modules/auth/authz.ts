@@ -92,6 +92,9 @@ export const permissions = {
   'org:update': { roles: adminOnly, keyScopes: [] },
   'user:read': { roles: adminOnly, keyScopes: [] },
   'user:create': { roles: adminOnly, keyScopes: [] },
+  /** Single sign-on configuration (docs/decisions/0061-operator-single-sign-on.md). */
+  'sso:read': { roles: adminOnly, keyScopes: [] },
+  'sso:configure': { roles: adminOnly, keyScopes: [] },
   'api_key:read': { roles: adminOnly, keyScopes: [] },
   'api_key:write': { roles: adminOnly, keyScopes: [] },
   'manifest:read': { roles: anyRole, keyScopes: ['manifests:read'] },

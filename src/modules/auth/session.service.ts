@@ -96,9 +96,14 @@ function newRefreshToken(): { token: string; hash: string } {
 interface Collaborators {
   /** Login reads the user by email through the user module. */
   users: Pick<UserService, 'findByEmail'>;
+  /** Why the org refuses this user a password login (single sign-on enforced), or undefined. */
+  passwordLoginRefusal(user: { orgId: string; role: UserRole }): Promise<string | undefined>;
 }
 
-export function createSessionService({ env, db, keys, logger, telemetry }: Deps, { users }: Collaborators) {
+export function createSessionService(
+  { env, db, keys, logger, telemetry }: Deps,
+  { users, passwordLoginRefusal }: Collaborators,
+) {
   const passwords = createPasswords(telemetry);
   /** Login and refresh attempts are counted in the same fixed window (LOGIN_WINDOW_SECONDS). */
   const attemptPeriod = `${env.loginWindowSeconds / 60}m`;
@@ -346,9 +351,12 @@ export function createSessionService({ env, db, keys, logger, telemetry }: Deps,
       { message: 'Too many failed logins; try again later', period: attemptPeriod },
     );
     const user = await users.findByEmail(normalized);
-    if (!(await passwords.verify(user?.passwordHash, password)) || !user)
+    if (!(await passwords.verify(user?.passwordHash ?? undefined, password)) || !user)
       throw invalidToken('Email or password is wrong');
     await Promise.all([reset(db.sql, emailBucket, window), unhit(db.sql, addressBucket, window)]);
+    // Asked only once the password matched: a refusal tells nothing to someone without it.
+    const refused = await passwordLoginRefusal(user);
+    if (refused) throw new AppError('FORBIDDEN', refused);
     const session = await startSession({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
     return { ...session, user };
   }

@@ -8,7 +8,8 @@ type Tx = Prisma.TransactionClient;
 export interface NewUserRow {
   orgId: string;
   email: string;
-  passwordHash: string;
+  /** Null for a user provisioned by single sign-on: no password matches. */
+  passwordHash: string | null;
   role: UserRole;
 }
 

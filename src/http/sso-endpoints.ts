@@ -1,0 +1,172 @@
+import type { Plugin } from 'graphql-yoga';
+import type { Logger } from 'pino';
+import { isDatabaseUnavailable } from '../db/unavailable.js';
+import { AppError, DATABASE_RETRY_AFTER_SECONDS, type ErrorCode, errorStatus } from '../errors.js';
+import { logUnexpected } from '../logger.js';
+import type { SsoRefusal } from '../modules/sso/sso-identity.js';
+import { isRefusal } from '../modules/sso/sso-identity.js';
+import {
+  SSO_CALLBACK_PATH,
+  SSO_LOGIN_TTL_SECONDS,
+  SSO_START_PREFIX,
+  type SsoCallbackParams,
+  type SsoService,
+} from '../modules/sso/sso.service.js';
+import { CONSOLE_CSP, CONSOLE_PATH } from './console.js';
+import { errorBody } from './envelope.js';
+import { Response } from './fetch-api.js';
+import type { ServerContext } from './lifecycle.js';
+
+/**
+ * The browser's side of operators' single sign-on (docs/decisions/0061-operator-single-sign-on.md):
+ * `GET /auth/sso/{org_slug}` sends the browser to the org's provider, `GET /auth/sso/callback`
+ * takes its answer and sends the browser to the console, `/console/sso#code=…` or `#error=…&
+ * error_description=…` (a fragment: it never reaches a server or a Referer). A cookie, set by
+ * the first and read by the second, ties the answer to the browser that asked: a sign-in link
+ * taken from someone else's browser signs in no one.
+ */
+
+/** Where the callback sends the browser: the console page that exchanges the code. */
+export const SSO_CONSOLE_PATH = `${CONSOLE_PATH}/sso`;
+const BROWSER_COOKIE = 'agw_sso';
+
+const PAGE_HEADERS = {
+  'Content-Security-Policy': CONSOLE_CSP,
+  'X-Frame-Options': 'DENY',
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'Cache-Control': 'no-store',
+};
+
+/** How a refusal to start reads to a program: an org without single sign-on, or a provider that cannot be read. */
+const startRefusalCode = (refusal: SsoRefusal): ErrorCode =>
+  refusal.code === 'sso_not_configured' ? 'NOT_FOUND' : 'SERVICE_UNAVAILABLE';
+
+const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** A refusal before the provider is involved: a short page to a person, the API's error JSON to a program. */
+function refusalPage(request: Request, code: ErrorCode, message: string, headers = {}): Response {
+  const status = errorStatus[code];
+  if (!request.headers.get('accept')?.includes('text/html')) {
+    return Response.json(errorBody({ code, message, details: {} }), {
+      status,
+      headers: { ...PAGE_HEADERS, ...headers },
+    });
+  }
+  const html =
+    '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Single sign-on · Agent Gateway</title></head>' +
+    `<body><h1>Single sign-on cannot start</h1><p>${escapeHtml(message)}</p>` +
+    `<p><a href="${CONSOLE_PATH}">Back to the console</a></p></body></html>`;
+  return new Response(html, {
+    status,
+    headers: { ...PAGE_HEADERS, ...headers, 'Content-Type': 'text/html; charset=utf-8' },
+  });
+}
+
+function cookieOf(request: Request, name: string): string | undefined {
+  for (const part of (request.headers.get('cookie') ?? '').split(';')) {
+    const [key, ...value] = part.trim().split('=');
+    if (key === name) return value.join('=');
+  }
+  return undefined;
+}
+
+interface SsoEndpointDeps {
+  sso: SsoService;
+  publicUrl: string;
+  logger: Logger;
+}
+
+export function useSsoEndpoints({ sso, publicUrl, logger }: SsoEndpointDeps): Plugin<{}, ServerContext> {
+  // Secure when the service is reached over https (a plain-http PUBLIC_URL is a local setup).
+  const secure = publicUrl.startsWith('https:') ? '; Secure' : '';
+  // Lax: the provider sends the browser back with a top-level GET, which Lax lets the cookie ride.
+  const cookieAttributes = `Path=${SSO_CALLBACK_PATH}; HttpOnly; SameSite=Lax${secure}`;
+  const setCookie = (value: string) =>
+    `${BROWSER_COOKIE}=${value}; Max-Age=${SSO_LOGIN_TTL_SECONDS}; ${cookieAttributes}`;
+  const clearCookie = `${BROWSER_COOKIE}=; Max-Age=0; ${cookieAttributes}`;
+
+  const toConsole = (fragment: Record<string, string>) =>
+    new Response(null, {
+      status: 302,
+      headers: {
+        ...PAGE_HEADERS,
+        Location: `${SSO_CONSOLE_PATH}#${new URLSearchParams(fragment).toString()}`,
+        'Set-Cookie': clearCookie,
+      },
+    });
+
+  async function start(request: Request, slug: string, clientAddress: string): Promise<Response> {
+    const outcome = await sso.start(slug, clientAddress);
+    if (isRefusal(outcome)) return refusalPage(request, startRefusalCode(outcome), outcome.description);
+    return new Response(null, {
+      status: 302,
+      headers: { ...PAGE_HEADERS, Location: outcome.redirect, 'Set-Cookie': setCookie(outcome.browserSecret) },
+    });
+  }
+
+  async function callback(request: Request, url: URL): Promise<Response> {
+    const params: SsoCallbackParams = {};
+    for (const name of ['state', 'code', 'error', 'error_description', 'iss'] as const) {
+      const values = url.searchParams.getAll(name);
+      if (values.length > 1)
+        return toConsole({ error: 'invalid_request', error_description: `The parameter ${name} is repeated` });
+      if (values.length === 1) params[name] = values[0];
+    }
+    const outcome = await sso.callback(params, cookieOf(request, BROWSER_COOKIE));
+    if (isRefusal(outcome)) return toConsole({ error: outcome.code, error_description: outcome.description });
+    return toConsole({ code: outcome.code });
+  }
+
+  async function answer(request: Request, url: URL, clientAddress: string): Promise<Response> {
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      return refusalPage(request, 'METHOD_NOT_ALLOWED', `${request.method} is not supported here: use GET`, {
+        Allow: 'GET, HEAD',
+      });
+    }
+    if (url.pathname === SSO_CALLBACK_PATH) return callback(request, url);
+    return start(request, safeDecode(url.pathname.slice(SSO_START_PREFIX.length)), clientAddress);
+  }
+
+  return {
+    onRequest({ request, url, serverContext, endResponse }) {
+      if (!ours(url.pathname)) return;
+      const state = serverContext.state;
+      return answer(request, url, state?.clientAddress ?? 'unknown').then(
+        (response) => respond(response),
+        (error: unknown) => respond(failure(request, error, logger, state?.requestId)),
+      );
+      function respond(response: Response) {
+        if (state)
+          state.route = `${request.method} ${url.pathname === SSO_CALLBACK_PATH ? SSO_CALLBACK_PATH : `${SSO_START_PREFIX}:org_slug`}`;
+        endResponse(response);
+      }
+    },
+  };
+}
+
+/** `/auth/sso/callback` and `/auth/sso/{org_slug}`: one segment after the prefix (`exchange` is the API's, under /api/v1). */
+const ours = (pathname: string) =>
+  pathname.startsWith(SSO_START_PREFIX) && !pathname.slice(SSO_START_PREFIX.length).includes('/');
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return '';
+  }
+}
+
+/** A refusal by a rule (429) or a database that cannot be reached (503); never a stack. */
+function failure(request: Request, error: unknown, logger: Logger, requestId: string | undefined): Response {
+  if (error instanceof AppError && error.code === 'POLICY_VIOLATION') {
+    return refusalPage(request, error.code, error.message, error.extensions.http?.headers ?? {});
+  }
+  logUnexpected(logger, error, { request_id: requestId }, 'single sign-on request failed');
+  if (isDatabaseUnavailable(error)) {
+    return refusalPage(request, 'SERVICE_UNAVAILABLE', 'The service cannot reach its database; retry shortly', {
+      'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS),
+    });
+  }
+  return refusalPage(request, 'INTERNAL_ERROR', 'An internal error occurred');
+}
