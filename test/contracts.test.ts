@@ -42,9 +42,13 @@ const expectedRoutes = [
   'PATCH /orgs/{org_id}',
   'GET /orgs/{org_id}/users',
   'POST /orgs/{org_id}/users',
+  'GET /orgs/{org_id}/sso',
+  'PUT /orgs/{org_id}/sso',
+  'DELETE /orgs/{org_id}/sso',
   'POST /auth/login',
   'POST /auth/refresh',
   'POST /auth/logout',
+  'POST /auth/sso/exchange',
   'GET /orgs/{org_id}/api-keys',
   'POST /orgs/{org_id}/api-keys',
   'DELETE /orgs/{org_id}/api-keys/{key_id}',
@@ -147,6 +151,8 @@ describe('OpenAPI document', () => {
         'GET /.well-known/oauth-authorization-server',
         'GET /.well-known/oauth-protected-resource/mcp/{svc_id}',
         ...unprefixedRoutes.slice(0, 2),
+        'GET /auth/sso/callback',
+        'GET /auth/sso/{org_slug}',
         'GET /healthz',
         ...unprefixedRoutes.slice(2, -3),
         ...unprefixedRoutes.slice(-3),
@@ -231,13 +237,14 @@ describe('OpenAPI document', () => {
     );
   });
 
-  test('declares Retry-After and the X-RateLimit headers on every 429 (OAuth endpoints: Retry-After, their own throttle)', () => {
+  test('declares Retry-After and the X-RateLimit headers on every 429 (OAuth endpoints and the SSO start: Retry-After, their own throttle)', () => {
     const limited = operations().filter((o) => o.operation.responses['429']);
     expect(limited.length).toBeGreaterThan(40);
     for (const { operation } of limited) {
-      const expected = operation.tags.includes('OAuth')
-        ? ['Retry-After']
-        : ['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+      const expected =
+        operation.tags.includes('OAuth') || operation.operationId === 'sso_start'
+          ? ['Retry-After']
+          : ['Retry-After', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
       expect(Object.keys(operation.responses['429'].headers).sort()).toEqual(expected);
     }
   });
@@ -258,6 +265,8 @@ describe('OpenAPI document', () => {
         'oauth_authorize',
         'oauth_token',
         'oauth_revoke',
+        'sso_start',
+        'sso_callback',
       ].sort(),
     );
   });

@@ -13,6 +13,12 @@ import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
 import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
+import {
+  CookieJar,
+  signInAtProvider,
+  startIdentityProvider,
+  type TestIdentityProvider,
+} from './support/oidc-provider.js';
 import { OpenApiResponseChecker } from './support/openapi-validator.js';
 import {
   addUser,
@@ -75,6 +81,24 @@ interface Row {
 }
 
 const unique = () => randomBytes(4).toString('hex');
+/** A real OpenID provider on a loopback port: saving a single sign-on configuration reads its discovery document. */
+let idp: TestIdentityProvider;
+const ssoBody = (w: World) => ({
+  issuer: idp.issuer,
+  client_id: idp.clientId,
+  client_secret: idp.clientSecret,
+  allowed_domains: [`${w.orgA.slug}.example`],
+  allow_private_network: true,
+});
+/** Org A with single sign-on configured, for the rows that read or delete it. */
+const withSso = async (w: World) => {
+  const saved = await w.t.request('PUT', `/api/v1/orgs/${w.orgA.orgId}/sso`, {
+    token: w.orgA.adminToken,
+    body: ssoBody(w),
+  });
+  expect(saved.status).toBe(200);
+  return {};
+};
 const admins = ['admin'] as const;
 const managers = ['admin', 'operator'] as const;
 const gatewayBody = (w: World) => ({
@@ -204,6 +228,36 @@ const matrix: Row[] = [
     keyScopes: [],
     body: (w) => ({ email: `new-${unique()}@${w.orgA.slug}.example`, password: PASSWORD, role: 'viewer' }),
     check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, role: 'viewer' }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/sso',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    params: withSso,
+    check: (r) => expect(r.body).toMatchObject({ client_id: idp.clientId, client_secret: '[redacted]' }),
+  },
+  {
+    method: 'PUT',
+    route: '/orgs/:org_id/sso',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    body: ssoBody,
+    check: (r, w) => {
+      expect(r.body).toMatchObject({ org_id: w.orgA.orgId, issuer: idp.issuer });
+      expect(r.text).not.toContain(idp.clientSecret);
+    },
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/sso',
+    ok: 204,
+    roles: admins,
+    keyScopes: [],
+    params: withSso,
+    check: (r) => expect(r.text).toBe(''),
   },
   {
     method: 'GET',
@@ -935,6 +989,7 @@ const openRoutes = [
   { method: 'POST', route: '/auth/login' },
   { method: 'POST', route: '/auth/login', root: true as const },
   { method: 'POST', route: '/auth/refresh', root: true as const },
+  { method: 'POST', route: '/auth/sso/exchange' },
 ];
 
 const label = (r: { method: string; route: string }) => `${r.method} ${r.route}`;
@@ -945,6 +1000,7 @@ let checker: OpenApiResponseChecker;
 
 beforeAll(async () => {
   const app = await startTestApp();
+  idp = await startIdentityProvider({ redirectUri: app.app.services.sso.redirectUri });
   // Every response of the matrix, its setup included, is checked against the served document.
   checker = await OpenApiResponseChecker.load(app);
   const t: TestApp = { ...app, request: checker.validating(app).request };
@@ -1026,6 +1082,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await w?.t.close();
+  await idp?.close();
 });
 
 /** A fresh bearer token, so that refresh and logout never consume a token another test uses. */
@@ -1276,6 +1333,34 @@ describe('open routes work without credentials', () => {
     const rotated = await w.t.request('POST', '/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
     expect(rotated.status).toBe(200);
     expect(rotated.body.refresh_token).not.toBe(login.body.refresh_token);
+  });
+
+  test('single sign-on: GET /auth/sso/{org_slug} → 302, its callback → 302, POST /api/v1/auth/sso/exchange → 200 with a working token', async () => {
+    await withSso(w);
+    idp.accounts.set('matrix-user', { email: `matrix-user@${w.orgA.slug}.example`, email_verified: true });
+    const started = await w.t.request('GET', `/auth/sso/${w.orgA.slug}`);
+    expect(started.status).toBe(302);
+    const jar = new CookieJar();
+    jar.take(new Response(null, { headers: started.headers }));
+    const redirectUri = w.t.app.services.sso.redirectUri;
+    const answer = await signInAtProvider(started.headers.get('location')!, 'matrix-user', redirectUri);
+    const callback = await w.t.request('GET', `${answer.pathname}${answer.search}`, {
+      headers: { cookie: jar.header() },
+    });
+    expect(callback.status).toBe(302);
+    const code = new URLSearchParams(callback.headers.get('location')!.split('#')[1]).get('code');
+    const session = await w.t.request('POST', '/api/v1/auth/sso/exchange', { body: { code } });
+    expect(session.status).toBe(200);
+    expect(session.body.user).toMatchObject({ org_id: w.orgA.orgId, role: 'viewer' });
+    expect((await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}`, { token: session.body.token })).status).toBe(200);
+  });
+
+  test('POST /api/v1/auth/sso/exchange → 401 for a code never issued, as documented', async () => {
+    for (const code of ['agsso_' + 'A'.repeat(43), 'not-a-code']) {
+      const response = await w.t.request('POST', '/api/v1/auth/sso/exchange', { body: { code } });
+      expect(response.status).toBe(401);
+      expect(response.body.detail.code).toBe('INVALID_TOKEN');
+    }
   });
 
   test('GET /healthz, /readyz and /.well-known/jwks.json → 200 as documented', async () => {

@@ -10,6 +10,7 @@ import { useSofa } from 'sofa-api';
 import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
 import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
+import { SSO_STARTS_PER_ADDRESS_PER_MINUTE } from '../modules/sso/sso.service.js';
 import { restSchema } from './rest-schema.js';
 import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
 
@@ -238,6 +239,8 @@ const tagDescriptions: Record<string, string> = {
   Marketplace: 'Manifest templates published by orgs and acquired by others (unprefixed paths).',
   Health: 'Liveness and readiness for load balancers and orchestrators; no credentials.',
   Keys: 'The public keys that verify capability tokens and interaction records offline (JWKS).',
+  'Single sign-on':
+    "Operators sign in with their organization's OpenID provider: its configuration (admins), the browser's start and callback, and the console's exchange of the one-time code.",
   OAuth:
     "OAuth for MCP clients: the authorization server's metadata, each agent's protected-resource metadata, client registration, the authorization, token and revocation endpoints. Errors in OAuth's own format.",
 };
@@ -291,6 +294,14 @@ function serviceOperations(): Json {
     headers: { 'Retry-After': retryAfter },
   });
   const oauthUnavailable = oauthRetry('The database cannot be reached');
+  /** A single sign-on refusal: a page to a browser, the API's error envelope to a program. */
+  const ssoPage = (description: string) => ({
+    description,
+    content: {
+      'text/html': { schema: { type: 'string' } },
+      'application/json': { schema: { $ref: '#/components/schemas/Error' } },
+    },
+  });
   const clientFields = {
     redirect_uris: {
       ...strings,
@@ -563,6 +574,58 @@ function serviceOperations(): Json {
           '400': oauthError(['invalid_request'], 'The request is refused'),
           '405': oauthError(['invalid_request'], 'Only POST'),
           '503': oauthUnavailable,
+        },
+      },
+    },
+    '/auth/sso/{org_slug}': {
+      get: {
+        operationId: 'sso_start',
+        tags: ['Single sign-on'],
+        summary: "Start an operator's single sign-on (visited by the browser)",
+        description:
+          "Sends the browser to the organization's OpenID provider with an authorization code request (PKCE S256, `state`, `nonce`) " +
+          'and sets the cookie `agw_sso` that ties the answer to this browser (10 minutes). ' +
+          `At most ${SSO_STARTS_PER_ADDRESS_PER_MINUTE} sign-ins per client address a minute.`,
+        security: [],
+        parameters: [{ name: 'org_slug', in: 'path', required: true, schema: { type: 'string' } }],
+        responses: {
+          '302': {
+            description: "To the provider's authorization endpoint",
+            headers: {
+              Location: { required: true, schema: { type: 'string' } },
+              'Set-Cookie': { required: true, schema: { type: 'string' } },
+            },
+          },
+          '404': ssoPage('No organization by this slug signs in with single sign-on'),
+          '405': ssoPage('Only GET'),
+          '429': { ...ssoPage('Too many sign-ins started from this address'), headers: { 'Retry-After': retryAfter } },
+          '503': ssoPage("The provider's discovery document, or the database, cannot be read"),
+        },
+      },
+    },
+    '/auth/sso/callback': {
+      get: {
+        operationId: 'sso_callback',
+        tags: ['Single sign-on'],
+        summary: "The provider's answer (visited by the browser): on to the console",
+        description:
+          'Checks the answer (the `state` once, the `agw_sso` cookie, `iss`), exchanges the code, checks the ID token (signature by the ' +
+          "provider's JWKS, `iss`, `aud`, `exp`, `nonce`, a verified email at an allowed domain), creates the user on a first sign-in " +
+          'and sends the browser to `/console/sso#code=<one-time code>`, or `/console/sso#error=<code>&error_description=<text>`.',
+        security: [],
+        parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
+          name,
+          in: 'query',
+          required: false,
+          schema: { type: 'string' },
+        })),
+        responses: {
+          '302': {
+            description: 'To the console, with the one-time code or the reason in the fragment',
+            headers: { Location: { required: true, schema: { type: 'string' } } },
+          },
+          '405': ssoPage('Only GET'),
+          '503': ssoPage('The database cannot be reached'),
         },
       },
     },

@@ -79,7 +79,12 @@ export async function startIdentityProvider({
     accounts,
     hits,
     provider,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    close: () =>
+      new Promise<void>((resolve) => {
+        // The test's fetches keep connections alive; they would hold the server (and jest) open.
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
