@@ -13,6 +13,8 @@ import {
   RefreshSessionDocument,
   SessionLoginDocument,
   type SessionLoginMutation,
+  SsoExchangeDocument,
+  type SsoExchangeMutation,
   type TypedDocumentString,
 } from '../generated/graphql';
 
@@ -143,6 +145,21 @@ export async function signIn(email: string, password: string): Promise<Session> 
   if (!signedIn) {
     const error = body.errors?.[0];
     throw new ApiError(error?.message ?? 'Sign-in failed.', error?.extensions?.code);
+  }
+  setSession(signedIn);
+  return signedIn;
+}
+
+/**
+ * Single sign-on's last step: the one-time code the service handed this page (in its fragment,
+ * after the organization's identity provider) for a session, as a password sign-in gives.
+ */
+export async function signInWithSsoCode(code: string): Promise<Session> {
+  const body = await post(SsoExchangeDocument.toString(), { code });
+  const signedIn = (body.data as SsoExchangeMutation | undefined)?.sso_exchange;
+  if (!signedIn) {
+    const error = body.errors?.[0];
+    throw new ApiError(error?.message ?? 'Single sign-on failed.', error?.extensions?.code);
   }
   setSession(signedIn);
   return signedIn;

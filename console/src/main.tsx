@@ -7,7 +7,16 @@
 import { render, type ComponentChildren } from 'preact';
 import { useEffect, useId, useState } from 'preact/hooks';
 import './console.css';
-import { canDecide, currentSession, onSessionChange, signIn, signOut, type Session, type SignedInUser } from './api';
+import {
+  canDecide,
+  currentSession,
+  onSessionChange,
+  signIn,
+  signInWithSsoCode,
+  signOut,
+  type Session,
+  type SignedInUser,
+} from './api';
 import { AgentsPage } from './agents';
 import { ApprovalsPage } from './approvals';
 import { ManifestsPage } from './manifests';
@@ -37,6 +46,11 @@ const offered = (path: PagePath, user: SignedInUser) => path !== 'tools' || canD
 const CONSENT_PATH = `${BASE}/authorize`;
 
 const onConsentPage = () => location.pathname.replace(/\/+$/, '') === CONSENT_PATH;
+/** Where single sign-on ends (src/http/sso-endpoints.ts, SSO_CONSOLE_PATH): `#code=…` or `#error=…&error_description=…`. */
+const SSO_PATH = `${BASE}/sso`;
+const onSsoPage = () => location.pathname.replace(/\/+$/, '') === SSO_PATH;
+/** The organization last signed in with SSO, offered again: a slug is no secret. */
+const SSO_ORG_KEY = 'agent-gateway.console.sso-org';
 
 function pageFromLocation(): PagePath | undefined {
   const rest = location.pathname.slice(BASE.length).replace(/^\/+|\/+$/g, '');
@@ -64,8 +78,43 @@ function useSession(): Session | null {
   return session;
 }
 
-/** `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page). */
-function SignIn({ intro }: { intro?: string }) {
+/**
+ * "Sign in with SSO": the organization's slug, then the browser goes to `/auth/sso/{slug}` and on to
+ * the organization's identity provider. A navigation, not a form submission: the console's CSP
+ * (`form-action 'self'`) would stop a form at the redirect to the provider.
+ */
+function SsoSignIn() {
+  const [slug, setSlug] = useState(() => localStorage.getItem(SSO_ORG_KEY) ?? '');
+  const slugId = useId();
+  const submit = (event: Event) => {
+    event.preventDefault();
+    const org = slug.trim().toLowerCase();
+    localStorage.setItem(SSO_ORG_KEY, org);
+    location.assign(`/auth/sso/${encodeURIComponent(org)}`);
+  };
+  return (
+    <form class="sso" onSubmit={submit} aria-label="Single sign-on">
+      <label for={slugId}>Organization</label>
+      <input
+        id={slugId}
+        type="text"
+        autoComplete="organization"
+        required
+        pattern="[a-z0-9\-]+"
+        title="The organization's slug: lowercase letters, digits and hyphens"
+        value={slug}
+        onInput={(e) => setSlug(e.currentTarget.value)}
+      />
+      <button type="submit">Sign in with SSO</button>
+    </form>
+  );
+}
+
+/**
+ * `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page).
+ * `refusal`: why single sign-on did not sign the user in, when it just failed.
+ */
+function SignIn({ intro, refusal }: { intro?: string; refusal?: string }) {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const [error, setError] = useState<string | undefined>(undefined);
@@ -116,6 +165,13 @@ function SignIn({ intro }: { intro?: string }) {
           </p>
         )}
       </form>
+      <p class="or">or, if your organization uses its identity provider:</p>
+      <SsoSignIn />
+      {refusal && (
+        <p class="error" role="alert">
+          Single sign-on failed: {refusal}
+        </p>
+      )}
       <p class="muted account-help">
         No account? Sign up an organization and its first admin through the API, <code>POST /api/v1/orgs</code> (
         <a href="/docs#/Organizations/create_organization">API documentation</a>); an admin adds the other users.
@@ -217,8 +273,41 @@ function Console({ session }: { session: Session }) {
 const CONSENT_SIGN_IN =
   'An MCP client asks to connect to an agent of your organization. Sign in to see the request and answer it.';
 
+/**
+ * Where the service sends the browser after the identity provider. The fragment is read once and
+ * dropped from the address (the code is single-use, and no history entry should keep it); a code
+ * becomes a session and the console opens, a refusal is shown on the sign-in page.
+ */
+function SsoLanding() {
+  const [refusal, setRefusal] = useState<string | undefined>(undefined);
+  useEffect(() => {
+    const fragment = new URLSearchParams(location.hash.slice(1));
+    const code = fragment.get('code');
+    history.replaceState(null, '', SSO_PATH);
+    if (!code) {
+      setRefusal(fragment.get('error_description') ?? 'the identity provider sent no sign-in back.');
+      return;
+    }
+    // The console's own address before the session: the signed-in console then opens there.
+    history.replaceState(null, '', BASE);
+    signInWithSsoCode(code).catch((failure) => {
+      history.replaceState(null, '', SSO_PATH);
+      setRefusal(messageOf(failure, { code: false }));
+    });
+  }, []);
+  if (refusal === undefined)
+    return (
+      <main id="main" class="sign-in">
+        <h1>Agent Gateway console</h1>
+        <p role="status">Signing you in…</p>
+      </main>
+    );
+  return <SignIn refusal={refusal} />;
+}
+
 function App() {
   const session = useSession();
+  if (onSsoPage()) return <SsoLanding />;
   // Signing in changes no address: the consent page's query, the request itself, is still there after it.
   if (onConsentPage()) {
     // The consent page has no navigation: the request is the whole page.
