@@ -1,4 +1,5 @@
 import type { JWTPayload } from 'jose';
+import { isStorableText } from '../../lib/storable-input.js';
 import type { UserRole } from '../auth/authz.js';
 
 /**
@@ -57,7 +58,11 @@ export function checkIdentity(claims: JWTPayload, rules: IdentityRules): SsoIden
   // OpenID Connect Core 1.0 §3.1.3.7 step 11: the nonce sent in the request, echoed in the token.
   if (typeof claims.nonce !== 'string' || claims.nonce !== rules.nonce)
     return { code: 'invalid_id_token', description: 'The ID token does not carry the nonce of this sign-in' };
-  const email = typeof claims.email === 'string' ? claims.email.trim().toLowerCase() : '';
+  // Recorded in the user row and the audit: what the database cannot store is refused here, not there.
+  if (typeof claims.sub !== 'string' || claims.sub.length > 255 || !isStorableText(claims.sub))
+    return { code: 'invalid_id_token', description: 'The ID token has no usable subject (sub)' };
+  const email =
+    typeof claims.email === 'string' && isStorableText(claims.email) ? claims.email.trim().toLowerCase() : '';
   const domain = emailPattern.exec(email)?.[1];
   if (!domain || email.length > 254)
     return {
@@ -69,7 +74,7 @@ export function checkIdentity(claims: JWTPayload, rules: IdentityRules): SsoIden
     return { code: 'email_not_verified', description: `The provider has not verified ${email}` };
   if (!rules.allowedDomains.includes(domain))
     return { code: 'domain_not_allowed', description: `Emails at ${domain} may not sign in to this organization` };
-  return { subject: claims.sub!, email, role: mappedRole(claims, rules) };
+  return { subject: claims.sub, email, role: mappedRole(claims, rules) };
 }
 
 /** Whether an outcome of the sign-in is its refusal (every other outcome lacks a description). */
