@@ -10,6 +10,8 @@ import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
 import { chromiumTests, screenshot, watchedPage, type ConsolePage } from './support/console.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
+import { readyAgent } from './support/gateway.js';
+import { authorizationParams, authorizeUrl, pkce, registerClient } from './support/oauth.js';
 import { startIdentityProvider, type TestIdentityProvider } from './support/oidc-provider.js';
 
 const { test, newContext } = chromiumTests();
@@ -52,9 +54,9 @@ afterAll(async () => {
   await t?.close();
 });
 
-/** From the console's sign-in page through the provider's login and consent forms, as `login`. */
-async function signInWithSso({ page }: ConsolePage, login: string) {
-  await page.goto(`${base}/console`);
+/** From the console's sign-in page (or `start`) through the provider's login and consent forms, as `login`. */
+async function signInWithSso({ page }: ConsolePage, login: string, start = `${base}/console`) {
+  await page.goto(start);
   await page.getByLabel('Organization').fill(org.slug);
   await page.getByRole('button', { name: 'Sign in with SSO' }).click();
   // The provider's development login form.
@@ -101,6 +103,22 @@ test('a refused sign-in (an unverified email) is explained on the sign-in page',
   // The password form is still there.
   await expect(page.getByLabel('Password').isVisible()).resolves.toBe(true);
   await screenshot(page, 'sso-refused');
+  expect(view.problems).toEqual([]);
+});
+
+test('signed in with SSO from the consent page of an MCP client, the operator comes back to that request', async () => {
+  idp.accounts.set('grace', { email: `grace@${org.slug}.example`, email_verified: true });
+  const agent = await readyAgent(t, org);
+  const clientId = await registerClient(t, ['http://127.0.0.1:33418/callback'], 'Claude (test)');
+  const params = authorizationParams(base, clientId, agent.svcId, pkce().challenge);
+  const view = await watchedPage(await newContext());
+  await signInWithSso(view, 'grace', `${base}${authorizeUrl(params)}`);
+  const { page } = view;
+  await page.getByRole('heading', { level: 1, name: 'Connect an MCP client to an agent?' }).waitFor();
+  const address = new URL(page.url());
+  expect(address.pathname).toBe('/console/authorize');
+  expect(address.searchParams.get('state')).toBe(params.state);
+  await expect(page.getByRole('button', { name: 'Allow' }).isEnabled()).resolves.toBe(true);
   expect(view.problems).toEqual([]);
 });
 

@@ -381,7 +381,7 @@ test('the session lives in sessionStorage only, is refreshed when it expires, an
   expect((await t.request('GET', '/api/v1/agents', { token: renewed.token })).status).toBe(200);
 
   await page.getByRole('button', { name: 'Sign out' }).click();
-  await page.getByRole('button', { name: 'Sign in' }).waitFor();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
   expect(await storedSession()).toBeNull();
   const afterSignOut = await eventually(
     async () => (await t.request('GET', '/api/v1/agents', { token: renewed.token })).status,
@@ -400,7 +400,7 @@ test('the browser enforces the CSP (an injected inline script does not run) and 
   const { page } = view;
   await page.getByLabel('Email').fill('nobody@example.com');
   await page.getByLabel('Password').fill('not the password');
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   // In words alone: the API's code (INVALID_TOKEN) would only puzzle whoever mistyped.
   await page.getByRole('alert').waitFor();
   expect(await page.getByRole('alert').textContent()).toBe('Email or password is wrong');

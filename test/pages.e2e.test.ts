@@ -208,7 +208,7 @@ test('GraphiQL at /graphql loads only from this origin', async () => {
 test('the console at /console loads only from this origin', async () => {
   const visit = await open('/console');
   const { page } = visit;
-  await page.getByRole('button', { name: 'Sign in' }).waitFor();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
   await settle(visit);
   await expectOwnOriginOnly(visit);
 });

@@ -51,6 +51,16 @@ const SSO_PATH = `${BASE}/sso`;
 const onSsoPage = () => location.pathname.replace(/\/+$/, '') === SSO_PATH;
 /** The organization last signed in with SSO, offered again: a slug is no secret. */
 const SSO_ORG_KEY = 'agent-gateway.console.sso-org';
+/** The console address to come back to after SSO (the consent page and its request), for this tab only. */
+const SSO_RETURN_KEY = 'agent-gateway.console.sso-return';
+
+/** Where the console opens after SSO: the address it left from, if it was one of the console's own. */
+function ssoReturnAddress(): string {
+  const stored = sessionStorage.getItem(SSO_RETURN_KEY);
+  sessionStorage.removeItem(SSO_RETURN_KEY);
+  // Only a path of this console: never another origin, never a protocol-relative `//host`.
+  return stored && /^\/console(\/|\?|$)/.test(stored) && !stored.startsWith(SSO_PATH) ? stored : BASE;
+}
 
 function pageFromLocation(): PagePath | undefined {
   const rest = location.pathname.slice(BASE.length).replace(/^\/+|\/+$/g, '');
@@ -90,6 +100,7 @@ function SsoSignIn() {
     event.preventDefault();
     const org = slug.trim().toLowerCase();
     localStorage.setItem(SSO_ORG_KEY, org);
+    sessionStorage.setItem(SSO_RETURN_KEY, location.pathname + location.search);
     location.assign(`/auth/sso/${encodeURIComponent(org)}`);
   };
   return (
@@ -288,8 +299,9 @@ function SsoLanding() {
       setRefusal(fragment.get('error_description') ?? 'the identity provider sent no sign-in back.');
       return;
     }
-    // The console's own address before the session: the signed-in console then opens there.
-    history.replaceState(null, '', BASE);
+    // The console's address before the session: the signed-in console then opens there (the
+    // consent page, request and all, when the sign-in started on it).
+    history.replaceState(null, '', ssoReturnAddress());
     signInWithSsoCode(code).catch((failure) => {
       history.replaceState(null, '', SSO_PATH);
       setRefusal(messageOf(failure, { code: false }));

@@ -73,7 +73,7 @@ export async function watchedPage(context: BrowserContext): Promise<ConsolePage>
 export async function submitSignIn(page: Page, email: string) {
   await page.getByLabel('Email').fill(email);
   await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
 }
 
 export const screenshot = (page: Page, name: string) =>

@@ -42,6 +42,12 @@ export async function startIdentityProvider({
   const server = http.createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The provider warns, rightly, that its development login form and in-memory storage are not for
+  // production; in a test that is the point, and the warnings would only bury the test's output.
+  const warn = console.warn;
+  console.warn = (...args: unknown[]) => {
+    if (!String(args[0]).startsWith('oidc-provider WARNING')) warn(...args);
+  };
   const provider = new Provider(issuer, {
     clients: [
       {
@@ -64,9 +70,16 @@ export async function startIdentityProvider({
     conformIdTokenClaims: false,
     cookies: { keys: [randomBytes(16).toString('hex')] },
     features: { devInteractions: { enabled: true } },
+    // The provider's error page as plain text, so a test that fails there reads why.
+    renderError(ctx, out) {
+      ctx.type = 'text/plain';
+      ctx.body = `provider error: ${out.error}: ${out.error_description ?? ''}`;
+    },
+    ttl: { AccessToken: 600, AuthorizationCode: 60, Grant: 3600, IdToken: 600, Interaction: 600, Session: 3600 },
     ...extra,
   });
   const callback = provider.callback();
+  console.warn = warn;
   server.on('request', (request, response) => {
     const path = new URL(request.url ?? '/', issuer).pathname;
     hits.set(path, (hits.get(path) ?? 0) + 1);
