@@ -42,6 +42,8 @@ const expectedRoutes = [
   'PATCH /orgs/{org_id}',
   'GET /orgs/{org_id}/users',
   'POST /orgs/{org_id}/users',
+  'PATCH /orgs/{org_id}/users/{user_id}',
+  'DELETE /orgs/{org_id}/users/{user_id}',
   'GET /orgs/{org_id}/sso',
   'PUT /orgs/{org_id}/sso',
   'DELETE /orgs/{org_id}/sso',

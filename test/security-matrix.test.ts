@@ -190,6 +190,17 @@ const newGrant = async (w: World) => {
   const grants = await w.t.request('GET', `/api/v1/agents/${w.agentA}/grants`, { token: w.orgA.adminToken });
   return { agent_id: w.agentA, grant_id: grants.body.items[0].grant_id as string };
 };
+let newestViewer = '';
+/** A fresh viewer of org A, created through the API (no login: the matrix sends its own tokens). */
+const newViewer = async (w: World) => {
+  const created = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/users`, {
+    token: w.orgA.adminToken,
+    body: { email: `viewer-${unique()}@${w.orgA.slug}.example`, password: PASSWORD, role: 'viewer' },
+  });
+  expect(created.status).toBe(201);
+  newestViewer = created.body.user_id;
+  return { user_id: created.body.user_id as string };
+};
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
 });
@@ -228,6 +239,29 @@ const matrix: Row[] = [
     keyScopes: [],
     body: (w) => ({ email: `new-${unique()}@${w.orgA.slug}.example`, password: PASSWORD, role: 'viewer' }),
     check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, role: 'viewer' }),
+  },
+  {
+    method: 'PATCH',
+    route: '/orgs/:org_id/users/:user_id',
+    ok: 200,
+    roles: admins,
+    keyScopes: [],
+    params: newViewer,
+    body: () => ({ role: 'operator' }),
+    check: (r, w) => expect(r.body).toMatchObject({ org_id: w.orgA.orgId, role: 'operator' }),
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/users/:user_id',
+    ok: 204,
+    roles: admins,
+    keyScopes: [],
+    params: newViewer,
+    check: async (r, w) => {
+      expect(r.text).toBe('');
+      const users = await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}/users`, { token: w.orgA.adminToken });
+      expect(users.body.items.map((u: { user_id: string }) => u.user_id)).not.toContain(newestViewer);
+    },
   },
   {
     method: 'GET',

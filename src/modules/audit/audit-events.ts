@@ -183,6 +183,8 @@ export type AuditEvent =
   | Event<'org.created', 'organization', never, OrgSnapshot>
   | Event<'org.updated', 'organization', Partial<OrgSnapshot>, Partial<OrgSnapshot>>
   | Event<'user.created', 'user', never, UserSnapshot>
+  | Event<'user.role_changed', 'user', UserSnapshot, UserSnapshot>
+  | Event<'user.removed', 'user', UserSnapshot, never>
   | Event<'user.provisioned', 'user', never, UserSnapshot & { issuer: string; subject: string }>
   | Event<'session.sso_login', 'user', never, UserSnapshot>
   | Event<'sso.configured', 'sso_configuration', SsoSnapshot, SsoSnapshot & { client_secret_set: boolean }>
@@ -253,6 +255,8 @@ const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'org.created': 'organization',
   'org.updated': 'organization',
   'user.created': 'user',
+  'user.role_changed': 'user',
+  'user.removed': 'user',
   'user.provisioned': 'user',
   'session.sso_login': 'user',
   'sso.configured': 'sso_configuration',

@@ -92,6 +92,9 @@ export const permissions = {
   'org:update': { roles: adminOnly, keyScopes: [] },
   'user:read': { roles: adminOnly, keyScopes: [] },
   'user:create': { roles: adminOnly, keyScopes: [] },
+  /** Changing a user's role; the org's last admin keeps theirs (docs/decisions/0060-user-roles-and-removal.md). */
+  'user:update': { roles: adminOnly, keyScopes: [] },
+  'user:delete': { roles: adminOnly, keyScopes: [] },
   /** Single sign-on configuration (docs/decisions/0061-operator-single-sign-on.md). */
   'sso:read': { roles: adminOnly, keyScopes: [] },
   'sso:configure': { roles: adminOnly, keyScopes: [] },

@@ -58,3 +58,54 @@ restRoute('Mutation.create_user', {
   summary: 'Add a user to an organization',
   auth: ['bearer'],
 });
+
+builder.mutationField('update_user_role', (t) =>
+  t.field({
+    type: UserRef,
+    description:
+      "Gives a user another role (admins only). The organization's last admin cannot be demoted (409 CONFLICT). " +
+      "The user's sessions carry the new role from their next request, on every process.",
+    args: {
+      org_id: t.arg.id({ required: true }),
+      user_id: t.arg.id({ required: true }),
+      role: t.arg({ type: UserRoleEnum, required: true }),
+    },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'user:update' } }),
+    resolve: (_, args, ctx) =>
+      ctx.services.users.changeRole(String(args.org_id), String(args.user_id), args.role, principalOf(ctx)),
+  }),
+);
+restRoute('Mutation.update_user_role', {
+  extraErrors: ['409'],
+  errorNotes: { '409': "CONFLICT: the user is the organization's last admin" },
+  method: 'PATCH',
+  path: '/orgs/:org_id/users/:user_id',
+  tag: 'Organizations',
+  summary: "Change a user's role",
+  auth: ['bearer'],
+});
+
+builder.mutationField('remove_user', (t) =>
+  t.boolean({
+    description:
+      "Removes a user from the organization (admins only); the organization's last admin cannot be removed " +
+      "(409 CONFLICT). The user's sessions and refresh tokens stop working at once, on every process; API keys " +
+      "they created and OAuth grants they allowed stay the organization's.",
+    args: { org_id: t.arg.id({ required: true }), user_id: t.arg.id({ required: true }) },
+    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'user:delete' } }),
+    resolve: async (_, args, ctx) => {
+      await ctx.services.users.remove(String(args.org_id), String(args.user_id), principalOf(ctx));
+      return true;
+    },
+  }),
+);
+restRoute('Mutation.remove_user', {
+  extraErrors: ['409'],
+  errorNotes: { '409': "CONFLICT: the user is the organization's last admin" },
+  method: 'DELETE',
+  path: '/orgs/:org_id/users/:user_id',
+  status: 204,
+  tag: 'Organizations',
+  summary: 'Remove a user from an organization',
+  auth: ['bearer'],
+});

@@ -1,16 +1,22 @@
 import type { Deps } from '../../deps.js';
 import type { Prisma } from '../../generated/prisma/client.js';
-import { FieldErrors, conflict, isUniqueViolation } from '../../errors.js';
+import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { isUuid } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { userRoles, type Principal, type UserRole } from '../auth/authz.js';
 import { MIN_PASSWORD_LENGTH, createPasswords } from '../auth/password.js';
 import {
   countUsersOfOrg,
+  deleteUser,
   findUserByEmail,
   findUserIdByEmail,
   insertUser,
+  lockAdminsAndUser,
+  type LockedUser,
   type NewUserRow,
+  updateUserRole,
+  userById,
   usersByIds,
   usersOfOrg,
 } from './user.store.js';
@@ -29,6 +35,12 @@ export function validateEmail(errors: FieldErrors, field: string, email: string)
   if (!emailPattern.test(normalized) || normalized.length > 254) errors.add(field, 'must be an email address');
   return normalized;
 }
+
+/** A user of another org is as unknown as one that never existed. */
+const userNotFound = () => notFound('User');
+
+const lastAdmin = (what: string, details?: Record<string, unknown>) =>
+  conflict(`The organization's last admin cannot be ${what}: make another user admin first`, details);
 
 export function validatePassword(errors: FieldErrors, field: string, password: string): void {
   if (password.length < MIN_PASSWORD_LENGTH) errors.add(field, `must be at least ${MIN_PASSWORD_LENGTH} characters`);
@@ -62,6 +74,71 @@ export function createUserService({ db, telemetry }: Deps) {
     }
   }
 
+  /**
+   * Runs `change` on the user `userId` of the org with the org's admins and the user locked
+   * (lockAdminsAndUser): `admins` counts the admins as they are once every concurrent change
+   * before this one committed, so the last admin check cannot be raced.
+   */
+  async function withUserLocked<T>(
+    orgId: string,
+    userId: string,
+    change: (tx: Prisma.TransactionClient, user: LockedUser, admins: number) => Promise<T>,
+  ): Promise<T> {
+    // Not a UUID: no user has that id, and PostgreSQL would refuse to compare it.
+    if (!isUuid(userId)) throw userNotFound();
+    const id = userId.toLowerCase();
+    return db.prisma.$transaction(async (tx) => {
+      const locked = await lockAdminsAndUser(tx, orgId, id);
+      const user = locked.find((row) => row.id === id);
+      if (!user) throw userNotFound();
+      return change(tx, user, locked.filter((row) => row.role === 'admin').length);
+    });
+  }
+
+  /**
+   * Gives the user `role`. The org's last admin cannot lose theirs (409); the same role again
+   * changes and audits nothing. Sessions carry the new role from their next request on every
+   * process: the bearer check and the refresh token rotation read it from the database.
+   */
+  async function changeRole(orgId: string, userId: string, role: string, actor: Principal) {
+    if (!userRoles.includes(role as UserRole)) {
+      const errors = new FieldErrors();
+      errors.add('role', `must be one of ${userRoles.join(', ')}`);
+      errors.throwIfAny();
+    }
+    return withUserLocked(orgId, userId, async (tx, user, admins) => {
+      if (user.role === role) return userById(tx, user.id);
+      if (user.role === 'admin' && admins === 1) throw lastAdmin('demoted', { field: 'role' });
+      const updated = await updateUserRole(tx, user.id, role as UserRole);
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'user.role_changed',
+        targetType: 'user',
+        targetId: user.id,
+        before: { email: user.email, role: user.role },
+        after: { email: updated.email, role: updated.role },
+      });
+      return updated;
+    });
+  }
+
+  /**
+   * Removes the user from the org; the org's last admin cannot be removed (409). Their sessions
+   * end with them. API keys they created, OAuth grants they allowed, manifests they approved and
+   * approvals they decided stay the org's (docs/decisions/0060-user-roles-and-removal.md).
+   */
+  async function remove(orgId: string, userId: string, actor: Principal): Promise<void> {
+    await withUserLocked(orgId, userId, async (tx, user, admins) => {
+      if (user.role === 'admin' && admins === 1) throw lastAdmin('removed');
+      await deleteUser(tx, user.id);
+      await recordAudit(tx, orgId, actorOf(actor), {
+        action: 'user.removed',
+        targetType: 'user',
+        targetId: user.id,
+        before: { email: user.email, role: user.role },
+      });
+    });
+  }
+
   async function list(orgId: string) {
     const [items, total] = await Promise.all([usersOfOrg(db.prisma, orgId), countUsersOfOrg(db.prisma, orgId)]);
     return { items, total };
@@ -84,7 +161,7 @@ export function createUserService({ db, telemetry }: Deps) {
   /** Whether a user (of any org) has `email` (already normalized): emails are unique across orgs. */
   const isEmailTaken = async (email: string) => (await findUserIdByEmail(db.prisma, email)) !== null;
 
-  return { create, list, byIds, createInTransaction, findByEmail, isEmailTaken };
+  return { create, changeRole, remove, list, byIds, createInTransaction, findByEmail, isEmailTaken };
 }
 
 export type UserService = ReturnType<typeof createUserService>;
