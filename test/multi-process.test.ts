@@ -291,4 +291,64 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     // The admin's own session (another family) is untouched.
     expect((await readOrg(second, org.adminToken)).status).toBe(200);
   }, 60_000);
+
+  test('a user demoted and another removed through one process: their tokens carry the new rights, or none, on the other within a second', async () => {
+    const org = await signUp(first);
+    const password = 'a password for the roles test';
+    const users = { demoted: 'admin', removed: 'operator' } as const;
+    const sessions: Record<string, { userId: string; accessToken: string; refreshToken: string }> = {};
+    for (const [name, role] of Object.entries(users)) {
+      const email = `${name}-${org.slug}@example.test`;
+      const created = await first.request('POST', `/api/v1/orgs/${org.orgId}/users`, {
+        token: org.adminToken,
+        body: { email, password, role },
+      });
+      expect(created.status).toBe(201);
+      const login = await second.request('POST', '/api/v1/auth/login', { body: { email, password } });
+      expect(login.status).toBe(200);
+      sessions[name] = {
+        userId: created.body.user_id,
+        accessToken: login.body.access_token,
+        refreshToken: login.body.refresh_token,
+      };
+    }
+    const { demoted, removed } = sessions;
+    const listUsers = (token: string) => second.request('GET', `/api/v1/orgs/${org.orgId}/users`, { token });
+    const readOrg = (token: string) => second.request('GET', `/api/v1/orgs/${org.orgId}`, { token });
+    const rotate = (refreshToken: string) =>
+      second.request('POST', '/auth/refresh', { body: { refresh_token: refreshToken } });
+    /** The status `send` answers on the second process once it is `expected`, trying for a second after the change. */
+    const withinASecond = async (send: () => Promise<{ status: number }>, expected: number) => {
+      const changedAt = Date.now();
+      let status = (await send()).status;
+      while (status !== expected && Date.now() - changedAt < 1000) status = (await send()).status;
+      return status;
+    };
+    // The second process has verified both tokens (and keeps their signatures checked).
+    expect((await listUsers(demoted.accessToken)).status).toBe(200);
+    expect((await readOrg(removed.accessToken)).status).toBe(200);
+
+    const demotion = await first.request('PATCH', `/api/v1/orgs/${org.orgId}/users/${demoted.userId}`, {
+      token: org.adminToken,
+      body: { role: 'viewer' },
+    });
+    expect(demotion.status).toBe(200);
+    expect(await withinASecond(() => listUsers(demoted.accessToken), 403)).toBe(403);
+    expect((await readOrg(demoted.accessToken)).status).toBe(200);
+    // Its refresh token rotates on the other process into a viewer's token.
+    const rotated = await rotate(demoted.refreshToken);
+    expect(rotated.status).toBe(200);
+    expect(JSON.parse(Buffer.from(rotated.body.token.split('.')[1], 'base64url').toString()).role).toBe('viewer');
+    expect((await listUsers(rotated.body.token)).status).toBe(403);
+
+    const removal = await first.request('DELETE', `/api/v1/orgs/${org.orgId}/users/${removed.userId}`, {
+      token: org.adminToken,
+    });
+    expect(removal.status).toBe(204);
+    expect(await withinASecond(() => readOrg(removed.accessToken), 401)).toBe(401);
+    const refused = await rotate(removed.refreshToken);
+    expect({ status: refused.status, code: refused.body.detail?.code }).toEqual({ status: 401, code: 'INVALID_TOKEN' });
+    // The admin who did it is untouched on both.
+    expect((await listUsers(org.adminToken)).status).toBe(200);
+  }, 60_000);
 });
