@@ -173,6 +173,11 @@ export async function signOut(): Promise<void> {
   if (token) await post(LogoutDocument.toString(), {}, token).catch(() => undefined);
 }
 
+/** The signed-in user changed their own role: what the console offers follows at once, not at the next sign-in. */
+export function setSignedInRole(role: SignedInUser['role']): void {
+  if (session) setSession({ ...session, user: { ...session.user, role } });
+}
+
 /** The bearer token for the few REST calls GraphQL has no field for (streamed exports), refreshed if due. */
 export async function currentToken(): Promise<string | undefined> {
   let active = session;

@@ -24,6 +24,7 @@ import { PoliciesPage } from './policies';
 import { ConsentPage } from './consent';
 import { AuditPage, RecordsPage } from './records';
 import { ToolsPage, useToolDrift } from './tools';
+import { UsersPage } from './users';
 import { messageOf } from './ui';
 
 const BASE = '/console';
@@ -35,13 +36,15 @@ const PAGES = [
   { path: 'tools', title: 'Tools', Page: ToolsPage },
   { path: 'records', title: 'Records', Page: RecordsPage },
   { path: 'audit', title: 'Audit log', Page: AuditPage },
+  { path: 'users', title: 'Users', Page: UsersPage },
 ] as const;
 type PagePath = (typeof PAGES)[number]['path'];
 /**
  * Whether the navigation offers a page to this user: not one the API refuses them whole (viewers
- * cannot read tools). Its address still answers, saying why.
+ * cannot read tools, only admins manage users). Its address still answers, saying why.
  */
-const offered = (path: PagePath, user: SignedInUser) => path !== 'tools' || canDecide(user);
+const offered = (path: PagePath, user: SignedInUser) =>
+  (path !== 'tools' || canDecide(user)) && (path !== 'users' || user.role === 'admin');
 /** Where /oauth/authorize sends the browser (src/http/oauth-endpoints.ts, CONSENT_PATH). */
 const CONSENT_PATH = `${BASE}/authorize`;
 
