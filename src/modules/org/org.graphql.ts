@@ -17,7 +17,8 @@ export const OrganizationRef = builder.prismaObject('Organization', {
     }),
     admin_user: t.field({
       type: UserRef,
-      description: 'The first admin: the user who signed the organization up.',
+      description:
+        'The longest-standing admin: the user who signed the organization up, unless they were demoted or removed (an organization always keeps an admin).',
       select: { users: { where: { role: 'admin' }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }], take: 1 } },
       resolve: (org) => org.users[0],
     }),
