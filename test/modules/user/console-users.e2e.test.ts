@@ -6,9 +6,6 @@
  * Conventions of console.e2e.test.ts: each test has its own organization and browser context,
  * screenshots go to test/artifacts/, skipped with a notice without Chromium (failing under CI).
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { startTestApp, type TestApp } from '../../support/app.js';
 import {
   chromiumTests,
   horizontalOverflow,
@@ -19,28 +16,14 @@ import {
   type ConsolePage,
 } from '../../support/console.js';
 import { addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
+import { servedApp } from '../../support/served-app.js';
 
 const { test, newContext } = chromiumTests();
-
-let t: TestApp;
-let service: Server;
-let base: string;
-
-beforeAll(async () => {
-  t = await startTestApp();
-  service = createServer(t.app.yoga);
-  await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
-  base = `http://127.0.0.1:${(service.address() as AddressInfo).port}`;
-});
-
-afterAll(async () => {
-  if (service) await new Promise((resolve) => service.close(resolve));
-  await t?.close();
-});
+const served = servedApp();
 
 async function openAs(email: string, viewport?: typeof NARROW): Promise<ConsolePage> {
   const view = await watchedPage(await newContext(viewport));
-  await view.page.goto(`${base}/console`);
+  await view.page.goto(`${served.base}/console`);
   await submitSignIn(view.page, email);
   await view.page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
   return view;
@@ -59,14 +42,14 @@ const card = ({ page }: ConsolePage, email: string) => page.getByRole('article',
 
 /** The org's users as the API lists them: [email, role]. */
 const rolesOf = async (org: OrgFixture) =>
-  (await t.request('GET', `/api/v1/orgs/${org.orgId}/users`, { token: org.adminToken })).body.items.map(
+  (await served.t.request('GET', `/api/v1/orgs/${org.orgId}/users`, { token: org.adminToken })).body.items.map(
     (u: { email: string; role: string }) => [u.email, u.role],
   );
 
 test('an admin lists the users with their roles, changes a role and removes a user', async () => {
-  const org = await signUp(t, 'console-users');
-  const operator = await addUser(t, org, 'operator');
-  const viewer = await addUser(t, org, 'viewer');
+  const org = await signUp(served.t, 'console-users');
+  const operator = await addUser(served.t, org, 'operator');
+  const viewer = await addUser(served.t, org, 'viewer');
   const view = await openAs(org.adminEmail);
   const { page } = view;
   await goToUsers(view);
@@ -90,7 +73,7 @@ test('an admin lists the users with their roles, changes a role and removes a us
   await operatorCard.locator('.status', { hasText: 'viewer' }).waitFor();
   expect(await change.isDisabled()).toBe(true);
   // The operator's session, already open, has a viewer's rights now.
-  const tool = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+  const tool = await served.t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: operator.token,
     body: { action_type: 'billing', connector: 'mock' },
   });
@@ -110,12 +93,12 @@ test('an admin lists the users with their roles, changes a role and removes a us
     [org.adminEmail, 'admin'],
     [operator.email, 'viewer'],
   ]);
-  expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: viewer.token })).status).toBe(401);
+  expect((await served.t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: viewer.token })).status).toBe(401);
   expect(view.problems).toEqual([]);
 });
 
 test("the last admin is refused demotion and removal, and the page shows the service's reason", async () => {
-  const org = await signUp(t, 'console-users');
+  const org = await signUp(served.t, 'console-users');
   const view = await openAs(org.adminEmail);
   const { page } = view;
   await goToUsers(view);
@@ -145,8 +128,8 @@ test("the last admin is refused demotion and removal, and the page shows the ser
 });
 
 test('an admin who demotes themself is no longer offered the page; operators never are', async () => {
-  const org = await signUp(t, 'console-users');
-  const second = await addUser(t, org, 'admin');
+  const org = await signUp(served.t, 'console-users');
+  const second = await addUser(served.t, org, 'admin');
   const view = await openAs(second.email);
   const { page } = view;
   await goToUsers(view);
@@ -161,17 +144,17 @@ test('an admin who demotes themself is no longer offered the page; operators nev
     [second.email, 'operator'],
   ]);
 
-  const operator = await openAs((await addUser(t, org, 'operator')).email);
+  const operator = await openAs((await addUser(served.t, org, 'operator')).email);
   expect(await usersLink(operator).count()).toBe(0);
-  await operator.page.goto(`${base}/console/users`);
+  await operator.page.goto(`${served.base}/console/users`);
   await operator.page.getByText("The organization's users and their roles are shown to admins only.").waitFor();
   expect(await operator.page.getByRole('main').getByRole('button').count()).toBe(0);
   expect([...view.problems, ...operator.problems]).toEqual([]);
 });
 
 test('an admin who removes themself is signed out', async () => {
-  const org = await signUp(t, 'console-users');
-  const second = await addUser(t, org, 'admin');
+  const org = await signUp(served.t, 'console-users');
+  const second = await addUser(served.t, org, 'admin');
   const view = await openAs(second.email);
   const { page } = view;
   await goToUsers(view);
@@ -188,8 +171,8 @@ test('an admin who removes themself is signed out', async () => {
 });
 
 test('the Users page fits a 400 px wide window without horizontal scrolling', async () => {
-  const org = await signUp(t, 'console-users');
-  await addUser(t, org, 'viewer');
+  const org = await signUp(served.t, 'console-users');
+  await addUser(served.t, org, 'viewer');
   const view = await openAs(org.adminEmail, NARROW);
   await goToUsers(view);
   await view.page.getByText('2 users').waitFor();
