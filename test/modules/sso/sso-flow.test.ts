@@ -404,3 +404,33 @@ describe('enforce', () => {
     ).toBe(200);
   });
 });
+
+describe('changing and removing a user who signs in with single sign-on (docs/decisions/0060-user-roles-and-removal.md)', () => {
+  test('a demotion holds over later sign-ins; a removal ends the sessions, but the provider can sign the person in anew', async () => {
+    const email = account('ines', { groups: ['gw-admins'] });
+    const first = await exchange((await signIn(org.slug, 'ines')).get('code')!);
+    expect(first.body.user.role).toBe('admin');
+    const userId = first.body.user.user_id as string;
+    const userPath = `/api/v1/orgs/${org.orgId}/users/${userId}`;
+    const demoted = await t.request('PATCH', userPath, { token: org.adminToken, body: { role: 'viewer' } });
+    expect(demoted.status).toBe(200);
+    // The provider still puts her in gw-admins: the role is mapped on the first sign-in only.
+    const again = await exchange((await signIn(org.slug, 'ines')).get('code')!);
+    expect(again.body.user).toMatchObject({ user_id: userId, role: 'viewer' });
+    const users = `/api/v1/orgs/${org.orgId}/users`;
+    expect((await t.request('GET', users, { token: again.body.token })).status).toBe(403);
+
+    // A one-time code handed out before the removal goes with her, as her sessions do.
+    const pending = (await signIn(org.slug, 'ines')).get('code')!;
+    expect((await t.request('DELETE', userPath, { token: org.adminToken })).status).toBe(204);
+    expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: again.body.token })).status).toBe(401);
+    expect((await exchange(pending)).status).toBe(401);
+    // The provider still lists her: her next sign-in provisions a new user, with the mapped role.
+    const back = await exchange((await signIn(org.slug, 'ines')).get('code')!);
+    expect(back.status).toBe(200);
+    expect(back.body.user).toMatchObject({ email, role: 'admin' });
+    expect(back.body.user.user_id).not.toBe(userId);
+    const provisioned = (await auditOf('user.provisioned')).filter((entry) => entry.after.email === email);
+    expect(provisioned).toHaveLength(2);
+  });
+});
