@@ -164,7 +164,7 @@ test('an admin who removes themself is signed out', async () => {
     .getByRole('group', { name: `Remove ${second.email}?` })
     .getByRole('button', { name: 'Yes, remove' })
     .click();
-  await page.getByRole('button', { name: 'Sign in' }).waitFor();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
   expect(await page.evaluate(() => sessionStorage.getItem('agent-gateway.console.session'))).toBeNull();
   expect(await rolesOf(org)).toEqual([[org.adminEmail, 'admin']]);
   expect(view.problems).toEqual([]);
