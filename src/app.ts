@@ -5,8 +5,8 @@ import { createYoga, type YogaServerInstance } from 'graphql-yoga';
 import type { Logger } from 'pino';
 import type { Database } from './db/database.js';
 import type { Env } from './env.js';
-import { isDatabaseUnavailable } from './db/unavailable.js';
-import { AppError, serviceUnavailable } from './errors.js';
+import { isDatabaseUnavailable, isMissingReference } from './db/unavailable.js';
+import { AppError, referenceGone, serviceUnavailable } from './errors.js';
 import { logUnexpected } from './logger.js';
 import type { Context } from './graphql/context.js';
 import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
@@ -165,6 +165,7 @@ export function createApp({
       maskError(error) {
         const original = error instanceof GraphQLError ? error.originalError : error;
         if (error instanceof GraphQLError && (!original || original instanceof GraphQLError)) return error;
+        if (isMissingReference(original)) return referenceGone();
         logUnexpected(logger, original, { request_id: currentRequest()?.requestId }, 'unexpected error');
         return isDatabaseUnavailable(original)
           ? serviceUnavailable()

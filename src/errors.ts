@@ -92,6 +92,12 @@ export const operationForbidden = () =>
 export const notFound = (what: string) => new AppError('NOT_FOUND', `${what} not found`);
 export const conflict = (message: string, details?: Record<string, unknown>) =>
   new AppError('CONFLICT', message, { details });
+/** A write that named a row a concurrent request deleted meanwhile (src/db/unavailable.ts, isMissingReference). */
+export const referenceGone = () =>
+  new AppError(
+    'CONFLICT',
+    'Something this request refers to (a user, an agent, a tool…) was removed while it ran; reload and retry',
+  );
 export const forbidden = (message = 'You are not allowed to do this') => new AppError('FORBIDDEN', message);
 export const validationError = (errors: FieldError[]) =>
   new AppError('VALIDATION_ERROR', errors.map((e) => `${e.field}: ${e.message}`).join('; '), {

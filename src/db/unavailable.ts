@@ -59,8 +59,8 @@ function saysUnavailable(error: Record<string, unknown>): boolean {
   return messagePatterns.some((pattern) => pattern.test(message));
 }
 
-/** True when `error`, or anything it wraps, says the database could not be reached or went away. */
-export function isDatabaseUnavailable(error: unknown): boolean {
+/** Whether `error`, or anything it wraps (cause, Prisma's adapter error, GraphQL's original), satisfies `says`. */
+function anyCause(error: unknown, says: (error: Record<string, unknown>) => boolean): boolean {
   const seen = new Set<unknown>();
   const pending: unknown[] = [error];
   while (pending.length) {
@@ -68,7 +68,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     if (typeof current !== 'object' || current === null || seen.has(current)) continue;
     seen.add(current);
     const record = current as Record<string, unknown>;
-    if (saysUnavailable(record)) return true;
+    if (says(record)) return true;
     pending.push(
       record.cause,
       (record.meta as Record<string, unknown> | undefined)?.driverAdapterError,
@@ -78,6 +78,19 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   }
   return false;
 }
+
+/** True when `error`, or anything it wraps, says the database could not be reached or went away. */
+export const isDatabaseUnavailable = (error: unknown): boolean => anyCause(error, saysUnavailable);
+
+/**
+ * True when a write named a row that a concurrent request deleted after this one read it: a
+ * foreign key violation (SQLSTATE 23503, Prisma P2003), e.g. a login whose user was removed
+ * between the password check and the session insert. A race, not a bug: answered 409.
+ */
+export const isMissingReference = (error: unknown): boolean =>
+  anyCause(error, (record) =>
+    [record.code, record.originalCode].some((code) => code === '23503' || code === 'P2003'),
+  );
 
 /**
  * PostgreSQL forgot a named prepared statement this connection prepared (26000), or already has

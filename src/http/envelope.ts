@@ -1,9 +1,10 @@
 import { GraphQLError } from 'graphql';
-import { isDatabaseUnavailable } from '../db/unavailable.js';
+import { isDatabaseUnavailable, isMissingReference } from '../db/unavailable.js';
 import {
   AppError,
   authErrorCodes,
   errorStatus,
+  referenceGone,
   serviceUnavailable,
   type ErrorCode,
   type FieldError,
@@ -75,6 +76,7 @@ export function toWireError(error: unknown): WireError {
   }
   if (error instanceof AppError) return wireError(error.code, error.message, error.details);
   if (isDatabaseUnavailable(error)) return toWireError(serviceUnavailable());
+  if (isMissingReference(error)) return toWireError(referenceGone());
   return wireError('INTERNAL_ERROR', 'An internal error occurred');
 }
 
