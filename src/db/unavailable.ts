@@ -88,9 +88,7 @@ export const isDatabaseUnavailable = (error: unknown): boolean => anyCause(error
  * between the password check and the session insert. A race, not a bug: answered 409.
  */
 export const isMissingReference = (error: unknown): boolean =>
-  anyCause(error, (record) =>
-    [record.code, record.originalCode].some((code) => code === '23503' || code === 'P2003'),
-  );
+  anyCause(error, (record) => [record.code, record.originalCode].some((code) => code === '23503' || code === 'P2003'));
 
 /**
  * PostgreSQL forgot a named prepared statement this connection prepared (26000), or already has
