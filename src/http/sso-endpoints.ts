@@ -119,9 +119,11 @@ export function useSsoEndpoints({ sso, publicUrl, logger }: SsoEndpointDeps): Pl
   }
 
   async function answer(request: Request, url: URL, clientAddress: string): Promise<Response> {
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
+    // GET only, HEAD included: both steps have effects (a stored sign-in, a used state), and a
+    // link checker's HEAD must not use up the state the browser's GET brings back.
+    if (request.method !== 'GET') {
       return refusalPage(request, 'METHOD_NOT_ALLOWED', `${request.method} is not supported here: use GET`, {
-        Allow: 'GET, HEAD',
+        Allow: 'GET',
       });
     }
     if (url.pathname === SSO_CALLBACK_PATH) return callback(request, url);

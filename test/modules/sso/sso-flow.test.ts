@@ -5,7 +5,7 @@
  * exchange) go to the real app; the gateway fetches discovery, keys and tokens from the provider
  * itself, through its outbound address policy.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { PASSWORD, addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
 import {
@@ -374,6 +374,17 @@ describe('signing in', () => {
     const plain = await signUp(t, 'sso-none');
     expect((await t.request('GET', `/auth/sso/${plain.slug}`)).status).toBe(404);
     expect((await t.request('POST', `/auth/sso/${plain.slug}`)).status).toBe(405);
+    // A HEAD (a link checker) neither starts a sign-in nor uses up a callback's state.
+    expect((await t.request('HEAD', `/auth/sso/${org.slug}`)).status).toBe(405);
+    const started = await startSignIn(org.slug);
+    const head = await t.request('HEAD', `/auth/sso/callback?state=${started.location.searchParams.get('state')}`);
+    expect(head.status).toBe(405);
+    expect(head.headers.get('allow')).toBe('GET');
+    const [row] = await t.database.db.sql.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM sso_logins WHERE state_hash = $1',
+      [createHash('sha256').update(started.location.searchParams.get('state')!).digest('hex')],
+    );
+    expect(Number(row.n)).toBe(1);
   });
 });
 
