@@ -139,15 +139,19 @@ export async function request<Result, Variables>(
   return body.data as Result;
 }
 
-export async function signIn(email: string, password: string): Promise<Session> {
-  const body = await post(SessionLoginDocument.toString(), { email, password });
-  const signedIn = (body.data as SessionLoginMutation | undefined)?.session_login;
+/** Keeps the session a sign-in answered, or throws why there is none. */
+function keepSignedIn(body: GraphQlBody, signedIn: Session | undefined, failure: string): Session {
   if (!signedIn) {
     const error = body.errors?.[0];
-    throw new ApiError(error?.message ?? 'Sign-in failed.', error?.extensions?.code);
+    throw new ApiError(error?.message ?? failure, error?.extensions?.code);
   }
   setSession(signedIn);
   return signedIn;
+}
+
+export async function signIn(email: string, password: string): Promise<Session> {
+  const body = await post(SessionLoginDocument.toString(), { email, password });
+  return keepSignedIn(body, (body.data as SessionLoginMutation | undefined)?.session_login, 'Sign-in failed.');
 }
 
 /**
@@ -156,13 +160,7 @@ export async function signIn(email: string, password: string): Promise<Session> 
  */
 export async function signInWithSsoCode(code: string): Promise<Session> {
   const body = await post(SsoExchangeDocument.toString(), { code });
-  const signedIn = (body.data as SsoExchangeMutation | undefined)?.sso_exchange;
-  if (!signedIn) {
-    const error = body.errors?.[0];
-    throw new ApiError(error?.message ?? 'Single sign-on failed.', error?.extensions?.code);
-  }
-  setSession(signedIn);
-  return signedIn;
+  return keepSignedIn(body, (body.data as SsoExchangeMutation | undefined)?.sso_exchange, 'Single sign-on failed.');
 }
 
 /** Revokes the session on the service (every token of this login), then forgets it here. */

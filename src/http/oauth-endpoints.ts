@@ -13,7 +13,8 @@ import {
 import { AUTHORIZATION_PARAM_NAMES, type AuthorizationParams } from '../modules/oauth/authorization-request.js';
 import type { OAuthService } from '../modules/oauth/oauth.service.js';
 import { TOKEN_FORM_FIELDS, type TokenForm } from '../modules/oauth/token-endpoint.js';
-import { CONSOLE_CSP, CONSOLE_PATH } from './console.js';
+import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
+import { CONSOLE_PATH } from './console.js';
 import { Response } from './fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
 
@@ -49,15 +50,6 @@ type OAuthErrorCode =
 /** The consent page of the console: `/oauth/authorize` sends the browser there with its parameters. */
 export const CONSENT_PATH = `${CONSOLE_PATH}/authorize`;
 
-/** The authorization endpoint's own page (a request that cannot go back to its client): never framed, nothing loaded. */
-const PAGE_HEADERS = {
-  'Content-Security-Policy': CONSOLE_CSP,
-  'X-Frame-Options': 'DENY',
-  'X-Content-Type-Options': 'nosniff',
-  'Referrer-Policy': 'no-referrer',
-  'Cache-Control': 'no-store',
-};
-
 export function oauthError(
   status: number,
   error: OAuthErrorCode,
@@ -86,8 +78,6 @@ function singleParams<Name extends string>(
   }
   return { values };
 }
-
-const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 /**
  * Why an authorization request cannot be answered, to the person in the browser (the client
@@ -196,7 +186,7 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
     if (pathname === AUTHORIZATION_SERVER_METADATA_PATH)
       return json(oauth.authorizationServerMetadata(), 200, { 'Cache-Control': METADATA_CACHE });
     const svcId = pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX)
-      ? safeDecode(pathname.slice(PROTECTED_RESOURCE_MCP_PREFIX.length))
+      ? decodedSegment(pathname.slice(PROTECTED_RESOURCE_MCP_PREFIX.length))
       : '';
     if (!agentIdPattern.test(svcId)) {
       return oauthError(
@@ -257,14 +247,6 @@ const ours = (pathname: string) =>
 /** The route pattern for logs and metrics: the agent's id is not part of it. */
 const routeOf = (pathname: string) =>
   pathname.startsWith(PROTECTED_RESOURCE_MCP_PREFIX) ? `${PROTECTED_RESOURCE_MCP_PREFIX}:svc_id` : pathname;
-
-function safeDecode(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return '';
-  }
-}
 
 /** A refusal by a rule (429) or a database that cannot be reached (503), in OAuth's format; never a stack. */
 function failure(error: unknown, logger: Logger, requestId: string | undefined): Response {

@@ -12,7 +12,8 @@ import {
   type SsoCallbackParams,
   type SsoService,
 } from '../modules/sso/sso.service.js';
-import { CONSOLE_CSP, CONSOLE_PATH } from './console.js';
+import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
+import { CONSOLE_PATH } from './console.js';
 import { errorBody } from './envelope.js';
 import { Response } from './fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
@@ -30,19 +31,9 @@ import type { ServerContext } from './lifecycle.js';
 export const SSO_CONSOLE_PATH = `${CONSOLE_PATH}/sso`;
 const BROWSER_COOKIE = 'agw_sso';
 
-const PAGE_HEADERS = {
-  'Content-Security-Policy': CONSOLE_CSP,
-  'X-Frame-Options': 'DENY',
-  'X-Content-Type-Options': 'nosniff',
-  'Referrer-Policy': 'no-referrer',
-  'Cache-Control': 'no-store',
-};
-
 /** How a refusal to start reads to a program: an org without single sign-on, or a provider that cannot be read. */
 const startRefusalCode = (refusal: SsoRefusal): ErrorCode =>
   refusal.code === 'sso_not_configured' ? 'NOT_FOUND' : 'SERVICE_UNAVAILABLE';
-
-const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 /** A refusal before the provider is involved: a short page to a person, the API's error JSON to a program. */
 function refusalPage(request: Request, code: ErrorCode, message: string, headers = {}): Response {
@@ -127,7 +118,7 @@ export function useSsoEndpoints({ sso, publicUrl, logger }: SsoEndpointDeps): Pl
       });
     }
     if (url.pathname === SSO_CALLBACK_PATH) return callback(request, url);
-    return start(request, safeDecode(url.pathname.slice(SSO_START_PREFIX.length)), clientAddress);
+    return start(request, decodedSegment(url.pathname.slice(SSO_START_PREFIX.length)), clientAddress);
   }
 
   return {
@@ -150,14 +141,6 @@ export function useSsoEndpoints({ sso, publicUrl, logger }: SsoEndpointDeps): Pl
 /** `/auth/sso/callback` and `/auth/sso/{org_slug}`: one segment after the prefix (`exchange` is the API's, under /api/v1). */
 const ours = (pathname: string) =>
   pathname.startsWith(SSO_START_PREFIX) && !pathname.slice(SSO_START_PREFIX.length).includes('/');
-
-function safeDecode(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return '';
-  }
-}
 
 /** A refusal by a rule (429) or a database that cannot be reached (503); never a stack. */
 function failure(request: Request, error: unknown, logger: Logger, requestId: string | undefined): Response {
