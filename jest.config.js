@@ -15,6 +15,9 @@ export default {
     '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, diagnostics: false }],
   },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
+  // Tests build throwaway projects under .scratch/ and delete them; a jest started meanwhile
+  // (test/optional-programs.test.ts runs one) must not map a package.json that is about to go.
+  modulePathIgnorePatterns: ['<rootDir>/\\.scratch/'],
   // The suites that measure the heap first, on fresh workers (test/support/test-sequencer.js).
   testSequencer: '<rootDir>/test/support/test-sequencer.js',
   // src/ as JavaScript once per run, for the tests' child processes (test/support/global-setup.js).
