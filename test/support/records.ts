@@ -16,14 +16,19 @@ export interface RecordRow {
   record_hash: string;
 }
 
-/** Every record of the org over the API, oldest first. */
+/**
+ * Every record of the org over the API, oldest first. Follows `next_cursor`, not offsets up to
+ * `total`: the page and its total are two reads, so a record appended between them (recovery
+ * runs while these tests poll) makes `total` one more than any offset will ever return.
+ */
 export async function allRecords(service: TestClient, org: OrgFixture): Promise<RecordRow[]> {
   const rows: RecordRow[] = [];
-  for (let offset = 0; ; offset += 1000) {
-    const page = await service.request('GET', `/api/v1/records?limit=1000&offset=${offset}`, { token: org.adminToken });
+  for (let cursor = ''; ; ) {
+    const page = await service.request('GET', `/api/v1/records?limit=1000${cursor}`, { token: org.adminToken });
     if (page.status !== 200) throw new Error(`records: ${page.status} ${page.text}`);
     rows.push(...page.body.items);
-    if (rows.length >= page.body.total) break;
+    if (!page.body.next_cursor) break;
+    cursor = `&cursor=${encodeURIComponent(page.body.next_cursor)}`;
   }
   return rows.sort((a, b) => a.seq - b.seq);
 }
