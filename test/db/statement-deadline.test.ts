@@ -9,6 +9,7 @@ import { isDatabaseUnavailable } from '../../src/db/unavailable.js';
 import { backend, createTestDatabase, type TestDatabase } from '../support/database.js';
 
 const onPostgres = backend === 'postgresql' ? test : test.skip;
+const TIMEOUT_MS = 1500;
 
 let database: TestDatabase | undefined;
 beforeAll(async () => {
@@ -71,7 +72,9 @@ describe('a statement the server never answers', () => {
       const proxy = await freezableProxy(new URL(database!.url!));
       let db: Database | undefined;
       try {
-        db = await openDatabase({ databaseUrl: proxy.url, migrate: false, timeoutMs: 400 });
+        // Also the connect timeout: short enough for a quick test, long enough for PostgreSQL to
+        // start a backend for the reconnection while other test files load the machine.
+        db = await openDatabase({ databaseUrl: proxy.url, migrate: false, timeoutMs: TIMEOUT_MS });
         const open = db;
         // Connections are made and work before the partition.
         await Promise.all([1, 2, 3].map((i) => open.sql.query('SELECT $1::int AS i', [i])));
@@ -85,7 +88,7 @@ describe('a statement the server never answers', () => {
         for (const { error, ms } of failures) {
           expect(isDatabaseUnavailable(error)).toBe(true);
           // Generous: the bound is what matters; without a deadline these never fail.
-          expect(ms).toBeLessThan(400 * 3 + 3000);
+          expect(ms).toBeLessThan(TIMEOUT_MS * 3 + 3000);
         }
         expect(String((failures[0].error as Error).message)).toMatch(/Query read timeout/);
         proxy.freeze(false);
