@@ -16,6 +16,7 @@ import { TOKEN_FORM_FIELDS, type TokenForm } from '../modules/oauth/token-endpoi
 import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
 import { CONSOLE_PATH } from './console.js';
 import { Response } from './fetch-api.js';
+import { useOwnEndpoints } from './own-endpoints.js';
 import type { ServerContext } from './lifecycle.js';
 
 /**
@@ -219,21 +220,12 @@ export function useOAuthEndpoints({ oauth, logger }: OAuthEndpointDeps): Plugin<
     return json(result, 201, { 'Cache-Control': 'no-store' });
   }
 
-  return {
-    // Synchronous for every other path: the gateway's requests pass here and pay no promise for it.
-    onRequest({ request, url, serverContext, endResponse }) {
-      if (!ours(url.pathname)) return;
-      const state = serverContext.state;
-      return answer(request, url, state?.clientAddress ?? 'unknown').then(
-        (response) => respond(response),
-        (error: unknown) => respond(failure(error, logger, state?.requestId)),
-      );
-      function respond(response: Response) {
-        if (state) state.route = `${request.method} ${routeOf(url.pathname)}`;
-        endResponse(response);
-      }
-    },
-  };
+  return useOwnEndpoints({
+    ours,
+    answer,
+    failure: (_request, error, requestId) => failure(error, logger, requestId),
+    route: routeOf,
+  });
 }
 
 const OAUTH_ENDPOINTS: ReadonlySet<string> = new Set(Object.values(OAUTH_PATHS));

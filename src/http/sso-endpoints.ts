@@ -16,6 +16,7 @@ import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
 import { CONSOLE_PATH } from './console.js';
 import { errorBody } from './envelope.js';
 import { Response } from './fetch-api.js';
+import { useOwnEndpoints } from './own-endpoints.js';
 import type { ServerContext } from './lifecycle.js';
 
 /**
@@ -121,21 +122,12 @@ export function useSsoEndpoints({ sso, publicUrl, logger }: SsoEndpointDeps): Pl
     return start(request, decodedSegment(url.pathname.slice(SSO_START_PREFIX.length)), clientAddress);
   }
 
-  return {
-    onRequest({ request, url, serverContext, endResponse }) {
-      if (!ours(url.pathname)) return;
-      const state = serverContext.state;
-      return answer(request, url, state?.clientAddress ?? 'unknown').then(
-        (response) => respond(response),
-        (error: unknown) => respond(failure(request, error, logger, state?.requestId)),
-      );
-      function respond(response: Response) {
-        if (state)
-          state.route = `${request.method} ${url.pathname === SSO_CALLBACK_PATH ? SSO_CALLBACK_PATH : `${SSO_START_PREFIX}:org_slug`}`;
-        endResponse(response);
-      }
-    },
-  };
+  return useOwnEndpoints({
+    ours,
+    answer,
+    failure: (request, error, requestId) => failure(request, error, logger, requestId),
+    route: (pathname) => (pathname === SSO_CALLBACK_PATH ? SSO_CALLBACK_PATH : `${SSO_START_PREFIX}:org_slug`),
+  });
 }
 
 /** `/auth/sso/callback` and `/auth/sso/{org_slug}`: one segment after the prefix (`exchange` is the API's, under /api/v1). */
