@@ -1121,7 +1121,7 @@ afterAll(async () => {
 
 /** A fresh bearer token, so that refresh and logout never consume a token another test uses. */
 async function bearer(user: SessionUser, ttlSeconds?: number): Promise<string> {
-  return (await w.t.app.services.sessions.startSession(user, ttlSeconds)).access_token;
+  return (await w.t.app.services.sessions.startSession(user, 'password', ttlSeconds)).access_token;
 }
 
 function fillPath(row: Row, orgId: string, params: Record<string, string>): string {

@@ -24,6 +24,8 @@ import {
   insertSuccessorRefreshToken,
   refreshTokenState,
   revokeFamilyRow,
+  revokePasswordFamiliesOfNonAdmins,
+  type SignInMethod,
 } from './session.store.js';
 
 /**
@@ -49,7 +51,7 @@ export const REFRESH_TOKEN_PREFIX = 'agr_';
 const refreshTokenPattern = /^agr_[A-Za-z0-9_-]{43}$/;
 
 /** Why a family was revoked (stored in `session_families.revoked_reason`). */
-export type FamilyRevocationReason = 'logout' | 'refresh_token_reused';
+export type FamilyRevocationReason = 'logout' | 'refresh_token_reused' | 'sso_enforced';
 
 export interface SessionUser {
   id: string;
@@ -82,6 +84,17 @@ export interface RotatedSession {
   refresh_token: string;
   expires: Date;
 }
+
+/** Why a password session of a non-admin stops working once the org enforces single sign-on. */
+const SSO_REQUIRED = 'This organization now signs in with single sign-on: sign in again through it';
+
+/** How a revoked session's refusal ends: why it was revoked (`session_families.revoked_reason`). */
+const SESSION_ENDED: Record<FamilyRevocationReason, string> = {
+  logout: 'has ended (logout)',
+  refresh_token_reused: 'has been revoked: one of its refresh tokens was used twice',
+  sso_enforced: 'ended when the organization turned single sign-on on; sign in again through it',
+};
+const endedBecause = (reason: string | null) => SESSION_ENDED[reason as FamilyRevocationReason] ?? 'has been revoked';
 
 const invalidToken = (message = 'The bearer token is invalid or expired') => new AppError('INVALID_TOKEN', message);
 
@@ -136,7 +149,11 @@ export function createSessionService(
    * Starts a session family for `user`: the family and its first refresh token in one statement,
    * then an access token in it. Times come from the database clock, which every process shares.
    */
-  async function startSession(user: SessionUser, ttlSeconds = env.sessionTtlSeconds): Promise<StartedSession> {
+  async function startSession(
+    user: SessionUser,
+    signedInWith: SignInMethod,
+    ttlSeconds = env.sessionTtlSeconds,
+  ): Promise<StartedSession> {
     const familyId = randomId('sfm', 16);
     const refresh = newRefreshToken();
     await insertFamilyWithRefreshToken(db.sql, {
@@ -145,6 +162,7 @@ export function createSessionService(
       orgId: user.orgId,
       refreshTokenHash: refresh.hash,
       refreshTokenTtlSeconds: env.refreshTokenTtlSeconds,
+      signedInWith,
     });
     const access = await signAccessToken(user, familyId, ttlSeconds);
     return { ...access, refresh_token: refresh.token, familyId };
@@ -214,8 +232,8 @@ export function createSessionService(
     if (!isUuid(payload.sub ?? '') || typeof payload.jti !== 'string') throw invalidToken();
     const row = await checkAccessToken('tokens', { userId: payload.sub!, jti: payload.jti, familyId: payload.sid });
     if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
-    if (row.family_revoked)
-      throw invalidToken('The session of this bearer token has been revoked (logout or reuse of its refresh token)');
+    if (row.sso_required) throw invalidToken(SSO_REQUIRED);
+    if (row.family_revoked) throw invalidToken(`The session of this bearer token ${endedBecause(row.revoked_reason)}`);
     return {
       type: 'user',
       userId: payload.sub!,
@@ -322,7 +340,9 @@ export function createSessionService(
       }
       return invalidToken('The refresh token was already used; every token of its session has been revoked');
     }
-    if (row.family_revoked) return invalidToken('The refresh token has been revoked');
+    if (row.sso_required) return invalidToken(SSO_REQUIRED);
+    if (row.family_revoked)
+      return invalidToken(`The session of this refresh token ${endedBecause(row.revoked_reason)}`);
     if (row.expired) return invalidToken('The refresh token has expired');
     // Unused, unexpired, unrevoked, yet not claimed: its user no longer matches it.
     return invalidToken('The refresh token is no longer valid');
@@ -357,9 +377,20 @@ export function createSessionService(
     // Asked only once the password matched: a refusal tells nothing to someone without it.
     const refused = await passwordLoginRefusal(user);
     if (refused) throw new AppError('FORBIDDEN', refused);
-    const session = await startSession({ id: user.id, orgId: user.orgId, email: user.email, role: user.role });
+    const session = await startSession(
+      { id: user.id, orgId: user.orgId, email: user.email, role: user.role },
+      'password',
+    );
     return { ...session, user };
   }
+
+  /**
+   * Ends the password sessions of the org's non-admins, once the org enforces single sign-on. The
+   * bearer check already refuses them from that moment on every process; revoked, they also stay
+   * ended if `enforce` is turned off again. How many it ended.
+   */
+  const endPasswordSessionsOfNonAdmins = (orgId: string): Promise<number> =>
+    revokePasswordFamiliesOfNonAdmins(db.sql, orgId, 'sso_enforced' satisfies FamilyRevocationReason);
 
   /**
    * Deletes what can no longer be presented: refresh tokens past their expiry, and families past
@@ -370,7 +401,17 @@ export function createSessionService(
   /** Forgets revoked access tokens past their expiry: they no longer verify anyway. */
   const pruneRevokedTokens = (): Promise<void> => deleteExpiredRevokedTokens(db.sql);
 
-  return { startSession, verify, logout, refresh, rotate, login, prune, pruneRevokedTokens };
+  return {
+    startSession,
+    verify,
+    logout,
+    refresh,
+    rotate,
+    login,
+    endPasswordSessionsOfNonAdmins,
+    prune,
+    pruneRevokedTokens,
+  };
 }
 
 export type SessionService = ReturnType<typeof createSessionService>;

@@ -3,25 +3,44 @@ import type { UserRole } from './authz.js';
 
 /** The session module's SQL: session families, their refresh tokens, and revoked access tokens. */
 
+/** How a session family began: a password login or a single sign-on exchange. */
+export type SignInMethod = 'password' | 'sso';
+
+/**
+ * The family `f` of user `u` began with a password, and the user's org now signs in with single
+ * sign-on, which only admins (break-glass) may bypass (docs/decisions/0061-operator-single-sign-on.md).
+ * Read at every use of the family's tokens, so turning `enforce` on or demoting an admin counts at once.
+ */
+const SSO_REQUIRED_SQL = `(f.signed_in_with = 'password' AND u.role <> 'admin'
+  AND EXISTS (SELECT 1 FROM org_sso s WHERE s.org_id = u.org_id AND s.enforce))`;
+
 export interface NewSessionFamily {
   familyId: string;
   userId: string;
   orgId: string;
   refreshTokenHash: string;
   refreshTokenTtlSeconds: number;
+  signedInWith: SignInMethod;
 }
 
 /** The family and its first refresh token in one statement; times from the database clock. */
 export async function insertFamilyWithRefreshToken(sql: SqlConnection, family: NewSessionFamily): Promise<void> {
   await sql.query(
     `WITH family AS (
-       INSERT INTO session_families (id, user_id, org_id, expires_at)
-       VALUES ($1, $2::uuid, $3::uuid, now() + make_interval(secs => $5::int))
+       INSERT INTO session_families (id, user_id, org_id, expires_at, signed_in_with)
+       VALUES ($1, $2::uuid, $3::uuid, now() + make_interval(secs => $5::int), $6)
        RETURNING id, user_id, org_id, expires_at
      )
      INSERT INTO refresh_tokens (token_hash, family_id, user_id, org_id, expires_at)
      SELECT $4, id, user_id, org_id, expires_at FROM family`,
-    [family.familyId, family.userId, family.orgId, family.refreshTokenHash, family.refreshTokenTtlSeconds],
+    [
+      family.familyId,
+      family.userId,
+      family.orgId,
+      family.refreshTokenHash,
+      family.refreshTokenTtlSeconds,
+      family.signedInWith,
+    ],
   );
 }
 
@@ -32,6 +51,10 @@ export interface AccessTokenState {
   org_id: string;
   token_revoked: boolean;
   family_revoked: boolean;
+  /** Why the family was revoked (null when it is not, or is gone). */
+  revoked_reason: string | null;
+  /** A password session of a non-admin in an org that enforces single sign-on. */
+  sso_required: boolean;
 }
 
 /** An access token as the bearer check looks it up: its user, its id and its family. */
@@ -42,9 +65,9 @@ export interface AccessTokenKey {
 }
 
 /**
- * One round trip for several tokens: is each revoked, is its family revoked (or gone), and does
- * its user still exist (with which role)? In the order of `keys`; undefined where the user is gone.
- * Every user id must be a UUID.
+ * One round trip for several tokens: is each revoked, is its family revoked (or gone), does its
+ * user still exist (with which role), and does the org now require single sign-on of it? In the
+ * order of `keys`; undefined where the user is gone. Every user id must be a UUID.
  */
 export async function accessTokenStates(
   sql: SqlConnection,
@@ -53,9 +76,11 @@ export async function accessTokenStates(
   const rows = await sql.query<AccessTokenState & { ord: string }>(
     `SELECT k.ord::text AS ord, u.role, u.email, u.org_id,
             EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
-            NOT EXISTS (SELECT 1 FROM session_families f WHERE f.id = k.family_id AND f.user_id = u.id AND f.revoked_at IS NULL) AS family_revoked
+            f.id IS NULL OR f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason,
+            COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
      FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, jti, family_id, ord)
-     JOIN users u ON u.id = k.user_id`,
+     JOIN users u ON u.id = k.user_id
+     LEFT JOIN session_families f ON f.id = k.family_id AND f.user_id = u.id`,
     [keys.map((k) => k.userId), keys.map((k) => k.jti), keys.map((k) => k.familyId)],
     'access_token_states',
   );
@@ -80,6 +105,23 @@ export async function revokeFamilyRow(sql: SqlConnection, familyId: string, reas
   return rows.length > 0;
 }
 
+/**
+ * Revokes the unrevoked password sessions of the org's non-admins (the org has just turned
+ * `enforce` on): refused from now on by the rule above, they stay ended if it is turned off again.
+ * How many it revoked.
+ */
+export async function revokePasswordFamiliesOfNonAdmins(sql: SqlConnection, orgId: string, reason: string) {
+  const rows = await sql.query(
+    `UPDATE session_families f SET revoked_at = now(), revoked_reason = $2
+     FROM users u
+     WHERE f.org_id = $1::uuid AND u.id = f.user_id AND f.signed_in_with = 'password' AND u.role <> 'admin'
+       AND f.revoked_at IS NULL
+     RETURNING f.id`,
+    [orgId, reason],
+  );
+  return rows.length;
+}
+
 /** Keeps the family at least until `until` (never shortens it). */
 export async function extendFamily(tx: SqlConnection, familyId: string, until: Date): Promise<void> {
   await tx.query('UPDATE session_families SET expires_at = GREATEST(expires_at, $2) WHERE id = $1', [familyId, until]);
@@ -96,7 +138,8 @@ export interface ClaimedRefreshToken {
 
 /**
  * Marks the refresh token used and names its successor, only while it is unused, unexpired, of an
- * unrevoked family and of a user that still exists: of two concurrent claims exactly one wins.
+ * unrevoked family, of a user that still exists and not of a session single sign-on now rules
+ * out: of two concurrent claims exactly one wins.
  */
 export async function claimRefreshToken(
   tx: SqlConnection,
@@ -108,7 +151,7 @@ export async function claimRefreshToken(
      FROM session_families f, users u
      WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()
        AND f.id = r.family_id AND f.revoked_at IS NULL
-       AND u.id = r.user_id AND u.org_id = r.org_id
+       AND u.id = r.user_id AND u.org_id = r.org_id AND NOT ${SSO_REQUIRED_SQL}
      RETURNING r.family_id, u.id AS user_id, u.org_id, u.email, u.role`,
     [tokenHash, successorHash],
   );
@@ -141,13 +184,16 @@ export interface RefreshTokenState {
   used: boolean;
   expired: boolean;
   family_revoked: boolean;
+  revoked_reason: string | null;
+  sso_required: boolean;
 }
 
 export async function refreshTokenState(sql: SqlConnection, tokenHash: string): Promise<RefreshTokenState | undefined> {
   const [row] = await sql.query<RefreshTokenState>(
     `SELECT r.family_id, r.user_id, r.used_at IS NOT NULL AS used, r.expires_at <= now() AS expired,
-            f.revoked_at IS NOT NULL AS family_revoked
+            f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason, COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
      FROM refresh_tokens r JOIN session_families f ON f.id = r.family_id
+     LEFT JOIN users u ON u.id = r.user_id
      WHERE r.token_hash = $1`,
     [tokenHash],
   );

@@ -111,7 +111,7 @@ export interface SsoCallbackParams {
 
 interface Collaborators {
   users: Pick<UserService, 'findByEmail' | 'createInTransaction'>;
-  sessions: Pick<SessionService, 'startSession'>;
+  sessions: Pick<SessionService, 'startSession' | 'endPasswordSessionsOfNonAdmins'>;
 }
 
 const refusal = (code: SsoRefusal['code'], description: string): SsoRefusal => ({ code, description });
@@ -166,7 +166,7 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
       errors.add('issuer', `the provider's discovery document could not be used: ${error.message}`);
       errors.throwIfAny();
     }
-    const row = await db.prisma.$transaction(async (tx) => {
+    const { saved: row, enforced } = await db.prisma.$transaction(async (tx) => {
       const before = await lockSso(tx, orgId);
       const { clientSecret, ...columns } = settings;
       const saved = await upsertSso(tx, orgId, {
@@ -182,8 +182,13 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
         before: before ? snapshotOf(before) : undefined,
         after: { ...snapshotOf(saved), client_secret_set: clientSecret !== null },
       });
-      return saved;
+      return { saved, enforced: saved.enforce && !before?.enforce };
     });
+    // Refused from the commit on by the bearer check; revoked here so that they stay ended.
+    if (enforced) {
+      const ended = await sessions.endPasswordSessionsOfNonAdmins(orgId);
+      logger.info({ org_id: orgId, sessions_ended: ended }, 'sso: enforce turned on, password sessions ended');
+    }
     return viewOf(row, (await slugOfOrg(db.prisma, orgId))!);
   }
 
@@ -370,12 +375,10 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
       });
       return found;
     });
-    const session = await sessions.startSession({
-      id: user.id,
-      orgId: user.orgId,
-      email: user.email,
-      role: user.role,
-    });
+    const session = await sessions.startSession(
+      { id: user.id, orgId: user.orgId, email: user.email, role: user.role },
+      'sso',
+    );
     return { token: session.access_token, refresh_token: session.refresh_token, expires: session.expires, user };
   }
 

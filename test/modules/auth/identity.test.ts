@@ -314,6 +314,7 @@ describe('sessions', () => {
     const org = await signUp(t);
     const expired = await t.app.services.sessions.startSession(
       { id: org.adminUserId, orgId: org.orgId, email: org.adminEmail, role: 'admin' },
+      'password',
       -1,
     );
     const response = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: expired.access_token });

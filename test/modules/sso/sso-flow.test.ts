@@ -416,6 +416,98 @@ describe('enforce', () => {
   });
 });
 
+describe('enforce and the sessions already open', () => {
+  const SSO_REQUIRED = 'This organization now signs in with single sign-on: sign in again through it';
+  /** A password login: its access and refresh tokens. */
+  async function passwordSession(email: string) {
+    const response = await t.request('POST', '/api/v1/auth/login', { body: { email, password: PASSWORD } });
+    expect(response.status).toBe(200);
+    return { token: response.body.access_token as string, refresh: response.body.refresh_token as string };
+  }
+  const orgRead = (target: OrgFixture, token: string) => t.request('GET', `/api/v1/orgs/${target.orgId}`, { token });
+  const rotate = (refreshToken: string) =>
+    t.request('POST', '/auth/refresh', { body: { refresh_token: refreshToken } });
+  /** Both tokens of the session are 401: the access token with `message`, the refresh token with its own. */
+  async function expectSessionRefused(
+    target: OrgFixture,
+    session: { token: string; refresh: string },
+    message: string,
+    refreshMessage = message,
+  ) {
+    const read = await orgRead(target, session.token);
+    expect(read.status).toBe(401);
+    expect(read.body.detail).toEqual({ code: 'INVALID_TOKEN', message });
+    const rotation = await rotate(session.refresh);
+    expect(rotation.status).toBe(401);
+    expect(rotation.body.detail).toEqual({ code: 'INVALID_TOKEN', message: refreshMessage });
+  }
+
+  test('turning it on ends the non-admins’ password sessions at once and for good; admins’ and single sign-on sessions go on', async () => {
+    const enforced = await signUp(t, 'sso-sessions');
+    expect((await configure(enforced, roleMapping)).status).toBe(200);
+    const operator = await addUser(t, enforced, 'operator');
+    const operatorSession = await passwordSession(operator.email);
+    const adminSession = await passwordSession(enforced.adminEmail);
+    idp.accounts.set('noor', { email: `noor@${enforced.slug}.example`, email_verified: true });
+    const sso = (await exchange((await signIn(enforced.slug, 'noor')).get('code')!)).body;
+    expect(sso.user.role).toBe('viewer');
+
+    expect((await configure(enforced, { ...roleMapping, enforce: true })).status).toBe(200);
+    // Both of the operator's sessions are refused, saying why.
+    await expectSessionRefused(enforced, operatorSession, SSO_REQUIRED);
+    expect((await orgRead(enforced, operator.token)).body.detail).toEqual({
+      code: 'INVALID_TOKEN',
+      message: SSO_REQUIRED,
+    });
+    // The admin (break-glass) and the single sign-on user go on, refresh tokens included.
+    expect((await orgRead(enforced, adminSession.token)).status).toBe(200);
+    expect((await rotate(adminSession.refresh)).status).toBe(200);
+    expect((await orgRead(enforced, sso.token)).status).toBe(200);
+    const rotated = await rotate(sso.refresh_token);
+    expect(rotated.status).toBe(200);
+    expect((await orgRead(enforced, rotated.body.token)).status).toBe(200);
+
+    // Revoked, not only refused: they stay ended when enforce is turned off again.
+    const families = await t.database.db.sql.query<{ revoked_reason: string | null; signed_in_with: string }>(
+      `SELECT f.revoked_reason, f.signed_in_with FROM session_families f WHERE f.user_id = $1::uuid`,
+      [operator.userId],
+    );
+    expect(families).toEqual([
+      { revoked_reason: 'sso_enforced', signed_in_with: 'password' },
+      { revoked_reason: 'sso_enforced', signed_in_with: 'password' },
+    ]);
+    expect((await configure(enforced, { ...roleMapping, enforce: false })).status).toBe(200);
+    const ended = 'ended when the organization turned single sign-on on; sign in again through it';
+    await expectSessionRefused(
+      enforced,
+      operatorSession,
+      `The session of this bearer token ${ended}`,
+      `The session of this refresh token ${ended}`,
+    );
+    // A new password login is the way back in.
+    expect((await orgRead(enforced, (await passwordSession(operator.email)).token)).status).toBe(200);
+  });
+
+  test('an admin demoted while it is on loses a password session at once; promoted back, the session works again', async () => {
+    const enforced = await signUp(t, 'sso-demoted');
+    expect((await configure(enforced, { enforce: true })).status).toBe(200);
+    const second = await addUser(t, enforced, 'admin');
+    const secondSession = await passwordSession(second.email);
+    expect((await orgRead(enforced, second.token)).status).toBe(200);
+    const userPath = `/api/v1/orgs/${enforced.orgId}/users/${second.userId}`;
+    expect(
+      (await t.request('PATCH', userPath, { token: enforced.adminToken, body: { role: 'operator' } })).status,
+    ).toBe(200);
+    await expectSessionRefused(enforced, secondSession, SSO_REQUIRED);
+    // Refused by the rule, not revoked: the role decides at every request.
+    expect((await t.request('PATCH', userPath, { token: enforced.adminToken, body: { role: 'admin' } })).status).toBe(
+      200,
+    );
+    expect((await orgRead(enforced, second.token)).status).toBe(200);
+    expect((await rotate(secondSession.refresh)).status).toBe(200);
+  });
+});
+
 describe('changing and removing a user who signs in with single sign-on (docs/decisions/0060-user-roles-and-removal.md)', () => {
   test('a demotion holds over later sign-ins; a removal ends the sessions, but the provider can sign the person in anew', async () => {
     const email = account('ines', { groups: ['gw-admins'] });
