@@ -82,6 +82,12 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
   /** Executions whose tool ran and whose record waits for the database. */
   const deferred = new Map<string, DeferredRecord>();
   let deferredRetry: NodeJS.Timeout | undefined;
+  /**
+   * An append of the deferred records is under way. One at a time: a second run started by a
+   * later `defer` would append the same waiting records again, and the second append of each
+   * fails on the record's id (its first committed meanwhile).
+   */
+  let appendingDeferred = false;
   let deferredDelay = DEFERRED_RETRY_FIRST_MS;
   let recorded: string[] = [];
   let forgetTimer: NodeJS.Timeout | undefined;
@@ -177,7 +183,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
   }
 
   function scheduleDeferred(): void {
-    if (stopped || deferredRetry || !deferred.size) return;
+    if (stopped || deferredRetry || appendingDeferred || !deferred.size) return;
     deferredRetry = setTimeout(() => {
       deferredRetry = undefined;
       void appendDeferred();
@@ -187,6 +193,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
 
   /** Appends what waited for the database; a record that exists (its append committed, only the answer was lost) is done. */
   async function appendDeferred(): Promise<void> {
+    appendingDeferred = true;
     const waiting = [...deferred];
     let unavailable = false;
     try {
@@ -216,6 +223,7 @@ export function createExecutionJournal({ db, logger, env }: Deps, records: Recor
         logger.warn({ err: error }, 'could not look up executions whose record waits for the database');
       unavailable = true;
     }
+    appendingDeferred = false;
     const written = waiting.length - deferred.size;
     if (written) logger.info({ records: written }, 'recorded executions whose record waited for the database');
     deferredDelay = unavailable ? Math.min(deferredDelay * 2, DEFERRED_RETRY_MAX_MS) : DEFERRED_RETRY_FIRST_MS;
