@@ -40,6 +40,15 @@ async function goToUsers(view: ConsolePage) {
 
 const card = ({ page }: ConsolePage, email: string) => page.getByRole('article', { name: `User ${email}` });
 
+/** A new org with a second admin, signed in on the Users page with their own card at hand. */
+async function secondAdminOnUsers() {
+  const org = await signUp(served.t, 'console-users');
+  const second = await addUser(served.t, org, 'admin');
+  const view = await openAs(second.email);
+  await goToUsers(view);
+  return { org, second, view, page: view.page, mine: card(view, second.email) };
+}
+
 /** The org's users as the API lists them: [email, role]. */
 const rolesOf = async (org: OrgFixture) =>
   (await served.t.request('GET', `/api/v1/orgs/${org.orgId}/users`, { token: org.adminToken })).body.items.map(
@@ -128,12 +137,7 @@ test("the last admin is refused demotion and removal, and the page shows the ser
 });
 
 test('an admin who demotes themself is no longer offered the page; operators never are', async () => {
-  const org = await signUp(served.t, 'console-users');
-  const second = await addUser(served.t, org, 'admin');
-  const view = await openAs(second.email);
-  const { page } = view;
-  await goToUsers(view);
-  const mine = card(view, second.email);
+  const { org, second, view, page, mine } = await secondAdminOnUsers();
   await mine.getByLabel('Role').selectOption('operator');
   await mine.getByRole('button', { name: 'Change role' }).click();
   await page.getByText("The organization's users and their roles are shown to admins only.").waitFor();
@@ -153,12 +157,7 @@ test('an admin who demotes themself is no longer offered the page; operators nev
 });
 
 test('an admin who removes themself is signed out', async () => {
-  const org = await signUp(served.t, 'console-users');
-  const second = await addUser(served.t, org, 'admin');
-  const view = await openAs(second.email);
-  const { page } = view;
-  await goToUsers(view);
-  const mine = card(view, second.email);
+  const { org, second, view, page, mine } = await secondAdminOnUsers();
   await mine.getByRole('button', { name: 'Remove' }).click();
   await mine
     .getByRole('group', { name: `Remove ${second.email}?` })
