@@ -63,6 +63,10 @@ function quantile(samples: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
+function mean(samples: number[]): number {
+  return samples.reduce((sum, sample) => sum + sample, 0) / samples.length;
+}
+
 /** What B saw while A flooded: the milliseconds of each of B's evaluates, and how many A sent meanwhile. */
 interface Phase {
   latencies: number[];
@@ -183,6 +187,7 @@ describe('a heavy condition of one org, flooded with big params', () => {
     const alone = { cheap: await fastest(bigRead), heavy: await fastest(bigRefund) };
     const ms = (samples: number[], q: number) => +quantile(samples, q).toFixed(1);
     const summary = (p: Phase) => ({
+      mean: +mean(p.latencies).toFixed(1),
       p50: ms(p.latencies, 0.5),
       p90: ms(p.latencies, 0.9),
       samples: p.latencies.length,
@@ -198,7 +203,11 @@ describe('a heavy condition of one org, flooded with big params', () => {
     holds(alone.heavy <= 2 * alone.cheap + 10);
     // B's latency as a ratio to B's own under the same traffic with a cheap condition. Against B
     // idle (≈1 ms) it is dominated by A's 224 KiB bodies, which no condition budget changes.
-    holds(quantile(flooded.latencies, 0.5) <= 2 * quantile(control.latencies, 0.5) + 10);
+    // The mean, not the median: each of B's evaluates either slips in between A's (≈2 ms) or
+    // waits behind one of A's bodies (≈20–50 ms), so over 20 samples the median lands on either
+    // mode by chance (CI once saw a control median of 2.3 ms against a flooded one of 23.2 ms,
+    // with p90s of 48.5 and 45.1). The mean weighs both; without the budget it is hundreds of ms.
+    holds(mean(flooded.latencies) <= 2 * mean(control.latencies) + 10);
     // The tail, more loosely: 20 samples make a noisy p90 (without the budget it is seconds).
     holds(quantile(flooded.latencies, 0.9) <= 4 * quantile(control.latencies, 0.9) + 50);
   });
