@@ -187,7 +187,13 @@ export type AuditEvent =
   | Event<'user.removed', 'user', UserSnapshot, never>
   | Event<'user.provisioned', 'user', never, UserSnapshot & { issuer: string; subject: string }>
   | Event<'session.sso_login', 'user', never, UserSnapshot>
-  | Event<'sso.configured', 'sso_configuration', SsoSnapshot, SsoSnapshot & { client_secret_set: boolean }>
+  | Event<
+      'sso.configured',
+      'sso_configuration',
+      SsoSnapshot,
+      // password_sessions_ended: when this change turned `enforce` on, the sessions it ended.
+      SsoSnapshot & { client_secret_set: boolean; password_sessions_ended?: number }
+    >
   | Event<'sso.removed', 'sso_configuration', SsoSnapshot, never>
   | Event<'api_key.created', 'api_key', never, ApiKeySnapshot>
   | Event<'api_key.deleted', 'api_key', ApiKeySnapshot, never>

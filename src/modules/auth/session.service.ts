@@ -387,10 +387,11 @@ export function createSessionService(
   /**
    * Ends the password sessions of the org's non-admins, once the org enforces single sign-on. The
    * bearer check already refuses them from that moment on every process; revoked, they also stay
-   * ended if `enforce` is turned off again. How many it ended.
+   * ended if `enforce` is turned off again. `within` is the transaction that turns `enforce` on, so
+   * that it never commits without them ended. How many it ended.
    */
-  const endPasswordSessionsOfNonAdmins = (orgId: string): Promise<number> =>
-    revokePasswordFamiliesOfNonAdmins(db.sql, orgId, 'sso_enforced' satisfies FamilyRevocationReason);
+  const endPasswordSessionsOfNonAdmins = (orgId: string, within: SqlConnection): Promise<number> =>
+    revokePasswordFamiliesOfNonAdmins(within, orgId, 'sso_enforced' satisfies FamilyRevocationReason);
 
   /**
    * Deletes what can no longer be presented: refresh tokens past their expiry, and families past

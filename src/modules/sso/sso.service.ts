@@ -1,6 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { errors as joseErrors } from 'jose';
 import type { Deps } from '../../deps.js';
+import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import type { SqlConnection } from '../../db/sql.js';
 import { AppError, FieldErrors, isUniqueViolation, notFound } from '../../errors.js';
 import { type OrgSso, Prisma, type User } from '../../generated/prisma/client.js';
@@ -166,7 +167,7 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
       errors.add('issuer', `the provider's discovery document could not be used: ${error.message}`);
       errors.throwIfAny();
     }
-    const { saved: row, enforced } = await db.prisma.$transaction(async (tx) => {
+    const row = await db.prisma.$transaction(async (tx) => {
       const before = await lockSso(tx, orgId);
       const { clientSecret, ...columns } = settings;
       const saved = await upsertSso(tx, orgId, {
@@ -175,20 +176,21 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
         // Write-only: an omitted secret keeps the stored one (sealed as it was).
         clientSecret: clientSecret === null ? before!.clientSecret : secrets.seal(clientSecret),
       });
+      // Refused from the commit on by the bearer check; revoked in the same transaction so that
+      // they stay ended if `enforce` is turned off again, and `enforce` never commits without it.
+      const enforceTurnedOn = saved.enforce && !before?.enforce;
+      const sessionsEnded = enforceTurnedOn
+        ? { password_sessions_ended: await sessions.endPasswordSessionsOfNonAdmins(orgId, sqlConnectionOf(tx)) }
+        : {};
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'sso.configured',
         targetType: 'sso_configuration',
         targetId: orgId,
         before: before ? snapshotOf(before) : undefined,
-        after: { ...snapshotOf(saved), client_secret_set: clientSecret !== null },
+        after: { ...snapshotOf(saved), client_secret_set: clientSecret !== null, ...sessionsEnded },
       });
-      return { saved, enforced: saved.enforce && !before?.enforce };
+      return saved;
     });
-    // Refused from the commit on by the bearer check; revoked here so that they stay ended.
-    if (enforced) {
-      const ended = await sessions.endPasswordSessionsOfNonAdmins(orgId);
-      logger.info({ org_id: orgId, sessions_ended: ended }, 'sso: enforce turned on, password sessions ended');
-    }
     return viewOf(row, (await slugOfOrg(db.prisma, orgId))!);
   }
 

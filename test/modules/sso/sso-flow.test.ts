@@ -98,8 +98,8 @@ function account(login: string, extra: Partial<{ email: string; email_verified: 
   return `${login}@${domain}`;
 }
 
-const auditOf = async (action: string) =>
-  (await t.request('GET', `/api/v1/orgs/${org.orgId}/audit-logs?action=${action}`, { token: org.adminToken })).body
+const auditOf = async (action: string, of: OrgFixture = org) =>
+  (await t.request('GET', `/api/v1/orgs/${of.orgId}/audit-logs?action=${action}`, { token: of.adminToken })).body
     .items as { actor: { label: string }; target: { id: string }; after: Record<string, unknown> }[];
 
 describe('the configuration', () => {
@@ -476,6 +476,8 @@ describe('enforce and the sessions already open', () => {
       { revoked_reason: 'sso_enforced', signed_in_with: 'password' },
       { revoked_reason: 'sso_enforced', signed_in_with: 'password' },
     ]);
+    const [turnedOn] = await auditOf('sso.configured', enforced);
+    expect(turnedOn.after).toMatchObject({ enforce: true, password_sessions_ended: 2 });
     expect((await configure(enforced, { ...roleMapping, enforce: false })).status).toBe(200);
     const ended = 'ended when the organization turned single sign-on on; sign in again through it';
     await expectSessionRefused(
@@ -486,6 +488,41 @@ describe('enforce and the sessions already open', () => {
     );
     // A new password login is the way back in.
     expect((await orgRead(enforced, (await passwordSession(operator.email)).token)).status).toBe(200);
+  });
+
+  test('turning it on is one change: when the sessions cannot be ended, enforce is not saved either; retried, both are', async () => {
+    const enforced = await signUp(t, 'sso-atomic');
+    expect((await configure(enforced, roleMapping)).status).toBe(200);
+    const operator = await addUser(t, enforced, 'operator');
+    // The database goes away just as this org's sessions are being ended (57P03: cannot connect now).
+    const sql = t.database.db.sql;
+    await sql.query(
+      `CREATE FUNCTION away_while_ending() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'the database went away' USING ERRCODE = '57P03'; END $$`,
+    );
+    await sql.query(
+      `CREATE TRIGGER away_while_ending BEFORE UPDATE ON session_families FOR EACH ROW
+       WHEN (NEW.org_id = '${enforced.orgId}'::uuid AND NEW.revoked_reason = 'sso_enforced')
+       EXECUTE FUNCTION away_while_ending()`,
+    );
+    try {
+      const failed = await configure(enforced, { ...roleMapping, enforce: true });
+      expect(failed.status).toBe(503);
+    } finally {
+      await sql.query('DROP TRIGGER away_while_ending ON session_families');
+      await sql.query('DROP FUNCTION away_while_ending()');
+    }
+    const read = await t.request('GET', `/api/v1/orgs/${enforced.orgId}/sso`, { token: enforced.adminToken });
+    expect(read.body.enforce).toBe(false);
+    expect((await orgRead(enforced, operator.token)).status).toBe(200);
+    expect(await auditOf('sso.configured', enforced)).toHaveLength(1);
+
+    // The same request again, the database back: enforce is on and the session ended for good.
+    expect((await configure(enforced, { ...roleMapping, enforce: true })).status).toBe(200);
+    expect((await configure(enforced, { ...roleMapping, enforce: false })).status).toBe(200);
+    const ended = await orgRead(enforced, operator.token);
+    expect(ended.status).toBe(401);
+    expect(ended.body.detail.message).toMatch(/turned single sign-on on/);
   });
 
   test('an admin demoted while it is on loses a password session at once; promoted back, the session works again', async () => {
