@@ -8,8 +8,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from './support/app.js';
-import { chromiumTests, screenshot, watchedPage, type ConsolePage } from './support/console.js';
-import { signUp, type OrgFixture } from './support/fixtures.js';
+import { chromiumTests, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
+import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent } from './support/gateway.js';
 import { authorizationParams, authorizeUrl, pkce, registerClient } from './support/oauth.js';
 import { startIdentityProvider, type TestIdentityProvider } from './support/oidc-provider.js';
@@ -120,6 +120,44 @@ test('signed in with SSO from the consent page of an MCP client, the operator co
   expect(address.searchParams.get('state')).toBe(params.state);
   await expect(page.getByRole('button', { name: 'Allow' }).isEnabled()).resolves.toBe(true);
   expect(view.problems).toEqual([]);
+});
+
+test('an operator signed in with a password, when the organization turns enforce on, is back on the sign-in page told why', async () => {
+  const operator = await addUser(t, org, 'operator');
+  const view = await watchedPage(await newContext());
+  const { page } = view;
+  await page.goto(`${base}/console`);
+  await submitSignIn(page, operator.email);
+  await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
+  const settings = { issuer: idp.issuer, client_id: idp.clientId, allowed_domains: [`${org.slug}.example`] };
+  const turnOn = (enforce: boolean) =>
+    t.request('PUT', `/api/v1/orgs/${org.orgId}/sso`, {
+      token: org.adminToken,
+      body: { ...settings, default_role: 'operator', allow_private_network: true, enforce },
+    });
+  expect((await turnOn(true)).status).toBe(200);
+  try {
+    // The next request is refused, and so is the refresh it tries: the session is over, and the
+    // sign-in page says what the service said.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Agents' }).click();
+    const notice = page.getByRole('status');
+    await notice.waitFor();
+    await expect(notice.textContent()).resolves.toBe(
+      'Your session ended. This organization now signs in with single sign-on: sign in again through it',
+    );
+    await expect(page.getByRole('button', { name: 'Sign in with SSO' }).isVisible()).resolves.toBe(true);
+    await screenshot(page, 'sso-enforced');
+    // A sign-in that follows clears it: signing out says nothing about why.
+    idp.accounts.set('lin', { email: `lin@${org.slug}.example`, email_verified: true });
+    await signInWithSso(view, 'lin');
+    await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('Organization').waitFor();
+    await expect(page.getByRole('status').count()).resolves.toBe(0);
+    expect(view.problems).toEqual([]);
+  } finally {
+    expect((await turnOn(false)).status).toBe(200);
+  }
 });
 
 test('an organization without single sign-on gets a page saying so', async () => {

@@ -61,16 +61,22 @@ function loadSession(): Session | null {
 }
 
 let session: Session | null = loadSession();
+/** The service's reason when it refused to renew the session (not set when the user signed out). */
+let endedBecause: string | undefined;
 const listeners = new Set<(session: Session | null) => void>();
 
-function setSession(next: Session | null) {
+function setSession(next: Session | null, why?: string) {
   session = next;
+  endedBecause = why;
   if (next) sessionStorage.setItem(STORAGE_KEY, JSON.stringify(next));
   else sessionStorage.removeItem(STORAGE_KEY);
   for (const listener of listeners) listener(next);
 }
 
 export const currentSession = () => session;
+
+/** Why the last session ended, when the service ended it (revoked, expired, single sign-on now required). */
+export const whySessionEnded = () => endedBecause;
 
 /** Calls `listener` on every sign-in, refresh and sign-out; returns the unsubscribe. */
 export function onSessionChange(listener: (session: Session | null) => void): () => void {
@@ -109,8 +115,9 @@ function refresh(expired: Session): Promise<Session> {
     const body = await post(RefreshSessionDocument.toString(), { refresh_token: expired.refresh_token });
     const renewed = (body.data as { refresh_session?: Omit<Session, 'user'> } | undefined)?.refresh_session;
     if (!renewed) {
-      setSession(null);
-      throw new ApiError('Your session ended; sign in again.', errorCode(body) ?? 'INVALID_TOKEN');
+      const why = body.errors?.[0]?.message;
+      setSession(null, why);
+      throw new ApiError(why ?? 'Your session ended; sign in again.', errorCode(body) ?? 'INVALID_TOKEN');
     }
     const next = { ...renewed, user: expired.user };
     setSession(next);

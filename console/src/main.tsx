@@ -16,6 +16,7 @@ import {
   signOut,
   type Session,
   type SignedInUser,
+  whySessionEnded,
 } from './api';
 import { AgentsPage } from './agents';
 import { ApprovalsPage } from './approvals';
@@ -127,8 +128,9 @@ function SsoSignIn() {
 /**
  * `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page).
  * `refusal`: why single sign-on did not sign the user in, when it just failed.
+ * `ended`: why the service ended the session this tab had, when it did.
  */
-function SignIn({ intro, refusal }: { intro?: string; refusal?: string }) {
+function SignIn({ intro, refusal, ended }: { intro?: string; refusal?: string; ended?: string }) {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const [error, setError] = useState<string | undefined>(undefined);
@@ -150,6 +152,11 @@ function SignIn({ intro, refusal }: { intro?: string; refusal?: string }) {
   return (
     <main id="main" class="sign-in">
       <h1>Agent Gateway console</h1>
+      {ended && (
+        <p class="notice" role="status">
+          Your session ended. {ended}
+        </p>
+      )}
       {intro && <p>{intro}</p>}
       <form onSubmit={submit}>
         <label for={emailId}>Email</label>
@@ -331,10 +338,10 @@ function App() {
         <ConsentPage />
       </Frame>
     ) : (
-      <SignIn intro={CONSENT_SIGN_IN} />
+      <SignIn intro={CONSENT_SIGN_IN} ended={whySessionEnded()} />
     );
   }
-  return session ? <Console session={session} /> : <SignIn />;
+  return session ? <Console session={session} /> : <SignIn ended={whySessionEnded()} />;
 }
 
 render(<App />, document.getElementById('app')!);
