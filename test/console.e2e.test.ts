@@ -395,6 +395,56 @@ test('the session lives in sessionStorage only, is refreshed when it expires, an
   expect(view.problems).toEqual([]);
 });
 
+test('a refresh the database cannot answer keeps the session: the page says why, and a later poll renews it', async () => {
+  const org = await signUp(t, 'console-outage');
+  const view = await openConsole();
+  const { page } = view;
+  await signIn(view, org.adminEmail);
+  const key = 'agent-gateway.console.session';
+  const before = await page.evaluate((k) => JSON.parse(sessionStorage.getItem(k)!), key);
+  // The database goes away for this org's refresh-token rotations (57P03: cannot connect now).
+  const sql = t.database.db.sql;
+  await sql.query(
+    `CREATE FUNCTION away_while_rotating() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       IF EXISTS (SELECT 1 FROM session_families f WHERE f.id = NEW.family_id AND f.org_id = '${org.orgId}'::uuid) THEN
+         RAISE EXCEPTION 'the database went away' USING ERRCODE = '57P03';
+       END IF;
+       RETURN NEW;
+     END $$`,
+  );
+  await sql.query(
+    'CREATE TRIGGER away_while_rotating BEFORE UPDATE ON refresh_tokens FOR EACH ROW EXECUTE FUNCTION away_while_rotating()',
+  );
+  const alert = page.getByRole('alert');
+  try {
+    // As if the access token were about to expire: the page's first request refreshes first.
+    await page.evaluate((k) => {
+      const session = JSON.parse(sessionStorage.getItem(k)!);
+      sessionStorage.setItem(k, JSON.stringify({ ...session, expires: new Date(Date.now() - 1000).toISOString() }));
+    }, key);
+    await page.reload();
+    await alert.waitFor();
+    await expect(alert.textContent()).resolves.toContain('The database cannot be reached at the moment');
+    // Still signed in: the console, not the sign-in page, and the session kept as it was.
+    await expect(page.getByRole('button', { name: 'Sign out' }).isVisible()).resolves.toBe(true);
+    expect(await page.evaluate((k) => JSON.parse(sessionStorage.getItem(k)!).refresh_token, key)).toBe(
+      before.refresh_token,
+    );
+  } finally {
+    await sql.query('DROP TRIGGER away_while_rotating ON refresh_tokens');
+    await sql.query('DROP FUNCTION away_while_rotating()');
+  }
+  // The database back, the next poll renews the session with the same refresh token.
+  await page.waitForFunction(
+    ([k, old]) => JSON.parse(sessionStorage.getItem(k)!).token !== old,
+    [key, before.token as string] as const,
+    { timeout: POLL_WAIT_MS },
+  );
+  await alert.waitFor({ state: 'detached', timeout: POLL_WAIT_MS });
+  expect(view.problems).toEqual([]);
+});
+
 test('the browser enforces the CSP (an injected inline script does not run) and a wrong password is shown, not thrown', async () => {
   const view = await openConsole();
   const { page } = view;

@@ -109,15 +109,21 @@ const errorCode = (body: GraphQlBody) => body.errors?.[0]?.extensions?.code;
 
 let refreshing: Promise<Session> | null = null;
 
-/** One refresh for every caller at once; a failed refresh ends the session. */
+/**
+ * One refresh for every caller at once. A refresh token the service refuses (INVALID_TOKEN) ends
+ * the session; a refresh that could not be done now (the database away, too many attempts) keeps
+ * it, so that a passing outage does not sign the operator out: the next request tries again.
+ */
 function refresh(expired: Session): Promise<Session> {
   refreshing ??= (async () => {
     const body = await post(RefreshSessionDocument.toString(), { refresh_token: expired.refresh_token });
     const renewed = (body.data as { refresh_session?: Omit<Session, 'user'> } | undefined)?.refresh_session;
     if (!renewed) {
-      const why = body.errors?.[0]?.message;
-      setSession(null, why);
-      throw new ApiError(why ?? 'Your session ended; sign in again.', errorCode(body) ?? 'INVALID_TOKEN');
+      const error = body.errors?.[0];
+      if (error?.extensions?.code !== 'INVALID_TOKEN')
+        throw new ApiError(error?.message ?? 'The session could not be renewed; try again.', error?.extensions?.code);
+      setSession(null, error.message);
+      throw new ApiError(error.message, 'INVALID_TOKEN');
     }
     const next = { ...renewed, user: expired.user };
     setSession(next);
