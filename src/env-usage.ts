@@ -36,6 +36,9 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
     default: 'false',
     meaning: 'true: OAuth client ids at http loopback URLs (tests only)',
   },
+  OUTBOUND_PRIVATE_NETWORKS: {
+    meaning: 'private CIDRs tenants may reach, comma-separated; no link-local',
+  },
   SHUTDOWN_GRACE_MS: { default: '10000', meaning: 'SIGTERM: time for in-flight requests (then ≤ 5 s more)' },
   APPROVAL_SWEEP_SECONDS: { default: '60', meaning: 'how often overdue approvals are marked expired' },
   CHECKPOINT_SECONDS: {

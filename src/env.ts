@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type { DatabaseOptions } from './db/database.js';
 import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode } from './db/sql.js';
+import { PrivateNetworks, PrivateNetworksError } from './lib/address-policy.js';
 import { DEFAULT_EVAL_BUDGET } from './modules/policy/policy-condition-budget.js';
 
 /** Everything the service reads from its environment, parsed and checked once at start. */
@@ -48,6 +49,12 @@ export interface Env {
   oauthClientDocumentsPerAddress: number;
   /** Tests and local development: client metadata documents at http URLs on the loopback interface (OAUTH_CLIENT_METADATA_LOOPBACK). */
   oauthClientMetadataLoopback: boolean;
+  /**
+   * The private or reserved ranges tenants' configurations may reach (`OUTBOUND_PRIVATE_NETWORKS`,
+   * comma-separated CIDRs, none by default), and only those that set `allow_private_network`;
+   * link-local addresses never (docs/decisions/0062-the-deployment-boundary.md).
+   */
+  outboundPrivateNetworks: PrivateNetworks;
   shutdownGraceMs: number;
   /** How often pending approvals past their TTL are marked expired (reads also do it lazily). */
   approvalSweepSeconds: number;
@@ -209,6 +216,15 @@ function poolMode(source: NodeJS.ProcessEnv): PoolMode {
   return raw as PoolMode;
 }
 
+function outboundPrivateNetworks(source: NodeJS.ProcessEnv): PrivateNetworks {
+  try {
+    return PrivateNetworks.parse(source.OUTBOUND_PRIVATE_NETWORKS);
+  } catch (error) {
+    if (error instanceof PrivateNetworksError) throw new EnvError(`OUTBOUND_PRIVATE_NETWORKS: ${error.message}`);
+    throw error;
+  }
+}
+
 function integer(source: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
   const raw = source[name];
   if (raw === undefined || raw === '') return fallback;
@@ -268,6 +284,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     oauthRegistrationsPerAddress: integer(source, 'OAUTH_REGISTRATIONS_PER_ADDRESS', 20, 1),
     oauthClientDocumentsPerAddress: integer(source, 'OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS', 60, 1),
     oauthClientMetadataLoopback: source.OAUTH_CLIENT_METADATA_LOOPBACK === 'true',
+    outboundPrivateNetworks: outboundPrivateNetworks(source),
     shutdownGraceMs: integer(source, 'SHUTDOWN_GRACE_MS', 10000),
     approvalSweepSeconds: integer(source, 'APPROVAL_SWEEP_SECONDS', 60, 1),
     checkpointSeconds: integer(source, 'CHECKPOINT_SECONDS', 10, 0),

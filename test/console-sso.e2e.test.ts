@@ -7,7 +7,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startTestApp, type TestApp } from './support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from './support/app.js';
 import { chromiumTests, screenshot, submitSignIn, watchedPage, type ConsolePage } from './support/console.js';
 import { addUser, signUp, type OrgFixture } from './support/fixtures.js';
 import { readyAgent } from './support/gateway.js';
@@ -27,7 +27,7 @@ beforeAll(async () => {
   server = createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  t = await startTestApp({ PUBLIC_URL: base });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, PUBLIC_URL: base });
   server.on('request', t.app.yoga);
   idp = await startIdentityProvider({ redirectUri: `${base}/auth/sso/callback` });
   org = await signUp(t, 'console-sso');

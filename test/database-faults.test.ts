@@ -11,7 +11,7 @@ import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { openDatabase } from '../src/db/database.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
-import { startTestApp, type TestClient, type TestResponse } from './support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestClient, type TestResponse } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from './support/gateway.js';
@@ -214,7 +214,7 @@ describe('terminated connections (PostgreSQL)', () => {
       databases.push(database);
       const service = await startReadyService({
         databaseUrl: database.url,
-        env: { LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' },
+        env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' },
       });
       const { org, agent } = await setUp(service, tool);
       const load = startLoad([service], org, agent, 16);
@@ -259,6 +259,7 @@ describe('a database outage', () => {
       const server = await startPrivatePostgres();
       try {
         const env = {
+          ...LOOPBACK_UPSTREAMS,
           LOG_LEVEL: 'warn',
           DATABASE_TIMEOUT_MS: '1000',
           EXECUTION_LEASE_SECONDS: '3',
@@ -491,6 +492,7 @@ describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
       try {
         const url = bouncer.urlFor(new URL(database.url!).pathname.slice(1));
         const env = {
+          ...LOOPBACK_UPSTREAMS,
           LOG_LEVEL: 'warn',
           DATABASE_POOL_MODE: 'transaction',
           EXECUTION_LEASE_SECONDS: '3',
@@ -542,7 +544,7 @@ describe('behind PgBouncer in transaction mode (PostgreSQL)', () => {
       try {
         const service = await startReadyService({
           databaseUrl: bouncer.urlFor(new URL(database.url!).pathname.slice(1)),
-          env: { LOG_LEVEL: 'warn' },
+          env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn' },
         });
         const { org, agent } = await setUp(service, tool, { max_actions_per_hour: 40, max_actions_per_day: 1000 });
         await concurrentExecutes(service, org, agent);

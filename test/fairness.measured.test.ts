@@ -12,7 +12,7 @@
  * (src/lib/fair-scheduler.ts), which is what keeps the ratio under the bar.
  */
 import { runLoad, type LoadResult } from '../scripts/load.js';
-import type { TestClient } from './support/app.js';
+import { LOOPBACK_UPSTREAMS, type TestClient } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
 import { actionBody, readyAgent } from './support/gateway.js';
@@ -41,10 +41,10 @@ afterAll(async () => {
 async function startService(env: Record<string, string> = {}): Promise<Service> {
   if (backend === 'postgresql') {
     database ??= await createTestDatabase();
-    return startReadyService({ databaseUrl: database.url, env: { LOG_LEVEL: 'warn', ...env } });
+    return startReadyService({ databaseUrl: database.url, env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn', ...env } });
   }
   dataDir ??= await mkdtemp(path.join(os.tmpdir(), 'agw-fairness-'));
-  return startReadyService({ dataDir, env: { LOG_LEVEL: 'warn', ...env } });
+  return startReadyService({ dataDir, env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn', ...env } });
 }
 
 /** An org with an agent whose budget the test cannot exhaust, and the request that executes for it. */

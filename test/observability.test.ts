@@ -12,7 +12,7 @@ import { createMetricsServer } from '../src/observability/metrics-server.js';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { startRecordingServer, type Hit, type RecordingServer } from './support/recording-server.js';
 import { serveWithWebHandler } from './support/web-handler.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from './support/app.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { delta, parseExposition, sampleValue } from './support/metrics.js';
 import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
@@ -65,7 +65,7 @@ beforeAll(async () => {
   });
   receiverBase = receiver.base;
   telemetry = createTelemetry({ spanExporter: exporter, spanProcessor: 'simple' });
-  t = await startTestApp({ WEBHOOK_POLL_MS: '20' }, { telemetry });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, WEBHOOK_POLL_MS: '20' }, { telemetry });
 });
 
 afterAll(async () => {
@@ -365,7 +365,7 @@ describe('metrics', () => {
   });
 
   test('METRICS_PORT=0: nothing counted, and without an exporter no span and no traceparent', async () => {
-    const quiet = await startTestApp({ METRICS_PORT: '0' });
+    const quiet = await startTestApp({ ...LOOPBACK_UPSTREAMS, METRICS_PORT: '0' });
     try {
       expect(quiet.app.telemetry.metricsEnabled).toBe(false);
       expect(quiet.app.telemetry.tracing).toBe(false);
@@ -626,7 +626,7 @@ describe('traces', () => {
       sampler: parseEnv({ OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' })
         .tracesSampler,
     });
-    const sampled = await startTestApp({}, { telemetry: sampledTelemetry });
+    const sampled = await startTestApp(LOOPBACK_UPSTREAMS, { telemetry: sampledTelemetry });
     try {
       const org = await signUp(sampled, 'obs-sampler');
       const agent = await readyAgent(sampled, org, { capabilities: ['billing:read'] });

@@ -14,7 +14,7 @@ import { EnvError, parseEnv } from '../src/env.js';
 import { keyIdOf, SecretBox } from '../src/lib/secret-box.js';
 import { SigningKeyStore } from '../src/lib/signing-keys.js';
 import { enqueueWebhookEvent } from '../src/modules/webhook/webhook.service.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, reopenTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { execute, readyAgent, type AgentFixture } from './support/gateway.js';
@@ -73,7 +73,7 @@ afterAll(async () => {
 async function startApp(env: Record<string, string>): Promise<TestApp> {
   const handle = await reopenTestDatabase(database);
   const app = await startTestApp(
-    { WEBHOOK_POLL_MS: '20', WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '1', ...env },
+    { ...LOOPBACK_UPSTREAMS, WEBHOOK_POLL_MS: '20', WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '1', ...env },
     { db: handle.db },
   );
   return {
@@ -564,7 +564,7 @@ describe('formats from before', () => {
       expect(JSON.stringify(audits)).not.toContain('legacy-header-token');
 
       // The service reads the migrated row as written: the same values to send, the same secret.
-      const app = await startTestApp({ KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, { db: old.db });
+      const app = await startTestApp({ ...LOOPBACK_UPSTREAMS, KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, { db: old.db });
       try {
         const tool = await app.app.services.tools.forAction(orgId, 'billing');
         expect(tool?.credentials).toEqual({ secret: 'legacy-tool-secret-0123', headers });

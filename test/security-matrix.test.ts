@@ -12,7 +12,13 @@ import { streamRoutes } from '../src/http/stream-routes.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
-import { startTestApp, type RequestOptions, type TestApp, type TestResponse } from './support/app.js';
+import {
+  LOOPBACK_UPSTREAMS,
+  startTestApp,
+  type RequestOptions,
+  type TestApp,
+  type TestResponse,
+} from './support/app.js';
 import {
   CookieJar,
   signInAtProvider,
@@ -1033,7 +1039,7 @@ let w: World;
 let checker: OpenApiResponseChecker;
 
 beforeAll(async () => {
-  const app = await startTestApp();
+  const app = await startTestApp(LOOPBACK_UPSTREAMS);
   idp = await startIdentityProvider({ redirectUri: app.app.services.sso.redirectUri });
   // Every response of the matrix, its setup included, is checked against the served document.
   checker = await OpenApiResponseChecker.load(app);

@@ -9,6 +9,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { openDatabase } from '../src/db/database.js';
+import { LOOPBACK_UPSTREAMS } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
 import { actionBody, execute, readyAgent } from './support/gateway.js';
@@ -48,7 +49,7 @@ async function startOnFreshStorage(env: Record<string, string> = {}, preload?: s
   const storage = await freshStorage();
   const service = await startReadyService({
     ...storage,
-    env: { SHUTDOWN_GRACE_MS: String(GRACE_MS), ...env },
+    env: { ...LOOPBACK_UPSTREAMS, SHUTDOWN_GRACE_MS: String(GRACE_MS), ...env },
     preload,
   });
   return { service, storage };

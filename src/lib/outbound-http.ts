@@ -1,9 +1,17 @@
 import http from 'node:http';
 import https from 'node:https';
-import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedHost } from './address-policy.js';
+import {
+  AddressRefusedError,
+  checkLiteralHost,
+  guardedLookup,
+  hostRefusal,
+  type NetworkAccess,
+  refusalMessage,
+} from './address-policy.js';
 
 /**
- * Requests on a customer's behalf (http and mcp tool connectors, webhook deliveries), with the same
+ * Requests on a tenant's behalf (tools, their definition reads, webhook deliveries, single sign-on,
+ * client metadata documents), with the same
  * safety rules for all: only addresses the address policy allows (checked on the literal, and on
  * every resolved address the socket would connect to), no redirect followed, a deadline, and a
  * cap on how much of the answer is read. Never throws: every failure is an outcome.
@@ -12,15 +20,15 @@ import { AddressRefusedError, checkLiteralHost, guardedLookup, isRefusedHost } f
 export const MAX_OUTBOUND_URL_LENGTH = 2048;
 
 /**
- * What is wrong with a URL saved for outbound POSTs (http tools, webhooks), or undefined when it may
- * be saved. Saving refuses what is known without DNS: private, loopback, link-local and reserved IP
- * literals however the URL parser normalised them (`127.1`, `2130706433`, `[::ffff:7f00:1]`) and
- * `localhost`/`*.localhost`, unless private networks are allowed. Names are checked again, on each
- * address they resolve to, when connecting.
+ * What is wrong with a URL saved for outbound requests (tools, webhooks, single sign-on), or
+ * undefined when it may be saved. Saving refuses what is known without DNS: IP literals the
+ * address policy refuses however the URL parser normalised them (`127.1`, `2130706433`,
+ * `[::ffff:7f00:1]`) and `localhost`/`*.localhost`. Names are checked again, on each address they
+ * resolve to, when connecting. `refused` tells the address policy's refusal from a malformed URL.
  */
 export function outboundUrlError(
   text: unknown,
-  allowPrivateNetwork: boolean,
+  access: NetworkAccess,
 ): { refused: boolean; message: string } | undefined {
   let url: URL | undefined;
   try {
@@ -34,14 +42,8 @@ export function outboundUrlError(
       message: `must be an http(s) URL without credentials, at most ${MAX_OUTBOUND_URL_LENGTH} characters`,
     };
   }
-  if (!allowPrivateNetwork && isRefusedHost(url.hostname)) {
-    return {
-      refused: true,
-      message:
-        'the URL points to a loopback, private, link-local or reserved address; allow_private_network must be true for it',
-    };
-  }
-  return undefined;
+  const refusal = hostRefusal(url.hostname, access);
+  return refusal ? { refused: true, message: refusalMessage('the URL points to', refusal) } : undefined;
 }
 
 /** One request on a customer's behalf; `body`, when given, is sent as is with its length. */
@@ -57,7 +59,8 @@ export interface OutboundRequest {
    * `truncate` (only the status matters: the rest is not read and the status stands).
    */
   oversize: 'fail' | 'truncate';
-  allowPrivateNetwork: boolean;
+  /** Which addresses the request may connect to (src/lib/address-policy.ts). */
+  access: NetworkAccess;
   /** Aborting ends the request at once (shutdown, a deadline over several requests). */
   signal?: AbortSignal;
   /**
@@ -100,7 +103,7 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
   try {
     url = new URL(request.url);
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError('not http(s)');
-    checkLiteralHost(url.hostname, request.allowPrivateNetwork);
+    checkLiteralHost(url.hostname, request.access);
   } catch (error) {
     if (error instanceof AddressRefusedError)
       return Promise.resolve({ kind: 'failure', code: 'ADDRESS_REFUSED', message: error.message });
@@ -129,7 +132,7 @@ export function sendOutbound(request: OutboundRequest): Promise<OutboundOutcome>
       {
         method: request.method,
         headers,
-        lookup: guardedLookup(request.allowPrivateNetwork),
+        lookup: guardedLookup(request.access),
         agent: request.agent ?? false,
       },
       (response) => {

@@ -84,6 +84,13 @@ export async function testResponse<T>(response: Response): Promise<TestResponse<
  */
 export const TEST_SIGNUP_LIMIT = { SIGNUP_MAX_PER_ADDRESS: '100000' } as const;
 
+/**
+ * The deployment opening loopback to tenants' configurations (docs/decisions/0062-the-deployment-boundary.md):
+ * tests whose tools, webhooks, identity providers or client documents run on 127.0.0.1 need it,
+ * as a developer running local tools does. Without it those are refused, as on a default deployment.
+ */
+export const LOOPBACK_UPSTREAMS = { OUTBOUND_PRIVATE_NETWORKS: '127.0.0.0/8' } as const;
+
 /** The real app on a real database, called in-process through `yoga.fetch`. */
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database: TestDatabase = options.db

@@ -1,3 +1,4 @@
+import type { PrivateNetworks } from '../../lib/address-policy.js';
 import { sendOutbound } from '../../lib/outbound-http.js';
 import { acceptRegistration, isLoopbackHost, isRegistrationError, type ClientRegistration } from './oauth-client.js';
 
@@ -20,6 +21,8 @@ export type MetadataDocumentOutcome = { client: ClientRegistration } | { refused
 export interface MetadataDocumentOptions {
   /** Tests and local development: http client ids on the loopback interface are fetched too (OAUTH_CLIENT_METADATA_LOOPBACK). */
   allowLoopbackHttp: boolean;
+  /** The deployment's OUTBOUND_PRIVATE_NETWORKS: even with `allowLoopbackHttp`, only these private addresses are fetched from. */
+  privateNetworks: PrivateNetworks;
   now?: () => number;
 }
 
@@ -50,7 +53,11 @@ function urlProblem(clientId: string): string | undefined {
   return undefined;
 }
 
-export function createMetadataDocumentResolver({ allowLoopbackHttp, now = Date.now }: MetadataDocumentOptions) {
+export function createMetadataDocumentResolver({
+  allowLoopbackHttp,
+  privateNetworks,
+  now = Date.now,
+}: MetadataDocumentOptions) {
   const kept = new Map<string, { outcome: MetadataDocumentOutcome; until: number }>();
 
   async function fetchDocument(clientId: string): Promise<MetadataDocumentOutcome> {
@@ -63,7 +70,7 @@ export function createMetadataDocumentResolver({ allowLoopbackHttp, now = Date.n
       timeoutMs: METADATA_DOCUMENT_TIMEOUT_MS,
       maxResponseBytes: METADATA_DOCUMENT_MAX_BYTES,
       oversize: 'fail',
-      allowPrivateNetwork: allowLoopbackHttp,
+      access: { privateNetworks, allowPrivateNetwork: allowLoopbackHttp },
     });
     if (outcome.kind === 'failure')
       return { refused: `the client's metadata document could not be fetched: ${outcome.message}` };

@@ -57,7 +57,10 @@ export function createOAuthService(
   { findAgent }: Collaborators,
 ) {
   const { env, db, logger } = deps;
-  const metadataDocuments = createMetadataDocumentResolver({ allowLoopbackHttp: env.oauthClientMetadataLoopback });
+  const metadataDocuments = createMetadataDocumentResolver({
+    allowLoopbackHttp: env.oauthClientMetadataLoopback,
+    privateNetworks: env.outboundPrivateNetworks,
+  });
 
   /**
    * The client a `client_id` names: a registration that has not expired, or, when the id is an

@@ -6,6 +6,7 @@ import {
   type JWTPayload,
   type JWTVerifyGetKey,
 } from 'jose';
+import type { PrivateNetworks } from '../../lib/address-policy.js';
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 
 /**
@@ -85,8 +86,12 @@ export function readDiscoveryDocument(document: unknown, issuer: string): Provid
     return 'its discovery document is not a JSON object';
   const doc = document as Record<string, unknown>;
   // OpenID Connect Discovery 1.0 §4.3: the issuer in the document must be the one asked for, exactly.
+  // What is quoted of the answer is only what an issuer can be (a URL, not too long): a tenant must
+  // not read a server's answers through this message.
   if (doc.issuer !== issuer)
-    return `its discovery document names the issuer ${JSON.stringify(doc.issuer)}, not ${JSON.stringify(issuer)}`;
+    return isHttpUrl(doc.issuer) && doc.issuer.length <= 255
+      ? `its discovery document names the issuer ${JSON.stringify(doc.issuer)}, not ${JSON.stringify(issuer)}`
+      : `its discovery document names no issuer URL (${JSON.stringify(issuer)} expected)`;
   for (const field of ['authorization_endpoint', 'token_endpoint', 'jwks_uri'] as const) {
     if (!isHttpUrl(doc[field])) return `its discovery document has no http(s) ${field}`;
   }
@@ -116,8 +121,9 @@ function jsonOf(outcome: OutboundOutcome, what: string): unknown {
     throw new IdentityProviderError(`${what} answered ${outcome.status} without JSON`);
   }
   if (outcome.status !== 200) {
+    // Only an OAuth error code (RFC 6749 §5.2: invalid_grant…), never free text of the answer.
     const error = (body as Record<string, unknown> | null)?.error;
-    const detail = typeof error === 'string' ? ` (${error.slice(0, 100)})` : '';
+    const detail = typeof error === 'string' && /^[a-z_]{1,64}$/.test(error) ? ` (${error})` : '';
     throw new IdentityProviderError(`${what} answered ${outcome.status}${detail}`);
   }
   return body;
@@ -132,7 +138,14 @@ interface Kept<T> {
   until: number;
 }
 
-export function createIdentityProviders({ now = Date.now }: { now?: () => number } = {}) {
+export function createIdentityProviders({
+  privateNetworks,
+  now = Date.now,
+}: {
+  /** The deployment's OUTBOUND_PRIVATE_NETWORKS, which a configuration's `allow_private_network` may reach. */
+  privateNetworks: PrivateNetworks;
+  now?: () => number;
+}) {
   const discoveries = new Map<string, Kept<ProviderMetadata>>();
   const keySets = new Map<string, Kept<JWTVerifyGetKey> & { fetchedAt: number }>();
 
@@ -150,7 +163,7 @@ export function createIdentityProviders({ now = Date.now }: { now?: () => number
       timeoutMs: PROVIDER_TIMEOUT_MS,
       maxResponseBytes: DOCUMENT_MAX_BYTES,
       oversize: 'fail',
-      allowPrivateNetwork,
+      access: { privateNetworks, allowPrivateNetwork },
     });
 
   /** The provider's metadata, kept 15 minutes; `fresh` fetches it again (saving a configuration). */
@@ -214,7 +227,7 @@ export function createIdentityProviders({ now = Date.now }: { now?: () => number
       timeoutMs: PROVIDER_TIMEOUT_MS,
       maxResponseBytes: DOCUMENT_MAX_BYTES,
       oversize: 'fail',
-      allowPrivateNetwork,
+      access: { privateNetworks, allowPrivateNetwork },
     });
     const answer = jsonOf(outcome, 'The token endpoint') as Record<string, unknown> | null;
     if (typeof answer?.id_token !== 'string') throw new IdentityProviderError('The token endpoint gave no ID token');

@@ -1,4 +1,5 @@
 import { FieldErrors } from '../../errors.js';
+import type { NetworkAccess, PrivateNetworks } from '../../lib/address-policy.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { userRoles, type UserRole } from '../auth/authz.js';
 
@@ -45,8 +46,9 @@ const domainPattern = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z
 const scopePattern = /^[\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
 const printable = /^[\x21-\x7e]+$/;
 
-function checkIssuer(errors: FieldErrors, issuer: string, allowPrivateNetwork: boolean): string {
-  const problem = outboundUrlError(issuer, allowPrivateNetwork);
+function checkIssuer(errors: FieldErrors, issuer: string, access: NetworkAccess): string {
+  const { allowPrivateNetwork } = access;
+  const problem = outboundUrlError(issuer, access);
   if (problem) {
     errors.add('issuer', problem.message);
     return issuer;
@@ -100,10 +102,13 @@ function checkScopes(errors: FieldErrors, scopes: readonly string[] | null | und
 }
 
 /** The checked settings, or 422 VALIDATION_ERROR naming every field that is wrong. */
-export function checkSsoSettings(input: SsoSettingsInput, { secretStored }: { secretStored: boolean }): SsoSettings {
+export function checkSsoSettings(
+  input: SsoSettingsInput,
+  { secretStored, privateNetworks }: { secretStored: boolean; privateNetworks: PrivateNetworks },
+): SsoSettings {
   const errors = new FieldErrors();
   const allowPrivateNetwork = input.allow_private_network ?? false;
-  const issuer = checkIssuer(errors, input.issuer, allowPrivateNetwork);
+  const issuer = checkIssuer(errors, input.issuer, { privateNetworks, allowPrivateNetwork });
   if (!printable.test(input.client_id) || input.client_id.length > 512)
     errors.add('client_id', 'must be 1 to 512 printable characters without spaces');
   // "[redacted]", as the configuration reads, keeps the stored secret too: a form can send back what it showed.

@@ -131,7 +131,7 @@ export async function reencryptSsoSecrets(conn: SqlConnection, secrets: SecretBo
 }
 
 export function createSsoService({ env, db, secrets, logger }: Deps, { users, sessions }: Collaborators) {
-  const providers = createIdentityProviders();
+  const providers = createIdentityProviders({ privateNetworks: env.outboundPrivateNetworks });
   const redirectUri = `${env.publicUrl}${SSO_CALLBACK_PATH}`;
   const signInUrl = (slug: string) => `${env.publicUrl}${SSO_START_PREFIX}${encodeURIComponent(slug)}`;
 
@@ -158,7 +158,10 @@ export function createSsoService({ env, db, secrets, logger }: Deps, { users, se
    */
   async function configure(orgId: string, input: SsoSettingsInput, actor: Principal): Promise<SsoView> {
     const stored = await findSso(db.prisma, orgId);
-    const settings = checkSsoSettings(input, { secretStored: stored !== null });
+    const settings = checkSsoSettings(input, {
+      secretStored: stored !== null,
+      privateNetworks: env.outboundPrivateNetworks,
+    });
     try {
       await providers.metadata(settings, true);
     } catch (error) {

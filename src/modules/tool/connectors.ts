@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto';
+import type { PrivateNetworks } from '../../lib/address-policy.js';
 import { postJson, type OutboundFailureCode } from '../../lib/outbound-http.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
 
@@ -80,13 +81,15 @@ export function signBody(secret: string, timestamp: string, body: string): strin
 /**
  * POSTs the call as JSON through the shared outbound rules (src/lib/outbound-http.ts): no redirect
  * followed, gives up after `timeout_ms`, reads at most 1 MiB, and connects only to addresses the
- * address policy allows. `traceHeaders` (W3C trace context of the tool call's span) go along.
- * Never throws: failures are results.
+ * address policy allows: the deployment's `privateNetworks` as far as the tool's
+ * `allow_private_network` asks for them. `traceHeaders` (W3C trace context of the tool call's span)
+ * go along. Never throws: failures are results.
  */
 export async function runHttp(
   config: HttpToolConfig,
   { secret, headers: configured }: ToolCredentials,
   call: ToolCall,
+  privateNetworks: PrivateNetworks,
   traceHeaders: Record<string, string> = {},
 ): Promise<ToolResult> {
   const body = JSON.stringify(call);
@@ -106,7 +109,7 @@ export async function runHttp(
     timeoutMs: config.timeout_ms,
     maxResponseBytes: MAX_RESPONSE_BYTES,
     oversize: 'fail',
-    allowPrivateNetwork: config.allow_private_network,
+    access: { privateNetworks, allowPrivateNetwork: config.allow_private_network },
   });
   switch (outcome.kind) {
     case 'redirect':

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import { Client, SdkHttpError, StreamableHTTPClientTransport, type FetchLike } from '@modelcontextprotocol/client';
+import type { NetworkAccess, PrivateNetworks } from '../../lib/address-policy.js';
 import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { failure, MAX_RESPONSE_BYTES, toolFailure, withoutTraceContext, type ToolCredentials } from './connectors.js';
 import type { Closable } from './mcp-client-pool.js';
@@ -13,7 +14,15 @@ export interface McpUpstream {
   toolId: string;
   config: McpToolConfig;
   credentials: ToolCredentials;
+  /** The deployment's OUTBOUND_PRIVATE_NETWORKS, which the config's `allow_private_network` may reach. */
+  privateNetworks: PrivateNetworks;
 }
+
+/** What the upstream's requests may connect to: the deployment's list, as far as the tool asks for it. */
+const accessOf = (upstream: McpUpstream): NetworkAccess => ({
+  privateNetworks: upstream.privateNetworks,
+  allowPrivateNetwork: upstream.config.allow_private_network,
+});
 
 /** A client of one upstream, connected once and shared by the calls of its tool (mcp-client-pool.ts). */
 export interface UpstreamClient extends Closable {
@@ -78,7 +87,7 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
     listMaxPages: MAX_TOOL_LIST_PAGES,
   });
   const transport = new StreamableHTTPClientTransport(url, {
-    fetch: fetchThroughOutboundRules(upstream.config, configured, agent),
+    fetch: fetchThroughOutboundRules(accessOf(upstream), configured, agent),
   });
   // A message the SDK cannot read (a broken event in a stream, a response to no request) would
   // otherwise leave the call waiting for its deadline. A failed request is reported here too (an
@@ -115,7 +124,7 @@ export function openUpstreamClient(upstream: McpUpstream, url: URL, opening: Ups
       if (sessionId)
         await endSession(
           url,
-          upstream.config,
+          accessOf(upstream),
           agent,
           { ...configured, 'user-agent': 'agent-gateway' },
           sessionId,
@@ -146,7 +155,7 @@ export const requestOptions = (call: UpstreamCall) => ({
  * SDK's notice that the call was given up (`notifications/cancelled`), which goes out after it.
  */
 function fetchThroughOutboundRules(
-  config: McpToolConfig,
+  access: NetworkAccess,
   configured: Record<string, string>,
   agent: http.Agent,
 ): FetchLike {
@@ -178,7 +187,7 @@ function fetchThroughOutboundRules(
       timeoutMs: cancelling ? SESSION_END_TIMEOUT_MS : Math.max(1, call.deadline - Date.now()) + SESSION_END_TIMEOUT_MS,
       maxResponseBytes: MAX_RESPONSE_BYTES,
       oversize: 'fail',
-      allowPrivateNetwork: config.allow_private_network,
+      access,
       signal: cancelling ? undefined : call.signal,
       agent,
     });
@@ -232,7 +241,7 @@ function responseOf(status: number, headers: Record<string, string | string[] | 
 /** Best effort (MCP asks clients to end sessions they are done with): its outcome changes nothing. */
 async function endSession(
   url: URL,
-  config: McpToolConfig,
+  access: NetworkAccess,
   agent: http.Agent,
   headers: Record<string, string>,
   sessionId: string,
@@ -249,7 +258,7 @@ async function endSession(
     timeoutMs: SESSION_END_TIMEOUT_MS,
     maxResponseBytes: 1024,
     oversize: 'truncate',
-    allowPrivateNetwork: config.allow_private_network,
+    access,
     agent,
   });
 }

@@ -90,7 +90,12 @@ export function createToolDefinitions(
         ok: false,
         error: 'The tool’s header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY',
       };
-    const upstream = { toolId: tool.id, config: tool.config as unknown as McpToolConfig, credentials };
+    const upstream = {
+      toolId: tool.id,
+      config: tool.config as unknown as McpToolConfig,
+      credentials,
+      privateNetworks: env.outboundPrivateNetworks,
+    };
     const listed = await listUpstreamTools(upstreams, upstream, { interactionId: randomId('defs') });
     if (!listed.ok) return { ok: false, error: `${listed.error.code}: ${listed.error.message}` };
     const problem = listProblem(listed.tools);

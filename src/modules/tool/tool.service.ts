@@ -33,6 +33,7 @@ import {
 import type { WebhookWake } from '../webhook/webhook.service.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
+import type { PrivateNetworks } from '../../lib/address-policy.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
 import { mapValues, SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { nestsDeeperThan } from '../../lib/storable-input.js';
@@ -139,13 +140,19 @@ interface ParsedConfig {
 interface ConfigParser {
   label: string;
   fields: readonly string[];
-  parse(config: Record<string, unknown>, errors: FieldErrors, kept: () => ToolCredentials): ParsedConfig;
+  parse(config: Record<string, unknown>, errors: FieldErrors, context: ParseContext): ParsedConfig;
+}
+
+/** What parsing a config needs besides it: the stored write-only values (opened only when kept), the deployment's networks. */
+interface ParseContext {
+  kept: () => ToolCredentials;
+  privateNetworks: PrivateNetworks;
 }
 
 /** An upstream's endpoint (http and mcp tools): where, how long to wait, the headers sent, the address policy. */
 const endpointFields = ['url', 'timeout_ms', 'headers', 'allow_private_network'] as const;
 
-function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, kept: () => ToolCredentials) {
+function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, { kept, privateNetworks }: ParseContext) {
   const timeout = config.timeout_ms ?? DEFAULT_TIMEOUT_MS;
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     errors.add('config.timeout_ms', `must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
@@ -154,8 +161,8 @@ function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, kep
   const set = parseHeaders(config.headers ?? {}, errors, kept, credentials).map((name) => `headers.${name}`);
   const allowPrivate = config.allow_private_network ?? false;
   if (typeof allowPrivate !== 'boolean') errors.add('config.allow_private_network', 'must be a boolean');
-  // The webhooks' rule: what is known to be private without DNS is refused when saving.
-  const urlError = outboundUrlError(config.url, allowPrivate === true);
+  // The webhooks' rule: what the address policy refuses without DNS is refused when saving.
+  const urlError = outboundUrlError(config.url, { privateNetworks, allowPrivateNetwork: allowPrivate === true });
   if (urlError) errors.add('config.url', urlError.message);
   const stored: HttpToolConfig = {
     url: String(config.url),
@@ -179,11 +186,11 @@ const configParsers: Record<ConnectorKind, ConfigParser> = {
   http: {
     label: 'an http tool',
     fields: [...endpointFields, 'secret'],
-    parse(config, errors, kept) {
-      const endpoint = parseEndpoint(config, errors, kept);
+    parse(config, errors, context) {
+      const endpoint = parseEndpoint(config, errors, context);
       const { credentials, set } = endpoint;
       if (config.secret === REDACTED) {
-        credentials.secret = kept().secret;
+        credentials.secret = context.kept().secret;
         if (credentials.secret === null)
           errors.add('config.secret', `"${REDACTED}" keeps the stored secret, but the tool has none`);
       } else if (config.secret != null) {
@@ -201,8 +208,8 @@ const configParsers: Record<ConnectorKind, ConfigParser> = {
     label: 'an mcp tool',
     // No `secret`: MCP servers authenticate by header (a bearer token or an API key), not by a body signature.
     fields: [...endpointFields, 'tool'],
-    parse(config, errors, kept) {
-      const endpoint = parseEndpoint(config, errors, kept);
+    parse(config, errors, context) {
+      const endpoint = parseEndpoint(config, errors, context);
       const tool = config.tool ?? null;
       if (tool !== null && (typeof tool !== 'string' || !mcpToolNamePattern.test(tool))) {
         errors.add('config.tool', 'must be an MCP tool name: 1 to 128 letters, digits, "_", "." or "-"');
@@ -224,7 +231,7 @@ function parseConfig(
   connector: ConnectorKind,
   raw: unknown,
   errors: FieldErrors,
-  kept: () => ToolCredentials,
+  context: ParseContext,
 ): ParsedConfig | undefined {
   const config = raw ?? {};
   if (!isObject(config)) {
@@ -237,7 +244,7 @@ function parseConfig(
       errors.add(`config.${key}`, `unknown field for ${parser.label}`);
     }
   }
-  const parsed = parser.parse(config, errors, kept);
+  const parsed = parser.parse(config, errors, context);
   return { ...parsed, stored: { ...parsed.stored, ...parseToolDescription(config, errors) } };
 }
 
@@ -418,7 +425,10 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
             connector,
             input.config === undefined ? existing && publicConfig(existing) : input.config,
             errors,
-            () => (stored ??= storedCredentials(existing)),
+            {
+              kept: () => (stored ??= storedCredentials(existing)),
+              privateNetworks: env.outboundPrivateNetworks,
+            },
           )
         : undefined;
     errors.throwIfAny();
@@ -607,10 +617,17 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
           toolId: tool.id,
           config: tool.config as unknown as McpToolConfig,
           credentials: tool.credentials,
+          privateNetworks: env.outboundPrivateNetworks,
         };
         return await runMcp(mcpUpstreams, upstream, call, { traceHeaders, negotiated });
       }
-      return await runHttp(tool.config as unknown as HttpToolConfig, tool.credentials, call, traceHeaders);
+      return await runHttp(
+        tool.config as unknown as HttpToolConfig,
+        tool.credentials,
+        call,
+        env.outboundPrivateNetworks,
+        traceHeaders,
+      );
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
       return failure('TOOL_FAILED', 'The tool connector failed');

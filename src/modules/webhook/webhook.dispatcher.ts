@@ -157,7 +157,7 @@ export function createWebhookDispatcher({
       timeoutMs: env.webhookTimeoutMs,
       maxResponseBytes: MAX_RESPONSE_BYTES,
       oversize: 'truncate',
-      allowPrivateNetwork: delivery.allow_private_network,
+      access: { privateNetworks: env.outboundPrivateNetworks, allowPrivateNetwork: delivery.allow_private_network },
       signal,
     });
   }

@@ -93,13 +93,16 @@ const snapshot = (webhook: Webhook) => ({
   allow_private_network: webhook.allowPrivateNetwork,
 });
 
-export function createWebhookService({ db, secrets }: Deps) {
+export function createWebhookService({ db, secrets, env }: Deps) {
   /** The stored columns of a valid webhook, from a create (no `existing`) or an update. */
   function columns(input: WebhookInput, existing?: Webhook) {
     const errors = new FieldErrors();
     const allowPrivate = input.allow_private_network ?? existing?.allowPrivateNetwork ?? false;
     const urlText = input.url ?? existing?.url;
-    const urlError = outboundUrlError(urlText, allowPrivate);
+    const urlError = outboundUrlError(urlText, {
+      privateNetworks: env.outboundPrivateNetworks,
+      allowPrivateNetwork: allowPrivate,
+    });
     // A stored URL refused because allow_private_network is being turned off: that field is the cause.
     if (urlError) errors.add(urlError.refused && input.url == null ? 'allow_private_network' : 'url', urlError.message);
 

@@ -6,13 +6,13 @@
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { addUser, createKey, signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp(LOOPBACK_UPSTREAMS);
 });
 afterAll(() => t.close());
 
@@ -221,7 +221,7 @@ describe('expiry', () => {
   });
 
   test('the periodic sweep expires approvals nobody reads', async () => {
-    const swept = await startTestApp({ APPROVAL_SWEEP_SECONDS: '1' }, { db: t.database.db });
+    const swept = await startTestApp({ ...LOOPBACK_UPSTREAMS, APPROVAL_SWEEP_SECONDS: '1' }, { db: t.database.db });
     try {
       const org = await signUp(swept);
       const agent = await readyAgent(swept, org, { constraints: humanInTheLoop });
@@ -332,7 +332,10 @@ describe('webhooks for approvals', () => {
       });
     });
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-    const notified = await startTestApp({ WEBHOOK_POLL_MS: '50', WEBHOOK_RETRY_BASE_MS: '100' }, { db: t.database.db });
+    const notified = await startTestApp(
+      { ...LOOPBACK_UPSTREAMS, WEBHOOK_POLL_MS: '50', WEBHOOK_RETRY_BASE_MS: '100' },
+      { db: t.database.db },
+    );
     try {
       const org = await signUp(notified);
       const agent = await readyAgent(notified, org, { constraints: humanInTheLoop });

@@ -13,7 +13,7 @@ import { rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
-import type { TestClient } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, type TestClient } from '../../support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from '../../support/database.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from '../../support/gateway.js';
@@ -239,7 +239,7 @@ test(
   `SIGKILL under load with ${HELD_BEFORE_KILL}+ tool calls in flight: after a restart every call the tool received has a record (${backend})`,
   async () => {
     const store = await storage();
-    const first = await startReadyService({ ...store.options, env: { LOG_LEVEL: 'warn' } });
+    const first = await startReadyService({ ...store.options, env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn' } });
     const { org, agent } = await setUp(first, receiver);
     const load = startLoad(first, agent, 16);
     await until('held tool calls', () => receiver.held.length >= HELD_BEFORE_KILL);
@@ -251,6 +251,7 @@ test(
     const second = await startReadyService({
       ...store.options,
       env: {
+        ...LOOPBACK_UPSTREAMS,
         LOG_LEVEL: 'warn',
         EXECUTION_LEASE_SECONDS: '3',
         EXECUTION_RECOVERY_SECONDS: '1',
@@ -281,6 +282,7 @@ onPostgres(
     const store = await storage();
     // Leases of 3 s, renewed every second: the survivor may adopt only after the doomed one stopped renewing.
     const env = {
+      ...LOOPBACK_UPSTREAMS,
       LOG_LEVEL: 'warn',
       EXECUTION_RECOVERY_SECONDS: '1',
       EXECUTION_LEASE_SECONDS: '3',

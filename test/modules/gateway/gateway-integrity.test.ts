@@ -6,7 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { NewRecord } from '../../../src/modules/record/record.service.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
 
@@ -17,7 +17,7 @@ let answer = '{"ok":true}';
 let toolUrl: string;
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp(LOOPBACK_UPSTREAMS);
   receiver = http.createServer((req, res) => {
     req.resume();
     req.on('end', () => {

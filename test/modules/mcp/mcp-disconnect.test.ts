@@ -7,7 +7,7 @@
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from '../../support/gateway.js';
 
@@ -22,7 +22,7 @@ let agent: AgentFixture;
 const toolCalls = new EventEmitter();
 
 beforeAll(async () => {
-  t = await startTestApp({ ORG_MAX_CONCURRENCY: '2' });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, ORG_MAX_CONCURRENCY: '2' });
   server = http.createServer(t.app.yoga);
   tool = http.createServer(async (req, res) => {
     let body = '';

@@ -11,7 +11,7 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextproto
 import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2 } from '@modelcontextprotocol/client';
 import { verifyExport } from '../../../src/modules/record/record-export.js';
 import { TOOL_NAME_PATTERN } from '../../../src/modules/mcp/tool-names.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { createKey, signUp, type OrgFixture } from '../../support/fixtures.js';
 import { execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
 
@@ -31,7 +31,7 @@ let base: string;
 let org: OrgFixture;
 
 beforeAll(async () => {
-  t = await startTestApp({ MCP_ALLOWED_ORIGINS: ALLOWED_ORIGIN });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, MCP_ALLOWED_ORIGINS: ALLOWED_ORIGIN });
   server = http.createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -7,7 +7,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 
 let documents: http.Server;
 let docBase: string;
@@ -34,7 +34,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => documents.listen(0, '127.0.0.1', resolve));
   docBase = `http://127.0.0.1:${(documents.address() as AddressInfo).port}`;
-  t = await startTestApp({ OAUTH_CLIENT_METADATA_LOOPBACK: 'true' });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, OAUTH_CLIENT_METADATA_LOOPBACK: 'true' });
   strict = await startTestApp({}, { db: t.database.db });
 });
 
@@ -148,7 +148,7 @@ test('a registered client resolves from the database; an unknown id does not', a
 
 test('the authorization endpoint counts the documents it fetches per client address (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS); a kept one costs nothing', async () => {
   const limited = await startTestApp(
-    { OAUTH_CLIENT_METADATA_LOOPBACK: 'true', OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: '3' },
+    { ...LOOPBACK_UPSTREAMS, OAUTH_CLIENT_METADATA_LOOPBACK: 'true', OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: '3' },
     { db: t.database.db },
   );
   try {

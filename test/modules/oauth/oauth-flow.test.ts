@@ -8,7 +8,7 @@
  * client, mcp-remote, a browser on the consent page) are in test/oauth-clients.e2e.test.ts.
  */
 import { decodeJwt, decodeProtectedHeader } from 'jose';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { startRecordingServer, type Hit } from '../../support/recording-server.js';
 import { serveWithWebHandler } from '../../support/web-handler.js';
@@ -36,7 +36,7 @@ let org: OrgFixture;
 let agent: AgentFixture;
 
 beforeAll(async () => {
-  t = await startTestApp({ OAUTH_REGISTRATIONS_PER_ADDRESS: '10000' });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, OAUTH_REGISTRATIONS_PER_ADDRESS: '10000' });
   publicUrl = t.app.env.publicUrl;
   org = await signUp(t, 'oauth');
   agent = await readyAgent(t, org);
@@ -796,7 +796,7 @@ describe('grants', () => {
 test('with the database gone: the authorization, token and revocation endpoints answer 503 temporarily_unavailable, and an access token at /mcp 503 -32010; never a 500', async () => {
   // A token issued while the database was there, and a second app on the same database that has seen nothing yet.
   const connected = await connectClient(t, publicUrl, org.adminToken, agent.svcId);
-  const broken = await startTestApp({});
+  const broken = await startTestApp(LOOPBACK_UPSTREAMS);
   try {
     const clientId = await registerClient(broken);
     await broken.database.db.close();

@@ -13,6 +13,10 @@ import {
   createIdentityProviders,
   readDiscoveryDocument,
 } from '../../../src/modules/sso/identity-provider.js';
+import { PrivateNetworks } from '../../../src/lib/address-policy.js';
+
+/** The test's provider is on loopback: the deployment opens it, as OUTBOUND_PRIVATE_NETWORKS=127.0.0.0/8 does. */
+const loopbackOpened = PrivateNetworks.parse('127.0.0.0/8');
 
 let server: http.Server;
 let issuer: string;
@@ -73,7 +77,7 @@ function idToken(key: SigningKey, claims: Record<string, unknown> = {}, alg = 'R
 }
 
 test('discovery is fetched once and kept; a fresh read fetches again', async () => {
-  const providers = createIdentityProviders();
+  const providers = createIdentityProviders({ privateNetworks: loopbackOpened });
   const first = await providers.metadata(address());
   expect(first).toMatchObject({
     issuer,
@@ -87,8 +91,14 @@ test('discovery is fetched once and kept; a fresh read fetches again', async () 
 });
 
 test('the provider must be allowed by the address policy: a loopback provider without allow_private_network is refused unasked', async () => {
-  const providers = createIdentityProviders();
+  const providers = createIdentityProviders({ privateNetworks: loopbackOpened });
   await expect(providers.metadata({ issuer, allowPrivateNetwork: false })).rejects.toThrow(IdentityProviderError);
+  expect(hits.size).toBe(0);
+});
+
+test('a loopback provider the deployment did not open (OUTBOUND_PRIVATE_NETWORKS) is refused unasked, even with allow_private_network', async () => {
+  const providers = createIdentityProviders({ privateNetworks: PrivateNetworks.none });
+  await expect(providers.metadata(address())).rejects.toThrow(/OUTBOUND_PRIVATE_NETWORKS/);
   expect(hits.size).toBe(0);
 });
 
@@ -102,7 +112,7 @@ test('a discovery document for another issuer, or without its endpoints, is refu
 
 test('a token signed by a key the kept JWKS lacks fetches it again, at most once a minute', async () => {
   let now = 1_000_000;
-  const providers = createIdentityProviders({ now: () => now });
+  const providers = createIdentityProviders({ privateNetworks: loopbackOpened, now: () => now });
   const first = await newKey('k1');
   const second = await newKey('k2');
   published = [first.jwk];
@@ -136,7 +146,7 @@ test('a token signed by a key the kept JWKS lacks fetches it again, at most once
 });
 
 test('issuer, audience, expiry, algorithm and azp are checked', async () => {
-  const providers = createIdentityProviders();
+  const providers = createIdentityProviders({ privateNetworks: loopbackOpened });
   const key = await newKey('rs');
   const ec = await newKey('ec', 'ES256');
   const ed = await newKey('ed', 'EdDSA');

@@ -6,7 +6,7 @@
  * itself, through its outbound address policy.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { PASSWORD, addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
 import {
   CookieJar,
@@ -32,7 +32,7 @@ let domain: string;
 
 beforeAll(async () => {
   idp = await startIdentityProvider({ redirectUri: REDIRECT_URI });
-  t = await startTestApp({ PUBLIC_URL, KEY_ENCRYPTION_KEY: KEY });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, PUBLIC_URL, KEY_ENCRYPTION_KEY: KEY });
   org = await signUp(t, 'sso');
   domain = `${org.slug}.example`;
   const configured = await configure(org, roleMapping);

@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import {
   chromiumTests,
   eventually,
@@ -87,7 +87,7 @@ beforeAll(async () => {
       res.end();
     }),
   );
-  t = await startTestApp();
+  t = await startTestApp(LOOPBACK_UPSTREAMS);
   service = createServer(t.app.yoga);
   await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(service.address() as AddressInfo).port}`;

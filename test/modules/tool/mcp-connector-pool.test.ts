@@ -20,8 +20,9 @@ import {
 import { startRecordingServer, type Hit, type RecordingServer } from '../../support/recording-server.js';
 import { serveWithWebHandler } from '../../support/web-handler.js';
 import { lateAnswers, statefulEndpoint, type StatefulEndpoint } from '../../support/mcp-upstream.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { createKey, createManifest, manifestPayload, signUp } from '../../support/fixtures.js';
+import { PrivateNetworks } from '../../../src/lib/address-policy.js';
 
 /**
  * The `mcp` connector's pool of upstream clients (docs/decisions/0049-mcp-upstream-pool.md): calls
@@ -173,7 +174,7 @@ beforeAll(async () => {
   upstream = await startRecordingServer(hits, respond);
   port = upstream.port;
   telemetry = createTelemetry({ spanExporter: spans, spanProcessor: 'simple' });
-  t = await startTestApp({}, { telemetry });
+  t = await startTestApp(LOOPBACK_UPSTREAMS, { telemetry });
 });
 
 afterAll(async () => {
@@ -527,7 +528,7 @@ describe('a call’s deadline and failures stay its own', () => {
 
 describe('the bound, idle clients and shutdown end sessions', () => {
   test('MCP_UPSTREAM_POOL_SIZE=1: a second tool’s client evicts the first, whose session is ended; stopping the app ends the last one', async () => {
-    const small = await startTestApp({ MCP_UPSTREAM_POOL_SIZE: '1' }, { db: t.database.db });
+    const small = await startTestApp({ ...LOOPBACK_UPSTREAMS, MCP_UPSTREAM_POOL_SIZE: '1' }, { db: t.database.db });
     let stopped = false;
     try {
       const { tags, execute } = await toolsOrg(small, { billing: { path: '/mcp' }, crm: { path: '/mcp' } });
@@ -560,7 +561,7 @@ describe('the bound, idle clients and shutdown end sessions', () => {
   });
 
   test('MCP_UPSTREAM_IDLE_SECONDS=1: a client left unused is closed and its session ended', async () => {
-    const idle = await startTestApp({ MCP_UPSTREAM_IDLE_SECONDS: '1' }, { db: t.database.db });
+    const idle = await startTestApp({ ...LOOPBACK_UPSTREAMS, MCP_UPSTREAM_IDLE_SECONDS: '1' }, { db: t.database.db });
     try {
       const { tags, execute } = await toolsOrg(idle, { billing: { path: '/mcp' } });
       const before = hits.length;
@@ -576,7 +577,7 @@ describe('the bound, idle clients and shutdown end sessions', () => {
   });
 
   test('MCP_UPSTREAM_POOL_SIZE=0: every call connects and ends its session, as before the pool', async () => {
-    const none = await startTestApp({ MCP_UPSTREAM_POOL_SIZE: '0' }, { db: t.database.db });
+    const none = await startTestApp({ ...LOOPBACK_UPSTREAMS, MCP_UPSTREAM_POOL_SIZE: '0' }, { db: t.database.db });
     try {
       const { tags, execute } = await toolsOrg(none, { billing: { path: '/mcp' } });
       const before = hits.length;
@@ -605,6 +606,7 @@ describe('listUpstreamTools through the pool', () => {
     toolId: `tool_${path}`,
     config: { url: local(path), timeout_ms: 5000, allow_private_network: true, tool: null },
     credentials: { secret: null, headers: {} },
+    privateNetworks: PrivateNetworks.parse('127.0.0.0/8'),
   });
   const context = { interactionId: 'definitions' };
   const callOf = (name: string) => ({

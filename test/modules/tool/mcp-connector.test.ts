@@ -18,7 +18,7 @@ import { failureOfExchange, resultOfToolCall } from '../../../src/modules/tool/m
 import { startRecordingServer, type Hit, type RecordingServer } from '../../support/recording-server.js';
 import { serveWithWebHandler } from '../../support/web-handler.js';
 import { lateAnswers, statefulEndpoint } from '../../support/mcp-upstream.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { createKey, createManifest, manifestPayload, signUp, type OrgFixture } from '../../support/fixtures.js';
 
 /**
@@ -198,7 +198,7 @@ beforeAll(async () => {
     }),
   );
   port = upstream.port;
-  t = await startTestApp();
+  t = await startTestApp(LOOPBACK_UPSTREAMS);
 });
 
 afterAll(async () => {

@@ -10,7 +10,7 @@ import { canonicalJson } from '../../../src/lib/canonical-json.js';
 import { sha256Hex } from '../../../src/lib/hash.js';
 import { startRecordingServer, type Hit, type RecordingServer } from '../../support/recording-server.js';
 import { serveWithWebHandler } from '../../support/web-handler.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import {
   addUser,
   createKey,
@@ -112,7 +112,7 @@ beforeAll(async () => {
       res.end();
     }),
   );
-  t = await startTestApp({ WEBHOOK_POLL_MS: '50' });
+  t = await startTestApp({ ...LOOPBACK_UPSTREAMS, WEBHOOK_POLL_MS: '50' });
   gateway = http.createServer(t.app.yoga);
   await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`;
@@ -602,7 +602,7 @@ describe('both kinds of upstream', () => {
 
 describe('the periodic read', () => {
   test('every MCP_UPSTREAM_REFRESH_SECONDS the definitions are read again: a change is found and calls are held without anyone asking', async () => {
-    const periodic = await startTestApp({ MCP_UPSTREAM_REFRESH_SECONDS: '1' });
+    const periodic = await startTestApp({ ...LOOPBACK_UPSTREAMS, MCP_UPSTREAM_REFRESH_SECONDS: '1' });
     try {
       const path = upstreamAt([REFUND]);
       const org = await signUp(periodic, 'defs-periodic');

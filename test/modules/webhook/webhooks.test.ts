@@ -11,7 +11,7 @@ import {
 import { enqueueWebhookEvent, type WebhookEvent } from '../../../src/modules/webhook/webhook.service.js';
 import { WebhookDashboardDocument, WebhookWithDeliveriesDocument } from '../../generated/graphql.js';
 import { startRecordingServer, type Hit, type RecordingServer } from '../../support/recording-server.js';
-import { startTestApp, type TestApp } from '../../support/app.js';
+import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { runOperation, StatementCounter } from '../../support/statements.js';
 
@@ -88,6 +88,7 @@ beforeAll(async () => {
   port = receiver.port;
   t = await startTestApp(
     {
+      ...LOOPBACK_UPSTREAMS,
       WEBHOOK_POLL_MS: '20',
       WEBHOOK_RETRY_BASE_MS: '20',
       WEBHOOK_MAX_ATTEMPTS: String(MAX_ATTEMPTS),
@@ -431,14 +432,17 @@ describe('validation: 422 naming the field, nothing stored', () => {
 
 describe('address policy (SSRF)', () => {
   let org: OrgFixture;
+  /** The same database behind a deployment that opens every private range (OUTBOUND_PRIVATE_NETWORKS). */
+  let wide: TestApp;
   beforeAll(async () => {
     org = await signUp(t, 'whssrf');
+    wide = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' }, { db: t.database.db });
   });
+  afterAll(() => wide.close());
 
   const refusedUrls: [string, () => string][] = [
     ['127.0.0.1', () => local('/ok/ssrf-literal')],
     ['10.0.0.1', () => 'http://10.0.0.1/hook'],
-    ['169.254.169.254 (cloud metadata)', () => 'http://169.254.169.254/latest/meta-data'],
     ['localhost (resolves to loopback)', () => local('/ok/ssrf-localhost', 'localhost')],
     ['[::1]', () => `http://[::1]:${port}/ok/ssrf-v6`],
     ['2130706433 (decimal loopback)', () => `http://2130706433:${port}/ok/ssrf-decimal`],
@@ -449,8 +453,23 @@ describe('address policy (SSRF)', () => {
     ['[fec0::1] (site-local)', () => `http://[fec0::1]:${port}/ok/ssrf-site-local`],
   ];
 
+  test('169.254.169.254 (cloud metadata): 422 on url with allow_private_network, even where every private range is open', async () => {
+    const refused = await wide.request('POST', webhooksPath(org), {
+      token: org.adminToken,
+      body: {
+        url: 'http://169.254.169.254/latest/meta-data',
+        events: ['approval.requested'],
+        allow_private_network: true,
+      },
+    });
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.details.errors).toEqual([
+      { field: 'url', message: expect.stringContaining('never reachable') },
+    ]);
+  });
+
   test.each(refusedUrls)(
-    '%s without allow_private_network: 422 on url when saving; accepted with it',
+    '%s without allow_private_network: 422 on url when saving; accepted with it where the deployment opens it',
     async (_label, url) => {
       const refused = await t.request('POST', webhooksPath(org), {
         token: org.adminToken,
@@ -460,7 +479,7 @@ describe('address policy (SSRF)', () => {
       expect(refused.body.error.details.errors).toEqual([
         { field: 'url', message: expect.stringContaining('allow_private_network') },
       ]);
-      const allowed = await t.request('POST', webhooksPath(org), {
+      const allowed = await wide.request('POST', webhooksPath(org), {
         token: org.adminToken,
         body: { url: url(), events: ['approval.requested'], allow_private_network: true, active: false },
       });
@@ -799,7 +818,12 @@ describe('the outbox is transactional', () => {
 describe('several dispatchers on one database', () => {
   test('two app instances never send the same delivery twice', async () => {
     const second = await startTestApp(
-      { WEBHOOK_POLL_MS: '20', WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: String(MAX_ATTEMPTS) },
+      {
+        ...LOOPBACK_UPSTREAMS,
+        WEBHOOK_POLL_MS: '20',
+        WEBHOOK_RETRY_BASE_MS: '20',
+        WEBHOOK_MAX_ATTEMPTS: String(MAX_ATTEMPTS),
+      },
       { db: t.database.db },
     );
     try {
