@@ -54,7 +54,8 @@ builder.mutationField('configure_sso', (t) =>
     type: SsoConfiguration,
     description:
       "Sets the organization's OpenID provider (admins only). The issuer's discovery document is read at once " +
-      '(through the outbound address policy: a private or loopback provider needs `allow_private_network`); one that ' +
+      '(through the outbound address policy: a private or loopback provider needs `allow_private_network` and its ' +
+      "range in the deployment's `OUTBOUND_PRIVATE_NETWORKS`); one that " +
       'cannot be read is a 422 naming `issuer`. `client_secret` is write-only and sealed at rest; omitted or ' +
       '"[redacted]" on a later call, the stored one is kept. `role_map` maps values of the ID token claim ' +
       '`role_claim` (a string or a list) to roles; the most privileged match wins, `default_role` otherwise.',

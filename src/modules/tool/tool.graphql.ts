@@ -138,7 +138,8 @@ builder.mutationField('create_tool', (t) =>
       '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
       "calling `tool`, else the action's `<action>` part) or `mock` {response}. Any of them may add `description` and " +
       '`input_schema` (a JSON Schema of type object): how MCP clients of the gateway see its tools. ' +
-      'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network`.',
+      'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network` and ' +
+      "its range in the deployment's `OUTBOUND_PRIVATE_NETWORKS` (link-local addresses never).",
     args: {
       org_id: t.arg.id({ required: true }),
       action_type: t.arg.string({ required: true }),

@@ -105,8 +105,9 @@ at least once.
 
 A 2xx answer within 10 s (\`WEBHOOK_TIMEOUT_MS\`) counts as delivered; anything else, redirects included
 (never followed), is retried with exponential backoff (\`WEBHOOK_RETRY_BASE_MS\`, doubling) until
-\`WEBHOOK_MAX_ATTEMPTS\`, then the delivery is \`failed\`. Loopback, private, link-local and metadata
-addresses are refused, when saving and when connecting, unless \`allow_private_network\` is true.
+\`WEBHOOK_MAX_ATTEMPTS\`, then the delivery is \`failed\`. Loopback and private addresses are refused,
+when saving and when connecting, unless \`allow_private_network\` is true and the deployment lists them
+in \`OUTBOUND_PRIVATE_NETWORKS\`; link-local and metadata addresses always.
 Without \`secret\` (16 to 256 characters) one is generated.`;
 
 builder.queryField('webhooks', (t) =>
