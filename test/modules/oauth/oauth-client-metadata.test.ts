@@ -132,6 +132,19 @@ test('without OAUTH_CLIENT_METADATA_LOOPBACK: an http client id is not a URL cli
   expect(hitsOf('/strict.json')).toBe(0);
 });
 
+test('with OAUTH_CLIENT_METADATA_LOOPBACK but loopback not in OUTBOUND_PRIVATE_NETWORKS, a loopback document is never fetched', async () => {
+  const unopened = await startTestApp({ OAUTH_CLIENT_METADATA_LOOPBACK: 'true' }, { db: t.database.db });
+  try {
+    serveJson('/unopened.json', document('/unopened.json'));
+    expect(await resolve(unopened, `${docBase}/unopened.json`)).toEqual({
+      unknown: expect.stringMatching(/could not be fetched: .*OUTBOUND_PRIVATE_NETWORKS/),
+    });
+    expect(hitsOf('/unopened.json')).toBe(0);
+  } finally {
+    await unopened.app.stop();
+  }
+});
+
 test('a registered client resolves from the database; an unknown id does not', async () => {
   const registered = await t.request('POST', '/oauth/register', {
     body: { client_name: 'reg', redirect_uris: ['https://reg.example/cb'] },
