@@ -147,6 +147,22 @@ describe('command line of the service', () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 60_000);
+
+  test('a SIGNUP that is neither open nor closed: the service refuses to start, saying why, before opening a database', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-signup-'));
+    try {
+      const dataDir = path.join(dir, 'data');
+      const refused = await runService([], { DATA_DIR: dataDir, SIGNUP: 'closd' });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(
+        'SIGNUP must be "open" (anyone may sign up an organization through the API) or "closed"',
+      );
+      expect(refused.stderr).toContain('got "closd"');
+      expect(existsSync(dataDir)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 /**

@@ -46,20 +46,23 @@ builder.mutationField('create_organization', (t) =>
   t.prismaField({
     type: 'Organization',
     description:
-      'Open sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
-      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After).',
+      'Sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
+      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After). Refused with 403 FORBIDDEN ' +
+      'while the deployment has closed sign-up (SIGNUP=closed).',
     args: {
       name: t.arg.string({ required: true }),
       slug: t.arg.string({ required: true }),
       admin_email: t.arg.string({ required: true }),
       admin_password: t.arg.string({ required: true }),
     },
-    resolve: (query, _, args, ctx) => ctx.services.orgs.create(args, ctx.state.clientAddress, query),
+    resolve: (query, _, args, ctx) => ctx.services.orgs.signUp(args, ctx.state.clientAddress, query),
   }),
 );
 restRoute('Mutation.create_organization', {
-  // 409: the slug or the email is taken; 429: too many sign-ups from the client's address.
-  extraErrors: ['409', '429'],
+  // 403: sign-up is closed (SIGNUP=closed); 409: the slug or the email is taken; 429: too many
+  // sign-ups from the client's address.
+  extraErrors: ['403', '409', '429'],
+  errorNotes: { '403': 'FORBIDDEN: sign-up is closed on this deployment (SIGNUP=closed)' },
   method: 'POST',
   path: '/orgs',
   status: 201,
