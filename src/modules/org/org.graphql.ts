@@ -48,7 +48,7 @@ builder.mutationField('create_organization', (t) =>
     description:
       'Sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
       '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After). Refused with 403 FORBIDDEN ' +
-      'while the deployment has closed sign-up (SIGNUP=closed).',
+      'while the deployment has closed sign-up (SIGNUP=closed; the `signup` query tells).',
     args: {
       name: t.arg.string({ required: true }),
       slug: t.arg.string({ required: true }),
@@ -68,6 +68,33 @@ restRoute('Mutation.create_organization', {
   status: 201,
   tag: 'Organizations',
   summary: 'Sign up: create an organization and its admin user',
+  auth: [],
+});
+
+const SignUpStatusRef = builder.objectRef<{ open: boolean }>('SignUpStatus').implement({
+  description: 'Whether this deployment takes sign-ups, so a client offers sign-up only where it can work.',
+  fields: (t) => ({
+    open: t.exposeBoolean('open', {
+      description:
+        'true: anyone may create an organization (create_organization, POST /api/v1/orgs); false: SIGNUP=closed, ' +
+        'organizations come from `agent-gateway create-org` only.',
+    }),
+  }),
+});
+
+// Open, like sign-up itself: it tells nothing a sign-up attempt would not.
+builder.queryField('signup', (t) =>
+  t.field({
+    type: SignUpStatusRef,
+    description: 'Whether sign-up is open on this deployment (the console offers it only then).',
+    resolve: (_, __, ctx) => ctx.services.orgs.signUpStatus(),
+  }),
+);
+restRoute('Query.signup', {
+  method: 'GET',
+  path: '/signup',
+  tag: 'Organizations',
+  summary: 'Whether sign-up is open on this deployment',
   auth: [],
 });
 

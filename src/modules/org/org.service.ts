@@ -211,7 +211,10 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
     });
   }
 
-  return { signUp, get, update, gatewaySettings };
+  /** Whether sign-up is open, for the sign-in page to offer it only then: nothing about any org. */
+  const signUpStatus = () => ({ open: env.signup === 'open' });
+
+  return { signUp, signUpStatus, get, update, gatewaySettings };
 }
 
 export type OrgService = ReturnType<typeof createOrgService>;

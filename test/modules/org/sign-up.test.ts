@@ -134,6 +134,21 @@ describe('SIGNUP', () => {
     expect(second.body.error).toMatchObject({ code: 'POLICY_VIOLATION', details: { limit: 1, current: 2 } });
   });
 
+  test('GET /api/v1/signup and GraphQL signup say whether sign-up is open, without credentials', async () => {
+    for (const [app, isOpen] of [
+      [open, true],
+      [closed, false],
+    ] as const) {
+      const rest = await app.request('GET', '/api/v1/signup');
+      expect({ status: rest.status, body: rest.body }).toEqual({ status: 200, body: { open: isOpen } });
+      const graphql = await app.graphql('{ signup { open } }');
+      expect({ status: graphql.status, body: graphql.body }).toEqual({
+        status: 200,
+        body: { data: { signup: { open: isOpen } } },
+      });
+    }
+  });
+
   test('closed: everything else still works (logins, an org read)', async () => {
     const org = await openSignUp('still');
     const login = await closed.request('POST', '/api/v1/auth/login', {
