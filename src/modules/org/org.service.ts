@@ -63,10 +63,11 @@ function validateName(errors: FieldErrors, name: string) {
 }
 
 /**
- * The input checks of a new organization (422 VALIDATION_ERROR naming each field); answers the
- * admin's email as it is stored.
+ * The input checks of a new organization (422 VALIDATION_ERROR naming each field), the same for a
+ * sign-up and for `agent-gateway create-org`, which runs them before it opens a database; answers
+ * the admin's email as it is stored.
  */
-function checkNewOrganization(input: CreateOrganizationInput): string {
+export function checkNewOrganization(input: CreateOrganizationInput): string {
   const errors = new FieldErrors();
   validateName(errors, input.name);
   if (!slugPattern.test(input.slug)) {
@@ -124,6 +125,14 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
       },
     );
     return insertChecked(input, email, query);
+  }
+
+  /**
+   * `agent-gateway create-org`: what a sign-up creates (the org, its admin, their audit entries),
+   * whatever SIGNUP says and not throttled: whoever runs it holds the database's credentials.
+   */
+  async function create(input: CreateOrganizationInput, query: OrgQuery = {}) {
+    return insertChecked(input, checkNewOrganization(input), query);
   }
 
   /**
@@ -214,7 +223,7 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
   /** Whether sign-up is open, for the sign-in page to offer it only then: nothing about any org. */
   const signUpStatus = () => ({ open: env.signup === 'open' });
 
-  return { signUp, signUpStatus, get, update, gatewaySettings };
+  return { signUp, create, signUpStatus, get, update, gatewaySettings };
 }
 
 export type OrgService = ReturnType<typeof createOrgService>;
