@@ -26,6 +26,7 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
     meaning: 'failed refresh-token rotations per client address in a window',
   },
   LOGIN_WINDOW_SECONDS: { default: '900', meaning: 'login and refresh throttling window' },
+  SIGNUP: { default: 'open', meaning: 'closed: no sign-up (403); agent-gateway create-org makes orgs' },
   SIGNUP_MAX_PER_ADDRESS: { default: '10', meaning: 'sign-ups per client address an hour' },
   OAUTH_REGISTRATIONS_PER_ADDRESS: { default: '20', meaning: 'OAuth client registrations per client address an hour' },
   OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS: {

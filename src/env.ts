@@ -43,6 +43,12 @@ export interface Env {
   loginWindowSeconds: number;
   /** Sign-ups (`POST /api/v1/orgs`) one client address may make in an hour, refused ones (409) included. */
   signupMaxPerAddress: number;
+  /**
+   * `SIGNUP`: `open` lets anyone create an organization through the API; `closed` refuses every
+   * sign-up (403), and organizations come from `agent-gateway create-org` only
+   * (docs/decisions/0063-closed-sign-up-and-create-org.md).
+   */
+  signup: SignUpMode;
   /** OAuth client registrations (`POST /oauth/register`) one client address may make in an hour. */
   oauthRegistrationsPerAddress: number;
   /** Client metadata documents the authorization endpoint fetches for one client address an hour (OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS). */
@@ -204,6 +210,23 @@ function allowedOrigins(raw: string | undefined, name: string): string[] {
 
 export class EnvError extends Error {}
 
+export const SIGNUP_MODES = ['open', 'closed'] as const;
+export type SignUpMode = (typeof SIGNUP_MODES)[number];
+
+/**
+ * Anything but the two words refuses to start: a typo (`SIGNUP=close`, `SIGNUP=no`) must not leave
+ * sign-up open on a deployment its operator meant to close.
+ */
+function signUpMode(source: NodeJS.ProcessEnv): SignUpMode {
+  const raw = (source.SIGNUP || 'open').trim().toLowerCase();
+  if (!(SIGNUP_MODES as readonly string[]).includes(raw)) {
+    throw new EnvError(
+      `SIGNUP must be "open" (anyone may sign up an organization through the API) or "closed" (only agent-gateway create-org creates them), got "${source.SIGNUP}"`,
+    );
+  }
+  return raw as SignUpMode;
+}
+
 const POOL_MODES: readonly PoolMode[] = ['session', 'transaction'];
 
 function poolMode(source: NodeJS.ProcessEnv): PoolMode {
@@ -280,6 +303,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     loginMaxFailuresPerAddress: integer(source, 'LOGIN_MAX_FAILURES_PER_ADDRESS', 100, 1),
     refreshMaxFailuresPerAddress: integer(source, 'REFRESH_MAX_FAILURES_PER_ADDRESS', 100, 1),
     loginWindowSeconds: integer(source, 'LOGIN_WINDOW_SECONDS', 900, 1),
+    signup: signUpMode(source),
     signupMaxPerAddress: integer(source, 'SIGNUP_MAX_PER_ADDRESS', 10, 1),
     oauthRegistrationsPerAddress: integer(source, 'OAUTH_REGISTRATIONS_PER_ADDRESS', 20, 1),
     oauthClientDocumentsPerAddress: integer(source, 'OAUTH_CLIENT_DOCUMENTS_PER_ADDRESS', 60, 1),

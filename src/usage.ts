@@ -20,12 +20,13 @@ at /mcp/{svc_id}, /healthz and /readyz. Configured by the environment only:
 ${environmentUsage()}
 
 Offline commands (same environment, database or an export file):
-  agent-gateway verify <export.jsonl> [--jwks <jwks.json>]         check a records export
-  agent-gateway rotate-keys [record|capability|session|oauth|all]  new signing keys
-  agent-gateway reencrypt                                          seal secrets with KEY_ENCRYPTION_KEY
+  agent-gateway verify <export.jsonl> [--jwks <jwks.json>]          check a records export
+  agent-gateway rotate-keys [record|capability|session|oauth|all]   new signing keys
+  agent-gateway reencrypt                                           seal secrets with KEY_ENCRYPTION_KEY
+  agent-gateway create-org --name <n> --slug <s> --admin-email <e>  an organization and its admin
 (npx agent-gateway in a checkout, which builds dist/ first when it is stale; agent-gateway in the
-Docker image, where it is on PATH; --help there for details.) docs/walkthrough.md walks through a
-first session with curl.
+Docker image, where it is on PATH; agent-gateway <command> --help for details.) docs/walkthrough.md
+walks through a first session with curl.
 `;
 }
 

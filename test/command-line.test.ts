@@ -90,6 +90,7 @@ describe('command line of the service', () => {
     expect(text).toMatch(/^ {2}PORT=8000 +port to listen on$/m);
     expect(text).toMatch(/^ {2}DATABASE_URL +postgresql/m);
     expect(text).toContain('agent-gateway verify <export.jsonl>');
+    expect(text).toContain('agent-gateway create-org --name <n> --slug <s> --admin-email <e>');
     expect(text.split('\n').every((line) => line.length <= 110)).toBe(true);
   });
 
@@ -146,6 +147,102 @@ describe('command line of the service', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  }, 60_000);
+
+  test('a SIGNUP that is neither open nor closed: the service refuses to start, saying why, before opening a database', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'agw-signup-'));
+    try {
+      const dataDir = path.join(dir, 'data');
+      const refused = await runService([], { DATA_DIR: dataDir, SIGNUP: 'closd' });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(
+        'SIGNUP must be "open" (anyone may sign up an organization through the API) or "closed"',
+      );
+      expect(refused.stderr).toContain('got "closd"');
+      expect(existsSync(dataDir)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+/** The built `agent-gateway` (jest's global setup) with `args`, on a database path that must stay untouched. */
+function runCli(args: string[], dataDir: string) {
+  return runIn(root, process.execPath, [...nodeArguments('cli/agent-gateway'), ...args], {
+    DATA_DIR: dataDir,
+    DATABASE_URL: '',
+    AGENT_GATEWAY_ADMIN_PASSWORD: '',
+  });
+}
+
+describe('the agent-gateway command answers --help', () => {
+  const commands = ['verify', 'verify-proof', 'rotate-keys', 'reencrypt', 'create-org'];
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'agw-cli-help-'));
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  test.each(commands)(
+    '%s --help, -h and `help <command>`: its usage on stdout, exit 0, no database opened',
+    async (command) => {
+      const dataDir = path.join(dir, command);
+      const runs = await Promise.all([
+        runCli([command, '--help'], dataDir),
+        runCli([command, '-h'], dataDir),
+        runCli(['help', command], dataDir),
+        // Among other arguments too, where the command would otherwise open its database.
+        runCli([command, 'record', '--name', 'x', '--help'], dataDir),
+      ]);
+      for (const run of runs) {
+        expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: '' });
+        expect(run.stdout).toBe(runs[0].stdout);
+      }
+      expect(runs[0].stdout).toMatch(new RegExp(`^Usage: agent-gateway ${command}( .*)?\n\n`));
+      expect(runs[0].stdout).toMatch(/\nExit status: 0 .*\n$/);
+      // Its own usage, not every command's.
+      for (const other of commands.filter((name) => name !== command && !name.startsWith(command)))
+        expect(runs[0].stdout).not.toContain(`agent-gateway ${other} `);
+      expect(existsSync(dataDir)).toBe(false);
+    },
+    60_000,
+  );
+
+  test('the overall usage lists every command, create-org among them; help for an unknown command is a usage error', async () => {
+    const dataDir = path.join(dir, 'overall');
+    const [help, unknown, bare] = await Promise.all([
+      runCli(['--help'], dataDir),
+      runCli(['help', 'no-such-command'], dataDir),
+      runCli([], dataDir),
+    ]);
+    expect(help.code).toBe(0);
+    for (const command of commands) expect(help.stdout).toMatch(new RegExp(`^ *agent-gateway ${command}\\b`, 'm'));
+    expect(help.stdout).toContain('agent-gateway create-org --name <name> --slug <slug> --admin-email <email>');
+    expect(help.stdout).toContain('AGENT_GATEWAY_ADMIN_PASSWORD');
+    expect(unknown).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: `agent-gateway: unknown command no-such-command\n\n${help.stdout}`,
+    });
+    // No command at all: the usage, but as a mistake.
+    expect(bare).toEqual({ code: 2, stdout: help.stdout, stderr: '' });
+  }, 60_000);
+
+  test('a usage error is still stderr and exit 2, with that command’s usage (verify-proof without its files)', async () => {
+    const dataDir = path.join(dir, 'mistakes');
+    const [proof, help] = await Promise.all([
+      runCli(['verify-proof'], dataDir),
+      runCli(['verify-proof', '--help'], dataDir),
+    ]);
+    expect(proof).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: `agent-gateway: verify-proof needs the record, proof and checkpoint files\n\n${help.stdout}`,
+    });
+    const rotate = await runCli(['rotate-keys', 'everything'], dataDir);
+    expect([rotate.code, rotate.stdout]).toEqual([2, '']);
+    expect(rotate.stderr).toMatch(/^agent-gateway: rotate-keys takes one of .*\n\nUsage: agent-gateway rotate-keys /);
+    expect(existsSync(dataDir)).toBe(false);
   }, 60_000);
 });
 

@@ -22,7 +22,15 @@ import {
   watchedPage,
   type ConsolePage,
 } from './support/console.js';
-import { addUser, createManifest, manifestPayload, signUp, type OrgFixture } from './support/fixtures.js';
+import {
+  addUser,
+  createManifest,
+  login,
+  manifestPayload,
+  PASSWORD,
+  signUp,
+  type OrgFixture,
+} from './support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 
 const { test, newContext } = chromiumTests();
@@ -468,19 +476,104 @@ test('the browser enforces the CSP (an injected inline script does not run) and 
   expect(reported).toBe(true);
 });
 
-test('the sign-in page says how to get an account, and its link opens sign-up in the API documentation', async () => {
+test('a newcomer creates an organization from the sign-in page and lands in the console as its admin', async () => {
   const view = await openConsole();
   const { page } = view;
   const help = page.getByText('No account?');
-  // Sign-up is the API's (no console page creates an organization), adding users an admin's.
-  expect(await help.textContent()).toMatch(
-    /Sign up an organization and its first admin through the API, POST \/api\/v1\/orgs .*; an admin adds the other users\./,
-  );
-  await help.getByRole('link', { name: 'API documentation' }).click();
-  // Swagger UI, opened at the sign-up operation (its deep link), expanded.
-  await page.locator('#operations-Organizations-create_organization .opblock-body').waitFor();
-  expect(new URL(page.url()).pathname).toBe('/docs');
+  await help.getByRole('link', { name: 'Create an organization' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Create an organization' }).waitFor();
+  expect(new URL(page.url()).pathname).toBe('/console/sign-up');
+  const form = page.getByRole('form', { name: 'Create an organization' });
+  const slug = `console-new-${Date.now().toString(36)}`;
+  const email = `founder@${slug}.example`;
+  // What the service refuses is shown at its field, in the service's words, and nothing is created.
+  await form.getByLabel('Organization name').fill('Console Newcomers');
+  await form.getByLabel('Slug').fill('Not A Slug');
+  await form.getByLabel('Admin email').fill(email);
+  await form.getByLabel('Password').fill(PASSWORD);
+  await form.getByRole('button', { name: 'Create organization' }).click();
+  const slugField = form.getByLabel('Slug');
+  await form.getByText('must be 1-63 lowercase letters, digits or hyphens').waitFor();
+  expect(await slugField.getAttribute('aria-invalid')).toBe('true');
+  expect(await slugField.evaluate((el) => el === document.activeElement)).toBe(true);
+  expect((await t.request('POST', '/api/v1/auth/login', { body: { email, password: PASSWORD } })).status).toBe(401);
+  await screenshot(page, 'sign-up-refused');
+
+  await slugField.fill(slug);
+  await form.getByRole('button', { name: 'Create organization' }).click();
+  // Signed in as the new admin, at the console's home.
+  await page.getByRole('heading', { level: 1, name: 'Approvals' }).waitFor();
+  expect(new URL(page.url()).pathname).toBe('/console');
+  expect(await page.locator('.who').innerText()).toContain(email);
+  expect(await page.locator('.who .role').innerText()).toBe('admin');
+  await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Users' }).waitFor();
+  await screenshot(page, 'sign-up-done');
+
+  // The organization and its admin exist as a sign-up through the API makes them.
+  const token = await login(t, email);
+  const session = await page.evaluate(() => JSON.parse(sessionStorage.getItem('agent-gateway.console.session')!));
+  const org = await t.request('GET', `/api/v1/orgs/${session.user.org_id}`, { token });
+  expect(org.body).toMatchObject({ name: 'Console Newcomers', slug, admin_user: { email, role: 'admin' } });
   expect(view.problems).toEqual([]);
+});
+
+test('a slug that is taken is shown at its field; Sign in goes back to the sign-in page', async () => {
+  const existing = await signUp(t, 'console');
+  const view = await openConsole();
+  const { page } = view;
+  await page.goto(`${base}/console/sign-up`);
+  const form = page.getByRole('form', { name: 'Create an organization' });
+  await form.getByLabel('Organization name').fill('Second');
+  await form.getByLabel('Slug').fill(existing.slug);
+  await form.getByLabel('Admin email').fill(`other@${existing.slug}.example`);
+  await form.getByLabel('Password').fill(PASSWORD);
+  await form.getByRole('button', { name: 'Create organization' }).click();
+  await form.getByText('An organization with this slug exists').waitFor();
+  expect(await form.getByLabel('Slug').getAttribute('aria-invalid')).toBe('true');
+  await page.getByRole('link', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
+  expect(new URL(page.url()).pathname).toBe('/console');
+  // And back: the browser's history holds both pages.
+  await page.goBack();
+  await page.getByRole('heading', { level: 1, name: 'Create an organization' }).waitFor();
+  expect(view.problems).toEqual([]);
+});
+
+describe('with SIGNUP=closed', () => {
+  let closedServer: Server;
+  let closedBase: string;
+  let closedApp: TestApp | undefined;
+  beforeAll(async () => {
+    // The same database, served by an app that takes no sign-ups.
+    closedApp = await startTestApp({ SIGNUP: 'closed' }, { db: t.database.db });
+    closedServer = createServer(closedApp.app.yoga);
+    await new Promise<void>((resolve) => closedServer.listen(0, '127.0.0.1', resolve));
+    closedBase = `http://127.0.0.1:${(closedServer.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    if (closedServer) await new Promise((resolve) => closedServer.close(resolve));
+    await closedApp?.app.stop();
+  });
+
+  test('the sign-in page does not offer sign-up, and its address says sign-up is closed without a form', async () => {
+    const view = await watchedPage(await newContext());
+    const { page } = view;
+    await page.goto(`${closedBase}/console`);
+    const help = page.getByText('No account?');
+    await help.waitFor();
+    expect(await help.textContent()).toBe(
+      'No account? An admin of your organization adds you; this deployment does not take sign-ups.',
+    );
+    expect(await page.getByRole('link', { name: 'Create an organization' }).count()).toBe(0);
+    expect(await page.getByText('Create an organization').count()).toBe(0);
+    await screenshot(page, 'sign-in-sign-up-closed');
+
+    await page.goto(`${closedBase}/console/sign-up`);
+    await page.getByText('Sign-up is closed on this deployment').waitFor();
+    expect(await page.getByRole('form', { name: 'Create an organization' }).count()).toBe(0);
+    expect(await page.getByLabel('Password').count()).toBe(0);
+    expect(view.problems).toEqual([]);
+  });
 });
 
 test('every page fits a 400 px wide window without horizontal scrolling', async () => {

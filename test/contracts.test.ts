@@ -38,6 +38,7 @@ const unprefixedRoutes = [
 /** The REST surface: exactly the operations the API documents (/openapi.json, docs/reference/), and no other. */
 const expectedRoutes = [
   'POST /orgs',
+  'GET /signup',
   'GET /orgs/{org_id}',
   'PATCH /orgs/{org_id}',
   'GET /orgs/{org_id}/users',

@@ -1026,6 +1026,7 @@ const matrix: Row[] = [
 /** Open routes: no credentials needed. */
 const openRoutes = [
   { method: 'POST', route: '/orgs' },
+  { method: 'GET', route: '/signup' },
   { method: 'POST', route: '/auth/login' },
   { method: 'POST', route: '/auth/login', root: true as const },
   { method: 'POST', route: '/auth/refresh', root: true as const },
@@ -1355,6 +1356,11 @@ describe('open routes work without credentials', () => {
     });
     expect(response.status).toBe(201);
     expect(response.body).toMatchObject({ slug, admin_user: { email: `admin@${slug}.example`, role: 'admin' } });
+  });
+
+  test('GET /api/v1/signup → 200, sign-up open (the default)', async () => {
+    const response = await w.t.request('GET', '/api/v1/signup');
+    expect({ status: response.status, body: response.body }).toEqual({ status: 200, body: { open: true } });
   });
 
   test('POST /api/v1/auth/login → 200 with a working token', async () => {

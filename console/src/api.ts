@@ -44,8 +44,11 @@ export class ApiError extends Error {
     message: string,
     /** The API's error code (`FORBIDDEN`, `VALIDATION_ERROR`, …) when it gave one. */
     readonly code?: string,
-    /** `extensions.details`: for VALIDATION_ERROR, `errors` [{field, message, position?}]. */
-    readonly details?: { errors?: FieldProblem[] },
+    /**
+     * `extensions.details`: for VALIDATION_ERROR, `errors` [{field, message, position?}]; for a
+     * CONFLICT about one field (a taken slug or email), `field`.
+     */
+    readonly details?: { errors?: FieldProblem[]; field?: string },
   ) {
     super(message);
   }
@@ -86,7 +89,7 @@ export function onSessionChange(listener: (session: Session | null) => void): ()
 
 interface GraphQlBody {
   data?: unknown;
-  errors?: { message: string; extensions?: { code?: string; details?: { errors?: FieldProblem[] } } }[];
+  errors?: { message: string; extensions?: { code?: string; details?: ApiError['details'] } }[];
 }
 
 async function post(query: string, variables: unknown, token?: string): Promise<GraphQlBody> {

@@ -26,7 +26,8 @@ import { ConsentPage } from './consent';
 import { AuditPage, RecordsPage } from './records';
 import { ToolsPage, useToolDrift } from './tools';
 import { UsersPage } from './users';
-import { messageOf } from './ui';
+import { SignUpPage, useSignUpOpen } from './sign-up';
+import { followInConsole, messageOf } from './ui';
 
 const BASE = '/console';
 const PAGES = [
@@ -53,6 +54,9 @@ const onConsentPage = () => location.pathname.replace(/\/+$/, '') === CONSENT_PA
 /** Where single sign-on ends (src/http/sso-endpoints.ts, SSO_CONSOLE_PATH): `#code=…` or `#error=…&error_description=…`. */
 const SSO_PATH = `${BASE}/sso`;
 const onSsoPage = () => location.pathname.replace(/\/+$/, '') === SSO_PATH;
+/** Where the sign-in page's "Create an organization" leads, while the deployment takes sign-ups. */
+const SIGN_UP_PATH = `${BASE}/sign-up`;
+const onSignUpPage = () => location.pathname.replace(/\/+$/, '') === SIGN_UP_PATH;
 /** The organization last signed in with SSO, offered again: a slug is no secret. */
 const SSO_ORG_KEY = 'agent-gateway.console.sso-org';
 /** The console address to come back to after SSO (the consent page and its request), for this tab only. */
@@ -84,6 +88,25 @@ function useRoute(): [PagePath | undefined, (path: PagePath) => void] {
     setPage(path);
   };
   return [page, navigate];
+}
+
+/**
+ * Goes to another address of the console without a page load; the app, which renders by the
+ * address (usePathChanges), follows as it does the browser's back and forward.
+ */
+function go(path: string) {
+  history.pushState(null, '', path);
+  dispatchEvent(new PopStateEvent('popstate'));
+}
+
+/** Renders again whenever the address changes (go, back, forward). */
+function usePathChanges(): void {
+  const [, setPath] = useState(location.pathname);
+  useEffect(() => {
+    const onPop = () => setPath(location.pathname);
+    addEventListener('popstate', onPop);
+    return () => removeEventListener('popstate', onPop);
+  }, []);
 }
 
 function useSession(): Session | null {
@@ -126,7 +149,30 @@ function SsoSignIn() {
 }
 
 /**
- * `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page).
+ * "No account?": where the deployment takes sign-ups, a link to create an organization; where it
+ * does not (SIGNUP=closed), who adds users instead. Nothing unless the service has said which.
+ */
+function AccountHelp() {
+  const open = useSignUpOpen();
+  if (open === undefined || open === null) return null;
+  return open ? (
+    <p class="account-help">
+      No account?{' '}
+      <a href={SIGN_UP_PATH} onClick={followInConsole(() => go(SIGN_UP_PATH))}>
+        Create an organization
+      </a>{' '}
+      and become its first admin; an admin adds the other users.
+    </p>
+  ) : (
+    <p class="muted account-help">
+      No account? An admin of your organization adds you; this deployment does not take sign-ups.
+    </p>
+  );
+}
+
+/**
+ * `intro`: why this sign-in, when the page asked for it is not the console's own (the consent page,
+ * which offers no sign-up: the request it holds is about an organization that exists).
  * `refusal`: why single sign-on did not sign the user in, when it just failed.
  * `ended`: why the service ended the session this tab had, when it did.
  */
@@ -193,10 +239,7 @@ function SignIn({ intro, refusal, ended }: { intro?: string; refusal?: string; e
           Single sign-on failed: {refusal}
         </p>
       )}
-      <p class="muted account-help">
-        No account? Sign up an organization and its first admin through the API, <code>POST /api/v1/orgs</code> (
-        <a href="/docs#/Organizations/create_organization">API documentation</a>); an admin adds the other users.
-      </p>
+      {intro ? <p class="muted account-help">No account? An admin of your organization adds you.</p> : <AccountHelp />}
     </main>
   );
 }
@@ -261,11 +304,7 @@ function Console({ session }: { session: Session }) {
             <a
               href={`${BASE}/${p.path}`}
               aria-current={p.path === page ? 'page' : undefined}
-              onClick={(e) => {
-                if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-                e.preventDefault();
-                navigate(p.path);
-              }}
+              onClick={followInConsole(() => navigate(p.path))}
             >
               {p.title}
               {p.path === 'tools' && drift ? <NavCount count={drift} /> : null}
@@ -329,6 +368,7 @@ function SsoLanding() {
 
 function App() {
   const session = useSession();
+  usePathChanges();
   if (onSsoPage()) return <SsoLanding />;
   // Signing in changes no address: the consent page's query, the request itself, is still there after it.
   if (onConsentPage()) {
@@ -340,6 +380,11 @@ function App() {
     ) : (
       <SignIn intro={CONSENT_SIGN_IN} ended={whySessionEnded()} />
     );
+  }
+  if (onSignUpPage()) {
+    if (!session) return <SignUpPage toSignIn={() => go(BASE)} />;
+    // Signed in, the new admin just now: the console's home, not a sign-up form.
+    history.replaceState(null, '', BASE);
   }
   return session ? <Console session={session} /> : <SignIn ended={whySessionEnded()} />;
 }

@@ -68,6 +68,16 @@ export function messageOf(failure: unknown, { code = true }: { code?: boolean } 
   return failure instanceof Error ? failure.message : String(failure);
 }
 
+/**
+ * The click handler of a link the console follows itself (a plain left click, no page load); a
+ * click meant for a new tab or window is left to the browser, which loads the same address.
+ */
+export const followInConsole = (go: () => void) => (e: MouseEvent) => {
+  if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  go();
+};
+
 /** `1 record`, `3 records`. */
 export const counted = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
 

@@ -196,7 +196,10 @@ const noSuchOperation = (operationName: string | null | undefined) =>
       : 'The document has several operations (or none): name the one to run in operationName',
   );
 
-/** Whether scope-auth guards the field (every root field but sign-up, the logins and refresh_session). */
+/**
+ * Whether scope-auth guards the field (every root field but sign-up and whether it is open, the
+ * logins and refresh_session).
+ */
 const needsCredentials = (field: GraphQLField<unknown, unknown> | undefined) =>
   (field?.extensions.pothosOptions as { authScopes?: unknown } | undefined)?.authScopes !== undefined;
 
@@ -218,8 +221,9 @@ function rootFieldNames(
 }
 
 /**
- * Without credentials, an operation that asks for anything but sign-up, login, refresh_session and
- * introspection is 401 before its cost is considered: the same order as REST, credentials before the body.
+ * Without credentials, an operation that asks for anything but sign-up and whether it is open,
+ * login, refresh_session and introspection is 401 before its cost is considered: the same order
+ * as REST, credentials before the body.
  */
 function credentialsProblem(
   args: ExecutionArgs,

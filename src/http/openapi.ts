@@ -108,8 +108,10 @@ function errorResponsesFor(route: Pick<RestRoute, 'method' | 'path' | 'auth' | '
   for (const code of errorCodesFor(route)) {
     const { description, schema: ref } = errorResponses[code];
     const note = route.errorNotes?.[code as keyof NonNullable<RestRoute['errorNotes']>];
+    // An open route has no role or scope to lack: its 403 is only what its note says (sign-up closed).
+    const ownOnly = code === '403' && !route.auth.length && note;
     responses[code] = {
-      description: note ? `${description}; ${note}` : description,
+      description: ownOnly ? note : note ? `${description}; ${note}` : description,
       ...(code === '429'
         ? { headers: tooManyRequestsHeaders }
         : code === '503'

@@ -66,7 +66,7 @@ export interface RestRoute {
    */
   extraErrors?: ReadonlyArray<'401' | '403' | '404' | '409' | '429' | '503'>;
   /** What an error status of this route can mean beyond what it means everywhere (a code of its own). */
-  errorNotes?: Partial<Record<'409' | '422', string>>;
+  errorNotes?: Partial<Record<'403' | '409' | '422', string>>;
   /**
    * Answered by this handler instead of SOFA and GraphQL execution, which cost about half of a
    * gateway call: the hot path. Everything else stays the route's: the guard's credentials and

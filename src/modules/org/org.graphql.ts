@@ -46,25 +46,55 @@ builder.mutationField('create_organization', (t) =>
   t.prismaField({
     type: 'Organization',
     description:
-      'Open sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
-      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After).',
+      'Sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
+      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After). Refused with 403 FORBIDDEN ' +
+      'while the deployment has closed sign-up (SIGNUP=closed; the `signup` query tells).',
     args: {
       name: t.arg.string({ required: true }),
       slug: t.arg.string({ required: true }),
       admin_email: t.arg.string({ required: true }),
       admin_password: t.arg.string({ required: true }),
     },
-    resolve: (query, _, args, ctx) => ctx.services.orgs.create(args, ctx.state.clientAddress, query),
+    resolve: (query, _, args, ctx) => ctx.services.orgs.signUp(args, ctx.state.clientAddress, query),
   }),
 );
 restRoute('Mutation.create_organization', {
-  // 409: the slug or the email is taken; 429: too many sign-ups from the client's address.
-  extraErrors: ['409', '429'],
+  // 403: sign-up is closed (SIGNUP=closed); 409: the slug or the email is taken; 429: too many
+  // sign-ups from the client's address.
+  extraErrors: ['403', '409', '429'],
+  errorNotes: { '403': 'FORBIDDEN: sign-up is closed on this deployment (SIGNUP=closed)' },
   method: 'POST',
   path: '/orgs',
   status: 201,
   tag: 'Organizations',
   summary: 'Sign up: create an organization and its admin user',
+  auth: [],
+});
+
+const SignUpStatusRef = builder.objectRef<{ open: boolean }>('SignUpStatus').implement({
+  description: 'Whether this deployment takes sign-ups, so a client offers sign-up only where it can work.',
+  fields: (t) => ({
+    open: t.exposeBoolean('open', {
+      description:
+        'true: anyone may create an organization (create_organization, POST /api/v1/orgs); false: SIGNUP=closed, ' +
+        'organizations come from `agent-gateway create-org` only.',
+    }),
+  }),
+});
+
+// Open, like sign-up itself: it tells nothing a sign-up attempt would not.
+builder.queryField('signup', (t) =>
+  t.field({
+    type: SignUpStatusRef,
+    description: 'Whether sign-up is open on this deployment (the console offers it only then).',
+    resolve: (_, __, ctx) => ctx.services.orgs.signUpStatus(),
+  }),
+);
+restRoute('Query.signup', {
+  method: 'GET',
+  path: '/signup',
+  tag: 'Organizations',
+  summary: 'Whether sign-up is open on this deployment',
   auth: [],
 });
 

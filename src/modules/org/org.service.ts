@@ -1,6 +1,6 @@
 import type { Deps } from '../../deps.js';
 import type { Prisma } from '../../generated/prisma/client.js';
-import { type AppError, FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
+import { type AppError, FieldErrors, conflict, forbidden, isUniqueViolation, notFound } from '../../errors.js';
 import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import { actorOf } from '../audit/audit-events.js';
@@ -33,6 +33,10 @@ export interface UpdateOrganizationInput {
   record_params?: boolean | null;
 }
 
+/** The answer to every sign-up while SIGNUP=closed. */
+const SIGN_UP_CLOSED_MESSAGE = 'sign-up is closed on this deployment';
+const signUpClosed = () => forbidden(SIGN_UP_CLOSED_MESSAGE);
+
 const slugPattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 export const MAX_OPERATOR_RATE_LIMIT = 1_000_000;
 /** How long an agent's request waits for a human: one minute to 30 days (default 24 h in the schema). */
@@ -56,6 +60,23 @@ const settingsOf = (org: OrgSettings) => ({
 function validateName(errors: FieldErrors, name: string) {
   if (!name.trim()) errors.add('name', 'must not be empty');
   else if (name.length > 200) errors.add('name', 'must be at most 200 characters');
+}
+
+/**
+ * The input checks of a new organization (422 VALIDATION_ERROR naming each field), the same for a
+ * sign-up and for `agent-gateway create-org`, which runs them before it opens a database; answers
+ * the admin's email as it is stored.
+ */
+export function checkNewOrganization(input: CreateOrganizationInput): string {
+  const errors = new FieldErrors();
+  validateName(errors, input.name);
+  if (!slugPattern.test(input.slug)) {
+    errors.add('slug', 'must be 1-63 lowercase letters, digits or hyphens, not starting or ending with a hyphen');
+  }
+  const email = validateEmail(errors, 'admin_email', input.admin_email);
+  validatePassword(errors, 'admin_password', input.admin_password);
+  errors.throwIfAny();
+  return email;
 }
 
 /** What the gateway reads of an org on every execute. */
@@ -85,19 +106,15 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
   }
 
   /**
-   * Open sign-up: the org and its first user, an admin, in one transaction. The work goes from
-   * cheap to dear: input checks (422, not counted), the per-address count (429), the uniqueness
-   * checks (409), and only then the argon2 hash of a sign-up that can succeed.
+   * Sign-up through the API: the org and its first user, an admin, in one transaction. The work
+   * goes from cheap to dear: SIGNUP=closed refuses it whole (403) before the input is read or the
+   * address counted (a deployment that takes no sign-ups has no sign-ups to throttle), the input
+   * checks (422, not counted), the per-address count (429), then insertChecked
+   * (docs/decisions/0063-closed-sign-up-and-create-org.md).
    */
-  async function create(input: CreateOrganizationInput, clientAddress: string, query: OrgQuery = {}) {
-    const errors = new FieldErrors();
-    validateName(errors, input.name);
-    if (!slugPattern.test(input.slug)) {
-      errors.add('slug', 'must be 1-63 lowercase letters, digits or hyphens, not starting or ending with a hyphen');
-    }
-    const email = validateEmail(errors, 'admin_email', input.admin_email);
-    validatePassword(errors, 'admin_password', input.admin_password);
-    errors.throwIfAny();
+  async function signUp(input: CreateOrganizationInput, clientAddress: string, query: OrgQuery = {}) {
+    if (env.signup === 'closed') throw signUpClosed();
+    const email = checkNewOrganization(input);
     await countAttempt(
       db.sql,
       [{ bucket: `signups:address:${clientAddress}`, limit: env.signupMaxPerAddress }],
@@ -107,6 +124,22 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
         period: '1h',
       },
     );
+    return insertChecked(input, email, query);
+  }
+
+  /**
+   * `agent-gateway create-org`: what a sign-up creates (the org, its admin, their audit entries),
+   * whatever SIGNUP says and not throttled: whoever runs it holds the database's credentials.
+   */
+  async function create(input: CreateOrganizationInput, query: OrgQuery = {}) {
+    return insertChecked(input, checkNewOrganization(input), query);
+  }
+
+  /**
+   * After the input checks: the uniqueness checks (409), then the argon2 hash of an org that can
+   * be created, then the org, its admin and their audit entries in one transaction.
+   */
+  async function insertChecked(input: CreateOrganizationInput, email: string, query: OrgQuery) {
     const taken = await takenConflict(input.slug, email);
     if (taken) throw taken;
     const passwordHash = await passwords.hash(input.admin_password);
@@ -187,7 +220,10 @@ export function createOrgService({ env, db, cache, telemetry }: Deps, { users }:
     });
   }
 
-  return { create, get, update, gatewaySettings };
+  /** Whether sign-up is open, for the sign-in page to offer it only then: nothing about any org. */
+  const signUpStatus = () => ({ open: env.signup === 'open' });
+
+  return { signUp, create, signUpStatus, get, update, gatewaySettings };
 }
 
 export type OrgService = ReturnType<typeof createOrgService>;
