@@ -21,7 +21,8 @@ ${environmentUsage()}
 
 Offline commands (same environment, database or an export file):
   agent-gateway verify <export.jsonl> [--jwks <jwks.json>]          check a records export
-  agent-gateway rotate-keys [record|capability|session|oauth|all]   new signing keys
+  agent-gateway rotate-keys [<purpose>|all]                         new signing keys: record, capability,
+                                                                    session, oauth, checkpoint
   agent-gateway reencrypt                                           seal secrets with KEY_ENCRYPTION_KEY
   agent-gateway create-org --name <n> --slug <s> --admin-email <e>  an organization and its admin
 (npx agent-gateway in a checkout, which builds dist/ first when it is stale; agent-gateway in the
