@@ -2,7 +2,12 @@ import path from 'node:path';
 import type { DatabaseOptions } from './db/database.js';
 import { DEFAULT_DATABASE_TIMEOUT_MS, type PoolMode } from './db/sql.js';
 import { PrivateNetworks, PrivateNetworksError } from './lib/address-policy.js';
-import { DEFAULT_EVAL_BUDGET } from './modules/policy/policy-condition-budget.js';
+
+/**
+ * The default of POLICY_EVAL_BUDGET, in operations (≈20 ns each): an evaluation over big params
+ * stops after 0.5–2 ms of CPU here, whatever it does (docs/decisions/0005-policy-condition-budget.md).
+ */
+export const DEFAULT_EVAL_BUDGET = 50_000;
 
 /** Everything the service reads from its environment, parsed and checked once at start. */
 export interface Env {

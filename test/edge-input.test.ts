@@ -9,7 +9,7 @@ import { isNonNullType, type GraphQLSchema } from 'graphql';
 import { schema } from '../src/graphql/schema.js';
 import { publicPath, restRoutes, type RestRoute } from '../src/http/rest-routes.js';
 import { streamRoutes } from '../src/http/stream-routes.js';
-import { apiKeyScopes } from '../src/modules/auth/authz.js';
+import { apiKeyScopes } from '../src/authz/authz.js';
 import { startTestApp, type RequestOptions, type TestApp } from './support/app.js';
 import { createKey, signUp, type OrgFixture } from './support/fixtures.js';
 

@@ -10,7 +10,7 @@ import '../src/graphql/schema.js';
 import { restRoutes, type RestRoute } from '../src/http/rest-routes.js';
 import { streamRoutes } from '../src/http/stream-routes.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
-import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/modules/auth/authz.js';
+import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/authz/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';
 import {
   LOOPBACK_UPSTREAMS,

@@ -1,6 +1,6 @@
 import type { ForbiddenResult, AuthFailure } from '@pothos/plugin-scope-auth';
 import { AppError, authenticationRequired, operationForbidden, orgNotFound } from '../errors.js';
-import { authorize, may, type Action } from '../modules/auth/authz.js';
+import { authorize, may, type Action } from '../authz/authz.js';
 import type { Context } from './context.js';
 
 /**

@@ -4,7 +4,7 @@ import PrismaPlugin from '@pothos/plugin-prisma';
 import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
 import type PrismaTypes from '../generated/pothos-types.js';
 import { getDatamodel } from '../generated/pothos-types.js';
-import type { Action } from '../modules/auth/authz.js';
+import type { Action } from '../authz/authz.js';
 import type { Context } from './context.js';
 import { authScopeLoaders, unauthorizedError } from './auth-scopes.js';
 import { fieldCost } from './limits.js';
@@ -14,7 +14,7 @@ export interface AuthScopes {
   authenticated: boolean;
   /** A bearer-token session (refresh, logout). */
   session: boolean;
-  /** The caller belongs to `orgId` and may perform `action` there (the permission table, src/modules/auth/authz.ts). */
+  /** The caller belongs to `orgId` and may perform `action` there (the permission table, src/authz/authz.ts). */
   org: { orgId: string; action: Action };
   /** The caller may perform `action` in its own org (routes whose org is implied by the caller). */
   own: Action;

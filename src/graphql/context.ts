@@ -1,5 +1,5 @@
 import type { AuthState } from '../modules/auth/authenticate.js';
-import type { Principal, UserPrincipal } from '../modules/auth/authz.js';
+import type { Principal, UserPrincipal } from '../authz/authz.js';
 import type { RequestState } from '../http/request-state.js';
 import type { Services } from '../services.js';
 import type { Loaders } from './loaders.js';

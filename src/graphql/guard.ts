@@ -29,7 +29,7 @@ import type { ServerContext } from '../http/lifecycle.js';
 import type { RequestState } from '../http/request-state.js';
 import { findUnstorable } from '../lib/storable-input.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
-import type { Principal } from '../modules/auth/authz.js';
+import type { Principal } from '../authz/authz.js';
 import { operationLimits, rateLimitRequests, type CallerClass, type OperationLimits } from './limits.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { Span } from '@opentelemetry/api';
-import type { AuthState } from '../modules/auth/authz.js';
+import type { AuthState } from '../authz/authz.js';
 import { Headers } from './fetch-api.js';
 import { scopedSlot } from '../lib/async-scope.js';
 import { randomHexId } from '../lib/ids.js';

@@ -16,7 +16,7 @@ import { AppError, authenticationRequired, operationForbidden, orgNotFound, type
 import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { AuthenticateOptions, AuthState } from '../modules/auth/authenticate.js';
-import { authorize, may, type Principal } from '../modules/auth/authz.js';
+import { authorize, may, type Principal } from '../authz/authz.js';
 import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
 import { logUnexpected } from '../logger.js';

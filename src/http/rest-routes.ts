@@ -1,5 +1,5 @@
 import type { useSofa } from 'sofa-api';
-import type { Action, Principal } from '../modules/auth/authz.js';
+import type { Action, Principal } from '../authz/authz.js';
 import type { Services } from '../services.js';
 import type { RequestState } from './request-state.js';
 

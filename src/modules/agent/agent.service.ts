@@ -6,7 +6,7 @@ import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import {
   deactivateAgent,

@@ -1,6 +1,6 @@
 import { builder } from '../../graphql/builder.js';
 import { closedValues } from '../../graphql/closed-values.js';
-import { apiKeyScopes } from '../auth/authz.js';
+import { apiKeyScopes } from '../../authz/authz.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';

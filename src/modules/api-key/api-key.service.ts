@@ -3,7 +3,7 @@ import { AppError, FieldErrors, notFoundIfGone } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../auth/authz.js';
+import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
 import {

@@ -6,7 +6,7 @@ import { AppError, FieldErrors, forbidden, notFound } from '../../errors.js';
 import type { Approval, ApprovalStatus, Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { agentScope, principalName, type Principal } from '../auth/authz.js';
+import { agentScope, principalName, type Principal } from '../../authz/authz.js';
 import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { WebhookWake } from '../webhook/webhook.service.js';
 import { randomId } from '../../lib/ids.js';

@@ -1,4 +1,4 @@
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 
 /**
  * Every audit event as one typed union: the action name fixes the target type and the shape of

@@ -2,10 +2,10 @@ import { AppError } from '../../errors.js';
 import type { RequestState, Turn } from '../../http/request-state.js';
 import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
 import type { ApiKeyService } from '../api-key/api-key.service.js';
-import type { AuthState, Principal } from './authz.js';
+import type { AuthState, Principal } from '../../authz/authz.js';
 import type { SessionService } from './session.service.js';
 
-export type { AuthState } from './authz.js';
+export type { AuthState } from '../../authz/authz.js';
 
 export interface AuthenticatorDeps {
   sessions: SessionService;

@@ -6,7 +6,7 @@ import { AppError } from '../../errors.js';
 import { countAttempt } from '../../lib/attempt-throttle.js';
 import { fixedWindow, reset, unhit } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
-import type { UserRole, UserPrincipal } from './authz.js';
+import type { UserRole, UserPrincipal } from '../../authz/authz.js';
 import { createPasswords } from './password.js';
 import { isUuid, randomId } from '../../lib/ids.js';
 import { keyBatcher } from '../../lib/key-batcher.js';

@@ -1,5 +1,5 @@
 import type { SqlConnection } from '../../db/sql.js';
-import type { UserRole } from './authz.js';
+import type { UserRole } from '../../authz/authz.js';
 
 /** The session module's SQL: session families, their refresh tokens, and revoked access tokens. */
 

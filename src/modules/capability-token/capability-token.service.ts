@@ -5,7 +5,7 @@ import type { SqlConnection } from '../../db/sql.js';
 import type { Prisma } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { principalName, type Principal } from '../auth/authz.js';
+import { principalName, type Principal } from '../../authz/authz.js';
 import { randomId } from '../../lib/ids.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import {

@@ -4,7 +4,7 @@ import { AppError, serviceUnavailable } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
 import type { AgentService } from '../agent/agent.service.js';
 import type { ApprovalService } from '../approval/approval.service.js';
-import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../../authz/authz.js';
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';

@@ -15,7 +15,7 @@ import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { ensureAgentForManifest } from '../agent/agent.service.js';
-import { agentScope, outOfScope, principalName, type Principal } from '../auth/authz.js';
+import { agentScope, outOfScope, principalName, type Principal } from '../../authz/authz.js';
 import { checkManifest, effectiveLimits, type ManifestDocument } from './manifest-document.js';
 import {
   eventsOfAgents,

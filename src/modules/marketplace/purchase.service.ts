@@ -6,7 +6,7 @@ import type { ManifestTemplate, MarketplaceTransaction, Prisma } from '../../gen
 import { randomId } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { UserPrincipal } from '../auth/authz.js';
+import type { UserPrincipal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { pendingConflict, type ManifestService } from '../manifest/manifest.service.js';
 import { bindKey, claimKey, keyState, releaseKey, type KeyState, type KeyedRequest } from './idempotency.store.js';

@@ -6,7 +6,7 @@ import { isUuid } from '../../lib/ids.js';
 import { likeLiteral } from '../../lib/like-literal.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { principalName, type Principal } from '../auth/authz.js';
+import { principalName, type Principal } from '../../authz/authz.js';
 import { checkManifest } from '../manifest/manifest-document.js';
 import {
   browseTemplates,

@@ -1,7 +1,7 @@
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
-import { outOfScope, type AgentPrincipal } from '../auth/authz.js';
+import { outOfScope, type AgentPrincipal } from '../../authz/authz.js';
 import type { DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';

@@ -4,7 +4,7 @@ import { randomId } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import { may, type UserPrincipal } from '../auth/authz.js';
+import { may, type UserPrincipal } from '../../authz/authz.js';
 import {
   authorizationRedirect,
   checkAuthorizationRequest,

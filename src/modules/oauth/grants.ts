@@ -4,7 +4,7 @@ import type { OAuthGrant, Prisma } from '../../generated/prisma/client.js';
 import { actorOf, type Actor, type OAuthGrantSnapshot } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import { principalName, type OAuthGrantPrincipal, type Principal } from '../auth/authz.js';
+import { principalName, type OAuthGrantPrincipal, type Principal } from '../../authz/authz.js';
 import { mcpResourceUrl } from './oauth-metadata.js';
 import { kidOf, verifyAccessToken, type VerifiedAccessToken } from './oauth-tokens.js';
 import {

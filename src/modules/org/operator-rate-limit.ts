@@ -3,7 +3,7 @@ import { AppError } from '../../errors.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
 import type { RequestState } from '../../http/request-state.js';
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 import { countOperatorRequests } from './org.store.js';
 
 interface OperatorCount {

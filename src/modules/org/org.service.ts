@@ -6,7 +6,7 @@ import { fixedWindow } from '../../lib/rate-counter.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 import { createPasswords } from '../auth/password.js';
 import { type UserService, validateEmail, validatePassword } from '../user/user.service.js';
 import {

@@ -20,11 +20,8 @@ import { deepUnits, elementsOf, shallowUnits, typeUnits } from './policy-conditi
  * Nothing here imports the library: it works on the tree's shape (policy-condition-ast.ts).
  */
 
-/**
- * The default of POLICY_EVAL_BUDGET, in operations (≈20 ns each): an evaluation over big params
- * stops after 0.5–2 ms of CPU here, whatever it does (docs/decisions/0005-policy-condition-budget.md).
- */
-export const DEFAULT_EVAL_BUDGET = 50_000;
+/** The default of POLICY_EVAL_BUDGET: the configuration owns it (src/env.ts). */
+export { DEFAULT_EVAL_BUDGET } from '../../env.js';
 
 export const BUDGET_EXCEEDED = 'evaluation budget exceeded';
 

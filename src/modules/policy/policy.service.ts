@@ -7,7 +7,7 @@ import { limitOffset, type ListPage } from '../../lib/list-page.js';
 import { actorOf, type PolicySnapshot } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { compileCondition, describePosition, type CompiledCondition } from './policy-condition.js';
 import {

@@ -1,6 +1,6 @@
 import type { JWTPayload } from 'jose';
 import { isStorableText } from '../../lib/storable-input.js';
-import type { UserRole } from '../auth/authz.js';
+import type { UserRole } from '../../authz/authz.js';
 
 /**
  * What a verified ID token says about who signs in, and whether the org accepts them

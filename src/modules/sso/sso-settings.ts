@@ -1,7 +1,7 @@
 import { FieldErrors } from '../../errors.js';
 import type { NetworkAccess, PrivateNetworks } from '../../lib/address-policy.js';
 import { outboundUrlError } from '../../lib/outbound-http.js';
-import { userRoles, type UserRole } from '../auth/authz.js';
+import { userRoles, type UserRole } from '../../authz/authz.js';
 
 /**
  * An org's single sign-on configuration as an admin writes it (`PUT /api/v1/orgs/{org_id}/sso`),

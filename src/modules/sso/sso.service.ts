@@ -11,7 +11,7 @@ import { fixedWindow } from '../../lib/rate-counter.js';
 import type { SecretBox } from '../../lib/secret-box.js';
 import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal, UserRole } from '../auth/authz.js';
+import type { Principal, UserRole } from '../../authz/authz.js';
 import type { SessionService } from '../auth/session.service.js';
 import type { UserService } from '../user/user.service.js';
 import { IdentityProviderError, createIdentityProviders, type ProviderMetadata } from './identity-provider.js';

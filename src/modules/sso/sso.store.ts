@@ -1,7 +1,7 @@
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
 import type { OrgSso, Prisma } from '../../generated/prisma/client.js';
-import type { UserRole } from '../auth/authz.js';
+import type { UserRole } from '../../authz/authz.js';
 
 /** The single sign-on module's statements: org configurations, sign-ins under way, one-time codes. */
 

@@ -5,7 +5,7 @@ import { Prisma, type Tool } from '../../generated/prisma/client.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 import {
   failure,
   runHttp,

@@ -2,7 +2,7 @@ import { builder } from '../../graphql/builder.js';
 import { principalOf } from '../../graphql/context.js';
 import { listType } from '../../graphql/list.js';
 import { restRoute } from '../../http/rest-routes.js';
-import { userRoles } from '../auth/authz.js';
+import { userRoles } from '../../authz/authz.js';
 
 export const UserRoleEnum = builder.enumType('UserRole', { values: userRoles });
 

@@ -4,7 +4,7 @@ import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors
 import { isUuid } from '../../lib/ids.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import { userRoles, type Principal, type UserRole } from '../auth/authz.js';
+import { userRoles, type Principal, type UserRole } from '../../authz/authz.js';
 import { MIN_PASSWORD_LENGTH, createPasswords } from '../auth/password.js';
 import {
   countUsersOfOrg,

@@ -1,5 +1,5 @@
 import type { Prisma } from '../../generated/prisma/client.js';
-import type { UserRole } from '../auth/authz.js';
+import type { UserRole } from '../../authz/authz.js';
 
 /** The user module's statements. */
 

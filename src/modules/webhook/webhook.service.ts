@@ -8,7 +8,7 @@ import { outboundUrlError } from '../../lib/outbound-http.js';
 import { SecretUnavailableError, type SecretBox } from '../../lib/secret-box.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
-import type { Principal } from '../auth/authz.js';
+import type { Principal } from '../../authz/authz.js';
 import { randomId, timeOrderedId } from '../../lib/ids.js';
 import {
   deleteWebhook,

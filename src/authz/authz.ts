@@ -1,4 +1,4 @@
-import type { AppError } from '../../errors.js';
+import type { AppError } from '../errors.js';
 /**
  * Who is calling and what they may do: the one principal type, the typed list of actions, and
  * the permission table (docs/reference/api-conventions.md#permissions). Resolvers name
