@@ -20,7 +20,7 @@ const PUBLIC_FILES = [
 ];
 
 /** The composition root and the HTTP edge build the modules, so they may reach their constructors. */
-const WIRING = '^src/(services|app)\\.ts$|^src/(http|graphql|cli)/';
+const WIRING = '^src/(services|app)\\.ts$|^src/(http|cli)/';
 
 module.exports = {
   forbidden: [

@@ -1,6 +1,6 @@
 import type { CodegenConfig } from '@graphql-codegen/cli';
 
-// A shaped JSON scalar (src/graphql/scalars.ts) is typed as the document it carries; the
+// A shaped JSON scalar (src/api/scalars.ts) is typed as the document it carries; the
 // console's bundle takes no types from the server's sources, so there it is a plain object.
 const scalars = {
   Timestamp: 'string',

@@ -8,17 +8,18 @@ import type { Env } from './env.js';
 import { isDatabaseUnavailable, isMissingReference } from './db/unavailable.js';
 import { AppError, referenceGone, serviceUnavailable } from './errors.js';
 import { logUnexpected } from './logger.js';
-import type { Context } from './graphql/context.js';
-import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './graphql/guard.js';
-import { Loaders } from './graphql/loaders.js';
-import { schema } from './graphql/schema.js';
-import { useScopeCacheRelease } from './graphql/scope-cache.js';
+import type { Context } from './api/context.js';
+import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './http/guard.js';
+import { Loaders } from './loaders.js';
+import { schema } from './http/schema.js';
+import { useScopeCacheRelease } from './http/scope-cache.js';
 import { serveDocs } from './http/docs.js';
 import { useConsole } from './http/console.js';
 import { useGraphiQLPage } from './http/graphiql-page.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
 import { buildOpenApiDocument } from './http/openapi.js';
-import { currentRequest, type RequestState } from './http/request-state.js';
+import type { RequestState } from './api/request-state.js';
+import { currentRequest } from './http/request-state.js';
 import { useMcpEndpoint } from './http/mcp-endpoint.js';
 import { useOAuthEndpoints } from './http/oauth-endpoints.js';
 import { useSsoEndpoints } from './http/sso-endpoints.js';
@@ -32,7 +33,7 @@ import type { AuthenticateOptions, AuthState } from './modules/auth/authenticate
 import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
 import type { WebhookWake } from './modules/webhook/webhook.service.js';
 import { createServices, type Services } from './services.js';
-import { Response } from './http/fetch-api.js';
+import { Response } from './api/fetch-api.js';
 
 export const packageVersion: string = JSON.parse(
   readFileSync(new URL('../package.json', import.meta.url), 'utf8'),

@@ -1,6 +1,6 @@
 import { lexicographicSortSchema, printSchema } from 'graphql';
 import { packageVersion } from './app.js';
-import { schema } from './graphql/schema.js';
+import { schema } from './http/schema.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 
 /** The committed contract files under schema/, rendered from the code. */

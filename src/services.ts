@@ -83,7 +83,7 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
   return {
     /**
      * The Prisma client that Pothos's prisma plugin loads a selection's relations with
-     * (src/graphql/builder.ts); resolvers reach data through the services.
+     * (src/api/builder.ts); resolvers reach data through the services.
      */
     graphqlPrisma: deps.db.prisma,
     orgs,
@@ -125,3 +125,9 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
 }
 
 export type Services = ReturnType<typeof createServices>;
+
+type BuiltServices = Services;
+declare module './api/services.js' {
+  /** The API layer's name for what this file builds (src/api/services.ts). */
+  interface Services extends BuiltServices {}
+}

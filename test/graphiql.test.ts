@@ -7,7 +7,7 @@ import { request as httpRequest, createServer, type IncomingHttpHeaders, type Se
 import type { AddressInfo } from 'node:net';
 import { brotliCompressSync, brotliDecompressSync, constants, gunzipSync } from 'node:zlib';
 import { parse, validate } from 'graphql';
-import { schema } from '../src/graphql/schema.js';
+import { schema } from '../src/http/schema.js';
 import { chooseEncoding, GRAPHIQL_DEFAULT_QUERY } from '../src/http/graphiql-page.js';
 import { startTestApp, type TestApp } from './support/app.js';
 

@@ -6,9 +6,9 @@
  * route has no row, so a new route cannot ship without its security cases.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import '../src/graphql/schema.js';
-import { restRoutes, type RestRoute } from '../src/http/rest-routes.js';
-import { streamRoutes } from '../src/http/stream-routes.js';
+import '../src/http/schema.js';
+import { restRoutes, type RestRoute } from '../src/api/rest-routes.js';
+import { streamRoutes } from '../src/api/stream-routes.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/authz/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';

@@ -23,7 +23,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { Plugin } from 'graphql-yoga';
-import { Response } from './fetch-api.js';
+import { Response } from '../api/fetch-api.js';
 import { chooseEncoding } from './graphiql-page.js';
 import { currentRequest } from './request-state.js';
 

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Response } from './fetch-api.js';
+import { Response } from '../api/fetch-api.js';
 
 /**
  * Swagger UI at /docs and ReDoc at /redoc, with their assets served by the service itself so the

@@ -9,7 +9,7 @@ import {
   type ErrorCode,
   type FieldError,
 } from '../errors.js';
-import { Response } from './fetch-api.js';
+import { Response } from '../api/fetch-api.js';
 
 /**
  * The one place that turns errors into the two REST wire envelopes (docs/reference/errors.md):

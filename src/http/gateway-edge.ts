@@ -1,8 +1,8 @@
 import { AppError } from '../errors.js';
 import type { GatewayDecision, GatewayMode, GatewayRequest } from '../modules/gateway/decision.js';
 import type { DecisionOutcome } from '../modules/gateway/gateway.service.js';
-import type { RequestState } from './request-state.js';
-import { restRoute } from './rest-routes.js';
+import type { RequestState } from '../api/request-state.js';
+import { restRoute } from '../api/rest-routes.js';
 
 /**
  * The gateway's HTTP edge: its two REST routes (answered directly, without SOFA: the hot path),

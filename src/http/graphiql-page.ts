@@ -14,9 +14,9 @@ import { promisify } from 'node:util';
 import { brotliCompress, constants, gzip } from 'node:zlib';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { GraphiQLOptions, Plugin } from 'graphql-yoga';
-import { GRAPHQL_ENDPOINT } from '../graphql/guard.js';
+import { GRAPHQL_ENDPOINT } from './guard.js';
 import { ICON_PATH } from './docs.js';
-import { Response } from './fetch-api.js';
+import { Response } from '../api/fetch-api.js';
 import { currentRequest } from './request-state.js';
 
 /** The document GraphiQL opens with: how to get a token and where it goes, then queries to run. */

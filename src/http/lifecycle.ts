@@ -9,8 +9,9 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import { errorResponse, wireError } from './envelope.js';
-import { newRequestState, runWithRequest, type RequestState } from './request-state.js';
-import { Request, Response } from './fetch-api.js';
+import type { RequestState } from '../api/request-state.js';
+import { newRequestState, runWithRequest } from './request-state.js';
+import { Request, Response } from '../api/fetch-api.js';
 
 export interface ServerContext {
   state: RequestState;

@@ -32,9 +32,9 @@ import type { OAuthService } from '../modules/oauth/oauth.service.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
 import type { McpService } from '../modules/mcp/mcp.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
-import { Request, Response } from './fetch-api.js';
+import { Request, Response } from '../api/fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
-import type { RequestState, Turn } from './request-state.js';
+import type { RequestState, Turn } from '../api/request-state.js';
 
 /**
  * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md, 0048-mcp-protocol-revisions.md): the

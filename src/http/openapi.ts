@@ -8,11 +8,11 @@ import {
 } from 'graphql';
 import { useSofa } from 'sofa-api';
 import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
-import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../graphql/closed-values.js';
-import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, sofaRouteConfig, type RestRoute } from './rest-routes.js';
+import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../api/closed-values.js';
+import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, type RestRoute } from '../api/rest-routes.js';
 import { SSO_STARTS_PER_ADDRESS_PER_MINUTE } from '../modules/sso/sso.service.js';
-import { restSchema } from './rest-schema.js';
-import { streamRoutes, type StreamParam, type StreamRoute } from './stream-routes.js';
+import { restSchema, sofaRouteConfig } from './rest-schema.js';
+import { streamRoutes, type StreamParam, type StreamRoute } from '../api/stream-routes.js';
 
 /**
  * The OpenAPI 3.0 document of the REST facade. SOFA derives it from the GraphQL schema; as
@@ -174,7 +174,7 @@ function streamOperation(route: StreamRoute): Json {
   };
 }
 
-/** A property with what its field or argument declares (src/graphql/closed-values.ts): its closed values. */
+/** A property with what its field or argument declares (src/api/closed-values.ts): its closed values. */
 function declaredShape(property: Json, extensions: Readonly<Record<string, unknown>> | null | undefined): Json {
   const values = extensions?.[CLOSED_VALUES_EXTENSION] as readonly string[] | undefined;
   if (!values) return property;
@@ -189,7 +189,7 @@ function declaredShape(property: Json, extensions: Readonly<Record<string, unkno
  * - a field whose type is not non-null is sent as an explicit `null`, so its property is
  *   `nullable` (a `$ref` property becomes `oneOf` the reference or null: nullableReference);
  * - a String field whose values are a closed set declares them with `extensions: { enum }`
- *   (src/graphql/closed-values.ts) where a GraphQL enum cannot serve (`gateway:execute` is no GraphQL
+ *   (src/api/closed-values.ts) where a GraphQL enum cannot serve (`gateway:execute` is no GraphQL
  *   name, and reason codes grow without breaking GraphQL clients): the property gets the `enum`.
  */
 function carryFieldFacts(schemas: Json, schema: GraphQLSchema): void {

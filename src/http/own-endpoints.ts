@@ -1,5 +1,5 @@
 import type { Plugin } from 'graphql-yoga';
-import type { Response } from './fetch-api.js';
+import type { Response } from '../api/fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
 
 /**

@@ -22,12 +22,12 @@ import { errorResponse, restErrorHandler, toWireError, wireError } from './envel
 import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
-import type { RequestState } from './request-state.js';
-import { publicPath, restRoutes, sofaFieldPath, sofaRouteConfig, type DirectRoute } from './rest-routes.js';
-import { Response } from './fetch-api.js';
+import type { RequestState } from '../api/request-state.js';
+import { publicPath, restRoutes, sofaFieldPath, type DirectRoute } from '../api/rest-routes.js';
+import { Response } from '../api/fetch-api.js';
 import { inputProblem, REQUIRED } from './input-problems.js';
-import { restSchema } from './rest-schema.js';
-import { parseStreamQuery, streamRoutes, type StreamRoute } from './stream-routes.js';
+import { restSchema, sofaRouteConfig } from './rest-schema.js';
+import { parseStreamQuery, streamRoutes, type StreamRoute } from '../api/stream-routes.js';
 
 /**
  * The REST facade: SOFA mounts the declared routes under /api/v1. SOFA would also answer for every

@@ -1,14 +1,11 @@
 import { MapperKind, mapSchema } from '@graphql-tools/utils';
 import { GraphQLObjectType, type GraphQLSchema, Kind, parse, printType } from 'graphql';
+import type { useSofa } from 'sofa-api';
+import { restRoutes, sofaFieldPath, sofaPath } from '../api/rest-routes.js';
 
-/**
- * Relations for dashboards (a manifest's history, its approver, an org's manifests) belong to
- * GraphQL only: SOFA selects every field of a return type, so left in, they would bloat every REST
- * response. Fields marked with `graphqlOnly` are removed from the schema SOFA and the OpenAPI
- * document see; resolvers are unchanged.
- */
-export const graphqlOnly = { graphqlOnly: true } as const;
+type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
 
+/** The schema SOFA and the OpenAPI document see: without the fields marked `graphqlOnly` (src/api/closed-values.ts). */
 export function restSchema(schema: GraphQLSchema): GraphQLSchema {
   const withoutGraphqlOnly = mapSchema(schema, {
     [MapperKind.OBJECT_FIELD]: (field) => (field.extensions?.graphqlOnly ? null : field),
@@ -27,4 +24,23 @@ function withDefinitionNode(type: GraphQLObjectType): GraphQLObjectType {
   const [definition] = parse(printType(type)).definitions;
   if (definition?.kind !== Kind.OBJECT_TYPE_DEFINITION) return type;
   return new GraphQLObjectType({ ...type.toConfig(), astNode: definition });
+}
+
+/**
+ * SOFA's routes: at their public paths for the OpenAPI document, at their fields' literal paths
+ * for serving.
+ */
+export function sofaRouteConfig(at: 'public_path' | 'field_path' = 'public_path'): Record<string, RouteConfig> {
+  return Object.fromEntries(
+    [...restRoutes].map(([field, r]) => [
+      field,
+      {
+        method: r.method,
+        path: at === 'field_path' ? sofaFieldPath(field) : sofaPath(r),
+        responseStatus: r.status ?? 200,
+        tags: [r.tag],
+        description: r.summary,
+      },
+    ]),
+  );
 }

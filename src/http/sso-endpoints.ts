@@ -15,7 +15,7 @@ import {
 import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
 import { CONSOLE_PATH } from './console.js';
 import { errorBody } from './envelope.js';
-import { Response } from './fetch-api.js';
+import { Response } from '../api/fetch-api.js';
 import { useOwnEndpoints } from './own-endpoints.js';
 import type { ServerContext } from './lifecycle.js';
 

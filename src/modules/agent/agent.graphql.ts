@@ -1,9 +1,9 @@
 import type { Agent } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute, type RestRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
+import { builder } from '../../api/builder.js';
+import { graphqlOnly } from '../../api/closed-values.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute, type RestRoute } from '../../api/rest-routes.js';
 import type { AgentUsage, UsageWindow } from '../gateway/gateway.service.js';
 import { AgentManifestRef } from '../manifest/manifest.graphql.js';
 import { PolicyRef } from '../policy/policy.graphql.js';

@@ -1,9 +1,9 @@
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { builder } from '../../api/builder.js';
+import { closedValues } from '../../api/closed-values.js';
 import { apiKeyScopes } from '../../authz/authz.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import type { ApiKey } from '../../generated/prisma/client.js';
 
 export const ApiKeyRef = builder.prismaObject('ApiKey', {

@@ -1,11 +1,10 @@
 import type { Approval } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
+import { builder } from '../../api/builder.js';
 import { ManifestStatus } from '../../generated/prisma/enums.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { REASON_CODES } from '../gateway/decision.js';
-import { principalOf } from '../../graphql/context.js';
-import { restRoute, type RestRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
+import { principalOf } from '../../api/context.js';
+import { restRoute, type RestRoute } from '../../api/rest-routes.js';
 import { documentOf } from '../manifest/manifest.service.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { UserRef } from '../user/user.graphql.js';

@@ -1,9 +1,8 @@
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
-import { cursorArgDescription, historyListType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
-import { streamResponse, streamRoute, type StreamParam } from '../../http/stream-routes.js';
+import { builder } from '../../api/builder.js';
+import { closedValues, graphqlOnly } from '../../api/closed-values.js';
+import { cursorArgDescription, historyListType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
+import { streamResponse, streamRoute, type StreamParam } from '../../api/stream-routes.js';
 import { UserRef } from '../user/user.graphql.js';
 import { ACTOR_TYPES, AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
 import { auditCsvHeader, auditCsvRow, auditEntryOf } from './audit-export.js';

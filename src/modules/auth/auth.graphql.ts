@@ -1,8 +1,8 @@
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
-import { principalOf } from '../../graphql/context.js';
+import { builder } from '../../api/builder.js';
+import { closedValues } from '../../api/closed-values.js';
+import { principalOf } from '../../api/context.js';
 import { AppError } from '../../errors.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { restRoute } from '../../api/rest-routes.js';
 import type { User } from '../../generated/prisma/client.js';
 import { UserRef, UserRoleEnum } from '../user/user.graphql.js';
 import type { IssuedSession, RotatedSession, SessionService } from './session.service.js';

@@ -1,5 +1,5 @@
 import { AppError } from '../../errors.js';
-import type { RequestState, Turn } from '../../http/request-state.js';
+import type { RequestState, Turn } from '../../api/request-state.js';
 import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
 import type { ApiKeyService } from '../api-key/api-key.service.js';
 import type { AuthState, Principal } from '../../authz/authz.js';

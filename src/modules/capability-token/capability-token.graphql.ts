@@ -1,7 +1,7 @@
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { builder } from '../../api/builder.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import type { CapabilityToken } from '../../generated/prisma/client.js';
 
 const CapabilityTokenRef = builder.prismaObject('CapabilityToken', {

@@ -1,6 +1,6 @@
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { builder } from '../../api/builder.js';
+import { principalOf } from '../../api/context.js';
+import { closedValues } from '../../api/closed-values.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
 import { REASON_CODES, type GatewayDecision, type GatewayMode, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.graphql.js';

@@ -1,11 +1,11 @@
 import type { FieldError } from '../../errors.js';
 import type { ManifestEvent } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { shapedJsonScalar } from '../../graphql/scalars.js';
-import { restRoute, type RestRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
+import { builder } from '../../api/builder.js';
+import { graphqlOnly } from '../../api/closed-values.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { shapedJsonScalar } from '../../api/scalars.js';
+import { restRoute, type RestRoute } from '../../api/rest-routes.js';
 import type { ManifestDocument } from './manifest-document.js';
 import { manifestPayloadSchema } from './manifest-payload.json-schema.js';
 import { documentOf, type TransitionName } from './manifest.service.js';

@@ -1,11 +1,11 @@
 import { operationForbidden } from '../../errors.js';
 import type { MarketplaceTransaction } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { builder } from '../../api/builder.js';
+import { closedValues } from '../../api/closed-values.js';
 import { paymentProviders } from './payment-providers.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import { priceText } from './template.service.js';
 import { tag } from './template.graphql.js';
 

@@ -1,7 +1,7 @@
 import type { ManifestTemplate } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { builder } from '../../api/builder.js';
+import { principalOf } from '../../api/context.js';
+import { restRoute } from '../../api/rest-routes.js';
 import { operationsOf, priceText, templateStatuses, type Operation } from './template.service.js';
 
 /**

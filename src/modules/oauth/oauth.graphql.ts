@@ -1,7 +1,7 @@
-import { builder } from '../../graphql/builder.js';
-import { principalOf, userOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { builder } from '../../api/builder.js';
+import { principalOf, userOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import type { AuthorizationParams } from './authorization-request.js';
 import type { ConsentAgent, ConsentAnswer, ConsentView } from './consent.js';
 

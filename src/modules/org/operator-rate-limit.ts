@@ -2,7 +2,7 @@ import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
 import { fixedWindow } from '../../lib/rate-counter.js';
-import type { RequestState } from '../../http/request-state.js';
+import type { RequestState } from '../../api/request-state.js';
 import type { Principal } from '../../authz/authz.js';
 import { countOperatorRequests } from './org.store.js';
 
@@ -17,7 +17,7 @@ interface OperatorCount {
  * routes are left to the manifest budgets instead.
  *
  * A REST call counts one request; a GraphQL operation counts as many as its cost is worth
- * (src/graphql/limits.ts), so that one document cannot do the work of hundreds of calls for the
+ * (src/api/limits.ts), so that one document cannot do the work of hundreds of calls for the
  * price of one. Refused requests count too, as every request did before.
  */
 export function createOperatorRateLimit({ db }: Deps) {

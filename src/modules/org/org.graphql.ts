@@ -1,6 +1,6 @@
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { builder } from '../../api/builder.js';
+import { principalOf } from '../../api/context.js';
+import { restRoute } from '../../api/rest-routes.js';
 import { UserRef } from '../user/user.graphql.js';
 
 export const OrganizationRef = builder.prismaObject('Organization', {

@@ -1,8 +1,8 @@
-import { builder } from '../../graphql/builder.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
+import { builder } from '../../api/builder.js';
+import { graphqlOnly } from '../../api/closed-values.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import type { PolicySnapshot } from '../audit/audit-events.js';
 import { MAX_CONDITION_LENGTH } from './policy-condition.js';
 import { policyEffects, policyModes, rateLimitScopes } from './policy-rules.js';

@@ -1,12 +1,11 @@
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
+import { builder } from '../../api/builder.js';
+import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { policyEffects, policyModes } from '../policy/policy-rules.js';
 import { INTERACTION_CHANNELS } from './record-chain.js';
-import { principalOf } from '../../graphql/context.js';
-import { cursorArgDescription, historyListType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
-import { streamResponse, streamRoute } from '../../http/stream-routes.js';
+import { principalOf } from '../../api/context.js';
+import { cursorArgDescription, historyListType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
+import { streamResponse, streamRoute } from '../../api/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.graphql.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { REASON_CODES } from '../gateway/decision.js';

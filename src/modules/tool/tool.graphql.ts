@@ -1,11 +1,11 @@
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
-import { shapedJsonScalar } from '../../graphql/scalars.js';
+import { builder } from '../../api/builder.js';
+import { closedValues } from '../../api/closed-values.js';
+import { shapedJsonScalar } from '../../api/scalars.js';
 import { toolConfigInputSchema, toolConfigSchema } from './tool-config.json-schema.js';
 import { connectors } from './tool.service.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import { publicConfig } from './tool.service.js';
 import { definitionDiff, definitionStatuses } from './tool-definitions.js';
 import type { DefinitionView } from './tool-definitions.service.js';

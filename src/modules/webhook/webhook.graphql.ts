@@ -1,10 +1,9 @@
 import type { Webhook, WebhookDelivery } from '../../generated/prisma/client.js';
-import { builder } from '../../graphql/builder.js';
-import { closedValues } from '../../graphql/closed-values.js';
-import { principalOf } from '../../graphql/context.js';
-import { listType } from '../../graphql/list.js';
-import { restRoute } from '../../http/rest-routes.js';
-import { graphqlOnly } from '../../http/rest-schema.js';
+import { builder } from '../../api/builder.js';
+import { closedValues, graphqlOnly } from '../../api/closed-values.js';
+import { principalOf } from '../../api/context.js';
+import { listType } from '../../api/list.js';
+import { restRoute } from '../../api/rest-routes.js';
 import { DEFAULT_DELIVERY_PAGE, deliveryStatuses, MAX_DELIVERY_PAGE, webhookEvents } from './webhook.service.js';
 
 const DeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', { values: deliveryStatuses });

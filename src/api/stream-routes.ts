@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { FieldError } from '../errors.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import type { Action, Principal } from '../authz/authz.js';
-import type { Services } from '../services.js';
+import type { Services } from './services.js';
 import { ReadableStream, Response } from './fetch-api.js';
 import type { RequestState } from './request-state.js';
 import type { RestRoute } from './rest-routes.js';

@@ -1,9 +1,6 @@
-import type { useSofa } from 'sofa-api';
 import type { Action, Principal } from '../authz/authz.js';
-import type { Services } from '../services.js';
+import type { Services } from './services.js';
 import type { RequestState } from './request-state.js';
-
-type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
 
 /** Where the versioned REST facade lives. */
 export const REST_BASE_PATH = '/api/v1';
@@ -114,22 +111,3 @@ export const sofaPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
 
 /** Where the serving SOFA answers `field` (`Query.org`), under REST_BASE_PATH. */
 export const sofaFieldPath = (field: string) => `${FIELD_MOUNT_PREFIX}/${field}`;
-
-/**
- * SOFA's routes: at their public paths for the OpenAPI document, at their fields' literal paths
- * for serving.
- */
-export function sofaRouteConfig(at: 'public_path' | 'field_path' = 'public_path'): Record<string, RouteConfig> {
-  return Object.fromEntries(
-    [...restRoutes].map(([field, r]) => [
-      field,
-      {
-        method: r.method,
-        path: at === 'field_path' ? sofaFieldPath(field) : sofaPath(r),
-        responseStatus: r.status ?? 200,
-        tags: [r.tag],
-        description: r.summary,
-      },
-    ]),
-  );
-}

@@ -1,9 +1,9 @@
 import DataLoader from 'dataloader';
-import type { WebhookDelivery } from '../generated/prisma/client.js';
-import type { Services } from '../services.js';
-import { historyKey } from '../modules/manifest/manifest.service.js';
-import type { DeliveryFilter } from '../modules/webhook/webhook.service.js';
-import type { ListPage } from '../lib/list-page.js';
+import type { WebhookDelivery } from './generated/prisma/client.js';
+import type { Services } from './services.js';
+import { historyKey } from './modules/manifest/manifest.service.js';
+import type { DeliveryFilter } from './modules/webhook/webhook.service.js';
+import type { ListPage } from './lib/list-page.js';
 
 type DeliveriesKey = DeliveryFilter & { webhookId: string };
 /** An agent of an org. */
@@ -165,4 +165,10 @@ export class Loaders {
       versionsLoader((agents) => services.manifests.approvedOf(agents)),
     );
   }
+}
+
+type RequestLoaders = Loaders;
+declare module './api/services.js' {
+  /** The API layer's name for a request's loaders (src/api/services.ts). */
+  interface Loaders extends RequestLoaders {}
 }

@@ -11,7 +11,7 @@ import {
 
 /**
  * What one /graphql request may ask for. Everything here is checked before a resolver runs
- * (src/graphql/guard.ts): tokens while parsing, depth and aliases while validating, the cost once
+ * (src/http/guard.ts): tokens while parsing, depth and aliases while validating, the cost once
  * the variables are known. Anonymous callers can reach only sign-up and whether it is open, login
  * (both forms), refresh_session and introspection, so their budget is a few root fields; the standard
  * introspection query (GraphiQL's) is 184 tokens, has no aliases, costs 1, and is not counted in depth.

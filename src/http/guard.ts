@@ -25,12 +25,12 @@ import {
 import type { Plugin } from 'graphql-yoga';
 import { LRUCache } from 'lru-cache';
 import { AppError, authenticationRequired, validationError } from '../errors.js';
-import type { ServerContext } from '../http/lifecycle.js';
-import type { RequestState } from '../http/request-state.js';
+import type { ServerContext } from './lifecycle.js';
+import type { RequestState } from '../api/request-state.js';
 import { findUnstorable } from '../lib/storable-input.js';
 import type { AuthState } from '../modules/auth/authenticate.js';
 import type { Principal } from '../authz/authz.js';
-import { operationLimits, rateLimitRequests, type CallerClass, type OperationLimits } from './limits.js';
+import { operationLimits, rateLimitRequests, type CallerClass, type OperationLimits } from '../api/limits.js';
 
 /**
  * The guard of the /graphql endpoint. A document sent there is arbitrary text from anyone, so:

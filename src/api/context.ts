@@ -1,8 +1,6 @@
-import type { AuthState } from '../modules/auth/authenticate.js';
-import type { Principal, UserPrincipal } from '../authz/authz.js';
-import type { RequestState } from '../http/request-state.js';
-import type { Services } from '../services.js';
-import type { Loaders } from './loaders.js';
+import type { AuthState, Principal, UserPrincipal } from '../authz/authz.js';
+import type { RequestState } from './request-state.js';
+import type { Loaders, Services } from './services.js';
 
 /** The GraphQL context of one request, for /graphql and for the REST facade alike. */
 export interface Context {

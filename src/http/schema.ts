@@ -1,5 +1,5 @@
 // Only imports: each module registers its types, queries, mutations and REST routes.
-import './scalars.js';
+import '../api/scalars.js';
 import '../modules/user/user.graphql.js';
 import '../modules/org/org.graphql.js';
 import '../modules/auth/auth.graphql.js';
@@ -7,7 +7,7 @@ import '../modules/api-key/api-key.graphql.js';
 import '../modules/manifest/manifest.graphql.js';
 import '../modules/tool/tool.graphql.js';
 import '../modules/gateway/gateway.graphql.js';
-import '../http/gateway-edge.js';
+import './gateway-edge.js';
 import '../modules/capability-token/capability-token.graphql.js';
 import '../modules/record/record.graphql.js';
 import '../modules/approval/approval.graphql.js';
@@ -19,8 +19,8 @@ import '../modules/marketplace/purchase.graphql.js';
 import '../modules/audit/audit.graphql.js';
 import '../modules/oauth/oauth.graphql.js';
 import '../modules/sso/sso.graphql.js';
-import { restRoutes } from '../http/rest-routes.js';
-import { builder } from './builder.js';
+import { restRoutes } from '../api/rest-routes.js';
+import { builder } from '../api/builder.js';
 
 export const schema = builder.toSchema({ sortSchema: true });
 
