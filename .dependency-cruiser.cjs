@@ -1,8 +1,10 @@
 /**
- * The module boundaries `npm run lint` holds (docs/architecture.md, "Modules"). A module is entered
- * through its service; its GraphQL types are public so that other modules' schema can refer to
- * them; a few pure files are public too, listed once here. Everything else in a module, its store
- * above all, is the module's own.
+ * The layers and the module boundaries `npm run lint` holds (docs/architecture.md, "Layout" and
+ * "Modules"). Below the modules lie the permission table (src/authz/) and the API toolkit
+ * (src/api/); above them, the edge (src/http/) and what builds them. A module is entered through
+ * its service; its GraphQL types are public so that other modules' schema can refer to them; a few
+ * pure files are public too, listed once here. Everything else in a module, its store above all,
+ * is the module's own.
  */
 const PUBLIC_FILES = [
   '\\.service\\.ts$',
@@ -46,11 +48,28 @@ module.exports = {
       to: { path: '^src/modules/', pathNot: PUBLIC_FILES },
     },
     {
-      name: 'domain-reads-http',
-      comment: 'The domain knows nothing of HTTP: services take what they need as arguments.',
+      name: 'module-imports-edge',
+      comment:
+        'Modules declare their fields and routes with src/api/ and never reach the HTTP edge, not even for a type: services take what they need as arguments (docs/decisions/0065-one-layer-per-folder.md).',
       severity: 'error',
-      from: { path: '^src/modules/', pathNot: '\\.graphql\\.ts$' },
-      to: { path: '^src/http/', dependencyTypesNot: ['type-only'] },
+      from: { path: '^src/modules/' },
+      to: { path: '^src/http/' },
+    },
+    {
+      name: 'api-imports-above',
+      comment:
+        'src/api/ (the Pothos toolkit, the route declarations, the request types) lies below the modules: it imports neither a module, nor the edge, nor what builds them, not even for a type.',
+      severity: 'error',
+      from: { path: '^src/api/' },
+      to: { path: '^src/(modules|http|cli)/|^src/(services|loaders|app|main)\\.ts$' },
+    },
+    {
+      name: 'authz-imports-above',
+      comment:
+        'The permission table (src/authz/) lies below everything that checks against it: it imports no module, no API toolkit and no edge, not even for a type.',
+      severity: 'error',
+      from: { path: '^src/authz/' },
+      to: { path: '^src/(modules|api|http|cli)/|^src/(services|loaders|app|main)\\.ts$' },
     },
     {
       name: 'no-circular',

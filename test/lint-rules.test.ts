@@ -1,7 +1,8 @@
 /**
- * The lint rules of `npm run lint` catch what they exist for (docs/decisions/0051): run on a small
- * project with the repository's own configuration, a statement in a service and an import of
- * another module's store fail, and the same code moved into the store passes.
+ * The lint rules of `npm run lint` catch what they exist for (docs/decisions/0051, 0065): run on a
+ * small project with the repository's own configuration, a statement in a service, an import of
+ * another module's store, a module importing the edge and a lower layer importing a higher one
+ * fail, and the same code where it belongs passes.
  */
 import { spawnSync } from 'node:child_process';
 import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -69,4 +70,55 @@ test("importing another module's store fails the boundary check; its service pas
   const throughService = depcruise();
   expect(throughService.output).not.toContain('error');
   expect(throughService.code).toBe(0);
+});
+
+test('a module importing the edge fails, a type-only import too; the API layer it declares with passes', async () => {
+  await mkdir(path.join(project, 'src/http'), { recursive: true });
+  await mkdir(path.join(project, 'src/api'), { recursive: true });
+  await writeFile(path.join(project, 'src/http/edge.ts'), 'export interface Edge {\n  id: string;\n}\n');
+  await writeFile(path.join(project, 'src/api/toolkit.ts'), 'export interface Toolkit {\n  id: string;\n}\n');
+  const schemaFile = path.join(project, 'src/modules/alpha/alpha.graphql.ts');
+
+  await writeFile(schemaFile, "import * as edge from '../../http/edge.js';\nexport const alpha = edge;\n");
+  const fromEdge = depcruise();
+  expect(fromEdge.code).not.toBe(0);
+  expect(fromEdge.output).toContain('module-imports-edge');
+
+  await writeFile(schemaFile, "import type { Edge } from '../../http/edge.js';\nexport type Alpha = Edge;\n");
+  const typeFromEdge = depcruise();
+  expect(typeFromEdge.code).not.toBe(0);
+  expect(typeFromEdge.output).toContain('module-imports-edge');
+
+  await writeFile(schemaFile, "import type { Toolkit } from '../../api/toolkit.js';\nexport type Alpha = Toolkit;\n");
+  const fromApi = depcruise();
+  expect(fromApi.output).not.toContain('error');
+  expect(fromApi.code).toBe(0);
+  await rm(schemaFile);
+});
+
+test('the API layer and the permission table import nothing above them, not even a type', async () => {
+  await mkdir(path.join(project, 'src/authz'), { recursive: true });
+  const toolkit = path.join(project, 'src/api/toolkit.ts');
+  const table = path.join(project, 'src/authz/authz.ts');
+  await writeFile(table, "export type Action = 'org:read';\n");
+
+  await writeFile(path.join(project, 'src/services.ts'), 'export interface Services {\n  id: string;\n}\n');
+  // A module, the edge, the composition root: each is above the API layer.
+  for (const above of ['../modules/alpha/alpha.service.js', '../http/edge.js', '../services.js']) {
+    await writeFile(toolkit, `import type * as Above from '${above}';\nexport type Toolkit = typeof Above;\n`);
+    const apiUp = depcruise();
+    expect({ above, failed: apiUp.code !== 0 }).toEqual({ above, failed: true });
+    expect(apiUp.output).toContain('api-imports-above');
+  }
+  await writeFile(toolkit, "import type { Action } from '../authz/authz.js';\nexport type Toolkit = Action;\n");
+
+  await writeFile(table, "import type { Toolkit } from '../api/toolkit.js';\nexport type Action = Toolkit;\n");
+  const tableUp = depcruise();
+  expect(tableUp.code).not.toBe(0);
+  expect(tableUp.output).toContain('authz-imports-above');
+
+  await writeFile(table, "export type Action = 'org:read';\n");
+  const downward = depcruise();
+  expect(downward.output).not.toContain('error');
+  expect(downward.code).toBe(0);
 });

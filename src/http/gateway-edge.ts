@@ -1,40 +1,16 @@
-import { AppError } from '../errors.js';
-import type { GatewayDecision, GatewayMode, GatewayRequest } from '../modules/gateway/decision.js';
-import type { DecisionOutcome } from '../modules/gateway/gateway.service.js';
-import type { RequestState } from '../api/request-state.js';
 import { restRoute } from '../api/rest-routes.js';
+import type { GatewayDecision, GatewayMode, GatewayRequest } from '../modules/gateway/decision.js';
+import { answer } from '../modules/gateway/gateway.graphql.js';
 
 /**
- * The gateway's HTTP edge: its two REST routes (answered directly, without SOFA: the hot path),
- * the body they answer, and what a decision sets on the HTTP answer, which the GraphQL fields
- * (src/modules/gateway/gateway.graphql.ts) give alike. The routes are counted against the agent's
- * manifest budget and its policies' rate limits (in the decision), never against the operator
- * rate limit. Here rather than in the module: a module's files other than its GraphQL schema know
- * nothing of HTTP, and this file is HTTP through and through (headers, the 429, the wire body).
+ * The gateway's HTTP edge: its two REST routes (answered directly, without SOFA: the hot path)
+ * and the body they answer. What a decision sets on the HTTP answer (its headers, the 429) is
+ * `answer` in src/modules/gateway/gateway.graphql.ts, which the GraphQL fields give alike. The
+ * routes are counted against the agent's manifest budget and its policies' rate limits (in the
+ * decision), never against the operator rate limit. Here rather than in the module: a module's
+ * files other than its GraphQL schema know nothing of HTTP, and these routes are HTTP through and
+ * through (the direct handler, the wire body).
  */
-
-/**
- * The agent's hourly budget in the X-RateLimit headers, or the limit that refused (the hourly
- * budget or a policy's rate limit) as 429 POLICY_VIOLATION with its X-RateLimit headers and
- * Retry-After (the denial is already recorded).
- */
-export function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
-  const { budget, rateLimited } = outcome;
-  const headers = (limit: number, remaining: number, resetAt: number) => {
-    state.responseHeaders.set('X-RateLimit-Limit', String(limit));
-    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, remaining)));
-    state.responseHeaders.set('X-RateLimit-Reset', String(resetAt));
-  };
-  if (rateLimited) headers(rateLimited.limit, 0, rateLimited.resetAt);
-  else if (budget) headers(budget.hour.limit, budget.hour.limit - budget.hour.current, budget.hour.window.resetAt);
-  if (rateLimited) {
-    throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
-      details: rateLimited.reason.details,
-      headers: { 'Retry-After': String(rateLimited.retryAfterSeconds) },
-    });
-  }
-  return outcome.decision;
-}
 
 /**
  * A decision as the REST route answers it: the GatewayDecision type's fields, nulls included, in

@@ -1,10 +1,12 @@
 import { builder } from '../../api/builder.js';
+import type { RequestState } from '../../api/request-state.js';
 import { principalOf } from '../../api/context.js';
 import { closedValues } from '../../api/closed-values.js';
+import { AppError } from '../../errors.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
 import { REASON_CODES, type GatewayDecision, type GatewayMode, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.graphql.js';
-import { answer } from '../../http/gateway-edge.js';
+import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
   fields: (t) => ({
@@ -63,9 +65,32 @@ const decisionArgs = builder.args((t) => ({
 }));
 
 /**
+ * The agent's hourly budget in the X-RateLimit headers, or the limit that refused (the hourly
+ * budget or a policy's rate limit) as 429 POLICY_VIOLATION with its X-RateLimit headers and
+ * Retry-After (the denial is already recorded).
+ */
+export function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
+  const { budget, rateLimited } = outcome;
+  const headers = (limit: number, remaining: number, resetAt: number) => {
+    state.responseHeaders.set('X-RateLimit-Limit', String(limit));
+    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, remaining)));
+    state.responseHeaders.set('X-RateLimit-Reset', String(resetAt));
+  };
+  if (rateLimited) headers(rateLimited.limit, 0, rateLimited.resetAt);
+  else if (budget) headers(budget.hour.limit, budget.hour.limit - budget.hour.current, budget.hour.window.resetAt);
+  if (rateLimited) {
+    throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
+      details: rateLimited.reason.details,
+      headers: { 'Retry-After': String(rateLimited.retryAfterSeconds) },
+    });
+  }
+  return outcome.decision;
+}
+
+/**
  * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
- * records. Each mode's field answers through the gateway's HTTP edge (src/http/gateway-edge.ts,
- * where its REST route is declared too), authorized by the same action as that route.
+ * records. Each mode's field answers through `answer` (as its REST route does, declared in
+ * src/http/gateway-edge.ts), authorized by the same action as that route.
  */
 function decisionField(mode: GatewayMode, description: string) {
   builder.mutationField(`gateway_${mode}`, (t) =>
