@@ -4,6 +4,11 @@ import { scopedSlot } from '../lib/async-scope.js';
 import { randomHexId } from '../lib/ids.js';
 import { runWithRequestId } from '../lib/request-id.js';
 
+/*
+ * The request state at the edge: made for each request, held in an async slot for the code that
+ * serves it. Its type is src/api/request-state.ts, below the modules, which read it from their
+ * context.
+ */
 const requestSlot = scopedSlot<RequestState>('request');
 
 /** The request being served, for code far from the context (audit entries, error logs). */
