@@ -1,10 +1,10 @@
 /**
  * ESM throughout (jose is ESM-only): ts-jest transpiles, Node's VM modules run the tests.
  * `npm test` runs the files in three workers, then the `*.measured.test.ts` files one at a time:
- * they compare latencies (one org's under another's flood), which a second test file running on
- * the same two cores would distort. Three workers on two cores: a file waiting on a child
- * process, a browser or a timer leaves a core to the others (about 6% sooner than two on this
- * machine).
+ * they compare latencies (one org's under another's flood) or measure a service's memory (an
+ * export read after a pause), which a second test file running on the same two cores would
+ * distort. Three workers on two cores: a file waiting on a child process, a browser or a timer
+ * leaves a core to the others (about 6% sooner than two on this machine).
  */
 export default {
   testEnvironment: 'node',

@@ -1,5 +1,5 @@
 import { Worker } from 'node:worker_threads';
-import { messages, Mutex, type QueryOptions, type Results } from '@electric-sql/pglite';
+import { messages, type QueryOptions } from '@electric-sql/pglite';
 import {
   type ArrayType,
   type ParsedStatements,
@@ -152,20 +152,8 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
     },
   };
 
-  /**
-   * One at a time into a transaction, in order: a statement outside one is sent once none is open
-   * and does not wait for its answer to let the next in; a transaction keeps the rest out until it
-   * ends. The thread runs what it gets in the order it got it.
-   */
-  const lock = new Mutex();
-  const outside = <T>(run: () => Promise<T>) =>
-    new Promise<T>((resolve, reject) => {
-      lock
-        .runExclusive(async () => {
-          run().then(resolve, reject);
-        })
-        .catch(reject);
-    });
+  const order = statementOrder();
+  const outside = order.send;
 
   return {
     get closed() {
@@ -178,7 +166,7 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
       return outside(() => runner.script(script, options, false));
     },
     transaction<T>(work: (tx: PreparedTransaction) => Promise<T>) {
-      return lock.runExclusive(() => runTransaction(runner, work));
+      return order.transaction(() => runTransaction(runner, work));
     },
     async refreshArrayTypes() {
       parsers = parsersFor(await outside(() => send<ArrayType[]>({ op: 'refreshArrayTypes' })));
@@ -200,6 +188,57 @@ export async function startPGliteThread(start: ThreadStart): Promise<PGliteOnThr
       // In turn with the statements sent before it, which the thread runs first.
       await outside(async () => worker.postMessage({ op: 'exit', id: nextId++ } satisfies ThreadRequest));
       await gone;
+    },
+  };
+}
+
+/**
+ * One at a time into a transaction, in order: a statement outside one is sent once no transaction
+ * is open or waiting, and does not wait for its answer to let the next in; a transaction keeps the
+ * rest out until it ends. The thread runs what it gets in the order it got it.
+ *
+ * A lock of our own rather than PGlite's Mutex: through the Mutex, every answer outlived two
+ * young-generation collections and was promoted to the old generation, though nothing kept it (a
+ * page of 100 rows of 1 KB: 108 KB promoted a statement, the whole answer; 0.7 KB with this lock,
+ * test/young-garbage.test.ts): an export filled the old generation at the pace it was read, and the
+ * process grew until a full collection (docs/decisions/0064-exports-streamed-with-backpressure.md).
+ */
+function statementOrder() {
+  let held = false;
+  const waiting: (() => void)[] = [];
+  /** Undefined when the lock was free (and is now held); else a promise of the turn. */
+  const take = (): Promise<void> | undefined => {
+    if (!held) {
+      held = true;
+      return undefined;
+    }
+    return new Promise<void>((resolve) => waiting.push(resolve));
+  };
+  const give = () => {
+    const next = waiting.shift();
+    if (next) next();
+    else held = false;
+  };
+  /** Starts `start` holding the lock, and lets the next in as soon as it has started. */
+  const started = <T>(start: () => Promise<T>): Promise<T> => {
+    try {
+      return start();
+    } finally {
+      give();
+    }
+  };
+  return {
+    send<T>(start: () => Promise<T>): Promise<T> {
+      const turn = take();
+      return turn ? turn.then(() => started(start)) : started(start);
+    },
+    async transaction<T>(work: () => Promise<T>): Promise<T> {
+      await take();
+      try {
+        return await work();
+      } finally {
+        give();
+      }
     },
   };
 }

@@ -129,6 +129,33 @@ test('a transaction commits or rolls back, and statements outside it wait rather
   expect((await db.query('SELECT id FROM things WHERE id = $1', [12])).rows).toHaveLength(1);
 });
 
+test('statements and transactions that wait for an open transaction run in the order they were asked for', async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let opened!: () => void;
+  const open = new Promise<void>((resolve) => {
+    opened = resolve;
+  });
+  const first = db.transaction(async (tx) => {
+    await tx.query('INSERT INTO things (id, name) VALUES ($1, $2)', [13, 'first']);
+    opened();
+    await held;
+  });
+  await open;
+  // Each of these changes the row the one before wrote: any other order leaves another name.
+  const waiting = [
+    db.query("UPDATE things SET name = name || ', statement' WHERE id = $1", [13]),
+    db.transaction((tx) => tx.query("UPDATE things SET name = name || ', transaction' WHERE id = $1", [13])),
+    db.query("UPDATE things SET name = name || ', last' WHERE id = $1", [13]),
+  ];
+  release();
+  await Promise.all([first, ...waiting]);
+  const { rows } = await db.query<{ name: string }>('SELECT name FROM things WHERE id = $1', [13]);
+  expect(rows).toEqual([{ name: 'first, statement, transaction, last' }]);
+});
+
 test('a rollback asked for inside the transaction ends it; COMMIT of a failed one reports it aborted', async () => {
   await db.transaction(async (tx) => {
     await tx.query('INSERT INTO things (id) VALUES ($1)', [20]);

@@ -29,12 +29,18 @@ const recordHash = (seq: string) => `'sha256:' || encode(sha256(convert_to('h' |
 
 const sqlArray = (values: string[]) => `ARRAY[${values.map((v) => `'${v}'`).join(',')}]`;
 
-/** Appends the history in slices, so that no statement holds millions of rows in memory (PGlite). */
+/**
+ * Appends the history in slices, so that no statement holds millions of rows in memory (PGlite).
+ * With `payloadBytes`, each record keeps params and each audit entry an `after` of about that many
+ * bytes (`{"n": i, "note": "xxx…"}`), so that an export's size can be set (the export tests).
+ */
 export async function seedHistory(
   query: (text: string, values: unknown[]) => Promise<unknown>,
   orgId: string,
   size: number,
+  { payloadBytes = 0 }: { payloadBytes?: number } = {},
 ): Promise<void> {
+  const payload = payloadBytes ? `jsonb_build_object('n', i, 'note', repeat('x', ${Math.trunc(payloadBytes)}))` : '';
   const SLICE = 250_000;
   for (let first = 1; first <= size; first += SLICE) {
     const last = Math.min(size, first + SLICE - 1);
@@ -45,7 +51,7 @@ export async function seedHistory(
        SELECT 'int_' || md5($1::text || i), $1::uuid, i, 'agent-' || (i % ${HISTORY_AGENTS}), 'agent-' || (i % ${HISTORY_AGENTS}),
          (${sqlArray(HISTORY_ACTION_TYPES)})[1 + i % ${HISTORY_ACTION_TYPES.length}],
          (${sqlArray(HISTORY_TOOLS)})[1 + (i / 7) % ${HISTORY_TOOLS.length}],
-         'cap', md5('p' || i), NULL,
+         'cap', md5('p' || i), ${payload || 'NULL'},
          (CASE WHEN i % 10 = 0 THEN 'denied' ELSE 'approved' END)::"RecordStatus", i % 10 <> 0,
          '[]'::jsonb, md5('r' || i), NULL, '[]'::jsonb, 'rest',
          ${recordHash('i - 1')}, ${recordHash('i')}, 'sig', 'kid',
@@ -59,7 +65,7 @@ export async function seedHistory(
        SELECT 'aud_' || md5($1::text || i), $1::uuid, 'user', 'user-' || (i % ${HISTORY_ACTORS}),
          'user' || (i % ${HISTORY_ACTORS}) || '@history.example',
          (${sqlArray(HISTORY_AUDIT_ACTIONS)})[1 + i % ${HISTORY_AUDIT_ACTIONS.length}],
-         'manifest', 'm-' || (i % 1000), NULL, '{"ok": true}'::jsonb, NULL, NULL,
+         'manifest', 'm-' || (i % 1000), NULL, ${payload || `'{"ok": true}'::jsonb`}, NULL, NULL,
          now() - make_interval(secs => $2::bigint - i)
        FROM generate_series($3::bigint, $4::bigint) AS i`,
       [orgId, size, first, last],

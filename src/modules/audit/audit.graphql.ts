@@ -142,7 +142,7 @@ streamRoute({
   },
   async handle(call) {
     const { format = 'jsonl', ...filter } = call.query as AuditFilter & { format?: 'jsonl' | 'csv' };
-    const batches = call.services.audit.exportBatches(call.orgId, filter);
+    const batches = await call.services.audit.exportBatches(call.orgId, filter);
     const stamp = new Date()
       .toISOString()
       .replace(/[-:]/g, '')

@@ -12,7 +12,14 @@ import type { AuditLog, Prisma } from '../../generated/prisma/client.js';
 import { currentRequestId } from '../../lib/request-id.js';
 import type { Actor, AuditEvent } from './audit-events.js';
 import { timeOrderedId } from '../../lib/ids.js';
-import { type AuditFilter, type AuditKey, auditEntries, countAuditEntries, insertAuditEntry } from './audit.store.js';
+import {
+  type AuditFilter,
+  type AuditKey,
+  auditEntries,
+  countAuditEntries,
+  insertAuditEntry,
+  newestAuditKey,
+} from './audit.store.js';
 
 export type { AuditFilter } from './audit.store.js';
 
@@ -62,7 +69,8 @@ function keyOfCursor([time, id, ...rest]: string[]): AuditKey | undefined {
   return { createdAt, id };
 }
 
-export const AUDIT_EXPORT_BATCH = 1000;
+/** Entries per page of the export: as the records export's, and for the same reason (record.service.ts). */
+export const AUDIT_EXPORT_BATCH = 100;
 
 const actionPattern = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const targetTypePattern = /^[a-z][a-z0-9_]*$/;
@@ -105,23 +113,30 @@ export function createAuditService({ db }: Deps) {
   }
 
   /**
-   * Every matching entry, oldest first, in batches read one at a time with keyset pagination on
-   * (created_at, id): no transaction or cursor stays open between batches, so a slow reader holds
-   * nothing in the database, and memory holds one batch. The filter is checked now (422 before
-   * any byte is sent); reading starts when the batches are iterated.
+   * Every matching entry, oldest first, up to the org's newest entry when the export began (read
+   * now: entries written while the client reads are not in it), in pages read one at a time when
+   * the previous one has been taken, with keyset pagination on (created_at, id): no transaction or
+   * cursor stays open between pages, so a slow reader holds nothing in the database, and memory
+   * holds one page. An entry of a change whose transaction was still open then (dated by its
+   * start, so before that newest entry) is in the file if the pages had not passed its time: the
+   * log has no order of commits, as the records' chain has. The filter is checked now (422 before
+   * any byte is sent).
    */
-  function exportBatches(
+  async function exportBatches(
     orgId: string,
     filter: AuditFilter,
     batchSize = AUDIT_EXPORT_BATCH,
-  ): AsyncIterable<AuditLog[]> {
+  ): Promise<AsyncIterable<AuditLog[]>> {
     const errors = new FieldErrors();
     checkFilter(filter, errors);
     errors.throwIfAny();
+    const upTo = await newestAuditKey(db.sql, orgId);
     return (async function* () {
-      let after: { createdAt: Date; id: string } | undefined;
+      if (!upTo) return;
+      let after: AuditKey | undefined;
       for (;;) {
-        const batch = await auditEntries(db.sql, orgId, filter, { order: 'asc', take: batchSize, offset: 0, after });
+        const page = { order: 'asc', take: batchSize, offset: 0, after, upTo } as const;
+        const batch = await auditEntries(db.sql, orgId, filter, page);
         if (batch.length) yield batch;
         if (batch.length < batchSize) return;
         const last = batch[batch.length - 1];

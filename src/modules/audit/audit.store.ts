@@ -67,19 +67,20 @@ function conditionsOf(orgId: string, filter: AuditFilter) {
 
 /**
  * Up to `take` of the org's matching entries after `offset` of them, newest first (`desc`) or
- * oldest first (`asc`), from after `after` (keyset pagination) when given.
+ * oldest first (`asc`), from after `after` (keyset pagination) when given, and none after `upTo`
+ * (the newest entry when an export began) when given.
  */
 export async function auditEntries(
   sql: SqlDriver,
   orgId: string,
   filter: AuditFilter,
-  page: { order: 'asc' | 'desc'; take: number; offset: number; after?: AuditKey },
+  page: { order: 'asc' | 'desc'; take: number; offset: number; after?: AuditKey; upTo?: AuditKey },
 ): Promise<AuditLog[]> {
   const { values, param, branches } = conditionsOf(orgId, filter);
   const order = `ORDER BY created_at ${page.order}, id ${page.order}`;
-  const keyset = page.after
-    ? ` AND (created_at, id) ${page.order === 'desc' ? '<' : '>'} (${param(page.after.createdAt)}::timestamptz, ${param(page.after.id)}::text)`
-    : '';
+  const keyOf = (key: AuditKey) => `(${param(key.createdAt)}::timestamptz, ${param(key.id)}::text)`;
+  const after = page.after ? ` AND (created_at, id) ${page.order === 'desc' ? '<' : '>'} ${keyOf(page.after)}` : '';
+  const keyset = page.upTo ? `${after} AND (created_at, id) <= ${keyOf(page.upTo)}` : after;
   const limit = param(page.take);
   const offset = param(page.offset);
   if (branches.length === 1)
@@ -97,6 +98,16 @@ export async function auditEntries(
     `SELECT ${entryColumns} FROM (${union}) AS entries ${order} LIMIT ${limit} OFFSET ${offset}`,
     values,
   );
+}
+
+/** The key of the org's newest entry (whatever a filter would match), undefined before its first. */
+export async function newestAuditKey(sql: SqlDriver, orgId: string): Promise<AuditKey | undefined> {
+  const [row] = await sql.query<AuditKey>(
+    `SELECT created_at AS "createdAt", id FROM audit_logs WHERE org_id = $1::uuid
+     ORDER BY created_at DESC, id DESC LIMIT 1`,
+    [orgId],
+  );
+  return row;
 }
 
 /** How many entries match, counting no further than `bound + 1`. */

@@ -299,22 +299,34 @@ export async function recordHashAt(prisma: PrismaClient, orgId: string, seq: big
   return record?.recordHash;
 }
 
-/** How many of the org's records have a seq in [first, last]. */
-export function countRecordsInSeqRange(prisma: PrismaClient, orgId: string, first: bigint, last: bigint) {
-  return prisma.interactionRecord.count({ where: { orgId, seq: { gte: first, lte: last } } });
-}
+/** A record as the export reads it: every column but its Merkle nodes, which the file does not carry. */
+export type ExportedRecord = Omit<InteractionRecord, 'treeNodes'>;
 
-/** Up to `take` of the org's records with a seq in [first, last], in seq order. */
-export function recordsInSeqRange(
-  prisma: PrismaClient,
+/**
+ * Up to `take` of the org's records with a seq in [first, last], in seq order: one page of the
+ * export. Through the driver, not Prisma: each page Prisma read outlived two young-generation
+ * collections, so a long export filled the old generation at the pace it was read
+ * (docs/decisions/0064-exports-streamed-with-backpressure.md). The columns are named as Prisma's
+ * InteractionRecord, so the export's lines are built as from any other read.
+ */
+export async function exportPage(
+  sql: SqlDriver,
   orgId: string,
   first: bigint,
   last: bigint,
   take: number,
-): Promise<InteractionRecord[]> {
-  return prisma.interactionRecord.findMany({
-    where: { orgId, seq: { gte: first, lte: last } },
-    orderBy: [{ seq: 'asc' }],
-    take,
-  });
+): Promise<ExportedRecord[]> {
+  const rows = await sql.query<Omit<ExportedRecord, 'seq'> & { seq: string }>(
+    `SELECT r.id, r.org_id AS "orgId", r.seq::text AS seq, r.svc_id AS "svcId", r.agent_id AS "agentId",
+       r.action_type AS "actionType", r.tool, r.capability, r.params_hash AS "paramsHash", r.params, r.status,
+       r.executed, r.reasons, r.result_hash AS "resultHash", r.approval_id AS "approvalId", r.policies, r.channel,
+       r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature, r.key_id AS "keyId",
+       r.created_at AS "createdAt"
+     FROM interaction_records r
+     WHERE r.org_id = $1::uuid AND r.seq >= $2::bigint AND r.seq <= $3::bigint
+     ORDER BY r.seq LIMIT $4::int`,
+    [orgId, first.toString(), last.toString(), take],
+    'export_page',
+  );
+  return rows.map((row) => ({ ...row, seq: BigInt(row.seq) }));
 }

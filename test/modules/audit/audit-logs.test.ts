@@ -275,11 +275,49 @@ describe('GET /orgs/{org_id}/audit-logs/export', () => {
     expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toEqual([field]);
   });
 
+  test('entries written while the export streams are not in it: it is the log as of its start', async () => {
+    const busy = await signUp(t, 'audit-busy');
+    // Ten pages, older than the sign-up's own entries.
+    await t.database.db.sql.query(
+      `INSERT INTO audit_logs (id, org_id, actor_type, actor_id, actor_label, action, target_type, target_id, after, created_at)
+       SELECT 'aud_page_' || lpad(i::text, 4, '0'), $1::uuid, 'user', $2, 'x', 'manifest.approved', 'manifest', 'm-' || i,
+              '{}'::jsonb, timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
+       FROM generate_series(1, 1000) AS i`,
+      [busy.orgId, busy.adminUserId],
+    );
+    const response = await t.app.yoga.fetch(
+      `http://localhost/api/v1/orgs/${busy.orgId}/audit-logs/export`,
+      { headers: { authorization: `Bearer ${busy.adminToken}` } },
+      { clientAddress: '192.0.2.1' } as never,
+    );
+    const reader = response.body!.getReader();
+    const decoder = new TextDecoder();
+    let received = decoder.decode((await reader.read()).value, { stream: true });
+    // The first page has left; now an audited change.
+    const { keyId } = await createKey(t, busy, ['logs:read']);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      received += decoder.decode(value, { stream: true });
+    }
+    const targets = received
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line).target.id);
+    // The thousand and the sign-up's two.
+    expect(targets).toHaveLength(1002);
+    expect(targets).not.toContain(keyId);
+    const later = await t.request('GET', `/api/v1/orgs/${busy.orgId}/audit-logs?target_id=${keyId}`, {
+      token: busy.adminToken,
+    });
+    expect(later.body.items).toHaveLength(1);
+  });
+
   test('a failure half-way errors the stream: the download never looks complete', async () => {
     const audit = t.app.services.audit;
     const original = audit.exportBatches;
-    audit.exportBatches = (orgId, filter) => {
-      const real = original(orgId, filter, 2);
+    audit.exportBatches = async (orgId, filter) => {
+      const real = await original(orgId, filter, 2);
       return (async function* () {
         let batches = 0;
         for await (const batch of real) {
