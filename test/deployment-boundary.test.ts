@@ -63,6 +63,17 @@ async function saveTool(app: TestApp, org: OrgFixture, connector: 'http' | 'mcp'
   });
 }
 
+/** The org's single sign-on at `provider`, asking for private networks as a tenant may. */
+const configureSso = (
+  app: TestApp,
+  org: OrgFixture,
+  provider: { issuer: string; client_id: string; client_secret: string },
+) =>
+  app.request('PUT', `/api/v1/orgs/${org.orgId}/sso`, {
+    token: org.adminToken,
+    body: { ...provider, allowed_domains: [`${org.slug}.example`], allow_private_network: true },
+  });
+
 /** A stranger's org: signed up, its own manifest approved, an execute key; the tool is the test's. */
 async function strangerWithAgent(app: TestApp, label: string) {
   const org = await signUp(app, label);
@@ -106,15 +117,10 @@ describe('a default deployment (OUTBOUND_PRIVATE_NETWORKS unset): nothing a tena
   test('single sign-on with a loopback issuer is 422 naming OUTBOUND_PRIVATE_NETWORKS, and its discovery is never fetched', async () => {
     const org = await signUp(closed, 'b-sso');
     const before = hits.length;
-    const saved = await closed.request('PUT', `/api/v1/orgs/${org.orgId}/sso`, {
-      token: org.adminToken,
-      body: {
-        issuer: canary.base,
-        client_id: 'client',
-        client_secret: 'client-secret-value',
-        allowed_domains: [`${org.slug}.example`],
-        allow_private_network: true,
-      },
+    const saved = await configureSso(closed, org, {
+      issuer: canary.base,
+      client_id: 'client',
+      client_secret: 'client-secret-value',
     });
     expect(saved.status).toBe(422);
     expect(saved.body.error.details.errors).toEqual([{ field: 'issuer', message: OUTSIDE_THE_LIST }]);
@@ -207,15 +213,10 @@ describe('saved while the deployment opened loopback, refused on connecting once
     });
     try {
       const org = await signUp(opened, 'c-sso');
-      const saved = await opened.request('PUT', `/api/v1/orgs/${org.orgId}/sso`, {
-        token: org.adminToken,
-        body: {
-          issuer: provider.issuer,
-          client_id: provider.clientId,
-          client_secret: provider.clientSecret,
-          allowed_domains: [`${org.slug}.example`],
-          allow_private_network: true,
-        },
+      const saved = await configureSso(opened, org, {
+        issuer: provider.issuer,
+        client_id: provider.clientId,
+        client_secret: provider.clientSecret,
       });
       expect(saved.status).toBe(200);
       const asked = new Map(provider.hits);
@@ -232,15 +233,10 @@ describe('saved while the deployment opened loopback, refused on connecting once
   test('single sign-on: a discovery read that reaches an internal service quotes nothing of its answer', async () => {
     const org = await signUp(opened, 'c-sso-quote');
     const before = hits.length;
-    const saved = await opened.request('PUT', `/api/v1/orgs/${org.orgId}/sso`, {
-      token: org.adminToken,
-      body: {
-        issuer: canary.base,
-        client_id: 'client',
-        client_secret: 'client-secret-value',
-        allowed_domains: [`${org.slug}.example`],
-        allow_private_network: true,
-      },
+    const saved = await configureSso(opened, org, {
+      issuer: canary.base,
+      client_id: 'client',
+      client_secret: 'client-secret-value',
     });
     expect(saved.status).toBe(422);
     expect(saved.text).not.toContain(INTERNAL_SECRET);

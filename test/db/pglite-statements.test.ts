@@ -99,25 +99,28 @@ test('a database error keeps its class and every field across the thread, as cal
   expect((error as Error).constructor).toBe((theirs as Error).constructor);
 });
 
+/** A promise the test settles when it chooses (`open()`): a step held until then. */
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}
+
 test('a transaction commits or rolls back, and statements outside it wait rather than joining it', async () => {
-  let release!: () => void;
-  const held = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let inserted!: () => void;
-  const insertedInside = new Promise<void>((resolve) => {
-    inserted = resolve;
-  });
+  const held = gate();
+  const insertedInside = gate();
   const inside = db.transaction(async (tx) => {
     await tx.query('INSERT INTO things (id, name) VALUES ($1, $2)', [10, 'rolled back']);
-    inserted();
-    await held;
+    insertedInside.open();
+    await held.promise;
     throw new Error('changed my mind');
   });
-  await insertedInside;
+  await insertedInside.promise;
   // Sent while the transaction is open: it must not become part of it (and roll back with it).
   const outside = db.query('INSERT INTO things (id, name) VALUES ($1, $2)', [11, 'kept']);
-  release();
+  held.open();
   await expect(inside).rejects.toThrow('changed my mind');
   await outside;
   const { rows } = await db.query<{ id: number }>('SELECT id FROM things WHERE id IN (10, 11) ORDER BY id');
@@ -130,27 +133,21 @@ test('a transaction commits or rolls back, and statements outside it wait rather
 });
 
 test('statements and transactions that wait for an open transaction run in the order they were asked for', async () => {
-  let release!: () => void;
-  const held = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let opened!: () => void;
-  const open = new Promise<void>((resolve) => {
-    opened = resolve;
-  });
+  const held = gate();
+  const opened = gate();
   const first = db.transaction(async (tx) => {
     await tx.query('INSERT INTO things (id, name) VALUES ($1, $2)', [13, 'first']);
-    opened();
-    await held;
+    opened.open();
+    await held.promise;
   });
-  await open;
+  await opened.promise;
   // Each of these changes the row the one before wrote: any other order leaves another name.
   const waiting = [
     db.query("UPDATE things SET name = name || ', statement' WHERE id = $1", [13]),
     db.transaction((tx) => tx.query("UPDATE things SET name = name || ', transaction' WHERE id = $1", [13])),
     db.query("UPDATE things SET name = name || ', last' WHERE id = $1", [13]),
   ];
-  release();
+  held.open();
   await Promise.all([first, ...waiting]);
   const { rows } = await db.query<{ name: string }>('SELECT name FROM things WHERE id = $1', [13]);
   expect(rows).toEqual([{ name: 'first, statement, transaction, last' }]);
