@@ -251,29 +251,31 @@ describe('saved while the deployment opened loopback, refused on connecting once
 });
 
 describe('link-local is never reachable', () => {
+  /** A deployment that lists every range, on a database of its own (its background work stays its own). */
+  let everything: TestApp;
+  beforeAll(async () => {
+    everything = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' });
+  });
+  afterAll(() => everything.close());
+
   test.each([
     ['http://169.254.169.254/latest/meta-data/iam', 'config.url'],
     ['http://169.254.170.2/v2/credentials', 'config.url'],
     ['http://[fd00:ec2::254]/latest/meta-data/', 'config.url'],
     ['http://[::ffff:169.254.169.254]/latest/meta-data/', 'config.url'],
   ])('%s: a tool is 422 even on a deployment listing 0.0.0.0/0 and ::/0', async (url, field) => {
-    const everything = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' }, { db: closed.database.db });
-    try {
-      const org = await signUp(everything, 'linklocal');
-      const saved = await saveTool(everything, org, 'http', url);
-      expect(saved.status).toBe(422);
-      expect(saved.body.error.details.errors).toEqual([
-        {
-          field,
-          message:
-            'the URL points to a link-local address (where cloud metadata services answer), which is never reachable',
-        },
-      ]);
-      // The same deployment reaches loopback: the list works, link-local stays shut.
-      expect((await saveTool(everything, org, 'http', canaryUrl('/listed'))).status).toBe(201);
-    } finally {
-      await everything.close();
-    }
+    const org = await signUp(everything, 'linklocal');
+    const saved = await saveTool(everything, org, 'http', url);
+    expect(saved.status).toBe(422);
+    expect(saved.body.error.details.errors).toEqual([
+      {
+        field,
+        message:
+          'the URL points to a link-local address (where cloud metadata services answer), which is never reachable',
+      },
+    ]);
+    // The same deployment reaches loopback: the list works, link-local stays shut.
+    expect((await saveTool(everything, org, 'http', canaryUrl('/listed'))).status).toBe(201);
   });
 });
 

@@ -752,11 +752,16 @@ describe('execution through the gateway', () => {
 
 describe('address policy when saving (SSRF): the rule webhooks follow, 422 on config.url', () => {
   let org: OrgFixture;
-  /** The same database behind a deployment that opens every private range (OUTBOUND_PRIVATE_NETWORKS). */
+  /**
+   * A deployment that opens every private range (OUTBOUND_PRIVATE_NETWORKS), on a database of its
+   * own: its background work (webhook deliveries) must not reach this file's receivers.
+   */
   let wide: TestApp;
+  let wideOrg: OrgFixture;
   beforeAll(async () => {
     org = await signUp(t, 'toolssrf');
-    wide = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' }, { db: t.database.db });
+    wide = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' });
+    wideOrg = await signUp(wide, 'toolssrf-wide');
   });
   afterAll(() => wide.close());
 
@@ -809,8 +814,8 @@ describe('address policy when saving (SSRF): the rule webhooks follow, 422 on co
   test.each(neverReachable)(
     '%s: 422 on config.url with allow_private_network, even on a deployment that opens every private range',
     async (_label, url) => {
-      const refused = await wide.request('POST', toolsPath(org), {
-        token: org.adminToken,
+      const refused = await wide.request('POST', toolsPath(wideOrg), {
+        token: wideOrg.adminToken,
         body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
       });
       expect(refused.status).toBe(422);
@@ -834,8 +839,8 @@ describe('address policy when saving (SSRF): the rule webhooks follow, 422 on co
         { field: 'config.url', message: expect.stringContaining('allow_private_network') },
       ]);
       expect((await t.request('GET', toolsPath(org), { token: org.adminToken })).body.total).toBe(total);
-      const allowed = await wide.request('POST', toolsPath(org), {
-        token: org.adminToken,
+      const allowed = await wide.request('POST', toolsPath(wideOrg), {
+        token: wideOrg.adminToken,
         body: { action_type: nextActionType(), ...httpTool({ url: url(), allow_private_network: true }) },
       });
       expect(allowed.status).toBe(201);

@@ -432,11 +432,16 @@ describe('validation: 422 naming the field, nothing stored', () => {
 
 describe('address policy (SSRF)', () => {
   let org: OrgFixture;
-  /** The same database behind a deployment that opens every private range (OUTBOUND_PRIVATE_NETWORKS). */
+  /**
+   * A deployment that opens every private range (OUTBOUND_PRIVATE_NETWORKS), on a database of its
+   * own: its background work (webhook deliveries) must not reach this file's receivers.
+   */
   let wide: TestApp;
+  let wideOrg: OrgFixture;
   beforeAll(async () => {
     org = await signUp(t, 'whssrf');
-    wide = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' }, { db: t.database.db });
+    wide = await startTestApp({ OUTBOUND_PRIVATE_NETWORKS: '0.0.0.0/0,::/0' });
+    wideOrg = await signUp(wide, 'whssrf-wide');
   });
   afterAll(() => wide.close());
 
@@ -454,8 +459,8 @@ describe('address policy (SSRF)', () => {
   ];
 
   test('169.254.169.254 (cloud metadata): 422 on url with allow_private_network, even where every private range is open', async () => {
-    const refused = await wide.request('POST', webhooksPath(org), {
-      token: org.adminToken,
+    const refused = await wide.request('POST', webhooksPath(wideOrg), {
+      token: wideOrg.adminToken,
       body: {
         url: 'http://169.254.169.254/latest/meta-data',
         events: ['approval.requested'],
@@ -479,8 +484,8 @@ describe('address policy (SSRF)', () => {
       expect(refused.body.error.details.errors).toEqual([
         { field: 'url', message: expect.stringContaining('allow_private_network') },
       ]);
-      const allowed = await wide.request('POST', webhooksPath(org), {
-        token: org.adminToken,
+      const allowed = await wide.request('POST', webhooksPath(wideOrg), {
+        token: wideOrg.adminToken,
         body: { url: url(), events: ['approval.requested'], allow_private_network: true, active: false },
       });
       expect(allowed.status).toBe(201);
