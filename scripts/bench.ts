@@ -155,7 +155,13 @@ const bare = createServer((_req, res) => {
 const barePort = await listen(bare);
 
 // The bench signs up several orgs from one address on every run.
-const env = parseEnv({ SIGNUP_MAX_PER_ADDRESS: '1000000', ...process.env, LOG_LEVEL: 'silent' });
+// The mcp tool rows' upstreams run on loopback, which a deployment opens to tenants only by listing it.
+const env = parseEnv({
+  SIGNUP_MAX_PER_ADDRESS: '1000000',
+  OUTBOUND_PRIVATE_NETWORKS: '127.0.0.0/8',
+  ...process.env,
+  LOG_LEVEL: 'silent',
+});
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
 const app = createApp({ env, db, logger: createLogger('silent') });
 await app.ready;
