@@ -9,6 +9,8 @@
 const PUBLIC_FILES = [
   '\\.service\\.ts$',
   '\\.graphql\\.ts$',
+  '\\.module\\.ts$',
+  '^src/modules/modules\\.ts$',
   // The password rules that sign-up, users and sessions share (the permission table is src/authz/, below the modules).
   '^src/modules/auth/password\\.ts$',
   // The typed union of audit events every audited write names.

@@ -1,7 +1,6 @@
+import { restRoutes, streamRoutes } from '../src/http/schema.js';
 import { readFileSync } from 'node:fs';
 import { renderContracts } from '../src/contracts.js';
-import { restRoutes } from '../src/api/rest-routes.js';
-import { streamRoutes } from '../src/api/stream-routes.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { signUp } from './support/fixtures.js';
 import { readyAgent } from './support/gateway.js';

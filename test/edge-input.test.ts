@@ -6,9 +6,8 @@
  * field, never a 500, a reset connection or a hang.
  */
 import { isNonNullType, type GraphQLSchema } from 'graphql';
-import { schema } from '../src/http/schema.js';
-import { publicPath, restRoutes, type RestRoute } from '../src/api/rest-routes.js';
-import { streamRoutes } from '../src/api/stream-routes.js';
+import { restRoutes, streamRoutes, schema } from '../src/http/schema.js';
+import { publicPath, type RestRoute } from '../src/api/rest-routes.js';
 import { apiKeyScopes } from '../src/authz/authz.js';
 import { startTestApp, type RequestOptions, type TestApp } from './support/app.js';
 import { createKey, signUp, type OrgFixture } from './support/fixtures.js';

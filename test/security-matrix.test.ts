@@ -5,10 +5,9 @@
  * plus the positive case. A route is one row of `matrix`; a test below fails when a declared
  * route has no row, so a new route cannot ship without its security cases.
  */
+import { restRoutes, streamRoutes } from '../src/http/schema.js';
 import { randomBytes, randomUUID } from 'node:crypto';
-import '../src/http/schema.js';
-import { restRoutes, type RestRoute } from '../src/api/rest-routes.js';
-import { streamRoutes } from '../src/api/stream-routes.js';
+import type { RestRoute } from '../src/api/rest-routes.js';
 import { generateApiKey } from '../src/modules/api-key/api-key-format.js';
 import { apiKeyScopes, userRoles, type ApiKeyScope, type UserRole } from '../src/authz/authz.js';
 import type { SessionUser } from '../src/modules/auth/session.service.js';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import '../src/http/schema.js';
-import { publicPath, restRoutes } from '../src/api/rest-routes.js';
+import { publicPath } from '../src/api/rest-routes.js';
+import { restRoutes } from '../src/http/schema.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { createManifest, signUp, type OrgFixture } from './support/fixtures.js';
 

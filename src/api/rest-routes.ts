@@ -88,19 +88,6 @@ export interface DirectRoute {
   handle(call: DirectCall): Promise<unknown>;
 }
 
-/**
- * The REST facade's routes. Each module declares the routes of its fields beside them (the
- * gateway's in gateway-edge.ts); only declared fields are reachable over REST (rest-facade.ts
- * refuses every other path).
- */
-export const restRoutes = new Map<string, RestRoute>();
-
-/** `field` is `Query.name` or `Mutation.name`. */
-export function restRoute(field: string, route: RestRoute): void {
-  if (restRoutes.has(field)) throw new Error(`REST route for ${field} declared twice`);
-  restRoutes.set(field, route);
-}
-
 /** The route's path as clients use it, from the root: `/api/v1/orgs/:org_id` or `/auth/login`. */
 export const publicPath = (route: Pick<RestRoute, 'path' | 'mount'>) =>
   route.mount === 'root' ? route.path : `${REST_BASE_PATH}${route.path}`;

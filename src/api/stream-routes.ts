@@ -69,15 +69,6 @@ export interface StreamRoute {
   handle(call: StreamCall): Promise<Response>;
 }
 
-export const streamRoutes: StreamRoute[] = [];
-
-export function streamRoute(route: StreamRoute): void {
-  if (streamRoutes.some((r) => r.method === route.method && r.path === route.path)) {
-    throw new Error(`streamed route ${route.method} ${route.path} declared twice`);
-  }
-  streamRoutes.push(route);
-}
-
 /** The declared query parameters, parsed; a bad value is a problem naming the parameter. */
 export function parseStreamQuery(url: URL, route: StreamRoute): { query: StreamQuery } | { errors: FieldError[] } {
   const query: StreamQuery = {};

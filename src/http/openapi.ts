@@ -9,10 +9,11 @@ import {
 import { useSofa } from 'sofa-api';
 import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../api/closed-values.js';
-import { publicPath, REST_BASE_PATH, restRoutes, sofaPath, type RestRoute } from '../api/rest-routes.js';
+import { publicPath, REST_BASE_PATH, sofaPath, type RestRoute } from '../api/rest-routes.js';
 import { SSO_STARTS_PER_ADDRESS_PER_MINUTE } from '../modules/sso/sso.service.js';
 import { restSchema, sofaRouteConfig } from './rest-schema.js';
-import { streamRoutes, type StreamParam, type StreamRoute } from '../api/stream-routes.js';
+import type { StreamParam, StreamRoute } from '../api/stream-routes.js';
+import { restRoutes, streamRoutes } from './schema.js';
 
 /**
  * The OpenAPI 3.0 document of the REST facade. SOFA derives it from the GraphQL schema; as

@@ -23,11 +23,12 @@ import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from '../api/request-state.js';
-import { publicPath, restRoutes, sofaFieldPath, type DirectRoute } from '../api/rest-routes.js';
+import { publicPath, sofaFieldPath, type DirectRoute } from '../api/rest-routes.js';
 import { Response } from '../api/fetch-api.js';
 import { inputProblem, REQUIRED } from './input-problems.js';
 import { restSchema, sofaRouteConfig } from './rest-schema.js';
-import { parseStreamQuery, streamRoutes, type StreamRoute } from '../api/stream-routes.js';
+import { parseStreamQuery, type StreamRoute } from '../api/stream-routes.js';
+import { restRoutes, streamRoutes } from './schema.js';
 
 /**
  * The REST facade: SOFA mounts the declared routes under /api/v1. SOFA would also answer for every

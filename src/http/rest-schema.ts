@@ -1,7 +1,8 @@
 import { MapperKind, mapSchema } from '@graphql-tools/utils';
 import { GraphQLObjectType, type GraphQLSchema, Kind, parse, printType } from 'graphql';
 import type { useSofa } from 'sofa-api';
-import { restRoutes, sofaFieldPath, sofaPath } from '../api/rest-routes.js';
+import { sofaFieldPath, sofaPath } from '../api/rest-routes.js';
+import { restRoutes } from './schema.js';
 
 type RouteConfig = NonNullable<Parameters<typeof useSofa>[0]['routes']>[string];
 

@@ -1,26 +1,38 @@
-// Only imports: each module registers its types, queries, mutations and REST routes.
 import '../api/scalars.js';
-import '../modules/user/user.graphql.js';
-import '../modules/org/org.graphql.js';
-import '../modules/auth/auth.graphql.js';
-import '../modules/api-key/api-key.graphql.js';
-import '../modules/manifest/manifest.graphql.js';
-import '../modules/tool/tool.graphql.js';
-import '../modules/gateway/gateway.graphql.js';
-import './gateway-edge.js';
-import '../modules/capability-token/capability-token.graphql.js';
-import '../modules/record/record.graphql.js';
-import '../modules/approval/approval.graphql.js';
-import '../modules/webhook/webhook.graphql.js';
-import '../modules/policy/policy.graphql.js';
-import '../modules/agent/agent.graphql.js';
-import '../modules/marketplace/template.graphql.js';
-import '../modules/marketplace/purchase.graphql.js';
-import '../modules/audit/audit.graphql.js';
-import '../modules/oauth/oauth.graphql.js';
-import '../modules/sso/sso.graphql.js';
-import { restRoutes } from '../api/rest-routes.js';
+import type { RestRoute } from '../api/rest-routes.js';
+import type { StreamRoute } from '../api/stream-routes.js';
 import { builder } from '../api/builder.js';
+import { modules } from '../modules/modules.js';
+
+/**
+ * The API the modules make, assembled once: each module's operations give the schema its root
+ * fields and the REST facade its routes (and so the OpenAPI document its operations); its streamed
+ * routes join them. Registered here, in the modules' order, which is the document's.
+ */
+function assemble() {
+  const restRoutes = new Map<string, RestRoute>();
+  const streamRoutes: StreamRoute[] = [];
+  for (const module of modules) {
+    for (const operation of module.operations) {
+      if (restRoutes.has(operation.field)) throw new Error(`${operation.field} declared twice`);
+      operation.register();
+      if (operation.rest) restRoutes.set(operation.field, operation.rest);
+    }
+    for (const route of module.streams ?? []) {
+      if (streamRoutes.some((r) => r.method === route.method && r.path === route.path)) {
+        throw new Error(`streamed route ${route.method} ${route.path} declared twice`);
+      }
+      streamRoutes.push(route);
+    }
+  }
+  return { restRoutes, streamRoutes };
+}
+
+/** The REST facade's routes by field (`Query.name`): only these fields are reachable over REST. */
+export const { restRoutes, streamRoutes } = assemble() as {
+  restRoutes: ReadonlyMap<string, RestRoute>;
+  streamRoutes: readonly StreamRoute[];
+};
 
 export const schema = builder.toSchema({ sortSchema: true });
 

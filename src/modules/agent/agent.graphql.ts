@@ -3,7 +3,8 @@ import { builder } from '../../api/builder.js';
 import { graphqlOnly } from '../../api/closed-values.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute, type RestRoute } from '../../api/rest-routes.js';
+import type { RestRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import type { AgentUsage, UsageWindow } from '../gateway/gateway.service.js';
 import { AgentManifestRef } from '../manifest/manifest.graphql.js';
 import { PolicyRef } from '../policy/policy.graphql.js';
@@ -86,16 +87,17 @@ const filterArgs = builder.args((t) => ({
   offset: t.int({ description: 'Default 0.' }),
 }));
 
-builder.queryField('agents', (t) =>
-  t.field({
-    type: AgentList,
-    description: 'Agents of the caller’s organization, newest first; a key limited to agent ids sees only those.',
-    args: filterArgs,
-    authScopes: { own: 'agent:read' },
-    resolve: (_, args, ctx) => ctx.services.agents.list(principalOf(ctx).orgId, args, principalOf(ctx)),
-  }),
-);
-restRoute('Query.agents', { method: 'GET', path: '/agents', tag, summary: 'List agents', auth: readers });
+const agentsQuery = query('agents', {
+  field: (t) =>
+    t.field({
+      type: AgentList,
+      description: 'Agents of the caller’s organization, newest first; a key limited to agent ids sees only those.',
+      args: filterArgs,
+      authScopes: { own: 'agent:read' },
+      resolve: (_, args, ctx) => ctx.services.agents.list(principalOf(ctx).orgId, args, principalOf(ctx)),
+    }),
+  rest: { method: 'GET', path: '/agents', tag, summary: 'List agents', auth: readers },
+});
 
 builder.prismaObjectField('Organization', 'agents', (t) =>
   t.field({
@@ -107,98 +109,112 @@ builder.prismaObjectField('Organization', 'agents', (t) =>
   }),
 );
 
-builder.queryField('agent', (t) =>
-  t.field({
-    type: AgentRef,
-    args: { agent_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'agent:read' },
-    resolve: (_, args, ctx) => ctx.services.agents.get(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
-  }),
-);
-restRoute('Query.agent', {
-  method: 'GET',
-  path: '/agents/:agent_id',
-  tag,
-  summary: 'Read an agent with its current manifest and usage',
-  auth: readers,
+const agentQuery = query('agent', {
+  field: (t) =>
+    t.field({
+      type: AgentRef,
+      args: { agent_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'agent:read' },
+      resolve: (_, args, ctx) =>
+        ctx.services.agents.get(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/agents/:agent_id',
+    tag,
+    summary: 'Read an agent with its current manifest and usage',
+    auth: readers,
+  },
 });
 
-builder.mutationField('register_agent', (t) =>
-  t.field({
-    type: AgentRef,
-    description:
-      'Registers an agent before (or without) its first manifest; registering a manifest for a new id does it too.',
-    args: {
-      agent_id: t.arg.string({
-        required: true,
-        description: "A manifest's agent.id: lowercase letters, digits and hyphens.",
-      }),
-      name: t.arg.string({ required: true }),
-      description: t.arg.string(),
-      team: t.arg.string(),
-      owner_email: t.arg.string({ description: 'Default: the registering user’s email.' }),
-      labels: t.arg({ type: 'JSON', description: 'At most 20 `key: value` strings.' }),
-    },
-    authScopes: { own: 'agent:register' },
-    resolve: (_, args, ctx) => ctx.services.agents.register(principalOf(ctx).orgId, args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.register_agent', {
-  method: 'POST',
-  path: '/agents',
-  status: 201,
-  tag,
-  summary: 'Register an agent',
-  auth: readers,
-  extraErrors: ['409'],
+const registerAgentMutation = mutation('register_agent', {
+  field: (t) =>
+    t.field({
+      type: AgentRef,
+      description:
+        'Registers an agent before (or without) its first manifest; registering a manifest for a new id does it too.',
+      args: {
+        agent_id: t.arg.string({
+          required: true,
+          description: "A manifest's agent.id: lowercase letters, digits and hyphens.",
+        }),
+        name: t.arg.string({ required: true }),
+        description: t.arg.string(),
+        team: t.arg.string(),
+        owner_email: t.arg.string({ description: 'Default: the registering user’s email.' }),
+        labels: t.arg({ type: 'JSON', description: 'At most 20 `key: value` strings.' }),
+      },
+      authScopes: { own: 'agent:register' },
+      resolve: (_, args, ctx) => ctx.services.agents.register(principalOf(ctx).orgId, args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: '/agents',
+    status: 201,
+    tag,
+    summary: 'Register an agent',
+    auth: readers,
+    extraErrors: ['409'],
+  },
 });
 
-builder.mutationField('deactivate_agent', (t) =>
-  t.boolean({
-    description:
-      'Denies every gateway request of the agent (AGENT_DEACTIVATED) on every process within a second, denies its pending ' +
-      'approvals ("agent deactivated"), revokes its capability tokens and refuses new manifests (409). Records and history stay.',
-    args: {
-      agent_id: t.arg.id({ required: true }),
-      reason: t.arg.string({ description: 'Shown in the denials; at most 1000 characters.' }),
-    },
-    authScopes: { own: 'agent:deactivate' },
-    resolve: async (_, args, ctx) => {
-      await ctx.services.agents.deactivate(
-        principalOf(ctx).orgId,
-        String(args.agent_id),
-        args.reason,
-        principalOf(ctx),
-      );
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.deactivate_agent', {
-  method: 'DELETE',
-  path: '/agents/:agent_id',
-  status: 204,
-  tag,
-  summary: 'Deactivate an agent (`?reason=`)',
-  auth: ['bearer'],
-  queryArgs: ['reason'],
+const deactivateAgentMutation = mutation('deactivate_agent', {
+  field: (t) =>
+    t.boolean({
+      description:
+        'Denies every gateway request of the agent (AGENT_DEACTIVATED) on every process within a second, denies its pending ' +
+        'approvals ("agent deactivated"), revokes its capability tokens and refuses new manifests (409). Records and history stay.',
+      args: {
+        agent_id: t.arg.id({ required: true }),
+        reason: t.arg.string({ description: 'Shown in the denials; at most 1000 characters.' }),
+      },
+      authScopes: { own: 'agent:deactivate' },
+      resolve: async (_, args, ctx) => {
+        await ctx.services.agents.deactivate(
+          principalOf(ctx).orgId,
+          String(args.agent_id),
+          args.reason,
+          principalOf(ctx),
+        );
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: '/agents/:agent_id',
+    status: 204,
+    tag,
+    summary: 'Deactivate an agent (`?reason=`)',
+    auth: ['bearer'],
+    queryArgs: ['reason'],
+  },
 });
 
-builder.mutationField('reactivate_agent', (t) =>
-  t.field({
-    type: AgentRef,
-    description: 'Gateway access comes back; capability tokens revoked by the deactivation stay revoked.',
-    args: { agent_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'agent:reactivate' },
-    resolve: (_, args, ctx) =>
-      ctx.services.agents.reactivate(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.reactivate_agent', {
-  method: 'POST',
-  path: '/agents/:agent_id/reactivate',
-  tag,
-  summary: 'Reactivate an agent',
-  auth: ['bearer'],
-  extraErrors: ['409'],
+const reactivateAgentMutation = mutation('reactivate_agent', {
+  field: (t) =>
+    t.field({
+      type: AgentRef,
+      description: 'Gateway access comes back; capability tokens revoked by the deactivation stay revoked.',
+      args: { agent_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'agent:reactivate' },
+      resolve: (_, args, ctx) =>
+        ctx.services.agents.reactivate(principalOf(ctx).orgId, String(args.agent_id), principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: '/agents/:agent_id/reactivate',
+    tag,
+    summary: 'Reactivate an agent',
+    auth: ['bearer'],
+    extraErrors: ['409'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const agentOperations = [
+  agentsQuery,
+  agentQuery,
+  registerAgentMutation,
+  deactivateAgentMutation,
+  reactivateAgentMutation,
+];

@@ -3,7 +3,7 @@ import { closedValues } from '../../api/closed-values.js';
 import { apiKeyScopes } from '../../authz/authz.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import type { ApiKey } from '../../generated/prisma/client.js';
 
 export const ApiKeyRef = builder.prismaObject('ApiKey', {
@@ -37,61 +37,67 @@ const CreatedApiKey = builder.objectRef<ApiKey & { key: string }>('CreatedApiKey
 
 const ApiKeyList = listType('ApiKeyList', ApiKeyRef);
 
-builder.queryField('api_keys', (t) =>
-  t.field({
-    type: ApiKeyList,
-    args: { org_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:read' } }),
-    resolve: (_, args, ctx) => ctx.services.apiKeys.list(String(args.org_id)),
-  }),
-);
-restRoute('Query.api_keys', {
-  method: 'GET',
-  path: '/orgs/:org_id/api-keys',
-  tag: 'API keys',
-  summary: 'List API keys (never their secrets)',
-  auth: ['bearer'],
+const apiKeysQuery = query('api_keys', {
+  field: (t) =>
+    t.field({
+      type: ApiKeyList,
+      args: { org_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:read' } }),
+      resolve: (_, args, ctx) => ctx.services.apiKeys.list(String(args.org_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/orgs/:org_id/api-keys',
+    tag: 'API keys',
+    summary: 'List API keys (never their secrets)',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('create_api_key', (t) =>
-  t.field({
-    type: CreatedApiKey,
-    args: {
-      org_id: t.arg.id({ required: true }),
-      name: t.arg.string({ required: true }),
-      description: t.arg.string(),
-      scopes: t.arg.stringList({ required: true }),
-      expires_in_days: t.arg.int({ description: '1 to 3650; default 90.' }),
-      svc_ids: t.arg.stringList({ description: 'Limit the key to these agent ids.' }),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
-    resolve: (_, args, ctx) => ctx.services.apiKeys.create(String(args.org_id), args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.create_api_key', {
-  method: 'POST',
-  path: '/orgs/:org_id/api-keys',
-  status: 201,
-  tag: 'API keys',
-  summary: 'Create an API key; the secret is returned once',
-  auth: ['bearer'],
+const createApiKeyMutation = mutation('create_api_key', {
+  field: (t) =>
+    t.field({
+      type: CreatedApiKey,
+      args: {
+        org_id: t.arg.id({ required: true }),
+        name: t.arg.string({ required: true }),
+        description: t.arg.string(),
+        scopes: t.arg.stringList({ required: true }),
+        expires_in_days: t.arg.int({ description: '1 to 3650; default 90.' }),
+        svc_ids: t.arg.stringList({ description: 'Limit the key to these agent ids.' }),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
+      resolve: (_, args, ctx) => ctx.services.apiKeys.create(String(args.org_id), args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: '/orgs/:org_id/api-keys',
+    status: 201,
+    tag: 'API keys',
+    summary: 'Create an API key; the secret is returned once',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('delete_api_key', (t) =>
-  t.boolean({
-    args: { org_id: t.arg.id({ required: true }), key_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
-    resolve: async (_, args, ctx) => {
-      await ctx.services.apiKeys.remove(String(args.org_id), String(args.key_id), principalOf(ctx));
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.delete_api_key', {
-  method: 'DELETE',
-  path: '/orgs/:org_id/api-keys/:key_id',
-  status: 204,
-  tag: 'API keys',
-  summary: 'Delete an API key for good',
-  auth: ['bearer'],
+const deleteApiKeyMutation = mutation('delete_api_key', {
+  field: (t) =>
+    t.boolean({
+      args: { org_id: t.arg.id({ required: true }), key_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
+      resolve: async (_, args, ctx) => {
+        await ctx.services.apiKeys.remove(String(args.org_id), String(args.key_id), principalOf(ctx));
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: '/orgs/:org_id/api-keys/:key_id',
+    status: 204,
+    tag: 'API keys',
+    summary: 'Delete an API key for good',
+    auth: ['bearer'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const apiKeyOperations = [apiKeysQuery, createApiKeyMutation, deleteApiKeyMutation];

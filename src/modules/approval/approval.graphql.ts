@@ -4,7 +4,8 @@ import { ManifestStatus } from '../../generated/prisma/enums.js';
 import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { REASON_CODES } from '../gateway/decision.js';
 import { principalOf } from '../../api/context.js';
-import { restRoute, type RestRoute } from '../../api/rest-routes.js';
+import type { RestRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import { documentOf } from '../manifest/manifest.service.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { UserRef } from '../user/user.graphql.js';
@@ -140,16 +141,17 @@ const filterArgs = builder.args((t) => ({
   offset: t.int({ description: 'Default 0.' }),
 }));
 
-builder.queryField('approvals', (t) =>
-  t.field({
-    type: ApprovalList,
-    description: 'Approvals of the organization, newest first.',
-    args: { org_id: t.arg.id({ required: true }), ...filterArgs },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:read' } }),
-    resolve: (_, args, ctx) => ctx.services.approvals.list(String(args.org_id), args, principalOf(ctx)),
-  }),
-);
-restRoute('Query.approvals', { method: 'GET', path: approvalsPath, tag, summary: 'List approvals', auth: bearerOrKey });
+const approvalsQuery = query('approvals', {
+  field: (t) =>
+    t.field({
+      type: ApprovalList,
+      description: 'Approvals of the organization, newest first.',
+      args: { org_id: t.arg.id({ required: true }), ...filterArgs },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:read' } }),
+      resolve: (_, args, ctx) => ctx.services.approvals.list(String(args.org_id), args, principalOf(ctx)),
+    }),
+  rest: { method: 'GET', path: approvalsPath, tag, summary: 'List approvals', auth: bearerOrKey },
+});
 
 builder.prismaObjectField('Organization', 'approvals', (t) =>
   t.field({
@@ -161,98 +163,111 @@ builder.prismaObjectField('Organization', 'approvals', (t) =>
   }),
 );
 
-builder.queryField('approval', (t) =>
-  t.prismaField({
-    type: ApprovalRef,
-    description: 'One approval with its action, the agent, the manifest it ran under and why it needed a human.',
-    args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:read' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.approvals.get(String(args.org_id), String(args.approval_id), principalOf(ctx), query),
-  }),
-);
-restRoute('Query.approval', {
-  method: 'GET',
-  path: `${approvalsPath}/:approval_id`,
-  tag,
-  summary: 'Read one approval',
-  auth: bearerOrKey,
+const approvalQuery = query('approval', {
+  field: (t) =>
+    t.prismaField({
+      type: ApprovalRef,
+      description: 'One approval with its action, the agent, the manifest it ran under and why it needed a human.',
+      args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:read' } }),
+      resolve: (query, _, args, ctx) =>
+        ctx.services.approvals.get(String(args.org_id), String(args.approval_id), principalOf(ctx), query),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${approvalsPath}/:approval_id`,
+    tag,
+    summary: 'Read one approval',
+    auth: bearerOrKey,
+  },
 });
 
-builder.queryField('gateway_approval', (t) =>
-  t.prismaField({
-    type: ApprovalPoll,
-    description:
-      'The asking agent polls its approval with its API key; then re-sends the identical action with `approval_id`.',
-    args: { approval_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'approval:poll' },
-    resolve: (query, _, args, ctx) => {
-      const principal = principalOf(ctx);
-      return ctx.services.approvals.get(principal.orgId, String(args.approval_id), principal, query);
-    },
-  }),
-);
-restRoute('Query.gateway_approval', {
-  method: 'GET',
-  path: '/gateway/approvals/:approval_id',
-  tag: 'Gateway',
-  summary: 'Poll an approval the agent asked for',
-  auth: ['apiKey'],
+const gatewayApprovalQuery = query('gateway_approval', {
+  field: (t) =>
+    t.prismaField({
+      type: ApprovalPoll,
+      description:
+        'The asking agent polls its approval with its API key; then re-sends the identical action with `approval_id`.',
+      args: { approval_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'approval:poll' },
+      resolve: (query, _, args, ctx) => {
+        const principal = principalOf(ctx);
+        return ctx.services.approvals.get(principal.orgId, String(args.approval_id), principal, query);
+      },
+    }),
+  rest: {
+    method: 'GET',
+    path: '/gateway/approvals/:approval_id',
+    tag: 'Gateway',
+    summary: 'Poll an approval the agent asked for',
+    auth: ['apiKey'],
+  },
 });
 
-builder.mutationField('approve_approval', (t) =>
-  t.prismaField({
-    type: ApprovalRef,
-    description: 'Approve once; the agent may then run the identical action once, until the approval expires.',
-    args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }), notes: t.arg.string() },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:decide' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.approvals.decide(
-        String(args.org_id),
-        String(args.approval_id),
-        principalOf(ctx),
-        'approved',
-        { notes: args.notes },
-        query,
-      ),
-  }),
-);
-restRoute('Mutation.approve_approval', {
-  extraErrors: ['409'],
-  method: 'POST',
-  path: `${approvalsPath}/:approval_id/approve`,
-  tag,
-  summary: 'Approve a pending approval',
-  auth: bearerOrKey,
+const approveApprovalMutation = mutation('approve_approval', {
+  field: (t) =>
+    t.prismaField({
+      type: ApprovalRef,
+      description: 'Approve once; the agent may then run the identical action once, until the approval expires.',
+      args: { org_id: t.arg.id({ required: true }), approval_id: t.arg.id({ required: true }), notes: t.arg.string() },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:decide' } }),
+      resolve: (query, _, args, ctx) =>
+        ctx.services.approvals.decide(
+          String(args.org_id),
+          String(args.approval_id),
+          principalOf(ctx),
+          'approved',
+          { notes: args.notes },
+          query,
+        ),
+    }),
+  rest: {
+    extraErrors: ['409'],
+    method: 'POST',
+    path: `${approvalsPath}/:approval_id/approve`,
+    tag,
+    summary: 'Approve a pending approval',
+    auth: bearerOrKey,
+  },
 });
 
-builder.mutationField('deny_approval', (t) =>
-  t.prismaField({
-    type: ApprovalRef,
-    description: 'Deny once, with a reason the agent sees.',
-    args: {
-      org_id: t.arg.id({ required: true }),
-      approval_id: t.arg.id({ required: true }),
-      reason: t.arg.string({ required: true }),
-      notes: t.arg.string(),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:decide' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.approvals.decide(
-        String(args.org_id),
-        String(args.approval_id),
-        principalOf(ctx),
-        'denied',
-        { reason: args.reason, notes: args.notes },
-        query,
-      ),
-  }),
-);
-restRoute('Mutation.deny_approval', {
-  extraErrors: ['409'],
-  method: 'POST',
-  path: `${approvalsPath}/:approval_id/deny`,
-  tag,
-  summary: 'Deny a pending approval',
-  auth: bearerOrKey,
+const denyApprovalMutation = mutation('deny_approval', {
+  field: (t) =>
+    t.prismaField({
+      type: ApprovalRef,
+      description: 'Deny once, with a reason the agent sees.',
+      args: {
+        org_id: t.arg.id({ required: true }),
+        approval_id: t.arg.id({ required: true }),
+        reason: t.arg.string({ required: true }),
+        notes: t.arg.string(),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'approval:decide' } }),
+      resolve: (query, _, args, ctx) =>
+        ctx.services.approvals.decide(
+          String(args.org_id),
+          String(args.approval_id),
+          principalOf(ctx),
+          'denied',
+          { reason: args.reason, notes: args.notes },
+          query,
+        ),
+    }),
+  rest: {
+    extraErrors: ['409'],
+    method: 'POST',
+    path: `${approvalsPath}/:approval_id/deny`,
+    tag,
+    summary: 'Deny a pending approval',
+    auth: bearerOrKey,
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const approvalOperations = [
+  approvalsQuery,
+  approvalQuery,
+  gatewayApprovalQuery,
+  approveApprovalMutation,
+  denyApprovalMutation,
+];

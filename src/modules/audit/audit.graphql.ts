@@ -1,8 +1,8 @@
 import { builder } from '../../api/builder.js';
 import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { cursorArgDescription, historyListType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
-import { streamResponse, streamRoute, type StreamParam } from '../../api/stream-routes.js';
+import { query } from '../../api/operations.js';
+import { streamResponse, type StreamParam, type StreamRoute } from '../../api/stream-routes.js';
 import { UserRef } from '../user/user.graphql.js';
 import { ACTOR_TYPES, AUDIT_ACTIONS, AUDIT_TARGET_TYPES } from './audit-events.js';
 import { auditCsvHeader, auditCsvRow, auditEntryOf } from './audit-export.js';
@@ -86,21 +86,22 @@ const pageArgs = builder.args((t) => ({
 
 const tag = 'Audit logs';
 
-builder.queryField('audit_logs', (t) =>
-  t.field({
-    type: AuditLogList,
-    description: 'Audit log of the organization, newest first.',
-    args: { org_id: t.arg.id({ required: true }), ...filterArgs, ...pageArgs },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'log:read' } }),
-    resolve: (_, args, ctx) => ctx.services.audit.list(String(args.org_id), args),
-  }),
-);
-restRoute('Query.audit_logs', {
-  method: 'GET',
-  path: '/orgs/:org_id/audit-logs',
-  tag,
-  summary: 'List audit log entries, newest first',
-  auth: ['bearer', 'apiKey'],
+const auditLogsQuery = query('audit_logs', {
+  field: (t) =>
+    t.field({
+      type: AuditLogList,
+      description: 'Audit log of the organization, newest first.',
+      args: { org_id: t.arg.id({ required: true }), ...filterArgs, ...pageArgs },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'log:read' } }),
+      resolve: (_, args, ctx) => ctx.services.audit.list(String(args.org_id), args),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/orgs/:org_id/audit-logs',
+    tag,
+    summary: 'List audit log entries, newest first',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
 builder.prismaObjectField('Organization', 'audit_logs', (t) =>
@@ -122,7 +123,7 @@ const filterParams: StreamParam[] = [
   { name: 'to', type: 'timestamp', description: 'Exclusive.' },
 ];
 
-streamRoute({
+const exportAuditStream: StreamRoute = {
   operationId: 'export_audit_logs',
   method: 'GET',
   path: '/orgs/:org_id/audit-logs/export',
@@ -160,4 +161,10 @@ streamRoute({
     };
     return streamResponse(call, lines(), 'application/x-ndjson; charset=utf-8', filename);
   },
-});
+};
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const auditOperations = [auditLogsQuery];
+
+/** The routes that stream their answer. */
+export const auditStreams = [exportAuditStream];

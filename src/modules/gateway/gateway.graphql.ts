@@ -2,9 +2,10 @@ import { builder } from '../../api/builder.js';
 import type { RequestState } from '../../api/request-state.js';
 import { principalOf } from '../../api/context.js';
 import { closedValues } from '../../api/closed-values.js';
+import { mutation } from '../../api/operations.js';
 import { AppError } from '../../errors.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
-import { REASON_CODES, type GatewayDecision, type GatewayMode, type Reason } from './decision.js';
+import { REASON_CODES, type GatewayDecision, type GatewayMode, type GatewayRequest, type Reason } from './decision.js';
 import { MatchedPolicyRef } from '../record/record.graphql.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
@@ -69,7 +70,7 @@ const decisionArgs = builder.args((t) => ({
  * budget or a policy's rate limit) as 429 POLICY_VIOLATION with its X-RateLimit headers and
  * Retry-After (the denial is already recorded).
  */
-export function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
+function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
   const { budget, rateLimited } = outcome;
   const headers = (limit: number, remaining: number, resetAt: number) => {
     state.responseHeaders.set('X-RateLimit-Limit', String(limit));
@@ -88,27 +89,89 @@ export function answer(outcome: DecisionOutcome, state: RequestState): GatewayDe
 }
 
 /**
- * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
- * records. Each mode's field answers through `answer` (as its REST route does, declared in
- * src/http/gateway-edge.ts), authorized by the same action as that route.
+ * A decision as the REST route answers it: the GatewayDecision type's fields, nulls included, in
+ * the (sorted) key order SOFA gives a field's value, so the direct route answers byte for byte
+ * what a SOFA route would.
  */
-function decisionField(mode: GatewayMode, description: string) {
-  builder.mutationField(`gateway_${mode}`, (t) =>
-    t.field({
-      type: GatewayDecisionRef,
-      description,
-      args: decisionArgs,
-      authScopes: { own: `gateway:${mode}` },
-      async resolve(_, args, ctx) {
-        const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
-        return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
-      },
-    }),
-  );
+function decisionBody(decision: GatewayDecision) {
+  const { result } = decision;
+  return {
+    approval_id: decision.approval_id,
+    decision: decision.decision,
+    executed: decision.executed,
+    interaction_id: decision.interaction_id,
+    policies: decision.policies.map((p) => ({
+      condition_error: p.condition_error,
+      effect: p.effect,
+      mode: p.mode,
+      name: p.name,
+      policy_id: p.policy_id,
+      rate_limit_exceeded: p.rate_limit_exceeded,
+      version: p.version,
+    })),
+    reasons: decision.reasons.map((r) => ({ code: r.code, details: r.details ?? null, message: r.message })),
+    result: result && { data: result.data, error: result.success ? null : result.error, success: result.success },
+  };
 }
 
-decisionField('execute', 'Decide, count the budget, execute through the org tool connector and record.');
-decisionField(
-  'evaluate',
-  'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
-);
+/**
+ * Execute and evaluate are one decision; the mode says whether it counts, asks, executes and
+ * records. Each mode is one operation: its field, and its REST route over the same arguments (the
+ * body) and type (the OpenAPI answer), authorized by the same action. The route is answered
+ * directly, without SOFA and GraphQL execution (the hot path); both answer through `answer`. The
+ * routes are counted against the agent's manifest budget and its policies' rate limits (in the
+ * decision), never against the operator rate limit.
+ */
+function decisionOperation(
+  mode: GatewayMode,
+  description: string,
+  rest: { summary: string; auth: ReadonlyArray<'apiKey' | 'bearer'> },
+) {
+  return mutation(`gateway_${mode}`, {
+    field: (t) =>
+      t.field({
+        type: GatewayDecisionRef,
+        description,
+        args: decisionArgs,
+        authScopes: { own: `gateway:${mode}` },
+        async resolve(_, args, ctx) {
+          const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
+          return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
+        },
+      }),
+    rest: {
+      method: 'POST',
+      path: `/gateway/${mode}`,
+      tag: 'Gateway',
+      ...rest,
+      budgeted: true,
+      direct: {
+        action: `gateway:${mode}`,
+        async handle({ principal, args, services, state }) {
+          const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, {
+            mode,
+            channel: 'rest',
+            awayWhile: state.turn?.away,
+          });
+          return decisionBody(answer(outcome, state));
+        },
+      },
+    },
+  });
+}
+
+/** The gateway's operations, in the order the OpenAPI document lists their routes. */
+export const gatewayOperations = [
+  decisionOperation('execute', 'Decide, count the budget, execute through the org tool connector and record.', {
+    summary: 'Execute an agent action if policy allows it',
+    auth: ['apiKey'],
+  }),
+  decisionOperation(
+    'evaluate',
+    'The same decision as execute as a dry run: nothing is counted, asked, executed or recorded.',
+    {
+      summary: 'Dry-run the decision for an agent action',
+      auth: ['apiKey', 'bearer'],
+    },
+  ),
+];

@@ -5,7 +5,8 @@ import { graphqlOnly } from '../../api/closed-values.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
 import { shapedJsonScalar } from '../../api/scalars.js';
-import { restRoute, type RestRoute } from '../../api/rest-routes.js';
+import type { RestRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import type { ManifestDocument } from './manifest-document.js';
 import { manifestPayloadSchema } from './manifest-payload.json-schema.js';
 import { documentOf, type TransitionName } from './manifest.service.js';
@@ -176,16 +177,17 @@ const filterArgs = builder.args((t) => ({
   offset: t.int({ description: 'Default 0.' }),
 }));
 
-builder.queryField('manifests', (t) =>
-  t.field({
-    type: ManifestList,
-    description: 'Manifests of the organization, newest first.',
-    args: { org_id: t.arg.id({ required: true }), ...filterArgs },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (_, args, ctx) => ctx.services.manifests.list(String(args.org_id), args, {}, principalOf(ctx)),
-  }),
-);
-restRoute('Query.manifests', { method: 'GET', path: manifestsPath, tag, summary: 'List manifests', auth: bearerOrKey });
+const manifestsQuery = query('manifests', {
+  field: (t) =>
+    t.field({
+      type: ManifestList,
+      description: 'Manifests of the organization, newest first.',
+      args: { org_id: t.arg.id({ required: true }), ...filterArgs },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
+      resolve: (_, args, ctx) => ctx.services.manifests.list(String(args.org_id), args, {}, principalOf(ctx)),
+    }),
+  rest: { method: 'GET', path: manifestsPath, tag, summary: 'List manifests', auth: bearerOrKey },
+});
 
 builder.prismaObjectField('Organization', 'manifests', (t) =>
   t.field({
@@ -197,145 +199,160 @@ builder.prismaObjectField('Organization', 'manifests', (t) =>
   }),
 );
 
-builder.queryField('validate_manifest', (t) =>
-  t.field({
-    type: ManifestValidation,
-    description: 'Checks a manifest payload without registering it.',
-    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
-    resolve: (_, args, ctx) => {
-      const check = ctx.services.manifests.validate(args.manifest);
-      return {
-        valid: check.errors.length === 0,
-        manifest_hash: check.manifestHash ?? null,
-        errors: check.errors,
-        warnings: check.warnings,
-      };
-    },
-  }),
-);
-restRoute('Query.validate_manifest', {
-  method: 'POST',
-  path: `${manifestsPath}/validate`,
-  tag,
-  summary: 'Validate a manifest payload (registers nothing)',
-  auth: bearerOrKey,
-  bodyArg: 'manifest',
-});
-
-builder.queryField('manifest_by_svc', (t) =>
-  t.prismaField({
-    type: 'Manifest',
-    description: "The agent's current manifest: active or suspended, else the newest.",
-    args: { org_id: t.arg.id({ required: true }), svc_id: t.arg.string({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.manifests.bySvc(String(args.org_id), args.svc_id, query, principalOf(ctx)),
-  }),
-);
-restRoute('Query.manifest_by_svc', {
-  method: 'GET',
-  path: `${manifestsPath}/by-svc/:svc_id`,
-  tag,
-  summary: 'Look up the current manifest of an agent id',
-  auth: bearerOrKey,
-});
-
-builder.queryField('manifest', (t) =>
-  t.prismaField({
-    type: 'Manifest',
-    args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.manifests.get(String(args.org_id), String(args.manifest_id), query, principalOf(ctx)),
-  }),
-);
-restRoute('Query.manifest', {
-  method: 'GET',
-  path: `${manifestsPath}/:manifest_id`,
-  tag,
-  summary: 'Read a manifest',
-  auth: bearerOrKey,
-});
-
-builder.queryField('manifest_history', (t) =>
-  t.field({
-    type: ManifestHistory,
-    args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
-    resolve: async (_, args, ctx) => ({
-      items: await ctx.services.manifests.history(String(args.org_id), String(args.manifest_id), principalOf(ctx)),
+const validateManifestQuery = query('validate_manifest', {
+  field: (t) =>
+    t.field({
+      type: ManifestValidation,
+      description: 'Checks a manifest payload without registering it.',
+      args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
+      resolve: (_, args, ctx) => {
+        const check = ctx.services.manifests.validate(args.manifest);
+        return {
+          valid: check.errors.length === 0,
+          manifest_hash: check.manifestHash ?? null,
+          errors: check.errors,
+          warnings: check.warnings,
+        };
+      },
     }),
-  }),
-);
-restRoute('Query.manifest_history', {
-  method: 'GET',
-  path: `${manifestsPath}/:manifest_id/history`,
-  tag,
-  summary: 'Every version and status change of the agent id, newest first',
-  auth: bearerOrKey,
+  rest: {
+    method: 'POST',
+    path: `${manifestsPath}/validate`,
+    tag,
+    summary: 'Validate a manifest payload (registers nothing)',
+    auth: bearerOrKey,
+    bodyArg: 'manifest',
+  },
 });
 
-builder.mutationField('register_manifest', (t) =>
-  t.prismaField({
-    type: 'Manifest',
-    description: 'Registers a manifest as pending.',
-    args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
-    resolve: (query, _, args, ctx) =>
-      ctx.services.manifests.register(String(args.org_id), args.manifest, principalOf(ctx), query),
-  }),
-);
-restRoute('Mutation.register_manifest', {
-  // A pending manifest of the agent exists, or the agent is deactivated.
-  extraErrors: ['409'],
-  method: 'POST',
-  path: manifestsPath,
-  status: 201,
-  tag,
-  summary: 'Register an agent manifest (pending until approved)',
-  auth: bearerOrKey,
-  bodyArg: 'manifest',
-});
-
-function transitionField(name: TransitionName, fieldArgs: 'approve' | 'reason' | 'notes', summary: string) {
-  builder.mutationField(`${name}_manifest`, (t) =>
+const manifestBySvcQuery = query('manifest_by_svc', {
+  field: (t) =>
     t.prismaField({
       type: 'Manifest',
-      description: summary,
-      args: {
-        org_id: t.arg.id({ required: true }),
-        manifest_id: t.arg.id({ required: true }),
-        ...(fieldArgs === 'approve'
-          ? { approved_capabilities: t.arg.stringList({ description: 'A subset of requested; default all.' }) }
-          : {}),
-        ...(fieldArgs === 'reason' ? { reason: t.arg.string({ required: true }) } : {}),
-        notes: t.arg.string(),
-      },
-      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:transition' } }),
+      description: "The agent's current manifest: active or suspended, else the newest.",
+      args: { org_id: t.arg.id({ required: true }), svc_id: t.arg.string({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
       resolve: (query, _, args, ctx) =>
-        ctx.services.manifests.transition(
-          String(args.org_id),
-          String(args.manifest_id),
-          name,
-          args as { reason?: string; notes?: string | null; approved_capabilities?: string[] | null },
-          principalOf(ctx),
-          query,
-        ),
+        ctx.services.manifests.bySvc(String(args.org_id), args.svc_id, query, principalOf(ctx)),
     }),
-  );
-  restRoute(`Mutation.${name}_manifest`, {
+  rest: {
+    method: 'GET',
+    path: `${manifestsPath}/by-svc/:svc_id`,
+    tag,
+    summary: 'Look up the current manifest of an agent id',
+    auth: bearerOrKey,
+  },
+});
+
+const manifestQuery = query('manifest', {
+  field: (t) =>
+    t.prismaField({
+      type: 'Manifest',
+      args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
+      resolve: (query, _, args, ctx) =>
+        ctx.services.manifests.get(String(args.org_id), String(args.manifest_id), query, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${manifestsPath}/:manifest_id`,
+    tag,
+    summary: 'Read a manifest',
+    auth: bearerOrKey,
+  },
+});
+
+const manifestHistoryQuery = query('manifest_history', {
+  field: (t) =>
+    t.field({
+      type: ManifestHistory,
+      args: { org_id: t.arg.id({ required: true }), manifest_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:read' } }),
+      resolve: async (_, args, ctx) => ({
+        items: await ctx.services.manifests.history(String(args.org_id), String(args.manifest_id), principalOf(ctx)),
+      }),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${manifestsPath}/:manifest_id/history`,
+    tag,
+    summary: 'Every version and status change of the agent id, newest first',
+    auth: bearerOrKey,
+  },
+});
+
+const registerManifestMutation = mutation('register_manifest', {
+  field: (t) =>
+    t.prismaField({
+      type: 'Manifest',
+      description: 'Registers a manifest as pending.',
+      args: { org_id: t.arg.id({ required: true }), manifest: t.arg({ type: ManifestPayload, required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:write' } }),
+      resolve: (query, _, args, ctx) =>
+        ctx.services.manifests.register(String(args.org_id), args.manifest, principalOf(ctx), query),
+    }),
+  rest: {
+    // A pending manifest of the agent exists, or the agent is deactivated.
     extraErrors: ['409'],
     method: 'POST',
-    path: `${manifestsPath}/:manifest_id/${name}`,
+    path: manifestsPath,
+    status: 201,
     tag,
-    summary,
-    auth: ['bearer'],
+    summary: 'Register an agent manifest (pending until approved)',
+    auth: bearerOrKey,
+    bodyArg: 'manifest',
+  },
+});
+
+function transitionMutation(name: TransitionName, fieldArgs: 'approve' | 'reason' | 'notes', summary: string) {
+  return mutation(`${name}_manifest`, {
+    field: (t) =>
+      t.prismaField({
+        type: 'Manifest',
+        description: summary,
+        args: {
+          org_id: t.arg.id({ required: true }),
+          manifest_id: t.arg.id({ required: true }),
+          ...(fieldArgs === 'approve'
+            ? { approved_capabilities: t.arg.stringList({ description: 'A subset of requested; default all.' }) }
+            : {}),
+          ...(fieldArgs === 'reason' ? { reason: t.arg.string({ required: true }) } : {}),
+          notes: t.arg.string(),
+        },
+        authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'manifest:transition' } }),
+        resolve: (query, _, args, ctx) =>
+          ctx.services.manifests.transition(
+            String(args.org_id),
+            String(args.manifest_id),
+            name,
+            args as { reason?: string; notes?: string | null; approved_capabilities?: string[] | null },
+            principalOf(ctx),
+            query,
+          ),
+      }),
+    rest: {
+      extraErrors: ['409'],
+      method: 'POST',
+      path: `${manifestsPath}/:manifest_id/${name}`,
+      tag,
+      summary,
+      auth: ['bearer'],
+    },
   });
 }
 
-transitionField('approve', 'approve', 'Approve a pending manifest (all or a subset of its capabilities)');
-transitionField('reject', 'reason', 'Reject a pending manifest');
-transitionField('suspend', 'reason', 'Suspend an active manifest');
-transitionField('reactivate', 'notes', 'Reactivate a suspended manifest');
-transitionField('revoke', 'reason', 'Revoke a manifest for good');
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const manifestOperations = [
+  manifestsQuery,
+  validateManifestQuery,
+  manifestBySvcQuery,
+  manifestQuery,
+  manifestHistoryQuery,
+  registerManifestMutation,
+  transitionMutation('approve', 'approve', 'Approve a pending manifest (all or a subset of its capabilities)'),
+  transitionMutation('reject', 'reason', 'Reject a pending manifest'),
+  transitionMutation('suspend', 'reason', 'Suspend an active manifest'),
+  transitionMutation('reactivate', 'notes', 'Reactivate a suspended manifest'),
+  transitionMutation('revoke', 'reason', 'Revoke a manifest for good'),
+];

@@ -1,7 +1,7 @@
 import type { ManifestTemplate } from '../../generated/prisma/client.js';
 import { builder } from '../../api/builder.js';
 import { principalOf } from '../../api/context.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import { operationsOf, priceText, templateStatuses, type Operation } from './template.service.js';
 
 /**
@@ -161,120 +161,137 @@ const pageArgs = builder.args((t) => ({
   limit: t.int({ description: 'Default 20, at most 100.' }),
 }));
 
-builder.mutationField('create_manifest_template', (t) =>
-  t.field({
-    type: CreatedTemplateRef,
-    description: 'A draft template of the caller’s organization.',
-    args: {
-      name: t.arg.string({ required: true }),
-      description: t.arg.string(),
-      category: t.arg.string({ required: true, description: 'A lowercase slug.' }),
-      operations: t.arg({
-        type: 'JSON',
-        required: true,
-        description: 'Capability strings or {capability, description}; 1 to 100, unique.',
-      }),
-      price: t.arg({
-        type: 'JSON',
-        description: 'A decimal string ("12.50") or a number, ≥ 0, at most two places; default "0.00".',
-      }),
-      currency: t.arg.string({ description: 'ISO 4217, default "USD".' }),
-      constraints: t.arg({ type: 'JSON', description: "As a manifest's constraints." }),
-    },
-    authScopes: write,
-    resolve: (_, args, ctx) => ctx.services.templates.create(principalOf(ctx).orgId, args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.create_manifest_template', {
-  method: 'POST',
-  path: '/manifests',
-  mount: 'root',
-  status: 201,
-  tag,
-  summary: 'Create a manifest template (draft)',
-  auth: ['bearer'],
-});
-
-builder.queryField('manifest_templates', (t) =>
-  t.field({
-    type: TemplateListRef,
-    description: 'The caller’s organization’s templates, newest first.',
-    args: { ...pageArgs, status: t.arg({ type: TemplateStatusEnum }) },
-    authScopes: read,
-    resolve: (_, args, ctx) => ctx.services.templates.list(principalOf(ctx).orgId, args),
-  }),
-);
-restRoute('Query.manifest_templates', {
-  method: 'GET',
-  path: '/manifests',
-  mount: 'root',
-  tag,
-  summary: 'List the organization’s templates',
-  auth: ['bearer'],
-});
-
-builder.queryField('manifest_template', (t) =>
-  t.field({
-    type: TemplateDetailRef,
-    description: 'One of the caller’s templates, or any published one.',
-    args: { id: t.arg.id({ required: true }) },
-    authScopes: read,
-    resolve: (_, args, ctx) => ctx.services.templates.get(principalOf(ctx).orgId, String(args.id)),
-  }),
-);
-restRoute('Query.manifest_template', {
-  method: 'GET',
-  path: '/manifests/:id',
-  mount: 'root',
-  tag,
-  summary: 'Read a template with its operations',
-  auth: ['bearer'],
-});
-
-for (const [field, to, path, summary] of [
-  ['publish_manifest_template', 'published', 'publish', 'Publish a template to the marketplace'],
-  ['archive_manifest_template', 'archived', 'archive', 'Archive a template (it leaves the marketplace)'],
-] as const) {
-  builder.mutationField(field, (t) =>
+const createManifestTemplateMutation = mutation('create_manifest_template', {
+  field: (t) =>
     t.field({
-      type: FullTemplateRef,
-      args: { id: t.arg.id({ required: true }) },
+      type: CreatedTemplateRef,
+      description: 'A draft template of the caller’s organization.',
+      args: {
+        name: t.arg.string({ required: true }),
+        description: t.arg.string(),
+        category: t.arg.string({ required: true, description: 'A lowercase slug.' }),
+        operations: t.arg({
+          type: 'JSON',
+          required: true,
+          description: 'Capability strings or {capability, description}; 1 to 100, unique.',
+        }),
+        price: t.arg({
+          type: 'JSON',
+          description: 'A decimal string ("12.50") or a number, ≥ 0, at most two places; default "0.00".',
+        }),
+        currency: t.arg.string({ description: 'ISO 4217, default "USD".' }),
+        constraints: t.arg({ type: 'JSON', description: "As a manifest's constraints." }),
+      },
       authScopes: write,
-      resolve: (_, args, ctx) =>
-        ctx.services.templates.transition(principalOf(ctx).orgId, String(args.id), to, principalOf(ctx)),
+      resolve: (_, args, ctx) => ctx.services.templates.create(principalOf(ctx).orgId, args, principalOf(ctx)),
     }),
-  );
-  restRoute(`Mutation.${field}`, {
+  rest: {
     method: 'POST',
-    path: `/manifests/:id/${path}`,
+    path: '/manifests',
+    mount: 'root',
+    status: 201,
+    tag,
+    summary: 'Create a manifest template (draft)',
+    auth: ['bearer'],
+  },
+});
+
+const manifestTemplatesQuery = query('manifest_templates', {
+  field: (t) =>
+    t.field({
+      type: TemplateListRef,
+      description: 'The caller’s organization’s templates, newest first.',
+      args: { ...pageArgs, status: t.arg({ type: TemplateStatusEnum }) },
+      authScopes: read,
+      resolve: (_, args, ctx) => ctx.services.templates.list(principalOf(ctx).orgId, args),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/manifests',
     mount: 'root',
     tag,
-    summary,
+    summary: 'List the organization’s templates',
     auth: ['bearer'],
-    extraErrors: ['409'],
-  });
-}
+  },
+});
 
-builder.queryField('marketplace_manifests', (t) =>
-  t.field({
-    type: MarketplaceListRef,
-    description: 'Published templates of every organization, newest first.',
-    args: {
-      ...pageArgs,
-      category: t.arg.string(),
-      min_price: t.arg.string({ description: 'Inclusive; a decimal with at most two places.' }),
-      max_price: t.arg.string({ description: 'Inclusive; not below min_price.' }),
-      q: t.arg.string({ description: 'Words in the name or description (case-insensitive).' }),
+const manifestTemplateQuery = query('manifest_template', {
+  field: (t) =>
+    t.field({
+      type: TemplateDetailRef,
+      description: 'One of the caller’s templates, or any published one.',
+      args: { id: t.arg.id({ required: true }) },
+      authScopes: read,
+      resolve: (_, args, ctx) => ctx.services.templates.get(principalOf(ctx).orgId, String(args.id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/manifests/:id',
+    mount: 'root',
+    tag,
+    summary: 'Read a template with its operations',
+    auth: ['bearer'],
+  },
+});
+
+/** Publishing and archiving: the same call, to another state. */
+const templateTransitions = (
+  [
+    ['publish_manifest_template', 'published', 'publish', 'Publish a template to the marketplace'],
+    ['archive_manifest_template', 'archived', 'archive', 'Archive a template (it leaves the marketplace)'],
+  ] as const
+).map(([name, to, path, summary]) =>
+  mutation(name, {
+    field: (t) =>
+      t.field({
+        type: FullTemplateRef,
+        args: { id: t.arg.id({ required: true }) },
+        authScopes: write,
+        resolve: (_, args, ctx) =>
+          ctx.services.templates.transition(principalOf(ctx).orgId, String(args.id), to, principalOf(ctx)),
+      }),
+    rest: {
+      method: 'POST',
+      path: `/manifests/:id/${path}`,
+      mount: 'root',
+      tag,
+      summary,
+      auth: ['bearer'],
+      extraErrors: ['409'],
     },
-    authScopes: read,
-    resolve: (_, args, ctx) => ctx.services.templates.browse(args),
   }),
 );
-restRoute('Query.marketplace_manifests', {
-  method: 'GET',
-  path: '/marketplace/manifests',
-  mount: 'root',
-  tag,
-  summary: 'Browse the marketplace',
-  auth: ['bearer'],
+
+const marketplaceManifestsQuery = query('marketplace_manifests', {
+  field: (t) =>
+    t.field({
+      type: MarketplaceListRef,
+      description: 'Published templates of every organization, newest first.',
+      args: {
+        ...pageArgs,
+        category: t.arg.string(),
+        min_price: t.arg.string({ description: 'Inclusive; a decimal with at most two places.' }),
+        max_price: t.arg.string({ description: 'Inclusive; not below min_price.' }),
+        q: t.arg.string({ description: 'Words in the name or description (case-insensitive).' }),
+      },
+      authScopes: read,
+      resolve: (_, args, ctx) => ctx.services.templates.browse(args),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/marketplace/manifests',
+    mount: 'root',
+    tag,
+    summary: 'Browse the marketplace',
+    auth: ['bearer'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const templateOperations = [
+  createManifestTemplateMutation,
+  manifestTemplatesQuery,
+  manifestTemplateQuery,
+  ...templateTransitions,
+  marketplaceManifestsQuery,
+];

@@ -1,7 +1,7 @@
 import { builder } from '../../api/builder.js';
 import { principalOf, userOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import type { AuthorizationParams } from './authorization-request.js';
 import type { ConsentAgent, ConsentAnswer, ConsentView } from './consent.js';
 
@@ -38,49 +38,51 @@ const OAuthGrantRef = builder.prismaObject('OAuthGrant', {
 const OAuthGrantList = listType('OAuthGrantList', OAuthGrantRef);
 const tag = 'Agents';
 
-builder.queryField('agent_grants', (t) =>
-  t.field({
-    type: OAuthGrantList,
-    description: 'The MCP clients allowed to call the agent’s tools with OAuth (standing grants, newest first).',
-    args: { agent_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'oauth_grant:read' },
-    resolve: async (_, args, ctx) => {
-      const { orgId } = principalOf(ctx);
-      const agent = await ctx.services.agents.get(orgId, String(args.agent_id), principalOf(ctx));
-      const items = await ctx.services.oauth.listGrants(orgId, agent.id);
-      return { items, total: items.length };
-    },
-  }),
-);
-restRoute('Query.agent_grants', {
-  method: 'GET',
-  path: '/agents/:agent_id/grants',
-  tag,
-  summary: 'List the OAuth grants of an agent’s MCP clients',
-  auth: ['bearer'],
+const agentGrantsQuery = query('agent_grants', {
+  field: (t) =>
+    t.field({
+      type: OAuthGrantList,
+      description: 'The MCP clients allowed to call the agent’s tools with OAuth (standing grants, newest first).',
+      args: { agent_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'oauth_grant:read' },
+      resolve: async (_, args, ctx) => {
+        const { orgId } = principalOf(ctx);
+        const agent = await ctx.services.agents.get(orgId, String(args.agent_id), principalOf(ctx));
+        const items = await ctx.services.oauth.listGrants(orgId, agent.id);
+        return { items, total: items.length };
+      },
+    }),
+  rest: {
+    method: 'GET',
+    path: '/agents/:agent_id/grants',
+    tag,
+    summary: 'List the OAuth grants of an agent’s MCP clients',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('revoke_agent_grant', (t) =>
-  t.boolean({
-    description:
-      'Revokes an OAuth grant: its refresh tokens stop rotating and its access tokens stop working at the agent’s MCP endpoint ' +
-      'on every process within a second. Audited as `oauth.grant_revoked`.',
-    args: { agent_id: t.arg.id({ required: true }), grant_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'oauth_grant:revoke' },
-    resolve: async (_, args, ctx) => {
-      const { orgId } = principalOf(ctx);
-      await ctx.services.oauth.revokeGrant(orgId, String(args.agent_id), String(args.grant_id), principalOf(ctx));
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.revoke_agent_grant', {
-  method: 'DELETE',
-  path: '/agents/:agent_id/grants/:grant_id',
-  status: 204,
-  tag,
-  summary: 'Revoke an OAuth grant of an agent’s MCP client',
-  auth: ['bearer'],
+const revokeAgentGrantMutation = mutation('revoke_agent_grant', {
+  field: (t) =>
+    t.boolean({
+      description:
+        'Revokes an OAuth grant: its refresh tokens stop rotating and its access tokens stop working at the agent’s MCP endpoint ' +
+        'on every process within a second. Audited as `oauth.grant_revoked`.',
+      args: { agent_id: t.arg.id({ required: true }), grant_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'oauth_grant:revoke' },
+      resolve: async (_, args, ctx) => {
+        const { orgId } = principalOf(ctx);
+        await ctx.services.oauth.revokeGrant(orgId, String(args.agent_id), String(args.grant_id), principalOf(ctx));
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: '/agents/:agent_id/grants/:grant_id',
+    status: 204,
+    tag,
+    summary: 'Revoke an OAuth grant of an agent’s MCP client',
+    auth: ['bearer'],
+  },
 });
 
 // ---- The consent page (GraphQL only: the console) ----
@@ -152,26 +154,36 @@ const ConsentAnswerRef = builder.objectRef<ConsentAnswer>('OAuthAuthorizationAns
   }),
 });
 
-builder.queryField('oauth_authorization_request', (t) =>
-  t.field({
-    type: ConsentViewRef,
-    description: 'The consent page: the client, the agent and the scope of an authorization request, checked again.',
-    args: authorizationArgs,
-    authScopes: { session: true },
-    resolve: (_, args, ctx) =>
-      ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx), ctx.state.clientAddress),
-  }),
-);
+const oauthAuthorizationRequestQuery = query('oauth_authorization_request', {
+  field: (t) =>
+    t.field({
+      type: ConsentViewRef,
+      description: 'The consent page: the client, the agent and the scope of an authorization request, checked again.',
+      args: authorizationArgs,
+      authScopes: { session: true },
+      resolve: (_, args, ctx) =>
+        ctx.services.oauth.describeAuthorization(paramsOf(args), userOf(ctx), ctx.state.clientAddress),
+    }),
+});
 
-builder.mutationField('decide_oauth_authorization', (t) =>
-  t.field({
-    type: ConsentAnswerRef,
-    description:
-      'The operator’s answer on the consent page. Allow (an admin or operator, for an active agent of their organization) ' +
-      'makes a grant and a single-use code; deny sends the client `access_denied`.',
-    args: { ...authorizationArgs, allow: t.arg.boolean({ required: true }) },
-    authScopes: { session: true },
-    resolve: (_, { allow, ...args }, ctx) =>
-      ctx.services.oauth.decideAuthorization(paramsOf(args), userOf(ctx), allow, ctx.state.clientAddress),
-  }),
-);
+const decideOauthAuthorizationMutation = mutation('decide_oauth_authorization', {
+  field: (t) =>
+    t.field({
+      type: ConsentAnswerRef,
+      description:
+        'The operator’s answer on the consent page. Allow (an admin or operator, for an active agent of their organization) ' +
+        'makes a grant and a single-use code; deny sends the client `access_denied`.',
+      args: { ...authorizationArgs, allow: t.arg.boolean({ required: true }) },
+      authScopes: { session: true },
+      resolve: (_, { allow, ...args }, ctx) =>
+        ctx.services.oauth.decideAuthorization(paramsOf(args), userOf(ctx), allow, ctx.state.clientAddress),
+    }),
+});
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const oauthOperations = [
+  agentGrantsQuery,
+  revokeAgentGrantMutation,
+  oauthAuthorizationRequestQuery,
+  decideOauthAuthorizationMutation,
+];

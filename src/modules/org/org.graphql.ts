@@ -1,6 +1,6 @@
 import { builder } from '../../api/builder.js';
 import { principalOf } from '../../api/context.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import { UserRef } from '../user/user.graphql.js';
 
 export const OrganizationRef = builder.prismaObject('Organization', {
@@ -26,49 +26,51 @@ export const OrganizationRef = builder.prismaObject('Organization', {
   }),
 });
 
-builder.queryField('organization', (t) =>
-  t.prismaField({
-    type: 'Organization',
-    args: { org_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:read' } }),
-    resolve: (query, _, args, ctx) => ctx.services.orgs.get(String(args.org_id), query),
-  }),
-);
-restRoute('Query.organization', {
-  method: 'GET',
-  path: '/orgs/:org_id',
-  tag: 'Organizations',
-  summary: 'Read an organization',
-  auth: ['bearer'],
+const organizationQuery = query('organization', {
+  field: (t) =>
+    t.prismaField({
+      type: 'Organization',
+      args: { org_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:read' } }),
+      resolve: (query, _, args, ctx) => ctx.services.orgs.get(String(args.org_id), query),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/orgs/:org_id',
+    tag: 'Organizations',
+    summary: 'Read an organization',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('create_organization', (t) =>
-  t.prismaField({
-    type: 'Organization',
-    description:
-      'Sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
-      '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After). Refused with 403 FORBIDDEN ' +
-      'while the deployment has closed sign-up (SIGNUP=closed; the `signup` query tells).',
-    args: {
-      name: t.arg.string({ required: true }),
-      slug: t.arg.string({ required: true }),
-      admin_email: t.arg.string({ required: true }),
-      admin_password: t.arg.string({ required: true }),
-    },
-    resolve: (query, _, args, ctx) => ctx.services.orgs.signUp(args, ctx.state.clientAddress, query),
-  }),
-);
-restRoute('Mutation.create_organization', {
-  // 403: sign-up is closed (SIGNUP=closed); 409: the slug or the email is taken; 429: too many
-  // sign-ups from the client's address.
-  extraErrors: ['403', '409', '429'],
-  errorNotes: { '403': 'FORBIDDEN: sign-up is closed on this deployment (SIGNUP=closed)' },
-  method: 'POST',
-  path: '/orgs',
-  status: 201,
-  tag: 'Organizations',
-  summary: 'Sign up: create an organization and its admin user',
-  auth: [],
+const createOrganizationMutation = mutation('create_organization', {
+  field: (t) =>
+    t.prismaField({
+      type: 'Organization',
+      description:
+        'Sign-up: creates the organization and its first user, an admin. Throttled per client address ' +
+        '(SIGNUP_MAX_PER_ADDRESS an hour; 429 POLICY_VIOLATION with Retry-After). Refused with 403 FORBIDDEN ' +
+        'while the deployment has closed sign-up (SIGNUP=closed; the `signup` query tells).',
+      args: {
+        name: t.arg.string({ required: true }),
+        slug: t.arg.string({ required: true }),
+        admin_email: t.arg.string({ required: true }),
+        admin_password: t.arg.string({ required: true }),
+      },
+      resolve: (query, _, args, ctx) => ctx.services.orgs.signUp(args, ctx.state.clientAddress, query),
+    }),
+  rest: {
+    // 403: sign-up is closed (SIGNUP=closed); 409: the slug or the email is taken; 429: too many
+    // sign-ups from the client's address.
+    extraErrors: ['403', '409', '429'],
+    errorNotes: { '403': 'FORBIDDEN: sign-up is closed on this deployment (SIGNUP=closed)' },
+    method: 'POST',
+    path: '/orgs',
+    status: 201,
+    tag: 'Organizations',
+    summary: 'Sign up: create an organization and its admin user',
+    auth: [],
+  },
 });
 
 const SignUpStatusRef = builder.objectRef<{ open: boolean }>('SignUpStatus').implement({
@@ -83,40 +85,45 @@ const SignUpStatusRef = builder.objectRef<{ open: boolean }>('SignUpStatus').imp
 });
 
 // Open, like sign-up itself: it tells nothing a sign-up attempt would not.
-builder.queryField('signup', (t) =>
-  t.field({
-    type: SignUpStatusRef,
-    description: 'Whether sign-up is open on this deployment (the console offers it only then).',
-    resolve: (_, __, ctx) => ctx.services.orgs.signUpStatus(),
-  }),
-);
-restRoute('Query.signup', {
-  method: 'GET',
-  path: '/signup',
-  tag: 'Organizations',
-  summary: 'Whether sign-up is open on this deployment',
-  auth: [],
+const signupQuery = query('signup', {
+  field: (t) =>
+    t.field({
+      type: SignUpStatusRef,
+      description: 'Whether sign-up is open on this deployment (the console offers it only then).',
+      resolve: (_, __, ctx) => ctx.services.orgs.signUpStatus(),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/signup',
+    tag: 'Organizations',
+    summary: 'Whether sign-up is open on this deployment',
+    auth: [],
+  },
 });
 
-builder.mutationField('update_organization', (t) =>
-  t.prismaField({
-    type: 'Organization',
-    description: 'Change settings (admins only).',
-    args: {
-      org_id: t.arg.id({ required: true }),
-      name: t.arg.string(),
-      operator_rate_limit_per_minute: t.arg.int(),
-      approval_ttl_seconds: t.arg.int({ description: '60 to 2592000 (30 days); default 86400.' }),
-      record_params: t.arg.boolean({ description: 'Keep action params in records (default true).' }),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:update' } }),
-    resolve: (query, _, args, ctx) => ctx.services.orgs.update(String(args.org_id), args, principalOf(ctx), query),
-  }),
-);
-restRoute('Mutation.update_organization', {
-  method: 'PATCH',
-  path: '/orgs/:org_id',
-  tag: 'Organizations',
-  summary: 'Change organization settings',
-  auth: ['bearer'],
+const updateOrganizationMutation = mutation('update_organization', {
+  field: (t) =>
+    t.prismaField({
+      type: 'Organization',
+      description: 'Change settings (admins only).',
+      args: {
+        org_id: t.arg.id({ required: true }),
+        name: t.arg.string(),
+        operator_rate_limit_per_minute: t.arg.int(),
+        approval_ttl_seconds: t.arg.int({ description: '60 to 2592000 (30 days); default 86400.' }),
+        record_params: t.arg.boolean({ description: 'Keep action params in records (default true).' }),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'org:update' } }),
+      resolve: (query, _, args, ctx) => ctx.services.orgs.update(String(args.org_id), args, principalOf(ctx), query),
+    }),
+  rest: {
+    method: 'PATCH',
+    path: '/orgs/:org_id',
+    tag: 'Organizations',
+    summary: 'Change organization settings',
+    auth: ['bearer'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const orgOperations = [organizationQuery, createOrganizationMutation, signupQuery, updateOrganizationMutation];

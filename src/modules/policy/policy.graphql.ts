@@ -2,7 +2,7 @@ import { builder } from '../../api/builder.js';
 import { graphqlOnly } from '../../api/closed-values.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import type { PolicySnapshot } from '../audit/audit-events.js';
 import { MAX_CONDITION_LENGTH } from './policy-condition.js';
 import { policyEffects, policyModes, rateLimitScopes } from './policy-rules.js';
@@ -151,16 +151,17 @@ const tag = 'Policies';
 const listDescription =
   "Policies of the caller's organization in the order the gateway applies them: priority, then name, then id.";
 
-builder.queryField('policies', (t) =>
-  t.field({
-    type: PolicyList,
-    description: listDescription,
-    args: filterArgs,
-    authScopes: { own: 'policy:read' },
-    resolve: (_, args, ctx) => ctx.services.policies.list(principalOf(ctx).orgId, args),
-  }),
-);
-restRoute('Query.policies', { method: 'GET', path: policiesPath, tag, summary: 'List policies', auth: ['bearer'] });
+const policiesQuery = query('policies', {
+  field: (t) =>
+    t.field({
+      type: PolicyList,
+      description: listDescription,
+      args: filterArgs,
+      authScopes: { own: 'policy:read' },
+      resolve: (_, args, ctx) => ctx.services.policies.list(principalOf(ctx).orgId, args),
+    }),
+  rest: { method: 'GET', path: policiesPath, tag, summary: 'List policies', auth: ['bearer'] },
+});
 
 builder.prismaObjectField('Organization', 'policies', (t) =>
   t.field({
@@ -173,81 +174,94 @@ builder.prismaObjectField('Organization', 'policies', (t) =>
   }),
 );
 
-builder.queryField('policy', (t) =>
-  t.field({
-    type: PolicyRef,
-    args: { policy_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'policy:read' },
-    resolve: (_, args, ctx) => ctx.services.policies.get(principalOf(ctx).orgId, String(args.policy_id)),
-  }),
-);
-restRoute('Query.policy', {
-  method: 'GET',
-  path: `${policiesPath}/:policy_id`,
-  tag,
-  summary: 'Read a policy',
-  auth: ['bearer'],
+const policyQuery = query('policy', {
+  field: (t) =>
+    t.field({
+      type: PolicyRef,
+      args: { policy_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'policy:read' },
+      resolve: (_, args, ctx) => ctx.services.policies.get(principalOf(ctx).orgId, String(args.policy_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${policiesPath}/:policy_id`,
+    tag,
+    summary: 'Read a policy',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('create_policy', (t) =>
-  t.field({
-    type: PolicyRef,
-    description: `Adds a policy (version 1); at most ${MAX_POLICIES_PER_ORG} per organization. Applies on every process within a second.`,
-    args: policyArgs,
-    authScopes: { own: 'policy:write' },
-    resolve: (_, args, ctx) => {
-      const principal = principalOf(ctx);
-      return ctx.services.policies.create(principal.orgId, args, principal);
-    },
-  }),
-);
-restRoute('Mutation.create_policy', {
-  method: 'POST',
-  path: policiesPath,
-  status: 201,
-  tag,
-  summary: 'Create a policy',
-  auth: ['bearer'],
-  extraErrors: ['409'],
+const createPolicyMutation = mutation('create_policy', {
+  field: (t) =>
+    t.field({
+      type: PolicyRef,
+      description: `Adds a policy (version 1); at most ${MAX_POLICIES_PER_ORG} per organization. Applies on every process within a second.`,
+      args: policyArgs,
+      authScopes: { own: 'policy:write' },
+      resolve: (_, args, ctx) => {
+        const principal = principalOf(ctx);
+        return ctx.services.policies.create(principal.orgId, args, principal);
+      },
+    }),
+  rest: {
+    method: 'POST',
+    path: policiesPath,
+    status: 201,
+    tag,
+    summary: 'Create a policy',
+    auth: ['bearer'],
+    extraErrors: ['409'],
+  },
 });
 
-builder.mutationField('replace_policy', (t) =>
-  t.field({
-    type: PolicyRef,
-    description: 'Replaces every field (an omitted optional field takes its default again) and adds 1 to `version`.',
-    args: { policy_id: t.arg.id({ required: true }), ...policyArgs },
-    authScopes: { own: 'policy:write' },
-    resolve: (_, args, ctx) => {
-      const principal = principalOf(ctx);
-      return ctx.services.policies.replace(principal.orgId, String(args.policy_id), args, principal);
-    },
-  }),
-);
-restRoute('Mutation.replace_policy', {
-  extraErrors: ['409'],
-  method: 'PUT',
-  path: `${policiesPath}/:policy_id`,
-  tag,
-  summary: 'Replace a policy (every field)',
-  auth: ['bearer'],
+const replacePolicyMutation = mutation('replace_policy', {
+  field: (t) =>
+    t.field({
+      type: PolicyRef,
+      description: 'Replaces every field (an omitted optional field takes its default again) and adds 1 to `version`.',
+      args: { policy_id: t.arg.id({ required: true }), ...policyArgs },
+      authScopes: { own: 'policy:write' },
+      resolve: (_, args, ctx) => {
+        const principal = principalOf(ctx);
+        return ctx.services.policies.replace(principal.orgId, String(args.policy_id), args, principal);
+      },
+    }),
+  rest: {
+    extraErrors: ['409'],
+    method: 'PUT',
+    path: `${policiesPath}/:policy_id`,
+    tag,
+    summary: 'Replace a policy (every field)',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('delete_policy', (t) =>
-  t.boolean({
-    args: { policy_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'policy:write' },
-    resolve: async (_, args, ctx) => {
-      const principal = principalOf(ctx);
-      await ctx.services.policies.remove(principal.orgId, String(args.policy_id), principal);
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.delete_policy', {
-  method: 'DELETE',
-  path: `${policiesPath}/:policy_id`,
-  status: 204,
-  tag,
-  summary: 'Delete a policy',
-  auth: ['bearer'],
+const deletePolicyMutation = mutation('delete_policy', {
+  field: (t) =>
+    t.boolean({
+      args: { policy_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'policy:write' },
+      resolve: async (_, args, ctx) => {
+        const principal = principalOf(ctx);
+        await ctx.services.policies.remove(principal.orgId, String(args.policy_id), principal);
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: `${policiesPath}/:policy_id`,
+    status: 204,
+    tag,
+    summary: 'Delete a policy',
+    auth: ['bearer'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const policyOperations = [
+  policiesQuery,
+  policyQuery,
+  createPolicyMutation,
+  replacePolicyMutation,
+  deletePolicyMutation,
+];

@@ -4,8 +4,8 @@ import { policyEffects, policyModes } from '../policy/policy-rules.js';
 import { INTERACTION_CHANNELS } from './record-chain.js';
 import { principalOf } from '../../api/context.js';
 import { cursorArgDescription, historyListType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
-import { streamResponse, streamRoute } from '../../api/stream-routes.js';
+import { query } from '../../api/operations.js';
+import { streamResponse, type StreamRoute } from '../../api/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.graphql.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { REASON_CODES } from '../gateway/decision.js';
@@ -174,56 +174,59 @@ const RecordVerification = builder
 
 const tag = 'Records';
 
-builder.queryField('records', (t) =>
-  t.field({
-    type: RecordList,
-    description: "Interaction records of the caller's organization, newest first.",
-    args: recordFilterArgs,
-    authScopes: { own: 'log:read' },
-    resolve: (_, args, ctx) => ctx.services.records.list(principalOf(ctx).orgId, args),
-  }),
-);
-restRoute('Query.records', {
-  method: 'GET',
-  path: '/records',
-  tag,
-  summary: 'List interaction records',
-  auth: ['bearer', 'apiKey'],
+const recordsQuery = query('records', {
+  field: (t) =>
+    t.field({
+      type: RecordList,
+      description: "Interaction records of the caller's organization, newest first.",
+      args: recordFilterArgs,
+      authScopes: { own: 'log:read' },
+      resolve: (_, args, ctx) => ctx.services.records.list(principalOf(ctx).orgId, args),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records',
+    tag,
+    summary: 'List interaction records',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-builder.queryField('record', (t) =>
-  t.field({
-    type: RecordRef,
-    args: { record_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'log:read' },
-    resolve: (_, args, ctx) => ctx.services.records.get(principalOf(ctx).orgId, String(args.record_id)),
-  }),
-);
-restRoute('Query.record', {
-  method: 'GET',
-  path: '/records/:record_id',
-  tag,
-  summary: 'Read one record',
-  auth: ['bearer', 'apiKey'],
+const recordQuery = query('record', {
+  field: (t) =>
+    t.field({
+      type: RecordRef,
+      args: { record_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'log:read' },
+      resolve: (_, args, ctx) => ctx.services.records.get(principalOf(ctx).orgId, String(args.record_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records/:record_id',
+    tag,
+    summary: 'Read one record',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-builder.queryField('verify_record', (t) =>
-  t.field({
-    type: RecordVerification,
-    args: { record_id: t.arg.id({ required: true }) },
-    authScopes: { own: 'log:read' },
-    resolve: (_, args, ctx) => ctx.services.records.verify(principalOf(ctx).orgId, String(args.record_id)),
-  }),
-);
-restRoute('Query.verify_record', {
-  method: 'GET',
-  path: '/records/:record_id/verify',
-  tag,
-  summary: 'Verify a record: hash, signature and link to the previous record',
-  auth: ['bearer', 'apiKey'],
+const verifyRecordQuery = query('verify_record', {
+  field: (t) =>
+    t.field({
+      type: RecordVerification,
+      args: { record_id: t.arg.id({ required: true }) },
+      authScopes: { own: 'log:read' },
+      resolve: (_, args, ctx) => ctx.services.records.verify(principalOf(ctx).orgId, String(args.record_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records/:record_id/verify',
+    tag,
+    summary: 'Verify a record: hash, signature and link to the previous record',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-streamRoute({
+const exportRecordsStream: StreamRoute = {
   operationId: 'export_records',
   method: 'GET',
   path: '/records/export',
@@ -254,7 +257,7 @@ streamRoute({
     const stamp = header.exported_at.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
     return streamResponse(call, lines(), 'application/x-ndjson; charset=utf-8', `records-${call.orgId}-${stamp}.jsonl`);
   },
-});
+};
 
 // The records as a transparency log (docs/decisions/0059-records-as-a-transparency-log.md).
 
@@ -305,16 +308,17 @@ const ConsistencyProofRef = builder.objectRef<ConsistencyProof>('RecordConsisten
   }),
 });
 
-builder.queryField('record_checkpoint', (t) =>
-  t.field({
-    type: RecordCheckpointRef,
-    description: "The latest signed checkpoint of the caller's organization's record tree.",
-    authScopes: { own: 'log:read' },
-    resolve: (_, __, ctx) => ctx.services.records.log.checkpoint(principalOf(ctx).orgId),
-  }),
-);
+const recordCheckpointQuery = query('record_checkpoint', {
+  field: (t) =>
+    t.field({
+      type: RecordCheckpointRef,
+      description: "The latest signed checkpoint of the caller's organization's record tree.",
+      authScopes: { own: 'log:read' },
+      resolve: (_, __, ctx) => ctx.services.records.log.checkpoint(principalOf(ctx).orgId),
+    }),
+});
 
-streamRoute({
+const checkpointNoteStream: StreamRoute = {
   operationId: 'record_checkpoint_note',
   method: 'GET',
   path: '/records/checkpoint',
@@ -344,59 +348,76 @@ streamRoute({
       },
     });
   },
+};
+
+const recordCheckpointVerifierQuery = query('record_checkpoint_verifier', {
+  field: (t) =>
+    t.field({
+      type: CheckpointVerifierRef,
+      description: "The keys that verify the caller's organization's checkpoints, in the note verifier-key form.",
+      authScopes: { own: 'log:read' },
+      resolve: (_, __, ctx) => ctx.services.records.log.verifiers(principalOf(ctx).orgId),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records/checkpoint/verifier',
+    tag,
+    summary: 'The verifier keys of the checkpoints (note verifier-key form)',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-builder.queryField('record_checkpoint_verifier', (t) =>
-  t.field({
-    type: CheckpointVerifierRef,
-    description: "The keys that verify the caller's organization's checkpoints, in the note verifier-key form.",
-    authScopes: { own: 'log:read' },
-    resolve: (_, __, ctx) => ctx.services.records.log.verifiers(principalOf(ctx).orgId),
-  }),
-);
-restRoute('Query.record_checkpoint_verifier', {
-  method: 'GET',
-  path: '/records/checkpoint/verifier',
-  tag,
-  summary: 'The verifier keys of the checkpoints (note verifier-key form)',
-  auth: ['bearer', 'apiKey'],
+const recordProofQuery = query('record_proof', {
+  field: (t) =>
+    t.field({
+      type: InclusionProofRef,
+      description:
+        'RFC 9162 inclusion proof of a record in the tree of `tree_size` records (default: the latest checkpoint). ' +
+        'Sizes beyond the latest checkpoint are 422.',
+      args: { record_id: t.arg.id({ required: true }), tree_size: t.arg.int() },
+      authScopes: { own: 'log:read' },
+      resolve: (_, args, ctx) =>
+        ctx.services.records.log.inclusion(principalOf(ctx).orgId, String(args.record_id), args.tree_size),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records/:record_id/proof',
+    tag,
+    summary: 'Inclusion proof of a record at a tree size (RFC 9162)',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-builder.queryField('record_proof', (t) =>
-  t.field({
-    type: InclusionProofRef,
-    description:
-      'RFC 9162 inclusion proof of a record in the tree of `tree_size` records (default: the latest checkpoint). ' +
-      'Sizes beyond the latest checkpoint are 422.',
-    args: { record_id: t.arg.id({ required: true }), tree_size: t.arg.int() },
-    authScopes: { own: 'log:read' },
-    resolve: (_, args, ctx) =>
-      ctx.services.records.log.inclusion(principalOf(ctx).orgId, String(args.record_id), args.tree_size),
-  }),
-);
-restRoute('Query.record_proof', {
-  method: 'GET',
-  path: '/records/:record_id/proof',
-  tag,
-  summary: 'Inclusion proof of a record at a tree size (RFC 9162)',
-  auth: ['bearer', 'apiKey'],
+const recordConsistencyQuery = query('record_consistency', {
+  field: (t) =>
+    t.field({
+      type: ConsistencyProofRef,
+      description:
+        'RFC 9162 consistency proof that the tree of `to` records extends the tree of `from`. ' +
+        'Sizes beyond the latest checkpoint are 422.',
+      args: { from: t.arg.int({ required: true }), to: t.arg.int({ required: true }) },
+      authScopes: { own: 'log:read' },
+      resolve: (_, args, ctx) => ctx.services.records.log.consistency(principalOf(ctx).orgId, args.from, args.to),
+    }),
+  rest: {
+    method: 'GET',
+    path: '/records/consistency',
+    tag,
+    summary: 'Consistency proof between two tree sizes (RFC 9162)',
+    auth: ['bearer', 'apiKey'],
+  },
 });
 
-builder.queryField('record_consistency', (t) =>
-  t.field({
-    type: ConsistencyProofRef,
-    description:
-      'RFC 9162 consistency proof that the tree of `to` records extends the tree of `from`. ' +
-      'Sizes beyond the latest checkpoint are 422.',
-    args: { from: t.arg.int({ required: true }), to: t.arg.int({ required: true }) },
-    authScopes: { own: 'log:read' },
-    resolve: (_, args, ctx) => ctx.services.records.log.consistency(principalOf(ctx).orgId, args.from, args.to),
-  }),
-);
-restRoute('Query.record_consistency', {
-  method: 'GET',
-  path: '/records/consistency',
-  tag,
-  summary: 'Consistency proof between two tree sizes (RFC 9162)',
-  auth: ['bearer', 'apiKey'],
-});
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const recordOperations = [
+  recordsQuery,
+  recordQuery,
+  verifyRecordQuery,
+  recordCheckpointQuery,
+  recordCheckpointVerifierQuery,
+  recordProofQuery,
+  recordConsistencyQuery,
+];
+
+/** The routes that stream their answer, in the order the OpenAPI document lists them. */
+export const recordStreams = [exportRecordsStream, checkpointNoteStream];

@@ -5,7 +5,7 @@ import { toolConfigInputSchema, toolConfigSchema } from './tool-config.json-sche
 import { connectors } from './tool.service.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import { publicConfig } from './tool.service.js';
 import { definitionDiff, definitionStatuses } from './tool-definitions.js';
 import type { DefinitionView } from './tool-definitions.service.js';
@@ -104,160 +104,179 @@ const ToolList = listType('ToolList', ToolRef);
 const toolsPath = '/orgs/:org_id/tools';
 const tag = 'Tools';
 
-builder.queryField('tools', (t) =>
-  t.field({
-    type: ToolList,
-    args: { org_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) => ctx.services.tools.list(String(args.org_id)),
-  }),
-);
-restRoute('Query.tools', { method: 'GET', path: toolsPath, tag, summary: 'List tool connectors', auth: ['bearer'] });
-
-builder.queryField('tool', (t) =>
-  t.field({
-    type: ToolRef,
-    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) => ctx.services.tools.get(String(args.org_id), String(args.tool_id)),
-  }),
-);
-restRoute('Query.tool', {
-  method: 'GET',
-  path: `${toolsPath}/:tool_id`,
-  tag,
-  summary: 'Read a tool connector',
-  auth: ['bearer'],
+const toolsQuery = query('tools', {
+  field: (t) =>
+    t.field({
+      type: ToolList,
+      args: { org_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) => ctx.services.tools.list(String(args.org_id)),
+    }),
+  rest: { method: 'GET', path: toolsPath, tag, summary: 'List tool connectors', auth: ['bearer'] },
 });
 
-builder.mutationField('create_tool', (t) =>
-  t.field({
-    type: ToolRef,
-    description:
-      'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network}, ' +
-      '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
-      "calling `tool`, else the action's `<action>` part) or `mock` {response}. Any of them may add `description` and " +
-      '`input_schema` (a JSON Schema of type object): how MCP clients of the gateway see its tools. ' +
-      'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network` and ' +
-      "its range in the deployment's `OUTBOUND_PRIVATE_NETWORKS` (link-local addresses never).",
-    args: {
-      org_id: t.arg.id({ required: true }),
-      action_type: t.arg.string({ required: true }),
-      connector: t.arg.string({ required: true, ...closedValues(connectors) }),
-      config: t.arg({ type: ToolConfigInput }),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
-  }),
-);
+const toolQuery = query('tool', {
+  field: (t) =>
+    t.field({
+      type: ToolRef,
+      args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) => ctx.services.tools.get(String(args.org_id), String(args.tool_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${toolsPath}/:tool_id`,
+    tag,
+    summary: 'Read a tool connector',
+    auth: ['bearer'],
+  },
+});
+
 // Also 503 (every route has it): a kept "[redacted]" value that this service's KEY_ENCRYPTION_KEY cannot open.
 const toolWriteErrors = ['409'] as const;
-restRoute('Mutation.create_tool', {
-  method: 'POST',
-  path: toolsPath,
-  status: 201,
-  tag,
-  summary: 'Configure a tool connector',
-  auth: ['bearer'],
-  extraErrors: toolWriteErrors,
+
+const createToolMutation = mutation('create_tool', {
+  field: (t) =>
+    t.field({
+      type: ToolRef,
+      description:
+        'One connector per action type: `http` {url, timeout_ms, headers, secret, allow_private_network}, ' +
+        '`mcp` {url, timeout_ms, headers, tool, allow_private_network} (a `tools/call` to an MCP server over Streamable HTTP, ' +
+        "calling `tool`, else the action's `<action>` part) or `mock` {response}. Any of them may add `description` and " +
+        '`input_schema` (a JSON Schema of type object): how MCP clients of the gateway see its tools. ' +
+        'Header values and `secret` are write-only; a private or loopback `url` needs `allow_private_network` and ' +
+        "its range in the deployment's `OUTBOUND_PRIVATE_NETWORKS` (link-local addresses never).",
+      args: {
+        org_id: t.arg.id({ required: true }),
+        action_type: t.arg.string({ required: true }),
+        connector: t.arg.string({ required: true, ...closedValues(connectors) }),
+        config: t.arg({ type: ToolConfigInput }),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) => ctx.services.tools.create(String(args.org_id), args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: toolsPath,
+    status: 201,
+    tag,
+    summary: 'Configure a tool connector',
+    auth: ['bearer'],
+    extraErrors: toolWriteErrors,
+  },
 });
 
-builder.mutationField('update_tool', (t) =>
-  t.field({
-    type: ToolRef,
-    description:
-      'Replaces the fields given; `config` is replaced whole, except that a header value or `secret` given as "[redacted]" ' +
-      '(as read) keeps the stored one.',
-    args: {
-      org_id: t.arg.id({ required: true }),
-      tool_id: t.arg.id({ required: true }),
-      action_type: t.arg.string(),
-      connector: t.arg.string(closedValues(connectors)),
-      config: t.arg({ type: ToolConfigInput }),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) =>
-      ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.update_tool', {
-  method: 'PATCH',
-  path: `${toolsPath}/:tool_id`,
-  tag,
-  summary: 'Change a tool connector',
-  auth: ['bearer'],
-  extraErrors: toolWriteErrors,
+const updateToolMutation = mutation('update_tool', {
+  field: (t) =>
+    t.field({
+      type: ToolRef,
+      description:
+        'Replaces the fields given; `config` is replaced whole, except that a header value or `secret` given as "[redacted]" ' +
+        '(as read) keeps the stored one.',
+      args: {
+        org_id: t.arg.id({ required: true }),
+        tool_id: t.arg.id({ required: true }),
+        action_type: t.arg.string(),
+        connector: t.arg.string(closedValues(connectors)),
+        config: t.arg({ type: ToolConfigInput }),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) =>
+        ctx.services.tools.update(String(args.org_id), String(args.tool_id), args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'PATCH',
+    path: `${toolsPath}/:tool_id`,
+    tag,
+    summary: 'Change a tool connector',
+    auth: ['bearer'],
+    extraErrors: toolWriteErrors,
+  },
 });
 
-builder.mutationField('delete_tool', (t) =>
-  t.boolean({
-    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: async (_, args, ctx) => {
-      await ctx.services.tools.remove(String(args.org_id), String(args.tool_id), principalOf(ctx));
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.delete_tool', {
-  method: 'DELETE',
-  path: `${toolsPath}/:tool_id`,
-  status: 204,
-  tag,
-  summary: 'Remove a tool connector',
-  auth: ['bearer'],
+const deleteToolMutation = mutation('delete_tool', {
+  field: (t) =>
+    t.boolean({
+      args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: async (_, args, ctx) => {
+        await ctx.services.tools.remove(String(args.org_id), String(args.tool_id), principalOf(ctx));
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: `${toolsPath}/:tool_id`,
+    status: 204,
+    tag,
+    summary: 'Remove a tool connector',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('refresh_tool_definitions', (t) =>
-  t.field({
-    type: ToolRef,
-    description:
-      'Reads the mcp tool’s upstream definitions (`tools/list`) now, as every MCP_UPSTREAM_REFRESH_SECONDS does. The first read pins them; ' +
-      'later differences are shown as `changed`, `new` or `removed` (audit and webhook `tool.definition_changed`). ' +
-      'An upstream that cannot be read leaves the pins as they are and shows why in `definitions_error`.',
-    args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) =>
-      ctx.services.tools.refreshDefinitions(String(args.org_id), String(args.tool_id), principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.refresh_tool_definitions', {
-  method: 'POST',
-  path: `${toolsPath}/:tool_id/refresh`,
-  tag,
-  summary: 'Read an mcp tool’s upstream definitions now',
-  auth: ['bearer'],
+const refreshToolDefinitionsMutation = mutation('refresh_tool_definitions', {
+  field: (t) =>
+    t.field({
+      type: ToolRef,
+      description:
+        'Reads the mcp tool’s upstream definitions (`tools/list`) now, as every MCP_UPSTREAM_REFRESH_SECONDS does. The first read pins them; ' +
+        'later differences are shown as `changed`, `new` or `removed` (audit and webhook `tool.definition_changed`). ' +
+        'An upstream that cannot be read leaves the pins as they are and shows why in `definitions_error`.',
+      args: { org_id: t.arg.id({ required: true }), tool_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) =>
+        ctx.services.tools.refreshDefinitions(String(args.org_id), String(args.tool_id), principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: `${toolsPath}/:tool_id/refresh`,
+    tag,
+    summary: 'Read an mcp tool’s upstream definitions now',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('accept_tool_definitions', (t) =>
-  t.field({
-    type: ToolRef,
-    description:
-      'Pins what the upstream shows now: every definition that is `changed`, `new` or `removed` (forgotten), or the ones listed. ' +
-      'A listed `current_hash` must still be the current one (409 otherwise); a listed name that is `pinned` or unknown is a 422.',
-    args: {
-      org_id: t.arg.id({ required: true }),
-      tool_id: t.arg.id({ required: true }),
-      definitions: t.arg({
-        type: [ToolDefinitionAcceptance],
-        description: 'Default: every definition that differs from its pin.',
-      }),
-    },
-    authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
-    resolve: (_, args, ctx) =>
-      ctx.services.tools.acceptDefinitions(
-        String(args.org_id),
-        String(args.tool_id),
-        args.definitions ?? null,
-        principalOf(ctx),
-      ),
-  }),
-);
-restRoute('Mutation.accept_tool_definitions', {
-  method: 'POST',
-  path: `${toolsPath}/:tool_id/accept-definitions`,
-  tag,
-  summary: 'Accept an mcp tool’s changed upstream definitions',
-  auth: ['bearer'],
-  extraErrors: ['409'],
+const acceptToolDefinitionsMutation = mutation('accept_tool_definitions', {
+  field: (t) =>
+    t.field({
+      type: ToolRef,
+      description:
+        'Pins what the upstream shows now: every definition that is `changed`, `new` or `removed` (forgotten), or the ones listed. ' +
+        'A listed `current_hash` must still be the current one (409 otherwise); a listed name that is `pinned` or unknown is a 422.',
+      args: {
+        org_id: t.arg.id({ required: true }),
+        tool_id: t.arg.id({ required: true }),
+        definitions: t.arg({
+          type: [ToolDefinitionAcceptance],
+          description: 'Default: every definition that differs from its pin.',
+        }),
+      },
+      authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'tool:manage' } }),
+      resolve: (_, args, ctx) =>
+        ctx.services.tools.acceptDefinitions(
+          String(args.org_id),
+          String(args.tool_id),
+          args.definitions ?? null,
+          principalOf(ctx),
+        ),
+    }),
+  rest: {
+    method: 'POST',
+    path: `${toolsPath}/:tool_id/accept-definitions`,
+    tag,
+    summary: 'Accept an mcp tool’s changed upstream definitions',
+    auth: ['bearer'],
+    extraErrors: ['409'],
+  },
 });
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const toolOperations = [
+  toolsQuery,
+  toolQuery,
+  createToolMutation,
+  updateToolMutation,
+  deleteToolMutation,
+  refreshToolDefinitionsMutation,
+  acceptToolDefinitionsMutation,
+];

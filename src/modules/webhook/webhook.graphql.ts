@@ -3,7 +3,7 @@ import { builder } from '../../api/builder.js';
 import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
-import { restRoute } from '../../api/rest-routes.js';
+import { mutation, query } from '../../api/operations.js';
 import { DEFAULT_DELIVERY_PAGE, deliveryStatuses, MAX_DELIVERY_PAGE, webhookEvents } from './webhook.service.js';
 
 const DeliveryStatusEnum = builder.enumType('WebhookDeliveryStatus', { values: deliveryStatuses });
@@ -109,125 +109,141 @@ when saving and when connecting, unless \`allow_private_network\` is true and th
 in \`OUTBOUND_PRIVATE_NETWORKS\`; link-local and metadata addresses always.
 Without \`secret\` (16 to 256 characters) one is generated.`;
 
-builder.queryField('webhooks', (t) =>
-  t.field({
-    type: WebhookList,
-    description: 'Webhooks of the organization, newest first.',
-    args: { org_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) => ctx.services.webhooks.list(String(args.org_id)),
-  }),
-);
-restRoute('Query.webhooks', { method: 'GET', path: webhooksPath, tag, summary: 'List webhooks', auth: ['bearer'] });
-
-builder.queryField('webhook', (t) =>
-  t.field({
-    type: WebhookRef,
-    args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) => ctx.services.webhooks.get(String(args.org_id), String(args.webhook_id)),
-  }),
-);
-restRoute('Query.webhook', {
-  method: 'GET',
-  path: `${webhooksPath}/:webhook_id`,
-  tag,
-  summary: 'Read a webhook',
-  auth: ['bearer'],
+const webhooksQuery = query('webhooks', {
+  field: (t) =>
+    t.field({
+      type: WebhookList,
+      description: 'Webhooks of the organization, newest first.',
+      args: { org_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: (_, args, ctx) => ctx.services.webhooks.list(String(args.org_id)),
+    }),
+  rest: { method: 'GET', path: webhooksPath, tag, summary: 'List webhooks', auth: ['bearer'] },
 });
 
-builder.queryField('webhook_deliveries', (t) =>
-  t.field({
-    type: DeliveryList,
-    description: 'Deliveries to one webhook, newest first.',
-    args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }), ...deliveryArgs },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) => ctx.services.webhooks.deliveries(String(args.org_id), String(args.webhook_id), args),
-  }),
-);
-restRoute('Query.webhook_deliveries', {
-  method: 'GET',
-  path: `${webhooksPath}/:webhook_id/deliveries`,
-  tag,
-  summary: 'List the deliveries of a webhook, with their attempts and last error',
-  auth: ['bearer'],
+const webhookQuery = query('webhook', {
+  field: (t) =>
+    t.field({
+      type: WebhookRef,
+      args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: (_, args, ctx) => ctx.services.webhooks.get(String(args.org_id), String(args.webhook_id)),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${webhooksPath}/:webhook_id`,
+    tag,
+    summary: 'Read a webhook',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('create_webhook', (t) =>
-  t.field({
-    type: CreatedWebhook,
-    description: `Subscribes a URL to events (${eventList}). ${signatureDoc}`,
-    args: {
-      org_id: t.arg.id({ required: true }),
-      url: t.arg.string({ required: true, description: 'http(s), without credentials.' }),
-      events: t.arg.stringList({
-        required: true,
-        description: `Non-empty, no duplicates: ${eventList}.`,
-        ...closedValues(webhookEvents),
-      }),
-      secret: t.arg.string({ description: '16 to 256 characters; generated when absent.' }),
-      allow_private_network: t.arg.boolean({ description: 'Default false.' }),
-      active: t.arg.boolean({
-        description:
-          'Default true. An inactive webhook gets no new deliveries; its pending ones wait until it is active again.',
-      }),
-    },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) => ctx.services.webhooks.create(String(args.org_id), args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.create_webhook', {
-  method: 'POST',
-  path: webhooksPath,
-  status: 201,
-  tag,
-  summary: 'Create a webhook (the response is the only one with its secret)',
-  description: signatureDoc,
-  auth: ['bearer'],
+const webhookDeliveriesQuery = query('webhook_deliveries', {
+  field: (t) =>
+    t.field({
+      type: DeliveryList,
+      description: 'Deliveries to one webhook, newest first.',
+      args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }), ...deliveryArgs },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: (_, args, ctx) => ctx.services.webhooks.deliveries(String(args.org_id), String(args.webhook_id), args),
+    }),
+  rest: {
+    method: 'GET',
+    path: `${webhooksPath}/:webhook_id/deliveries`,
+    tag,
+    summary: 'List the deliveries of a webhook, with their attempts and last error',
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('update_webhook', (t) =>
-  t.field({
-    type: WebhookRef,
-    description: 'Changes the fields given. A new `secret` signs every attempt from now on, retries included.',
-    args: {
-      org_id: t.arg.id({ required: true }),
-      webhook_id: t.arg.id({ required: true }),
-      url: t.arg.string(),
-      events: t.arg.stringList(),
-      secret: t.arg.string(),
-      allow_private_network: t.arg.boolean(),
-      active: t.arg.boolean(),
-    },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: (_, args, ctx) =>
-      ctx.services.webhooks.update(String(args.org_id), String(args.webhook_id), args, principalOf(ctx)),
-  }),
-);
-restRoute('Mutation.update_webhook', {
-  method: 'PATCH',
-  path: `${webhooksPath}/:webhook_id`,
-  tag,
-  summary: 'Change a webhook',
-  auth: ['bearer'],
+const createWebhookMutation = mutation('create_webhook', {
+  field: (t) =>
+    t.field({
+      type: CreatedWebhook,
+      description: `Subscribes a URL to events (${eventList}). ${signatureDoc}`,
+      args: {
+        org_id: t.arg.id({ required: true }),
+        url: t.arg.string({ required: true, description: 'http(s), without credentials.' }),
+        events: t.arg.stringList({
+          required: true,
+          description: `Non-empty, no duplicates: ${eventList}.`,
+          ...closedValues(webhookEvents),
+        }),
+        secret: t.arg.string({ description: '16 to 256 characters; generated when absent.' }),
+        allow_private_network: t.arg.boolean({ description: 'Default false.' }),
+        active: t.arg.boolean({
+          description:
+            'Default true. An inactive webhook gets no new deliveries; its pending ones wait until it is active again.',
+        }),
+      },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: (_, args, ctx) => ctx.services.webhooks.create(String(args.org_id), args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'POST',
+    path: webhooksPath,
+    status: 201,
+    tag,
+    summary: 'Create a webhook (the response is the only one with its secret)',
+    description: signatureDoc,
+    auth: ['bearer'],
+  },
 });
 
-builder.mutationField('delete_webhook', (t) =>
-  t.boolean({
-    description: 'Deletes the webhook and its deliveries; pending ones are not sent.',
-    args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }) },
-    authScopes: (_, args) => manage(args.org_id),
-    resolve: async (_, args, ctx) => {
-      await ctx.services.webhooks.remove(String(args.org_id), String(args.webhook_id), principalOf(ctx));
-      return true;
-    },
-  }),
-);
-restRoute('Mutation.delete_webhook', {
-  method: 'DELETE',
-  path: `${webhooksPath}/:webhook_id`,
-  status: 204,
-  tag,
-  summary: 'Delete a webhook',
-  auth: ['bearer'],
+const updateWebhookMutation = mutation('update_webhook', {
+  field: (t) =>
+    t.field({
+      type: WebhookRef,
+      description: 'Changes the fields given. A new `secret` signs every attempt from now on, retries included.',
+      args: {
+        org_id: t.arg.id({ required: true }),
+        webhook_id: t.arg.id({ required: true }),
+        url: t.arg.string(),
+        events: t.arg.stringList(),
+        secret: t.arg.string(),
+        allow_private_network: t.arg.boolean(),
+        active: t.arg.boolean(),
+      },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: (_, args, ctx) =>
+        ctx.services.webhooks.update(String(args.org_id), String(args.webhook_id), args, principalOf(ctx)),
+    }),
+  rest: {
+    method: 'PATCH',
+    path: `${webhooksPath}/:webhook_id`,
+    tag,
+    summary: 'Change a webhook',
+    auth: ['bearer'],
+  },
 });
+
+const deleteWebhookMutation = mutation('delete_webhook', {
+  field: (t) =>
+    t.boolean({
+      description: 'Deletes the webhook and its deliveries; pending ones are not sent.',
+      args: { org_id: t.arg.id({ required: true }), webhook_id: t.arg.id({ required: true }) },
+      authScopes: (_, args) => manage(args.org_id),
+      resolve: async (_, args, ctx) => {
+        await ctx.services.webhooks.remove(String(args.org_id), String(args.webhook_id), principalOf(ctx));
+        return true;
+      },
+    }),
+  rest: {
+    method: 'DELETE',
+    path: `${webhooksPath}/:webhook_id`,
+    status: 204,
+    tag,
+    summary: 'Delete a webhook',
+    auth: ['bearer'],
+  },
+});
+
+/** The operations of this file, in the order the OpenAPI document lists their routes. */
+export const webhookOperations = [
+  webhooksQuery,
+  webhookQuery,
+  webhookDeliveriesQuery,
+  createWebhookMutation,
+  updateWebhookMutation,
+  deleteWebhookMutation,
+];
