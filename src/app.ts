@@ -10,7 +10,8 @@ import { AppError, referenceGone, serviceUnavailable } from './errors.js';
 import { logUnexpected } from './logger.js';
 import type { Context } from './api/context.js';
 import { boundedDocumentCaches, GRAPHQL_ENDPOINT, isGraphQlEndpointRequest, useGraphQlGuard } from './http/guard.js';
-import { Loaders } from './loaders.js';
+import { requestLoaders, type LoaderFactory } from './api/request-loaders.js';
+import { modules } from './modules/modules.js';
 import { schema } from './http/schema.js';
 import { useScopeCacheRelease } from './http/scope-cache.js';
 import { serveDocs } from './http/docs.js';
@@ -66,9 +67,18 @@ export interface App {
   stop(): Promise<void>;
 }
 
-const MAINTENANCE_INTERVAL_MS = 10 * 60 * 1000;
-/** Tools fall due every MCP_UPSTREAM_REFRESH_SECONDS; the sweep looks for them at least this often. */
-const DEFINITIONS_SWEEP_MAX_SECONDS = 60;
+/** Rate counters (src/lib/rate-counter.ts, every module's) past their window are deleted this often. */
+const COUNTER_PRUNE_EVERY_MS = 10 * 60 * 1000;
+
+/** The request loaders every module contributes, by name: a name is one module's. */
+const loaderFactories = new Map<string, LoaderFactory>();
+for (const module of modules) {
+  for (const [name, make] of Object.entries(module.loaders ?? {})) {
+    if (loaderFactories.has(name)) throw new Error(`loader ${name} contributed twice (module ${module.name})`);
+    loaderFactories.set(name, make);
+  }
+}
+const makeLoaders = requestLoaders(loaderFactories);
 
 /**
  * The OpenAPI document depends only on the schema, the version and PUBLIC_URL, and building it
@@ -158,7 +168,7 @@ export function createApp({
         state,
         services,
         // Each loader is made on first use: gateway calls, most of the traffic, batch no relations.
-        loaders: new Loaders(services),
+        loaders: makeLoaders(services),
         authenticate: () => authenticate(request, state),
       };
     },
@@ -242,34 +252,17 @@ export function createApp({
       .finally(() => periodicWork.delete(task));
     periodicWork.add(task);
   };
-  const maintenance = setInterval(() => {
-    runPeriodic(
-      () =>
-        Promise.all([
-          pruneCounters(db.sql),
-          services.sessions.pruneRevokedTokens(),
-          services.sessions.prune(),
-          services.oauth.prune(),
-          services.sso.prune(),
-        ]),
-      'maintenance failed',
-    );
-  }, MAINTENANCE_INTERVAL_MS);
-  maintenance.unref();
-  const approvalSweep = setInterval(() => {
-    runPeriodic(() => services.approvals.expireDue(), 'approval expiry sweep failed');
-  }, env.approvalSweepSeconds * 1000);
-  approvalSweep.unref();
-  // Reads the due mcp tools' upstream definitions; every process may run it (SKIP LOCKED claims).
-  const definitionsSweep = setInterval(() => {
-    runPeriodic(() => services.tools.sweepDefinitions(), 'tool definitions refresh failed');
-  }, Math.min(env.mcpUpstreamRefreshSeconds, DEFINITIONS_SWEEP_MAX_SECONDS) * 1000);
-  definitionsSweep.unref();
-  // Signs a checkpoint of each org whose record tree grew; every process may run it (a lock per org).
-  const checkpointSweep = setInterval(() => {
-    runPeriodic(() => services.records.log.publishDue(), 'checkpoint sweep failed');
-  }, Math.max(1, env.checkpointSeconds) * 1000);
-  checkpointSweep.unref();
+  const every = (ms: number, work: () => Promise<unknown>, failure: string) => {
+    const timer = setInterval(() => runPeriodic(work, failure), ms);
+    timer.unref();
+    return timer;
+  };
+  const timers = [
+    every(COUNTER_PRUNE_EVERY_MS, () => pruneCounters(db.sql), 'maintenance failed'),
+    ...modules.flatMap((module) =>
+      (module.jobs ?? []).map((job) => every(job.everyMs(env), () => job.run(services), job.failure)),
+    ),
+  ];
 
   // Sends the webhook outbox; safe to run in every process on the database (SKIP LOCKED claims).
   webhookDispatcher.start();
@@ -289,10 +282,7 @@ export function createApp({
       draining = true;
     },
     stop: async () => {
-      clearInterval(maintenance);
-      clearInterval(approvalSweep);
-      clearInterval(definitionsSweep);
-      clearInterval(checkpointSweep);
+      for (const timer of timers) clearInterval(timer);
       cache.stop();
       await ready.catch(() => undefined);
       await Promise.all([webhookDispatcher.stop(), services.journal.stop(), services.tools.close(), ...periodicWork]);
