@@ -1,8 +1,8 @@
 /**
- * The lint rules of `npm run lint` catch what they exist for (docs/decisions/0051, 0065): run on a
- * small project with the repository's own configuration, a statement in a service, an import of
- * another module's store, a module importing the edge and a lower layer importing a higher one
- * fail, and the same code where it belongs passes.
+ * The lint rules of `npm run lint` catch what they exist for (docs/decisions/0051, 0065, 0066): run
+ * on a small project with the repository's own configuration, a statement in a service, an import
+ * of another module's store, a module importing the edge, a lower layer importing a higher one and
+ * a root field added to the builder directly fail, and the same code where it belongs passes.
  */
 import { spawnSync } from 'node:child_process';
 import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -121,4 +121,27 @@ test('the API layer and the permission table import nothing above them, not even
   const downward = depcruise();
   expect(downward.output).not.toContain('error');
   expect(downward.code).toBe(0);
+});
+
+test('a root field added to the builder directly fails; declared as an operation it passes', async () => {
+  const schemaFile = path.join(project, 'src/modules/alpha/alpha.graphql.ts');
+  for (const method of ['queryField', 'mutationField', 'queryFields', 'mutationFields']) {
+    await writeFile(
+      schemaFile,
+      `import { builder } from '../../api/builder.js';\nbuilder.${method}('alpha', (t) => t.string({ resolve: () => 'a' }));\n`,
+    );
+    const direct = biome('src/modules/alpha/alpha.graphql.ts');
+    expect({ method, failed: direct.code !== 0 }).toEqual({ method, failed: true });
+    expect(direct.output).toContain('A root field is an operation');
+  }
+
+  await writeFile(
+    schemaFile,
+    "import { query } from '../../api/operations.js';\n" +
+      "export const alphaQuery = query('alpha', { field: (t) => t.string({ resolve: () => 'a' }) });\n",
+  );
+  const declared = biome('src/modules/alpha/alpha.graphql.ts');
+  expect(declared.output).not.toContain('A root field is an operation');
+  expect(declared.code).toBe(0);
+  await rm(schemaFile);
 });
