@@ -567,7 +567,7 @@ describe('formats from before', () => {
       const app = await startTestApp({ ...LOOPBACK_UPSTREAMS, KEY_ENCRYPTION_KEY: hex(FIRST_KEY) }, { db: old.db });
       try {
         const tool = await app.app.services.tools.forAction(orgId, 'billing');
-        expect(tool?.credentials).toEqual({ secret: 'legacy-tool-secret-0123', headers });
+        expect(tool?.credentials).toEqual({ secret: 'legacy-tool-secret-0123', headers, clientSecret: null });
       } finally {
         await app.close();
       }

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import type { PrivateNetworks } from '../../lib/address-policy.js';
 import { postJson, type OutboundFailureCode } from '../../lib/outbound-http.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../lib/storable-input.js';
+import type { ToolAuth } from './tool-auth.js';
 
 /** Every code a failed tool call can carry, a closed set (what the connectors below return). */
 export const TOOL_ERROR_CODES = [
@@ -29,12 +30,18 @@ export interface HttpToolConfig {
   url: string;
   timeout_ms: number;
   allow_private_network: boolean;
+  /** How the upstream is authenticated, when not by the static headers alone (tool-auth.ts). */
+  auth?: ToolAuth;
 }
 
-/** The write-only parts of an http or mcp tool, in plaintext: the HMAC secret (http only) and the headers sent. */
+/**
+ * The write-only parts of an http or mcp tool, in plaintext: the HMAC secret (http only), the
+ * headers sent, and the OAuth client secret of `config.auth` (tool-auth.ts).
+ */
 export interface ToolCredentials {
   secret: string | null;
   headers: Record<string, string>;
+  clientSecret: string | null;
 }
 
 export interface ToolCall {

@@ -19,6 +19,58 @@ const described = {
     description: 'JSON Schema (type object) of the params (MCP tools/list).',
   },
 };
+const scopes = {
+  type: 'array',
+  items: { type: 'string', maxLength: 200 },
+  maxItems: 50,
+  nullable: true,
+  description: "OAuth scopes to ask for; the upstream's advertised ones when null.",
+};
+const clientSecret = { type: 'string', nullable: true, description: 'Write-only: read as "[redacted]".' };
+/** `config.auth` (tool-auth.ts): how the gateway authenticates to the upstream. */
+const auth = {
+  oneOf: [
+    {
+      type: 'object',
+      title: 'headers',
+      description: 'The static `headers` alone (the default).',
+      required: ['type'],
+      properties: { type: { type: 'string', enum: ['headers'] } },
+      additionalProperties: false,
+    },
+    {
+      type: 'object',
+      title: 'oauth',
+      description:
+        'An OAuth connection the gateway holds, one for the organization (`org`) or one per user (`user`); ' +
+        'the gateway registers itself at the authorization server unless `client_id` is given.',
+      required: ['type', 'connection'],
+      properties: {
+        type: { type: 'string', enum: ['oauth'] },
+        connection: { type: 'string', enum: ['org', 'user'] },
+        scopes,
+        client_id: { type: 'string', maxLength: 255, nullable: true },
+        client_secret: clientSecret,
+      },
+      additionalProperties: false,
+    },
+    {
+      type: 'object',
+      title: 'client_credentials',
+      description: 'A client-credentials grant for machine APIs.',
+      required: ['type', 'token_url', 'client_id'],
+      properties: {
+        type: { type: 'string', enum: ['client_credentials'] },
+        token_url: { type: 'string', format: 'uri', maxLength: 2048 },
+        client_id: { type: 'string', maxLength: 255 },
+        client_secret: clientSecret,
+        scopes,
+        audience: { type: 'string', maxLength: 2048, nullable: true },
+      },
+      additionalProperties: false,
+    },
+  ],
+};
 const endpoint = {
   url: { type: 'string', format: 'uri', maxLength: 2048 },
   timeout_ms: { type: 'integer', minimum: 1, maximum: 60000, default: 10000 },
@@ -28,6 +80,7 @@ const endpoint = {
     additionalProperties: { type: 'string' },
     description: 'Values are write-only: read as "[redacted]".',
   },
+  auth,
 };
 const secret = {
   type: 'string',
@@ -46,14 +99,14 @@ function kinds(read: boolean) {
     http: {
       type: 'object',
       title: 'http',
-      required: read ? ['url', 'timeout_ms', 'allow_private_network', 'headers', 'secret'] : ['url'],
+      required: read ? ['url', 'timeout_ms', 'allow_private_network', 'headers', 'auth', 'secret'] : ['url'],
       properties: { ...endpoint, secret: nullable(secret), ...described },
       additionalProperties: false,
     },
     mcp: {
       type: 'object',
       title: 'mcp',
-      required: read ? ['url', 'timeout_ms', 'allow_private_network', 'headers', 'tool'] : ['url'],
+      required: read ? ['url', 'timeout_ms', 'allow_private_network', 'headers', 'auth', 'tool'] : ['url'],
       properties: { ...endpoint, tool: { ...tool, nullable: true }, ...described },
       additionalProperties: false,
     },

@@ -20,6 +20,7 @@ import { createMcpUpstreamPool, runMcp } from './mcp-connector.js';
 import { definitionHold, type Acceptance, type DefinitionHold } from './tool-definitions.js';
 import { createToolDefinitions, notMcp, type DefinitionState } from './tool-definitions.service.js';
 import { forgetDefinitions } from './tool-definitions.store.js';
+import { parseToolAuth, publicAuth } from './tool-auth.js';
 import {
   deleteTool,
   findTool,
@@ -81,7 +82,7 @@ export type ConfiguredTool = Tool & {
   definitions: DefinitionState | null;
 };
 
-const noCredentials = (): ToolCredentials => ({ secret: null, headers: {} });
+const noCredentials = (): ToolCredentials => ({ secret: null, headers: {}, clientSecret: null });
 
 /**
  * Checks submitted header values into `credentials`; one given as "[redacted]" keeps the stored
@@ -150,7 +151,7 @@ interface ParseContext {
 }
 
 /** An upstream's endpoint (http and mcp tools): where, how long to wait, the headers sent, the address policy. */
-const endpointFields = ['url', 'timeout_ms', 'headers', 'allow_private_network'] as const;
+const endpointFields = ['url', 'timeout_ms', 'headers', 'allow_private_network', 'auth'] as const;
 
 function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, { kept, privateNetworks }: ParseContext) {
   const timeout = config.timeout_ms ?? DEFAULT_TIMEOUT_MS;
@@ -162,12 +163,22 @@ function parseEndpoint(config: Record<string, unknown>, errors: FieldErrors, { k
   const allowPrivate = config.allow_private_network ?? false;
   if (typeof allowPrivate !== 'boolean') errors.add('config.allow_private_network', 'must be a boolean');
   // The webhooks' rule: what the address policy refuses without DNS is refused when saving.
-  const urlError = outboundUrlError(config.url, { privateNetworks, allowPrivateNetwork: allowPrivate === true });
+  const access = { privateNetworks, allowPrivateNetwork: allowPrivate === true };
+  const urlError = outboundUrlError(config.url, access);
   if (urlError) errors.add('config.url', urlError.message);
+  const headerNames = isObject(config.headers) ? Object.keys(config.headers) : [];
+  const { auth, clientSecret, secretSet } = parseToolAuth(config.auth, headerNames, errors, {
+    keptSecret: () => kept().clientSecret,
+    access,
+  });
+  credentials.clientSecret = clientSecret;
+  if (secretSet) set.push('auth.client_secret');
   const stored: HttpToolConfig = {
     url: String(config.url),
     timeout_ms: timeout as number,
     allow_private_network: allowPrivate === true,
+    // The static headers are the default, and a tool saved before `auth` existed stores none.
+    ...(auth.type === 'headers' ? {} : { auth }),
   };
   return { stored, credentials, set, allowPrivate: allowPrivate === true };
 }
@@ -296,7 +307,11 @@ export function publicConfig(tool: Tool): Record<string, unknown> {
   const config = tool.config as Record<string, unknown>;
   if (!hasCredentials(tool.connector)) return config;
   const headerNames = Object.keys((tool.secretHeaders ?? {}) as Record<string, string>);
-  const shown = { ...config, headers: Object.fromEntries(headerNames.map((name) => [name, REDACTED])) };
+  const shown = {
+    ...config,
+    headers: Object.fromEntries(headerNames.map((name) => [name, REDACTED])),
+    auth: publicAuth(config.auth, tool.authClientSecret !== null),
+  };
   return tool.connector === 'http' ? { ...shown, secret: tool.secret ? REDACTED : null } : shown;
 }
 
@@ -319,7 +334,7 @@ const snapshot = (tool: Tool) => ({
 export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
   const rows = await lockToolSecrets(conn);
   const stale = rows.filter((row) =>
-    [row.secret, ...Object.values(row.secret_headers ?? {})].some(
+    [row.secret, row.auth_client_secret, ...Object.values(row.secret_headers ?? {})].some(
       (value) => value !== null && !secrets.isCurrent(value),
     ),
   );
@@ -329,6 +344,7 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
       secret: row.secret === null ? null : secrets.reseal(row.secret),
       secret_headers:
         row.secret_headers === null ? null : mapValues(row.secret_headers, (value) => secrets.reseal(value)),
+      auth_client_secret: row.auth_client_secret === null ? null : secrets.reseal(row.auth_client_secret),
     });
   }
   return stale.length;
@@ -346,6 +362,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
     return {
       secret: tool.secret === null ? null : secrets.open(tool.secret),
       headers: mapValues((tool.secretHeaders ?? {}) as Record<string, string>, (value) => secrets.open(value)),
+      clientSecret: tool.authClientSecret === null ? null : secrets.open(tool.authClientSecret),
     };
   }
 
@@ -402,6 +419,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
         config: config.stored as Prisma.InputJsonValue,
         secret: credentials?.secret == null ? null : secrets.seal(credentials.secret),
         secretHeaders: credentials ? mapValues(credentials.headers, (value) => secrets.seal(value)) : Prisma.DbNull,
+        authClientSecret: credentials?.clientSecret == null ? null : secrets.seal(credentials.clientSecret),
         allowPrivateNetwork: config.allowPrivate,
       },
       secretsSet: config.set,

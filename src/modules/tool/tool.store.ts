@@ -9,7 +9,7 @@ type Client = Prisma.TransactionClient;
 /** What a write sets: the connector, its config and its sealed write-only values. */
 export type ToolColumns = Pick<
   Prisma.ToolUncheckedCreateInput,
-  'actionType' | 'connector' | 'config' | 'secret' | 'secretHeaders' | 'allowPrivateNetwork'
+  'actionType' | 'connector' | 'config' | 'secret' | 'secretHeaders' | 'authClientSecret' | 'allowPrivateNetwork'
 >;
 
 export function insertTool(tx: Client, tool: ToolColumns & { id: string; orgId: string }): Promise<Tool> {
@@ -48,19 +48,22 @@ export interface SealedToolSecrets {
   id: string;
   secret: string | null;
   secret_headers: Record<string, string> | null;
+  auth_client_secret: string | null;
 }
 
 /** Every tool with a secret or header values, those stored values locked until the caller's transaction ends. */
 export function lockToolSecrets(conn: SqlConnection): Promise<SealedToolSecrets[]> {
   return conn.query<SealedToolSecrets>(
-    'SELECT id, secret, secret_headers FROM tools WHERE secret IS NOT NULL OR secret_headers IS NOT NULL ORDER BY id FOR UPDATE',
+    'SELECT id, secret, secret_headers, auth_client_secret FROM tools ' +
+      'WHERE secret IS NOT NULL OR secret_headers IS NOT NULL OR auth_client_secret IS NOT NULL ORDER BY id FOR UPDATE',
   );
 }
 
 export async function updateToolSecrets(conn: SqlConnection, sealed: SealedToolSecrets): Promise<void> {
-  await conn.query('UPDATE tools SET secret = $2, secret_headers = $3::jsonb WHERE id = $1', [
+  await conn.query('UPDATE tools SET secret = $2, secret_headers = $3::jsonb, auth_client_secret = $4 WHERE id = $1', [
     sealed.id,
     sealed.secret,
     sealed.secret_headers === null ? null : JSON.stringify(sealed.secret_headers),
+    sealed.auth_client_secret,
   ]);
 }

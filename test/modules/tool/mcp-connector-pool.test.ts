@@ -605,7 +605,7 @@ describe('listUpstreamTools through the pool', () => {
   const upstreamAt = (path: string): McpUpstream => ({
     toolId: `tool_${path}`,
     config: { url: local(path), timeout_ms: 5000, allow_private_network: true, tool: null },
-    credentials: { secret: null, headers: {} },
+    credentials: { secret: null, headers: {}, clientSecret: null },
     privateNetworks: PrivateNetworks.parse('127.0.0.0/8'),
   });
   const context = { interactionId: 'definitions' };

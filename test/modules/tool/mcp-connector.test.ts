@@ -308,6 +308,7 @@ describe('mcp tool CRUD', () => {
         url: 'https://mcp.example.com/mcp',
         timeout_ms: 2500,
         headers: { Authorization: '[redacted]', 'x-tenant': '[redacted]' },
+        auth: { type: 'headers' },
         allow_private_network: false,
         tool: 'crm.update_v2',
       },
@@ -347,6 +348,7 @@ describe('mcp tool CRUD', () => {
       url: 'https://mcp.example.com/',
       timeout_ms: 10000,
       headers: {},
+      auth: { type: 'headers' },
       allow_private_network: false,
       tool: null,
     });

@@ -182,6 +182,7 @@ describe('tool CRUD', () => {
         url: 'https://tools.example.com/hook',
         timeout_ms: 2500,
         headers: { Authorization: '[redacted]', 'x-tenant': '[redacted]' },
+        auth: { type: 'headers' },
         allow_private_network: false,
         secret: '[redacted]',
       },
@@ -238,6 +239,7 @@ describe('tool CRUD', () => {
       url: 'http://tools.example.com/',
       timeout_ms: 10000,
       headers: {},
+      auth: { type: 'headers' },
       allow_private_network: false,
       secret: null,
     });
@@ -293,6 +295,7 @@ describe('tool CRUD', () => {
       url: 'https://b.example.com/x',
       timeout_ms: 10000,
       headers: {},
+      auth: { type: 'headers' },
       allow_private_network: false,
       secret: null,
     });
