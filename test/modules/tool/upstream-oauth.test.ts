@@ -369,7 +369,7 @@ describe('the authorization code flow', () => {
 });
 
 describe('refresh, revocation, client credentials', () => {
-  test('refresh rotates the refresh token; the old one is refused afterwards as invalid_grant', async () => {
+  test('refresh rotates the refresh token; the old one is refused afterwards as invalid_grant, and ends the grant', async () => {
     const client = await dynamicClient();
     const first = await connect(client);
     const request = { refreshToken: first.refresh_token!, resource: upstream.url };
@@ -379,6 +379,10 @@ describe('refresh, revocation, client credentials', () => {
     expect(await whoami(second.access_token)).toMatchObject({ sub: 'alice' });
     const again = refused(await refreshTokens(asMetadata, client, request, access, now));
     expect(again).toMatchObject({ error: 'invalid_grant', transient: false, oauth_error: 'invalid_grant' });
+    // The provider takes a used refresh token presented again for a replay and revokes the grant: the
+    // successor is refused too. Two processes refreshing one connection at once would end it.
+    const successor = { refreshToken: second.refresh_token!, resource: upstream.url };
+    expect(refused(await refreshTokens(asMetadata, client, successor, access)).error).toBe('invalid_grant');
   });
 
   test('a revoked refresh token (RFC 7009) is invalid_grant: the connection needs authorizing again', async () => {
