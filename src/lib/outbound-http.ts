@@ -90,6 +90,23 @@ export type OutboundOutcome =
   /** `refused`: nothing of the request reached the receiver (a refused connection, or a kept-alive one it had closed). */
   | { kind: 'failure'; code: OutboundFailureCode; message: string; refused?: boolean };
 
+/**
+ * An answer as a web-standard Response, for the libraries that read what `fetch` answers (the MCP
+ * SDK's client, oauth4webapi): a status without a body has none.
+ */
+export function responseOf(
+  status: number,
+  headers: Record<string, string | string[] | undefined>,
+  body: Buffer,
+): Response {
+  const webHeaders = new Headers();
+  for (const [name, value] of Object.entries(headers)) {
+    for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) webHeaders.append(name, item);
+  }
+  const bodyless = status === 204 || status === 205 || status === 304 || body.length === 0;
+  return new Response(bodyless ? null : new Uint8Array(body), { status, headers: webHeaders });
+}
+
 export function postJson(request: OutboundPost): Promise<OutboundOutcome> {
   return sendOutbound({
     ...request,

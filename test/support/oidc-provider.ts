@@ -27,6 +27,71 @@ export interface TestIdentityProvider {
   close(): Promise<void>;
 }
 
+/**
+ * The provider warns, rightly, that its development login form and in-memory storage are not for
+ * production, and that it cannot guard its own fetches (a client metadata document) against
+ * special-use addresses; in a test that is the point, and the warnings, some at its first request,
+ * would only bury the test's output. Once per test file.
+ */
+function quietProviderWarnings() {
+  const warn = console.warn as typeof console.warn & { quiet?: true };
+  if (warn.quiet) return;
+  console.warn = Object.assign(
+    (...args: unknown[]) => {
+      if (!String(args[0]).startsWith('oidc-provider WARNING')) warn(...args);
+    },
+    { quiet: true as const },
+  );
+}
+
+/** A provider listening on a loopback port, with what each path was asked. */
+export interface ServedProvider {
+  issuer: string;
+  provider: Provider;
+  /** How many times each path was requested. */
+  hits: Map<string, number>;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts panva's provider on a free port of `host` with the configuration `configure` makes for
+ * its issuer (`http://<host>:<port>`), counting the paths asked.
+ */
+export async function serveProvider(
+  configure: (issuer: string) => Configuration,
+  host = '127.0.0.1',
+): Promise<ServedProvider> {
+  const hits = new Map<string, number>();
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
+  quietProviderWarnings();
+  const provider = new Provider(issuer, configure(issuer));
+  const callback = provider.callback();
+  server.on('request', (request, response) => {
+    const path = new URL(request.url ?? '/', issuer).pathname;
+    hits.set(path, (hits.get(path) ?? 0) + 1);
+    callback(request, response);
+  });
+  return {
+    issuer,
+    provider,
+    hits,
+    close: () =>
+      new Promise<void>((resolve) => {
+        // The test's fetches keep connections alive; they would hold the server (and jest) open.
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** The provider's error page as plain text, so a test that fails there reads why. */
+export const plainTextErrors: Configuration['renderError'] = (ctx, out) => {
+  ctx.type = 'text/plain';
+  ctx.body = `provider error: ${out.error}: ${out.error_description ?? ''}`;
+};
+
 export async function startIdentityProvider({
   redirectUri,
   clientId = 'agent-gateway',
@@ -38,17 +103,7 @@ export async function startIdentityProvider({
 }): Promise<TestIdentityProvider> {
   const clientSecret = randomBytes(24).toString('base64url');
   const accounts = new Map<string, TestAccount>();
-  const hits = new Map<string, number>();
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  // The provider warns, rightly, that its development login form and in-memory storage are not for
-  // production; in a test that is the point, and the warnings would only bury the test's output.
-  const warn = console.warn;
-  console.warn = (...args: unknown[]) => {
-    if (!String(args[0]).startsWith('oidc-provider WARNING')) warn(...args);
-  };
-  const provider = new Provider(issuer, {
+  const served = await serveProvider(() => ({
     clients: [
       {
         client_id: clientId,
@@ -70,35 +125,11 @@ export async function startIdentityProvider({
     conformIdTokenClaims: false,
     cookies: { keys: [randomBytes(16).toString('hex')] },
     features: { devInteractions: { enabled: true } },
-    // The provider's error page as plain text, so a test that fails there reads why.
-    renderError(ctx, out) {
-      ctx.type = 'text/plain';
-      ctx.body = `provider error: ${out.error}: ${out.error_description ?? ''}`;
-    },
+    renderError: plainTextErrors,
     ttl: { AccessToken: 600, AuthorizationCode: 60, Grant: 3600, IdToken: 600, Interaction: 600, Session: 3600 },
     ...extra,
-  });
-  const callback = provider.callback();
-  console.warn = warn;
-  server.on('request', (request, response) => {
-    const path = new URL(request.url ?? '/', issuer).pathname;
-    hits.set(path, (hits.get(path) ?? 0) + 1);
-    callback(request, response);
-  });
-  return {
-    issuer,
-    clientId,
-    clientSecret,
-    accounts,
-    hits,
-    provider,
-    close: () =>
-      new Promise<void>((resolve) => {
-        // The test's fetches keep connections alive; they would hold the server (and jest) open.
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  }));
+  return { ...served, clientId, clientSecret, accounts };
 }
 
 /** A cookie jar for one host: enough for the provider's interaction cookies. */

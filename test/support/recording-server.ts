@@ -15,7 +15,7 @@ export interface Hit {
 
 export interface RecordingServer {
   port: number;
-  /** `http://127.0.0.1:<port>` */
+  /** `http://127.0.0.1:<port>` (or the host it was started on) */
   base: string;
   /** TCP connections accepted so far (clients that keep theirs open between requests open few). */
   readonly connections: number;
@@ -23,11 +23,16 @@ export interface RecordingServer {
   close(): Promise<void>;
 }
 
-/** `port`: a given one, so that a test can stop the server and start it again where clients know it (an upstream restarting). */
+/**
+ * `port`: a given one, so that a test can stop the server and start it again where clients know it
+ * (an upstream restarting). `host`: another loopback address (127.0.0.2), for a server the address
+ * policy must keep the gateway from reaching.
+ */
 export async function startRecordingServer(
   hits: Hit[],
   respond: (hit: Hit, res: http.ServerResponse, req: http.IncomingMessage) => unknown,
   port = 0,
+  host = '127.0.0.1',
 ): Promise<RecordingServer> {
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -46,11 +51,11 @@ export async function startRecordingServer(
   });
   let connections = 0;
   server.on('connection', () => connections++);
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(port, host, resolve));
   const bound = (server.address() as AddressInfo).port;
   return {
     port: bound,
-    base: `http://127.0.0.1:${bound}`,
+    base: `http://${host}:${bound}`,
     get connections() {
       return connections;
     },

@@ -3,7 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { Client, SdkHttpError, StreamableHTTPClientTransport, type FetchLike } from '@modelcontextprotocol/client';
 import type { NetworkAccess, PrivateNetworks } from '../../lib/address-policy.js';
-import { sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
+import { responseOf, sendOutbound, type OutboundOutcome } from '../../lib/outbound-http.js';
 import { failure, MAX_RESPONSE_BYTES, toolFailure, withoutTraceContext, type ToolCredentials } from './connectors.js';
 import type { Closable } from './mcp-client-pool.js';
 import type { McpToolConfig } from './mcp-connector-config.js';
@@ -226,16 +226,6 @@ function answerOf(call: UpstreamCall, outcome: OutboundOutcome, sentSession: boo
   report.httpError =
     outcome.status >= 400 ? failure('TOOL_HTTP_ERROR', `The MCP server answered HTTP ${outcome.status}`) : undefined;
   return responseOf(outcome.status, outcome.headers, outcome.body);
-}
-
-/** The outbound rules' answer as the web-standard Response the SDK reads. */
-function responseOf(status: number, headers: Record<string, string | string[] | undefined>, body: Buffer): Response {
-  const webHeaders = new Headers();
-  for (const [name, value] of Object.entries(headers)) {
-    for (const item of Array.isArray(value) ? value : value === undefined ? [] : [value]) webHeaders.append(name, item);
-  }
-  const bodyless = status === 204 || status === 205 || status === 304 || body.length === 0;
-  return new Response(bodyless ? null : new Uint8Array(body), { status, headers: webHeaders });
 }
 
 /** Best effort (MCP asks clients to end sessions they are done with): its outcome changes nothing. */
