@@ -16,9 +16,18 @@ export const TOOL_ERROR_CODES = [
   'TOOL_HTTP_ERROR',
   'TOOL_ERROR',
   'TOOL_MCP_ERROR',
+  'TOOL_AUTHORIZATION_FAILED',
   'TOOL_FAILED',
 ] as const;
 export type ToolErrorCode = (typeof TOOL_ERROR_CODES)[number];
+
+/**
+ * Whether a failed call was the upstream refusing the credentials it was sent (HTTP 401: both
+ * connectors report an HTTP error status as "… answered HTTP <status>"), which a grant may answer
+ * with a new token.
+ */
+export const refusedCredentials = (result: ToolResult): boolean =>
+  !result.success && result.error.code === 'TOOL_HTTP_ERROR' && result.error.message.endsWith(' HTTP 401');
 
 /** What a tool execution returns into the gateway decision's `result`. */
 export type ToolResult =

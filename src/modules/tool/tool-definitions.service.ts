@@ -11,6 +11,7 @@ import { enqueueWebhookEvent } from '../webhook/webhook.service.js';
 import type { ToolCredentials } from './connectors.js';
 import type { McpToolConfig } from './mcp-connector-config.js';
 import { listUpstreamTools, type McpUpstreamPool } from './mcp-connector.js';
+import type { UpstreamGrants } from './upstream-grant.js';
 import {
   definitionDiff,
   listProblem,
@@ -60,6 +61,8 @@ const SYSTEM: Actor = { type: 'system', id: null, label: 'tool definitions refre
 interface Collaborators {
   /** The tool's write-only values opened, or null when this service's key cannot open them. */
   credentialsOf(tool: Tool): ToolCredentials | null;
+  /** What a request to the upstream carries when the tool holds a grant (upstream-grant.ts). */
+  grants: UpstreamGrants;
   /** The mcp tools' upstream clients: a read uses the tool's when it has one (docs/decisions/0049-mcp-upstream-pool.md). */
   upstreams: McpUpstreamPool;
   /** The app's webhook dispatcher, woken once a change's events are committed. */
@@ -68,7 +71,7 @@ interface Collaborators {
 
 export function createToolDefinitions(
   { db, env, logger }: Deps,
-  { credentialsOf, upstreams, webhooks }: Collaborators,
+  { credentialsOf, grants, upstreams, webhooks }: Collaborators,
 ) {
   async function state(toolId: string, pinned: boolean): Promise<DefinitionState> {
     const kept = pinned ? await selectDefinitions(db.sql, toolId) : [];
@@ -90,10 +93,13 @@ export function createToolDefinitions(
         ok: false,
         error: 'The tool’s header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY',
       };
+    const authorized = await grants.credentialsFor(tool, credentials);
+    if (!authorized.ok)
+      return { ok: false, error: `${authorized.failure.error.code}: ${authorized.failure.error.message}` };
     const upstream = {
       toolId: tool.id,
       config: tool.config as unknown as McpToolConfig,
-      credentials,
+      credentials: authorized.credentials,
       privateNetworks: env.outboundPrivateNetworks,
     };
     const listed = await listUpstreamTools(upstreams, upstream, { interactionId: randomId('defs') });

@@ -8,6 +8,7 @@ import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../../authz/authz.js';
 import {
   failure,
+  refusedCredentials,
   runHttp,
   runMock,
   type HttpToolConfig,
@@ -21,6 +22,7 @@ import { definitionHold, type Acceptance, type DefinitionHold } from './tool-def
 import { createToolDefinitions, notMcp, type DefinitionState } from './tool-definitions.service.js';
 import { forgetDefinitions } from './tool-definitions.store.js';
 import { parseToolAuth, publicAuth } from './tool-auth.js';
+import { createUpstreamGrants } from './upstream-grant.js';
 import {
   deleteTool,
   findTool,
@@ -357,6 +359,8 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
     maxClients: env.mcpUpstreamPoolSize,
     idleMs: env.mcpUpstreamIdleSeconds * 1000,
   });
+  /** Tokens of the tools' grants, held for their calls and definition reads. */
+  const grants = createUpstreamGrants({ privateNetworks: env.outboundPrivateNetworks });
 
   function openCredentials(tool: Tool): ToolCredentials {
     return {
@@ -379,7 +383,7 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
       return null;
     }
   }
-  const definitions = createToolDefinitions(deps, { credentialsOf, upstreams: mcpUpstreams, webhooks });
+  const definitions = createToolDefinitions(deps, { credentialsOf, grants, upstreams: mcpUpstreams, webhooks });
 
   /**
    * Reads a saved mcp tool's upstream definitions (the first read pins them). A save stands
@@ -630,22 +634,33 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
         );
       }
       const traceHeaders = telemetry.traceHeaders();
-      if (tool.connector === 'mcp') {
-        const upstream = {
-          toolId: tool.id,
-          config: tool.config as unknown as McpToolConfig,
-          credentials: tool.credentials,
-          privateNetworks: env.outboundPrivateNetworks,
-        };
-        return await runMcp(mcpUpstreams, upstream, call, { traceHeaders, negotiated });
-      }
-      return await runHttp(
-        tool.config as unknown as HttpToolConfig,
-        tool.credentials,
-        call,
-        env.outboundPrivateNetworks,
-        traceHeaders,
-      );
+      const send = (credentials: ToolCredentials) =>
+        tool.connector === 'mcp'
+          ? runMcp(
+              mcpUpstreams,
+              {
+                toolId: tool.id,
+                config: tool.config as unknown as McpToolConfig,
+                credentials,
+                privateNetworks: env.outboundPrivateNetworks,
+              },
+              call,
+              { traceHeaders, negotiated },
+            )
+          : runHttp(
+              tool.config as unknown as HttpToolConfig,
+              credentials,
+              call,
+              env.outboundPrivateNetworks,
+              traceHeaders,
+            );
+      const first = await grants.credentialsFor(tool, tool.credentials);
+      if (!first.ok) return first.failure;
+      const result = await send(first.credentials);
+      if (!refusedCredentials(result) || !grants.renewable(tool)) return result;
+      // The upstream refused the token (revoked, or expired early): one new token, one more try.
+      const renewed = await grants.credentialsFor(tool, tool.credentials, { renew: true });
+      return renewed.ok ? await send(renewed.credentials) : renewed.failure;
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
       return failure('TOOL_FAILED', 'The tool connector failed');
