@@ -49,7 +49,7 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
     passwordLoginRefusal: (user) => sso.passwordLoginRefusal(user),
   });
   const sso = createSsoService(deps, { users, sessions });
-  const apiKeys = createApiKeyService(deps);
+  const apiKeys = createApiKeyService(deps, { users });
   const records = createRecordService(deps);
   const tools = createToolService(deps, { webhooks });
   const manifests = createManifestService(deps);

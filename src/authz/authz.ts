@@ -41,6 +41,8 @@ export interface ApiKeyPrincipal {
   scopes: readonly ApiKeyScope[];
   /** Agent ids the key is limited to; empty means every agent of the org. */
   svcIds: readonly string[];
+  /** The user the key acts for: its calls use that user's upstream connections. */
+  userId: string | null;
 }
 
 /**

@@ -14,6 +14,10 @@ export const ApiKeyRef = builder.prismaObject('ApiKey', {
     key_prefix: t.exposeString('keyPrefix', { description: 'The first 12 characters of the key, for recognising it.' }),
     scopes: t.exposeStringList('scopes', closedValues(apiKeyScopes)),
     svc_ids: t.exposeStringList('svcIds', { description: 'Agent ids the key is limited to; empty: all agents.' }),
+    user_id: t.exposeID('userId', {
+      nullable: true,
+      description: "The user the key acts for: tools with per-user connections use that user's.",
+    }),
     last_used_at: t.expose('lastUsedAt', { type: 'Timestamp', nullable: true }),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
@@ -30,6 +34,7 @@ const CreatedApiKey = builder.objectRef<ApiKey & { key: string }>('CreatedApiKey
     key_prefix: t.exposeString('keyPrefix'),
     scopes: t.exposeStringList('scopes', closedValues(apiKeyScopes)),
     svc_ids: t.exposeStringList('svcIds'),
+    user_id: t.exposeID('userId', { nullable: true }),
     expires_at: t.expose('expiresAt', { type: 'Timestamp' }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
   }),
@@ -65,6 +70,11 @@ const createApiKeyMutation = mutation('create_api_key', {
         scopes: t.arg.stringList({ required: true }),
         expires_in_days: t.arg.int({ description: '1 to 3650; default 90.' }),
         svc_ids: t.arg.stringList({ description: 'Limit the key to these agent ids.' }),
+        user_id: t.arg.id({
+          description:
+            "A user of the organization the key acts for: tools whose OAuth connections are per user use that user's. " +
+            'Removing the user removes the key.',
+        }),
       },
       authScopes: (_, args) => ({ org: { orgId: String(args.org_id), action: 'api_key:write' } }),
       resolve: (_, args, ctx) => ctx.services.apiKeys.create(String(args.org_id), args, principalOf(ctx)),

@@ -3,6 +3,7 @@ import { AppError, FieldErrors, notFoundIfGone } from '../../errors.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
+import { isUuid } from '../../lib/ids.js';
 import { apiKeyScopes, type ApiKeyPrincipal, type ApiKeyScope, type Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { generateApiKey, hashApiKey, isWellFormedApiKey, newKeyId } from './api-key-format.js';
@@ -21,6 +22,13 @@ export interface CreateApiKeyInput {
   scopes: string[];
   expires_in_days?: number | null;
   svc_ids?: string[] | null;
+  /** A user of the org whose upstream connections the key's calls use. */
+  user_id?: string | null;
+}
+
+/** What the service needs of the users: whether an id names a user of the org. */
+interface Collaborators {
+  users: { byIds(orgId: string, ids: readonly string[]): Promise<Array<{ id: string }>> };
 }
 
 const DEFAULT_LIFETIME_DAYS = 90;
@@ -30,7 +38,7 @@ const LAST_USED_RESOLUTION_MS = 60_000;
 
 const invalidKey = () => new AppError('INVALID_TOKEN', 'The API key is invalid, expired or deleted');
 
-export function createApiKeyService({ db, logger, cache }: Deps) {
+export function createApiKeyService({ db, logger, cache }: Deps, { users }: Collaborators) {
   const lastTouched = new Map<string, number>();
 
   function validate(input: CreateApiKeyInput) {
@@ -57,8 +65,22 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
     return days;
   }
 
+  /** The user a key is bound to, when given: a user of this org, else 422 (another org's is unknown here). */
+  async function boundUser(orgId: string, userId: string | null | undefined): Promise<string | null> {
+    if (userId == null) return null;
+    const id = userId.toLowerCase();
+    const found = isUuid(id) ? await users.byIds(orgId, [id]) : [];
+    if (!found.length) {
+      const errors = new FieldErrors();
+      errors.add('user_id', 'must be the id of a user of this organization');
+      errors.throwIfAny();
+    }
+    return id;
+  }
+
   async function create(orgId: string, input: CreateApiKeyInput, creator: Principal) {
     const days = validate(input);
+    const userId = await boundUser(orgId, input.user_id);
     const { key, hash, prefix } = generateApiKey();
     const expiresAt = new Date(Date.now() + days * 86_400_000);
     const scopes = [...input.scopes];
@@ -73,6 +95,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
         keyPrefix: prefix,
         scopes,
         svcIds,
+        userId,
         createdById: creator.type === 'user' ? creator.userId : null,
         expiresAt,
       });
@@ -80,7 +103,14 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
         action: 'api_key.created',
         targetType: 'api_key',
         targetId: created.id,
-        after: { name: created.name, key_prefix: prefix, scopes, svc_ids: svcIds, expires_at: expiresAt.toISOString() },
+        after: {
+          name: created.name,
+          key_prefix: prefix,
+          scopes,
+          svc_ids: svcIds,
+          user_id: userId,
+          expires_at: expiresAt.toISOString(),
+        },
       });
       await bumpConfigVersion(tx);
       return created;
@@ -108,6 +138,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
             key_prefix: deleted.keyPrefix,
             scopes: deleted.scopes,
             svc_ids: deleted.svcIds,
+            user_id: deleted.userId,
             expires_at: deleted.expiresAt.toISOString(),
           },
         });
@@ -134,6 +165,7 @@ export function createApiKeyService({ db, logger, cache }: Deps) {
       keyPrefix: row.key_prefix,
       scopes: row.scopes as ApiKeyScope[],
       svcIds: row.svc_ids,
+      userId: row.user_id,
     };
   }
 

@@ -29,12 +29,13 @@ export interface ApiKeyRow {
   key_prefix: string;
   scopes: string[];
   svc_ids: string[];
+  user_id: string | null;
   expires_at: Date;
 }
 
 export async function findApiKeyByHash(sql: SqlConnection, keyHash: string): Promise<ApiKeyRow | undefined> {
   const [row] = await sql.query<ApiKeyRow>(
-    'SELECT id, org_id, key_prefix, scopes, svc_ids, expires_at FROM api_keys WHERE key_hash = $1',
+    'SELECT id, org_id, key_prefix, scopes, svc_ids, user_id, expires_at FROM api_keys WHERE key_hash = $1',
     [keyHash],
   );
   return row;

@@ -38,6 +38,8 @@ interface ApiKeySnapshot {
   key_prefix: string;
   scopes: string[];
   svc_ids: string[];
+  /** The user the key acts for; absent on entries from before keys could. */
+  user_id?: string | null;
   expires_at: string;
 }
 

@@ -2,6 +2,7 @@ import type { Deps } from '../../deps.js';
 import type { Prisma } from '../../generated/prisma/client.js';
 import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
+import { bumpConfigVersion } from '../../lib/config-cache.js';
 import { actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { userRoles, type Principal, type UserRole } from '../../authz/authz.js';
@@ -130,6 +131,8 @@ export function createUserService({ db, telemetry }: Deps) {
     await withUserLocked(orgId, userId, async (tx, user, admins) => {
       if (user.role === 'admin' && admins === 1) throw lastAdmin('removed');
       await deleteUser(tx, user.id);
+      // The keys bound to the user go with it; every process drops the ones it has cached.
+      await bumpConfigVersion(tx);
       await recordAudit(tx, orgId, actorOf(actor), {
         action: 'user.removed',
         targetType: 'user',

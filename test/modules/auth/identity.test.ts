@@ -488,6 +488,7 @@ describe('API keys', () => {
       key_prefix: key.slice(0, 12),
       scopes: ['manifests:read', 'logs:read'],
       svc_ids: ['billing-agent'],
+      user_id: null,
       last_used_at: null,
       expires_at: created.body.expires_at,
       created_at: created.body.created_at,
