@@ -186,10 +186,7 @@ export function createApp({
       // whatever anyone sends is slow and holds memory per document.
       useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
       useRequestLifecycle({ logger, telemetry, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
-      useGraphQlGuard({
-        identify: authenticator.identify,
-        countOperatorRequests: services.countOperatorRequests,
-      }),
+      useGraphQlGuard(authenticator),
       useScopeCacheRelease(),
       useGraphiQLPage(),
       useConsole(),

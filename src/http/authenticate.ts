@@ -2,6 +2,7 @@ import { AppError } from '../errors.js';
 import type { Env } from '../env.js';
 import type { RequestState, Turn } from '../api/request-state.js';
 import { FairScheduler, type Admission, type FairSchedulerOptions } from '../lib/fair-scheduler.js';
+import type { RateQuota } from '../lib/rate-counter.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
 import type { SessionService } from '../modules/auth/session.service.js';
 import type { AuthState, Principal } from '../authz/authz.js';
@@ -17,8 +18,8 @@ import type { AuthState, Principal } from '../authz/authz.js';
 export interface AuthenticatorDeps {
   sessions: Pick<SessionService, 'verify'>;
   apiKeys: Pick<ApiKeyService, 'verify'>;
-  /** Counts `requests` (default one) against the org's operator rate limit; throws past it. */
-  countOperatorRequests: (principal: Principal, state: RequestState, requests?: number) => Promise<void>;
+  /** Counts `requests` (default one) against the org's operator rate limit; throws past it, with the quota. */
+  countOperatorRequests: (principal: Principal, requests?: number) => Promise<RateQuota>;
   /** How requests of different orgs share the process (ORG_MAX_CONCURRENCY and the rest). */
   concurrency: FairSchedulerOptions;
 }
@@ -63,6 +64,19 @@ export interface AuthenticateOptions {
 
 export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
   const scheduler = new FairScheduler(concurrency);
+
+  /**
+   * Counts `requests` against the org's operator rate limit and keeps where the org stands on the
+   * request state (`state.rateLimit`), refused or not, for the response's X-RateLimit headers.
+   */
+  async function countRequests(principal: Principal, state: RequestState, requests = 1): Promise<void> {
+    try {
+      state.rateLimit = await countOperatorRequests(principal, requests);
+    } catch (error) {
+      if (error instanceof AppError && error.quota) state.rateLimit = error.quota;
+      throw error;
+    }
+  }
 
   /** A turn of the org that can be given back while the request waits outside and taken again. */
   function turnOf(orgId: string, first: Admission & { admitted: true }): Turn {
@@ -151,9 +165,9 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
     { operatorRateLimit = true }: AuthenticateOptions = {},
   ): Promise<AuthState> {
     const auth = await identify(request, state);
-    if (auth.principal && operatorRateLimit) await countOperatorRequests(auth.principal, state);
+    if (auth.principal && operatorRateLimit) await countRequests(auth.principal, state);
     return auth;
   }
 
-  return { identify, authenticate, admit };
+  return { identify, authenticate, admit, countOperatorRequests: countRequests };
 }

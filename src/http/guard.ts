@@ -286,6 +286,7 @@ export function boundedDocumentCaches() {
 
 export function useGraphQlGuard(deps: {
   identify(request: Request, state: RequestState): Promise<AuthState>;
+  /** Counts against the operator rate limit and keeps the quota on the state, for the X-RateLimit headers. */
   countOperatorRequests(principal: Principal, state: RequestState, requests: number): Promise<void>;
 }): Plugin<{}, ServerContext> {
   async function count(request: GuardedRequest, state: RequestState, requests: number): Promise<AppError | undefined> {
