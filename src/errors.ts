@@ -1,4 +1,5 @@
 import { GraphQLError, type GraphQLErrorOptions } from 'graphql';
+import type { RateQuota } from './lib/rate-counter.js';
 
 /**
  * The one error type of the service. It is a GraphQLError so that GraphQL reports it as is
@@ -52,6 +53,11 @@ export class AppError extends GraphQLError {
   readonly code: ErrorCode;
   readonly status: number;
   readonly details: Record<string, unknown>;
+  /**
+   * The limit a refused request was counted against, as data: the edge reports it in the
+   * X-RateLimit headers (src/http/lifecycle.ts). Never in the error's body.
+   */
+  declare readonly quota?: RateQuota;
 
   constructor(
     code: ErrorCode,
@@ -59,6 +65,8 @@ export class AppError extends GraphQLError {
     options: {
       details?: Record<string, unknown>;
       headers?: Record<string, string>;
+      /** The rate limit the request was refused by (a 429's quota). */
+      quota?: RateQuota;
       /** Where in a GraphQL document the problem is: reported as the error's `locations`. */
       at?: Pick<GraphQLErrorOptions, 'nodes' | 'source' | 'positions'>;
     } = {},
@@ -79,6 +87,7 @@ export class AppError extends GraphQLError {
     this.code = code;
     this.status = status;
     this.details = details;
+    if (options.quota) this.quota = options.quota;
   }
 }
 
