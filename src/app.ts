@@ -18,7 +18,7 @@ import { serveDocs } from './http/docs.js';
 import { useConsole } from './http/console.js';
 import { useGraphiQLPage } from './http/graphiql-page.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
-import { concurrencyOf, createAuthenticator, type AuthenticateOptions } from './http/authenticate.js';
+import { awayWhile, concurrencyOf, createAuthenticator, type AuthenticateOptions } from './http/authenticate.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import type { RequestState } from './api/request-state.js';
 import { currentRequest } from './http/request-state.js';
@@ -178,6 +178,7 @@ export function createApp({
         // Each loader is made on first use: gateway calls, most of the traffic, batch no relations.
         loaders: makeLoaders(services),
         authenticate: () => authenticate(request, state),
+        awayWhile: (wait) => awayWhile(state, wait),
       };
     },
     maskedErrors: {

@@ -171,3 +171,10 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
 
   return { identify, authenticate, admit, countOperatorRequests: countRequests };
 }
+
+/**
+ * Runs `wait` (a wait for something outside the process) with the request's turn given back, when
+ * it has one; what the context and the direct routes hand the modules as `awayWhile`.
+ */
+export const awayWhile = <T>(state: RequestState, wait: () => Promise<T>): Promise<T> =>
+  state.turn ? state.turn.away(wait) : wait();

@@ -134,7 +134,7 @@ function decisionOperation(
         args: decisionArgs,
         authScopes: { own: `gateway:${mode}` },
         async resolve(_, args, ctx) {
-          const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
+          const options = { mode, channel: 'graphql' as const, awayWhile: ctx.awayWhile };
           return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
         },
       }),
@@ -146,11 +146,11 @@ function decisionOperation(
       budgeted: true,
       direct: {
         action: `gateway:${mode}`,
-        async handle({ principal, args, services, state }) {
+        async handle({ principal, args, services, state, awayWhile }) {
           const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, {
             mode,
             channel: 'rest',
-            awayWhile: state.turn?.away,
+            awayWhile,
           });
           return decisionBody(answer(outcome, state));
         },
