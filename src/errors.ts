@@ -1,5 +1,4 @@
 import { GraphQLError, type GraphQLErrorOptions } from 'graphql';
-import type { RateQuota } from './lib/rate-counter.js';
 
 /**
  * The one error type of the service. It is a GraphQLError so that GraphQL reports it as is
@@ -47,6 +46,18 @@ export interface TextPosition {
   line: number;
   /** 1-based. */
   column: number;
+}
+
+/**
+ * Where a caller stands against a limit once a request was counted: what the edge reports in the
+ * `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` headers (src/http/lifecycle.ts).
+ */
+export interface RateQuota {
+  limit: number;
+  /** What is left in the window; never below zero, even for a request counted past the limit. */
+  remaining: number;
+  /** Unix seconds when the window ends. */
+  resetAt: number;
 }
 
 export class AppError extends GraphQLError {

@@ -12,17 +12,7 @@ export interface Window {
   resetAt: number;
 }
 
-/**
- * Where a caller stands against a limit once a request was counted: what the edge reports in the
- * `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` headers (src/http/lifecycle.ts).
- */
-export interface RateQuota {
-  limit: number;
-  /** What is left in the window; never below zero, even for a request counted past the limit. */
-  remaining: number;
-  /** Unix seconds when the window ends. */
-  resetAt: number;
-}
+export type { RateQuota } from '../errors.js';
 
 export function fixedWindow(windowSeconds: number, now = Date.now()): Window {
   const size = windowSeconds * 1000;
