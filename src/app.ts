@@ -18,6 +18,7 @@ import { serveDocs } from './http/docs.js';
 import { useConsole } from './http/console.js';
 import { useGraphiQLPage } from './http/graphiql-page.js';
 import { useRequestLifecycle, type ServerContext } from './http/lifecycle.js';
+import { awayWhile, concurrencyOf, createAuthenticator, type AuthenticateOptions } from './http/authenticate.js';
 import { buildOpenApiDocument } from './http/openapi.js';
 import type { RequestState } from './api/request-state.js';
 import { currentRequest } from './http/request-state.js';
@@ -30,7 +31,7 @@ import { SecretBox } from './lib/secret-box.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
 import { pruneCounters } from './lib/rate-counter.js';
 import { createTelemetry, type Telemetry } from './observability/telemetry.js';
-import type { AuthenticateOptions, AuthState } from './modules/auth/authenticate.js';
+import type { AuthState } from './authz/authz.js';
 import { createWebhookDispatcher } from './modules/webhook/webhook.dispatcher.js';
 import type { WebhookWake } from './modules/webhook/webhook.service.js';
 import { createServices, type Services } from './services.js';
@@ -137,8 +138,15 @@ export function createApp({
   );
   const openapi = () => openApiDocument(env.publicUrl);
   let draining = false;
+  // Admission is the edge's (src/http/authenticate.ts): credentials, the operator rate limit, the org's turn.
+  const authenticator = createAuthenticator({
+    sessions: services.sessions,
+    apiKeys: services.apiKeys,
+    countOperatorRequests: services.countOperatorRequests,
+    concurrency: concurrencyOf(env),
+  });
   const authenticate = (request: Request, state: RequestState, options?: AuthenticateOptions): Promise<AuthState> =>
-    (state.auth ??= services.authenticate(request, state, options));
+    (state.auth ??= authenticator.authenticate(request, state, options));
 
   const yoga = createYoga<ServerContext, Context>({
     schema,
@@ -170,6 +178,7 @@ export function createApp({
         // Each loader is made on first use: gateway calls, most of the traffic, batch no relations.
         loaders: makeLoaders(services),
         authenticate: () => authenticate(request, state),
+        awayWhile: (wait) => awayWhile(state, wait),
       };
     },
     maskedErrors: {
@@ -188,7 +197,7 @@ export function createApp({
       // whatever anyone sends is slow and holds memory per document.
       useGraphQlJit({}, { enableIf: (args) => !isGraphQlEndpointRequest((args.contextValue as Context).state) }),
       useRequestLifecycle({ logger, telemetry, maxBodyBytes: env.maxBodyBytes, trustProxy: env.trustProxy }),
-      useGraphQlGuard(services),
+      useGraphQlGuard(authenticator),
       useScopeCacheRelease(),
       useGraphiQLPage(),
       useConsole(),
@@ -235,7 +244,7 @@ export function createApp({
         apiKeys: services.apiKeys,
         oauth: services.oauth,
         mcp: services.mcp,
-        admit: services.admit,
+        admit: authenticator.admit,
       }),
       ...useRestFacade(schema, authenticate, logger, services),
     ],

@@ -48,10 +48,27 @@ export interface TextPosition {
   column: number;
 }
 
+/**
+ * Where a caller stands against a limit once a request was counted: what the edge reports in the
+ * `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` headers (src/http/lifecycle.ts).
+ */
+export interface RateQuota {
+  limit: number;
+  /** What is left in the window; never below zero, even for a request counted past the limit. */
+  remaining: number;
+  /** Unix seconds when the window ends. */
+  resetAt: number;
+}
+
 export class AppError extends GraphQLError {
   readonly code: ErrorCode;
   readonly status: number;
   readonly details: Record<string, unknown>;
+  /**
+   * The limit a refused request was counted against, as data: the edge reports it in the
+   * X-RateLimit headers (src/http/lifecycle.ts). Never in the error's body.
+   */
+  declare readonly quota?: RateQuota;
 
   constructor(
     code: ErrorCode,
@@ -59,6 +76,8 @@ export class AppError extends GraphQLError {
     options: {
       details?: Record<string, unknown>;
       headers?: Record<string, string>;
+      /** The rate limit the request was refused by (a 429's quota). */
+      quota?: RateQuota;
       /** Where in a GraphQL document the problem is: reported as the error's `locations`. */
       at?: Pick<GraphQLErrorOptions, 'nodes' | 'source' | 'positions'>;
     } = {},
@@ -79,6 +98,7 @@ export class AppError extends GraphQLError {
     this.code = code;
     this.status = status;
     this.details = details;
+    if (options.quota) this.quota = options.quota;
   }
 }
 

@@ -1,7 +1,6 @@
 import type { Deps } from './deps.js';
 import { createAgentService } from './modules/agent/agent.service.js';
 import { createApiKeyService } from './modules/api-key/api-key.service.js';
-import { createAuthenticator } from './modules/auth/authenticate.js';
 import { createSessionService } from './modules/auth/session.service.js';
 import { createManifestService } from './modules/manifest/manifest.service.js';
 import { createMcpService } from './modules/mcp/mcp.service.js';
@@ -22,22 +21,6 @@ import { createSsoService } from './modules/sso/sso.service.js';
 import { createWebhookService } from './modules/webhook/webhook.service.js';
 import { createOAuthService } from './modules/oauth/oauth.service.js';
 import type { WebhookWake } from './modules/webhook/webhook.service.js';
-
-/**
- * How long after its last request an org keeps its share of the process: an agent that calls every
- * few hundred milliseconds still counts as active between its calls, so a busy org's concurrency
- * stays bounded for it instead of growing back after each one.
- */
-const ORG_ACTIVE_WINDOW_MS = 1000;
-
-/**
- * After answering an org that sends one request at a time, busy orgs wait this long for its next
- * (src/lib/fair-scheduler.ts): about what an agent on the same host takes to send it, and the
- * timer's resolution. A busy org starts in at least one of every this many windows in a row: it
- * keeps a start for every few of the steady org's, about a quarter of the process.
- */
-const ORG_ANTICIPATION_MS = 1;
-const ORG_ANTICIPATION_LIMIT = 3;
 
 /** `webhooks`: the app's webhook dispatcher, which the services that enqueue events wake. */
 export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
@@ -106,21 +89,8 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
     sessions,
     sso,
     apiKeys,
+    /** The org's operator rate limit; the edge counts requests with it (src/http/authenticate.ts, guard.ts). */
     countOperatorRequests,
-    /** `identify` reads credentials; `authenticate` also counts the request (operator rate limit). */
-    ...createAuthenticator({
-      sessions,
-      apiKeys,
-      countOperatorRequests,
-      concurrency: {
-        capacity: deps.env.maxConcurrentRequests,
-        perTenant: deps.env.orgMaxConcurrency,
-        maxQueuedPerTenant: deps.env.orgMaxQueued,
-        activeWindowMs: ORG_ACTIVE_WINDOW_MS,
-        anticipationMs: ORG_ANTICIPATION_MS,
-        anticipationLimit: ORG_ANTICIPATION_LIMIT,
-      },
-    }),
   };
 }
 

@@ -1,7 +1,9 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import type { Principal } from '../src/authz/authz.js';
 import { openDatabase, type Database } from '../src/db/database.js';
+import type { AppError } from '../src/errors.js';
 import { createLogger } from '../src/logger.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { startTestApp, type TestApp, type TestResponse } from './support/app.js';
@@ -203,6 +205,36 @@ describe('operator rate limit', () => {
     expect(over.headers.get('x-ratelimit-remaining')).toBe('0');
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(Number(over.headers.get('retry-after'))).toBeLessThanOrEqual(60);
+  });
+
+  test('the count answers the quota as data; past the limit it throws 429 with Retry-After and the quota, which no body shows', async () => {
+    const org = await signUp(t);
+    await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+      token: org.adminToken,
+      body: { operator_rate_limit_per_minute: 3 },
+    });
+    // Only the org is read; a minute boundary may pass between the counts, so none assumes the count.
+    const principal = { orgId: org.orgId } as Principal;
+    const counted = await t.app.services.countOperatorRequests(principal);
+    expect(counted).toEqual({ limit: 3, remaining: expect.any(Number), resetAt: expect.any(Number) });
+    expect(counted.remaining).toBeLessThanOrEqual(2);
+    expect(counted.resetAt % 60).toBe(0);
+    const refused: AppError = await t.app.services.countOperatorRequests(principal, 10).then(
+      () => {
+        throw new Error('not refused');
+      },
+      (error: AppError) => error,
+    );
+    expect(refused).toMatchObject({
+      code: 'POLICY_VIOLATION',
+      message: 'Rate limit of 3 requests per minute exceeded',
+    });
+    expect(refused.quota).toEqual({ limit: 3, remaining: 0, resetAt: expect.any(Number) });
+    expect(refused.extensions.http).toEqual({
+      status: 429,
+      headers: { 'Retry-After': expect.stringMatching(/^[1-9][0-9]*$/) },
+    });
+    expect(JSON.stringify(refused.toJSON())).not.toContain('quota');
   });
 
   test('API keys count against the org limit too; open routes carry no rate-limit headers', async () => {

@@ -14,6 +14,11 @@ export interface Context {
    * the operator rate limit; on /graphql the guard (guard.ts) read them first and counts by cost.
    */
   authenticate(): Promise<AuthState>;
+  /**
+   * Runs a wait for something outside the process (a tool's answer) with the request's turn given
+   * back meanwhile, so that other orgs' work runs (the edge's admission, src/http/authenticate.ts).
+   */
+  awayWhile<T>(wait: () => Promise<T>): Promise<T>;
   /** Set by the scope loaders once `authenticate` resolved: read by the synchronous error builder. */
   authState?: AuthState;
   /** The authenticated caller, once a scope loader has resolved it. */

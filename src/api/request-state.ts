@@ -1,6 +1,6 @@
 import type { Span } from '@opentelemetry/api';
 import type { AuthState } from '../authz/authz.js';
-import type { Headers } from './fetch-api.js';
+import type { RateQuota } from '../lib/rate-counter.js';
 
 /**
  * What the HTTP layer knows about one request, shared by the GraphQL context, SOFA's copied
@@ -13,8 +13,12 @@ export interface RequestState {
   /** Route pattern, e.g. `POST /api/v1/orgs/:org_id/users`, for logs. */
   route: string | undefined;
   orgId: string | undefined;
-  /** Headers decided during execution (rate limits) that the response must carry. */
-  responseHeaders: Headers;
+  /**
+   * The rate limit the request was last counted against (the operator rate limit, or the agent's
+   * budget or a policy's limit on a gateway call), as data: the edge writes it as the response's
+   * X-RateLimit headers (src/http/lifecycle.ts).
+   */
+  rateLimit?: RateQuota;
   /** The caller's credentials, resolved at most once per request (REST guard or GraphQL context). */
   auth: Promise<AuthState> | undefined;
   /** The request's server span, when tracing is on. */

@@ -79,6 +79,8 @@ export interface DirectCall {
   args: Record<string, unknown>;
   services: Services;
   state: RequestState;
+  /** As the GraphQL context's `awayWhile` (src/api/context.ts). */
+  awayWhile<T>(wait: () => Promise<T>): Promise<T>;
 }
 
 export interface DirectRoute {

@@ -28,8 +28,7 @@ import { AppError, authenticationRequired, validationError } from '../errors.js'
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from '../api/request-state.js';
 import { findUnstorable } from '../lib/storable-input.js';
-import type { AuthState } from '../modules/auth/authenticate.js';
-import type { Principal } from '../authz/authz.js';
+import type { AuthState, Principal } from '../authz/authz.js';
 import { operationLimits, rateLimitRequests, type CallerClass, type OperationLimits } from '../api/limits.js';
 
 /**
@@ -287,6 +286,7 @@ export function boundedDocumentCaches() {
 
 export function useGraphQlGuard(deps: {
   identify(request: Request, state: RequestState): Promise<AuthState>;
+  /** Counts against the operator rate limit and keeps the quota on the state, for the X-RateLimit headers. */
   countOperatorRequests(principal: Principal, state: RequestState, requests: number): Promise<void>;
 }): Plugin<{}, ServerContext> {
   async function count(request: GuardedRequest, state: RequestState, requests: number): Promise<AppError | undefined> {

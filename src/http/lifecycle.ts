@@ -54,8 +54,9 @@ export const UNMATCHED_ROUTE = 'unmatched';
 
 /**
  * Per-request bookkeeping around everything else: the request id and state, the body size limit,
- * headers decided during execution, 204 bodies, one structured log line, the request metrics and
- * the request's server span (continuing an incoming `traceparent`).
+ * the X-RateLimit headers of the limit the request was counted against (`state.rateLimit`), 204
+ * bodies, one structured log line, the request metrics and the request's server span (continuing
+ * an incoming `traceparent`).
  */
 export function useRequestLifecycle(options: {
   logger: Logger;
@@ -126,7 +127,12 @@ export function useRequestLifecycle(options: {
         final.headers.delete('content-type');
         setResponse(final);
       }
-      state.responseHeaders.forEach((value: string, name: string) => final.headers.set(name, value));
+      if (state.rateLimit) {
+        // The limit the request was counted against; Retry-After, on a 429, is its error's.
+        final.headers.set('X-RateLimit-Limit', String(state.rateLimit.limit));
+        final.headers.set('X-RateLimit-Remaining', String(state.rateLimit.remaining));
+        final.headers.set('X-RateLimit-Reset', String(state.rateLimit.resetAt));
+      }
       final.headers.set('X-Request-Id', state.requestId);
       const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
       const space = state.route?.indexOf(' ') ?? -1;

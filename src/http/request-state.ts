@@ -1,4 +1,3 @@
-import { Headers } from '../api/fetch-api.js';
 import type { RequestState } from '../api/request-state.js';
 import { scopedSlot } from '../lib/async-scope.js';
 import { randomHexId } from '../lib/ids.js';
@@ -27,7 +26,6 @@ export function newRequestState(request: Request, clientAddress: string): Reques
     clientAddress,
     route: undefined,
     orgId: undefined,
-    responseHeaders: new Headers(),
     auth: undefined,
   };
 }

@@ -15,8 +15,8 @@ import type { Logger } from 'pino';
 import { AppError, authenticationRequired, operationForbidden, orgNotFound, type FieldError } from '../errors.js';
 import { findUnstorable, isStorableText, UNSTORABLE_TEXT_MESSAGE } from '../lib/storable-input.js';
 import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
-import type { AuthenticateOptions, AuthState } from '../modules/auth/authenticate.js';
-import { authorize, may, type Principal } from '../authz/authz.js';
+import { awayWhile, type AuthenticateOptions } from './authenticate.js';
+import { authorize, may, type AuthState, type Principal } from '../authz/authz.js';
 import type { Services } from '../services.js';
 import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
 import { logUnexpected } from '../logger.js';
@@ -302,7 +302,14 @@ async function serveDirect(
 ): Promise<Response> {
   try {
     if (!may(principal, route.direct.action)) throw operationForbidden();
-    const body = await route.direct.handle({ principal, args, services, state: serverContext.state });
+    const state = serverContext.state;
+    const body = await route.direct.handle({
+      principal,
+      args,
+      services,
+      state,
+      awayWhile: (wait) => awayWhile(state, wait),
+    });
     return Response.json(body);
   } catch (error) {
     if (!(error instanceof AppError))

@@ -12,6 +12,8 @@ export interface Window {
   resetAt: number;
 }
 
+export type { RateQuota } from '../errors.js';
+
 export function fixedWindow(windowSeconds: number, now = Date.now()): Window {
   const size = windowSeconds * 1000;
   const start = Math.floor(now / size) * size;

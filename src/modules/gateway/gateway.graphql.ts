@@ -72,13 +72,12 @@ const decisionArgs = builder.args((t) => ({
  */
 function answer(outcome: DecisionOutcome, state: RequestState): GatewayDecision {
   const { budget, rateLimited } = outcome;
-  const headers = (limit: number, remaining: number, resetAt: number) => {
-    state.responseHeaders.set('X-RateLimit-Limit', String(limit));
-    state.responseHeaders.set('X-RateLimit-Remaining', String(Math.max(0, remaining)));
-    state.responseHeaders.set('X-RateLimit-Reset', String(resetAt));
-  };
-  if (rateLimited) headers(rateLimited.limit, 0, rateLimited.resetAt);
-  else if (budget) headers(budget.hour.limit, budget.hour.limit - budget.hour.current, budget.hour.window.resetAt);
+  // The quota as data: the edge writes it as the X-RateLimit headers (src/http/lifecycle.ts).
+  if (rateLimited) state.rateLimit = { limit: rateLimited.limit, remaining: 0, resetAt: rateLimited.resetAt };
+  else if (budget) {
+    const { limit, current, window } = budget.hour;
+    state.rateLimit = { limit, remaining: Math.max(0, limit - current), resetAt: window.resetAt };
+  }
   if (rateLimited) {
     throw new AppError('POLICY_VIOLATION', rateLimited.reason.message, {
       details: rateLimited.reason.details,
@@ -135,7 +134,7 @@ function decisionOperation(
         args: decisionArgs,
         authScopes: { own: `gateway:${mode}` },
         async resolve(_, args, ctx) {
-          const options = { mode, channel: 'graphql' as const, awayWhile: ctx.state.turn?.away };
+          const options = { mode, channel: 'graphql' as const, awayWhile: ctx.awayWhile };
           return answer(await ctx.services.gateway.decide(principalOf(ctx), args, options), ctx.state);
         },
       }),
@@ -147,11 +146,11 @@ function decisionOperation(
       budgeted: true,
       direct: {
         action: `gateway:${mode}`,
-        async handle({ principal, args, services, state }) {
+        async handle({ principal, args, services, state, awayWhile }) {
           const outcome = await services.gateway.decide(principal, args as unknown as GatewayRequest, {
             mode,
             channel: 'rest',
-            awayWhile: state.turn?.away,
+            awayWhile,
           });
           return decisionBody(answer(outcome, state));
         },

@@ -1,8 +1,7 @@
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
-import { fixedWindow } from '../../lib/rate-counter.js';
-import type { RequestState } from '../../api/request-state.js';
+import { fixedWindow, type RateQuota } from '../../lib/rate-counter.js';
 import type { Principal } from '../../authz/authz.js';
 import { countOperatorRequests } from './org.store.js';
 
@@ -19,6 +18,9 @@ interface OperatorCount {
  * A REST call counts one request; a GraphQL operation counts as many as its cost is worth
  * (src/api/limits.ts), so that one document cannot do the work of hundreds of calls for the
  * price of one. Refused requests count too, as every request did before.
+ *
+ * Each count answers where the org stands (its quota, which the edge reports in the X-RateLimit
+ * headers); past the limit it throws 429 POLICY_VIOLATION with Retry-After, carrying the quota.
  */
 export function createOperatorRateLimit({ db }: Deps) {
   // The requests of one org and minute that arrive while its upsert is in flight go in the next
@@ -37,7 +39,7 @@ export function createOperatorRateLimit({ db }: Deps) {
     },
   );
 
-  return async function count(principal: Principal, state: RequestState, requests = 1): Promise<void> {
+  return async function count(principal: Principal, requests = 1): Promise<RateQuota> {
     const window = fixedWindow(60);
     const row = await counted(`${principal.orgId}@${window.start.getTime()}`, {
       orgId: principal.orgId,
@@ -45,16 +47,15 @@ export function createOperatorRateLimit({ db }: Deps) {
       requests,
     });
     const limit = row.limit ?? 0;
-    const headers = state.responseHeaders;
-    headers.set('X-RateLimit-Limit', String(limit));
-    headers.set('X-RateLimit-Remaining', String(Math.max(0, limit - row.count)));
-    headers.set('X-RateLimit-Reset', String(window.resetAt));
+    const quota: RateQuota = { limit, remaining: Math.max(0, limit - row.count), resetAt: window.resetAt };
     if (row.count > limit) {
       const retryAfter = Math.max(1, Math.ceil(window.resetAt - Date.now() / 1000));
-      headers.set('Retry-After', String(retryAfter));
       throw new AppError('POLICY_VIOLATION', `Rate limit of ${limit} requests per minute exceeded`, {
         details: { limit, period: '1m', current: row.count },
+        headers: { 'Retry-After': String(retryAfter) },
+        quota,
       });
     }
+    return quota;
   };
 }

@@ -1,20 +1,56 @@
-import { AppError } from '../../errors.js';
-import type { RequestState, Turn } from '../../api/request-state.js';
-import { FairScheduler, type Admission, type FairSchedulerOptions } from '../../lib/fair-scheduler.js';
-import type { ApiKeyService } from '../api-key/api-key.service.js';
-import type { AuthState, Principal } from '../../authz/authz.js';
-import type { SessionService } from './session.service.js';
+import { AppError } from '../errors.js';
+import type { Env } from '../env.js';
+import type { RequestState, Turn } from '../api/request-state.js';
+import { FairScheduler, type Admission, type FairSchedulerOptions } from '../lib/fair-scheduler.js';
+import type { RateQuota } from '../lib/rate-counter.js';
+import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
+import type { SessionService } from '../modules/auth/session.service.js';
+import type { AuthState, Principal } from '../authz/authz.js';
 
-export type { AuthState } from '../../authz/authz.js';
+/*
+ * Admission at the HTTP edge: who the caller is (their credentials), whether the request counts
+ * against the operator rate limit, and the org's turn in the process (the fair scheduler). Built by
+ * the app (src/app.ts) from the services it needs; the turn it makes is parked on the request
+ * state (`state.turn`), released by the request lifecycle, and handed to the services that wait
+ * outside the process as their `awayWhile` (docs/decisions/0006-fair-sharing-between-orgs.md).
+ */
 
 export interface AuthenticatorDeps {
-  sessions: SessionService;
-  apiKeys: ApiKeyService;
-  /** Counts `requests` (default one) against the org's operator rate limit; throws past it. */
-  countOperatorRequests: (principal: Principal, state: RequestState, requests?: number) => Promise<void>;
+  sessions: Pick<SessionService, 'verify'>;
+  apiKeys: Pick<ApiKeyService, 'verify'>;
+  /** Counts `requests` (default one) against the org's operator rate limit; throws past it, with the quota. */
+  countOperatorRequests: (principal: Principal, requests?: number) => Promise<RateQuota>;
   /** How requests of different orgs share the process (ORG_MAX_CONCURRENCY and the rest). */
   concurrency: FairSchedulerOptions;
 }
+
+/**
+ * How long after its last request an org keeps its share of the process: an agent that calls every
+ * few hundred milliseconds still counts as active between its calls, so a busy org's concurrency
+ * stays bounded for it instead of growing back after each one.
+ */
+const ORG_ACTIVE_WINDOW_MS = 1000;
+
+/**
+ * After answering an org that sends one request at a time, busy orgs wait this long for its next
+ * (src/lib/fair-scheduler.ts): about what an agent on the same host takes to send it, and the
+ * timer's resolution. A busy org starts in at least one of every this many windows in a row: it
+ * keeps a start for every few of the steady org's, about a quarter of the process.
+ */
+const ORG_ANTICIPATION_MS = 1;
+const ORG_ANTICIPATION_LIMIT = 3;
+
+/** How the orgs share the process, from the environment (MAX_CONCURRENT_REQUESTS, ORG_MAX_CONCURRENCY, ORG_MAX_QUEUED). */
+export const concurrencyOf = (
+  env: Pick<Env, 'maxConcurrentRequests' | 'orgMaxConcurrency' | 'orgMaxQueued'>,
+): FairSchedulerOptions => ({
+  capacity: env.maxConcurrentRequests,
+  perTenant: env.orgMaxConcurrency,
+  maxQueuedPerTenant: env.orgMaxQueued,
+  activeWindowMs: ORG_ACTIVE_WINDOW_MS,
+  anticipationMs: ORG_ANTICIPATION_MS,
+  anticipationLimit: ORG_ANTICIPATION_LIMIT,
+});
 
 const bearerPattern = /^Bearer\s+(\S+)\s*$/i;
 
@@ -28,6 +64,19 @@ export interface AuthenticateOptions {
 
 export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
   const scheduler = new FairScheduler(concurrency);
+
+  /**
+   * Counts `requests` against the org's operator rate limit and keeps where the org stands on the
+   * request state (`state.rateLimit`), refused or not, for the response's X-RateLimit headers.
+   */
+  async function countRequests(principal: Principal, state: RequestState, requests = 1): Promise<void> {
+    try {
+      state.rateLimit = await countOperatorRequests(principal, requests);
+    } catch (error) {
+      if (error instanceof AppError && error.quota) state.rateLimit = error.quota;
+      throw error;
+    }
+  }
 
   /** A turn of the org that can be given back while the request waits outside and taken again. */
   function turnOf(orgId: string, first: Admission & { admitted: true }): Turn {
@@ -116,9 +165,16 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
     { operatorRateLimit = true }: AuthenticateOptions = {},
   ): Promise<AuthState> {
     const auth = await identify(request, state);
-    if (auth.principal && operatorRateLimit) await countOperatorRequests(auth.principal, state);
+    if (auth.principal && operatorRateLimit) await countRequests(auth.principal, state);
     return auth;
   }
 
-  return { identify, authenticate, admit };
+  return { identify, authenticate, admit, countOperatorRequests: countRequests };
 }
+
+/**
+ * Runs `wait` (a wait for something outside the process) with the request's turn given back, when
+ * it has one; what the context and the direct routes hand the modules as `awayWhile`.
+ */
+export const awayWhile = <T>(state: RequestState, wait: () => Promise<T>): Promise<T> =>
+  state.turn ? state.turn.away(wait) : wait();
