@@ -60,6 +60,8 @@ export interface OAuthGrantPrincipal {
   /** The client's name as the operator saw it at consent, else its client id. */
   clientLabel: string;
   scopes: readonly string[];
+  /** The user who allowed the grant: tools whose OAuth connections are per user use theirs. */
+  userId: string | null;
 }
 
 export type Principal = UserPrincipal | ApiKeyPrincipal | OAuthGrantPrincipal;

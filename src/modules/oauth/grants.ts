@@ -40,7 +40,7 @@ export const snapshotOfGrant = (grant: RevokedGrant): OAuthGrantSnapshot => ({
 
 /** The principal of an MCP client acting under its grant (audit actor, approvals, policy facts). */
 export const grantPrincipal = (
-  grant: Pick<GrantRow, 'id' | 'org_id' | 'svc_id' | 'client_id' | 'client_name' | 'scope'>,
+  grant: Pick<GrantRow, 'id' | 'org_id' | 'svc_id' | 'client_id' | 'client_name' | 'scope' | 'user_id'>,
 ): OAuthGrantPrincipal => ({
   type: 'oauth_grant',
   grantId: grant.id,
@@ -49,6 +49,7 @@ export const grantPrincipal = (
   clientId: grant.client_id,
   clientLabel: grant.client_name ?? grant.client_id,
   scopes: grant.scope.split(' '),
+  userId: grant.user_id,
 });
 
 /** An access token the gateway refuses, and why (the 401's `error_description`). */

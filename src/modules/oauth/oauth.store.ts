@@ -68,10 +68,12 @@ export interface GrantRow {
   client_name: string | null;
   redirect_uri: string;
   scope: string;
+  /** The user who allowed the grant; null once that user is removed. */
+  user_id: string | null;
   revoked: boolean;
 }
 
-const grantColumns = `g.id, g.org_id::text AS org_id, g.svc_id, g.client_id, g.client_name, g.redirect_uri, g.scope, g.revoked_at IS NOT NULL AS revoked`;
+const grantColumns = `g.id, g.org_id::text AS org_id, g.svc_id, g.client_id, g.client_name, g.redirect_uri, g.scope, g.approved_by_user_id::text AS user_id, g.revoked_at IS NOT NULL AS revoked`;
 
 export async function findGrant(sql: SqlConnection, grantId: string): Promise<GrantRow | undefined> {
   const [row] = await sql.query<GrantRow>(
