@@ -50,7 +50,7 @@ export function createUpstreamGrants({
     return entry;
   }
 
-  async function ask(tool: Tool, config: HttpToolConfig, clientSecret: string | null): Promise<OAuthAnswer> {
+  async function ask(config: HttpToolConfig, clientSecret: string | null): Promise<OAuthAnswer> {
     const auth = config.auth;
     if (auth?.type !== 'client_credentials' || clientSecret === null) {
       return { ok: false, failure: grantFailure('the tool has no client secret') };
@@ -80,7 +80,7 @@ export function createUpstreamGrants({
       return { ok: true as const, tokens: usable.tokens };
     }
     const entry = keep(tool.id, { version });
-    entry.pending = ask(tool, config, clientSecret).then((answer) => {
+    entry.pending = ask(config, clientSecret).then((answer) => {
       entry.pending = undefined;
       if (answer.ok) entry.tokens = answer.tokens;
       else if (held.get(tool.id) === entry) held.delete(tool.id);
