@@ -1,4 +1,6 @@
+import { Writable } from 'node:stream';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
+import { createLogger } from '../../../src/logger.js';
 import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, readyAgent, type AgentFixture } from '../../support/gateway.js';
@@ -31,6 +33,16 @@ let t: TestApp;
 let org: OrgFixture;
 let agent: AgentFixture;
 let tokenUrl: string;
+/** Every line the service logs, searched for tokens and secrets at the end. */
+let logged = '';
+const sink = new Writable({
+  write(chunk, _encoding, done) {
+    logged += String(chunk);
+    done();
+  },
+});
+/** Every access token the upstreams were sent. */
+const tokensSeen = new Set<string>();
 
 const bearerOf = (hit: Hit) => /^Bearer (\S+)$/.exec(String(hit.headers.authorization ?? ''))?.[1];
 const tokenRequests = () => as.hits.get('/token') ?? 0;
@@ -50,6 +62,7 @@ beforeAll(async () => {
   // A machine API: it takes the provider's tokens for itself, except those it was told to refuse.
   api = await startRecordingServer(apiHits, async (hit, res) => {
     const token = bearerOf(hit);
+    if (token) tokensSeen.add(token);
     const accepted =
       token !== undefined &&
       !refuseAll &&
@@ -61,7 +74,7 @@ beforeAll(async () => {
     res.writeHead(accepted ? 200 : 401, { 'content-type': 'application/json' });
     res.end(JSON.stringify(accepted ? { charged: true } : { error: 'invalid_token' }));
   });
-  t = await startTestApp(LOOPBACK_UPSTREAMS);
+  t = await startTestApp(LOOPBACK_UPSTREAMS, { logger: createLogger('debug', sink) });
   org = await signUp(t);
   agent = await readyAgent(t, org, { tool: false, capabilities: ['billing:charge', 'crm:whoami'] });
 });
@@ -183,4 +196,12 @@ test('a grant the authorization server refuses: a failed, recorded call that nam
   // The record keeps the failed result's hash, and nothing of the grant.
   expect(JSON.parse(record.row)).toMatchObject({ executed: true, result_hash: expect.stringMatching(/^sha256:/) });
   expect(record.row).not.toContain(wrongSecret);
+});
+
+test('no token and no client secret in any line the service logged', () => {
+  expect(logged.length).toBeGreaterThan(0);
+  expect(tokensSeen.size).toBeGreaterThanOrEqual(2);
+  for (const secret of [...tokensSeen, as.machine.client_secret, 'not-the-machine-secret-0123']) {
+    expect(logged).not.toContain(secret);
+  }
 });
