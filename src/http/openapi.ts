@@ -310,6 +310,22 @@ function serviceOperations(): Json {
       'application/json': { schema: { $ref: '#/components/schemas/Error' } },
     },
   });
+  /** Where an authorization server sends the browser back (OAuth's callback): a redirect onwards, or a refusal page. */
+  const browserCallback = ({ redirect, ...operation }: Json & { redirect: string }) => ({
+    ...operation,
+    security: [],
+    parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
+      name,
+      in: 'query',
+      required: false,
+      schema: { type: 'string' },
+    })),
+    responses: {
+      '302': { description: redirect, headers: { Location: { required: true, schema: { type: 'string' } } } },
+      '405': browserPage('Only GET'),
+      '503': browserPage('The database cannot be reached'),
+    },
+  });
   const clientFields = {
     redirect_uris: {
       ...strings,
@@ -615,7 +631,7 @@ function serviceOperations(): Json {
       },
     },
     '/auth/sso/callback': {
-      get: {
+      get: browserCallback({
         operationId: 'sso_callback',
         tags: ['Single sign-on'],
         summary: "The provider's answer (visited by the browser): on to the console",
@@ -623,22 +639,8 @@ function serviceOperations(): Json {
           'Checks the answer (the `state` once, the `agw_sso` cookie, `iss`), exchanges the code, checks the ID token (signature by the ' +
           "provider's JWKS, `iss`, `aud`, `exp`, `nonce`, a verified email at an allowed domain), creates the user on a first sign-in " +
           'and sends the browser to `/console/sso#code=<one-time code>`, or `/console/sso#error=<code>&error_description=<text>`.',
-        security: [],
-        parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
-          name,
-          in: 'query',
-          required: false,
-          schema: { type: 'string' },
-        })),
-        responses: {
-          '302': {
-            description: 'To the console, with the one-time code or the reason in the fragment',
-            headers: { Location: { required: true, schema: { type: 'string' } } },
-          },
-          '405': browserPage('Only GET'),
-          '503': browserPage('The database cannot be reached'),
-        },
-      },
+        redirect: 'To the console, with the one-time code or the reason in the fragment',
+      }),
     },
     [UPSTREAM_START_PATH]: {
       get: {
@@ -666,7 +668,7 @@ function serviceOperations(): Json {
       },
     },
     [UPSTREAM_CALLBACK_PATH]: {
-      get: {
+      get: browserCallback({
         operationId: 'tool_connection_callback',
         tags: ['Tools'],
         summary: "The upstream authorization server's answer (visited by the browser): on to the console",
@@ -675,22 +677,8 @@ function serviceOperations(): Json {
           'against the server it went to (RFC 9207), exchanges the code (PKCE) and keeps the tokens sealed; then sends the browser ' +
           'to `/console/tools/{tool_id}?connection={connection_id}&result=connected`, or `result=error&reason={code}` (to ' +
           '`/console/tools?result=error&reason=…` when the state names nothing).',
-        security: [],
-        parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
-          name,
-          in: 'query',
-          required: false,
-          schema: { type: 'string' },
-        })),
-        responses: {
-          '302': {
-            description: "To the console's tool page, saying connected or why not",
-            headers: { Location: { required: true, schema: { type: 'string' } } },
-          },
-          '405': browserPage('Only GET'),
-          '503': browserPage('The database cannot be reached'),
-        },
-      },
+        redirect: "To the console's tool page, saying connected or why not",
+      }),
     },
     [UPSTREAM_CLIENT_DOCUMENT_PATH]: {
       get: {
