@@ -497,7 +497,8 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
   async function visibleConnection(tool: Tool, connectionId: string, principal: Principal): Promise<ConnectionRow> {
     const row = await findConnectionById(db.sql, connectionId);
     if (!row || row.tool_id !== tool.id) throw notFound('Connection');
-    if (row.user_id !== userIdOf(principal) && !may(principal, 'tool_connection:manage'))
+    const own = row.user_id !== null && row.user_id === userIdOf(principal);
+    if (!own && !may(principal, 'tool_connection:manage'))
       throw forbidden("Only admins and operators see the organization's connection and other users' connections");
     return row;
   }
@@ -975,7 +976,9 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
   async function afterUnauthorized(connectionId: string): Promise<UpstreamAccess> {
     const row = await findConnectionById(db.sql, connectionId);
     const tool = row && (await findToolById(db.prisma, row.tool_id));
-    if (!row || !tool) return { required: { connectUrl: connectUrlOf(row?.tool_id ?? ''), reason: 'not_connected' } };
+    // Gone with its tool or its user: the tools page is where to go next.
+    if (!row || !tool)
+      return { required: { connectUrl: `${env.publicUrl}${CONSOLE_TOOLS_PATH}`, reason: 'not_connected' } };
     if (row.status !== 'connected') return required(tool.id, reasonOf(row));
     return refreshOnce(tool, row.id, true);
   }
