@@ -1491,6 +1491,29 @@ describe('open routes work without credentials', () => {
     expect((await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}`, { token: session.body.token })).status).toBe(200);
   });
 
+  test("a tool connection's browser steps: GET /oauth/upstream/start → 302 with its cookie, the callback → 302 to the console, the client document → 200", async () => {
+    const toolId = await oauthTool(w, 'org');
+    const started = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools/${toolId}/connections`, {
+      token: w.orgA.adminToken,
+    });
+    expect(started.status).toBe(201);
+    const link = new URL(started.body.authorization_url);
+    const opened = await w.t.request('GET', `${link.pathname}${link.search}`);
+    expect(opened.status).toBe(302);
+    const jar = new CookieJar();
+    jar.take(new Response(null, { headers: opened.headers }));
+    const redirectUri = w.t.app.services.tools.upstreamRedirectUri;
+    const answer = await signInAtProvider(opened.headers.get('location')!, 'matrix-account', redirectUri);
+    const callback = await w.t.request('GET', `${answer.pathname}${answer.search}`, {
+      headers: { cookie: jar.header() },
+    });
+    expect(callback.status).toBe(302);
+    expect(callback.headers.get('location')).toBe(
+      `/console/tools/${toolId}?connection=${started.body.connection_id}&result=connected`,
+    );
+    expect((await w.t.request('GET', '/oauth/upstream-client.json')).status).toBe(200);
+  });
+
   test('POST /api/v1/auth/sso/exchange → 401 for a code never issued, as documented', async () => {
     for (const code of ['agsso_' + 'A'.repeat(43), 'not-a-code']) {
       const response = await w.t.request('POST', '/api/v1/auth/sso/exchange', { body: { code } });

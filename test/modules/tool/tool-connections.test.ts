@@ -202,18 +202,23 @@ const startConnection = (toolId: string, token = org.adminToken) =>
   send('POST', `${toolsPath()}/${toolId}/connections`, { token });
 
 /** The browser opens `authorization_url` (the gateway's start page): the redirect, the cookie taken. */
-async function openLink(authorizationUrl: string, jar: CookieJar) {
+async function openLink(authorizationUrl: string, jar: CookieJar, app = t) {
   const url = new URL(authorizationUrl);
-  const opened = await send('GET', `${url.pathname}${url.search}`, { headers: { cookie: jar.header() } });
+  const opened = await send('GET', `${url.pathname}${url.search}`, { headers: { cookie: jar.header() } }, app);
   jar.take(new Response(null, { headers: opened.headers }));
   return opened;
 }
 
 /** Back at the gateway's callback from the authorization server, with the browser's cookies. */
-async function callBack(answer: URL, jar?: CookieJar) {
-  const back = await send('GET', `${answer.pathname}${answer.search}`, {
-    headers: jar ? { cookie: jar.header() } : {},
-  });
+async function callBack(answer: URL, jar?: CookieJar, app = t) {
+  const back = await send(
+    'GET',
+    `${answer.pathname}${answer.search}`,
+    {
+      headers: jar ? { cookie: jar.header() } : {},
+    },
+    app,
+  );
   expect(back.status).toBe(302);
   return new URL(back.headers.get('location')!, 'http://console.test');
 }
@@ -699,6 +704,93 @@ describe('hostile browsers and servers', () => {
 });
 
 describe('the gateway as a client', () => {
+  test("a client the tool's config gives is used as given: no registration, the tokens issued to it", async () => {
+    const created = await send('POST', toolsPath(), {
+      token: org.adminToken,
+      body: {
+        action_type: `given-${unique()}`,
+        connector: 'mcp',
+        config: {
+          url: upstream.url,
+          allow_private_network: true,
+          auth: {
+            type: 'oauth',
+            connection: 'org',
+            client_id: as.given.client_id,
+            client_secret: as.given.client_secret,
+          },
+        },
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.config.auth).toMatchObject({ client_id: 'given', client_secret: '[redacted]' });
+    const registrations = count(as, '/reg');
+    const { connectionId, landed } = await connectThroughBrowser(created.body.tool_id, 'erin');
+    expect(landed.searchParams.get('result')).toBe('connected');
+    expect(count(as, '/reg')).toBe(registrations);
+    const tool = await toolRow(created.body.tool_id);
+    expect(await whoami((await tokenOf(tool, null)).token)).toMatchObject({ sub: 'erin', client_id: 'given' });
+    // Refreshed with the given client's secret.
+    await expireHeldToken(connectionId);
+    const hits = tokenHits();
+    expect(await whoami((await tokenOf(tool, null)).token)).toMatchObject({ client_id: 'given' });
+    expect(tokenHits()).toBe(hits + 1);
+  });
+
+  test('with an https PUBLIC_URL the gateway is its Client ID Metadata Document: no registration, a public client', async () => {
+    const publicUrl = 'https://gateway.test';
+    const httpsDb = await reopenTestDatabase(database);
+    const https = await startTestApp({ ...ENV, PUBLIC_URL: publicUrl }, { db: httpsDb.db, logger });
+    // The provider fetches https://gateway.test/oauth/upstream-client.json: answered by that app.
+    const documentAs = await startAuthorizationServer({
+      resources: () => resources,
+      redirectUri: `${publicUrl}/oauth/upstream/callback`,
+      fetchClientDocument: (url) =>
+        https.app.yoga.fetch(String(url).replace(publicUrl, 'http://localhost'), {}, {
+          clientAddress: '192.0.2.1',
+        } as never) as Promise<Response>,
+    });
+    const documentUpstream = await startProtectedMcpServer({ issuer: documentAs.issuer });
+    resources.push(documentUpstream.url);
+    try {
+      const created = await send('POST', toolsPath(), {
+        token: org.adminToken,
+        body: {
+          action_type: `cimd-${unique()}`,
+          connector: 'mcp',
+          config: {
+            url: documentUpstream.url,
+            allow_private_network: true,
+            auth: { type: 'oauth', connection: 'org' },
+          },
+        },
+      });
+      const toolId = created.body.tool_id as string;
+      const started = await send('POST', `${toolsPath()}/${toolId}/connections`, { token: org.adminToken }, https);
+      expect(started.status).toBe(201);
+      expect(started.body.authorization_url).toMatch(/^https:\/\/gateway\.test\/oauth\/upstream\/start\?state=/);
+      expect(documentAs.hits.get('/reg') ?? 0).toBe(0);
+      const jar = new CookieJar();
+      const opened = await openLink(started.body.authorization_url, jar, https);
+      expect(opened.headers.get('set-cookie')).toMatch(/; Secure/);
+      const request = new URL(opened.headers.get('location')!);
+      expect(request.searchParams.get('client_id')).toBe(`${publicUrl}/oauth/upstream-client.json`);
+      await keepVerifiers();
+      const answer = await signInAtProvider(request.href, 'frank', `${publicUrl}/oauth/upstream/callback`);
+      secrets.add(answer.searchParams.get('code') ?? '');
+      const landed = await callBack(answer, jar, https);
+      expect(landed.searchParams.get('result')).toBe('connected');
+      const access = await tokenOf(await toolRow(toolId, https), null, https);
+      const claims = JSON.parse(Buffer.from(access.token.split('.')[1], 'base64url').toString('utf8'));
+      expect(claims).toMatchObject({ sub: 'frank', client_id: `${publicUrl}/oauth/upstream-client.json` });
+    } finally {
+      await https.close();
+      await httpsDb.close();
+      await documentUpstream.close();
+      await documentAs.close();
+    }
+  });
+
   test('its Client ID Metadata Document', async () => {
     const document = await send('GET', '/oauth/upstream-client.json');
     expect(document.status).toBe(200);
