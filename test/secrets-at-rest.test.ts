@@ -414,7 +414,7 @@ describe('the rotation tools', () => {
       expect(sealed.status).toBe(0);
       expect(sealed.stdout).toMatch(
         new RegExp(
-          `^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks, \\d+ single sign-on client secrets rewritten\n$`,
+          `^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks, \\d+ single sign-on client secrets, \\d+ tool connection rows rewritten\n$`,
         ),
       );
       await expectAllSealedWith(c, SECOND_KEY);
