@@ -21,14 +21,17 @@ import {
   type TestAuthorizationServer,
 } from '../../support/oauth-upstream.js';
 
+/** The upstream: its authorization server, its MCP server, and the resources the server issues tokens for. */
+const resources: string[] = [];
+let as: TestAuthorizationServer;
+let upstream: ProtectedMcpServer;
+
 const { test, newContext } = chromiumTests();
 
+/** The service on a real port, its address its PUBLIC_URL. */
 let t: TestApp;
 let service: Server;
 let base: string;
-let as: TestAuthorizationServer;
-let upstream: ProtectedMcpServer;
-const resources: string[] = [];
 
 beforeAll(async () => {
   // The address first: PUBLIC_URL is where the authorization server sends the browser back.
