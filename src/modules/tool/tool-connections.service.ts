@@ -64,6 +64,7 @@ import {
   takeAuthorization,
   updateConnectionSecrets,
 } from './tool-connections.store.js';
+import { resourceOf } from './upstream-oauth-discovery.js';
 import { findTool, findToolById } from './tool.store.js';
 import type { SecretBox } from '../../lib/secret-box.js';
 
@@ -788,6 +789,13 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
     return page('connected');
   }
 
+  /**
+   * Whether the connection's tokens were issued for the tool's upstream as it is configured now: a
+   * tool whose `url` moved elsewhere must not carry its users' tokens there (they connect again).
+   */
+  const forThisUpstream = (tool: Tool, row: ConnectionRow) =>
+    row.resource !== null && row.resource === resourceOf(String((tool.config as { url?: unknown }).url))?.href;
+
   const required = (toolId: string, reason: ConnectionRequiredReason): UpstreamAccess => ({
     required: { connectUrl: connectUrlOf(toolId), reason },
   });
@@ -964,6 +972,7 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
     if (auth.connection === 'user' && userId === null) return required(tool.id, 'not_connected');
     const row = await findConnectionFor(db.sql, tool.id, auth.connection === 'org' ? null : userId);
     if (row?.status !== 'connected' || !row.access_token) return required(tool.id, reasonOf(row));
+    if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
     if (!needsRefresh(expiryOf(row), Date.now())) return use(row);
     return refreshOnce(tool, row.id, false);
   }
@@ -980,6 +989,7 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
     if (!row || !tool)
       return { required: { connectUrl: `${env.publicUrl}${CONSOLE_TOOLS_PATH}`, reason: 'not_connected' } };
     if (row.status !== 'connected') return required(tool.id, reasonOf(row));
+    if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
     return refreshOnce(tool, row.id, true);
   }
 

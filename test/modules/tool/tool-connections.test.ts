@@ -488,6 +488,23 @@ describe("an org's connection", () => {
     expect((await auditOf(id))[0]).toMatchObject({ action: 'tool.connection_revoked', reason: 'tool_deleted' });
   });
 
+  test("a tool whose url moved elsewhere never carries the connection's tokens there", async () => {
+    const moving = await oauthTool('org');
+    await connectThroughBrowser(moving, 'grace');
+    const other = await startRecordingServer([], (_hit, res) => res.writeHead(401).end());
+    closers.push(other.close);
+    const moved = await send('PATCH', `${toolsPath()}/${moving}`, {
+      token: org.adminToken,
+      body: {
+        config: { url: `${other.base}/mcp`, allow_private_network: true, auth: { type: 'oauth', connection: 'org' } },
+      },
+    });
+    expect(moved.status).toBe(200);
+    expect(await t.app.services.tools.accessTokenFor(await toolRow(moving), { userId: null })).toEqual({
+      required: { connectUrl: `http://localhost:8000/console/tools/${moving}`, reason: 'reauthorization_required' },
+    });
+  });
+
   test('only admins and operators connect an org tool; a tool without OAuth is 409', async () => {
     const viewer = await addUser(t, org, 'viewer');
     const refused = await startConnection(toolId, viewer.token);
