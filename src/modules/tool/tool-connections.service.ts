@@ -937,6 +937,8 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
       if (row?.status !== 'connected') return required(tool.id, reasonOf(row));
       const fresh = force ? recentlyRefreshed(row) : !needsRefresh(expiryOf(row), Date.now());
       if (fresh && row.access_token) return use(row);
+      // Nothing to refresh with: the token serves until it expires, then the connection is over.
+      if (!force && !row.refresh_token && stillValid(row)) return use(row);
       const owner = randomId('lease');
       const claimed = await claimRefresh(db.sql, row.id, row.token_version, owner, REFRESH_LEASE_SECONDS);
       if (claimed) return refreshClaimed(tool, claimed, owner, force);
