@@ -25,6 +25,7 @@ import { currentRequest } from './http/request-state.js';
 import { useMcpEndpoint } from './http/mcp-endpoint.js';
 import { useOAuthEndpoints } from './http/oauth-endpoints.js';
 import { useSsoEndpoints } from './http/sso-endpoints.js';
+import { useUpstreamOAuthEndpoints } from './http/upstream-oauth-endpoints.js';
 import { useRestFacade } from './http/rest-facade.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
@@ -236,6 +237,7 @@ export function createApp({
       },
       useOAuthEndpoints({ oauth: services.oauth, logger }),
       useSsoEndpoints({ sso: services.sso, publicUrl: env.publicUrl, logger }),
+      useUpstreamOAuthEndpoints({ tools: services.tools, publicUrl: env.publicUrl, logger }),
       useMcpEndpoint({
         env,
         logger,

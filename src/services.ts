@@ -24,7 +24,11 @@ import type { WebhookWake } from './modules/webhook/webhook.service.js';
 
 /** `webhooks`: the app's webhook dispatcher, which the services that enqueue events wake. */
 export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
-  const users = createUserService(deps);
+  // Users and tools need each other: removing a user revokes their tool connections, and a
+  // connection's callback checks the user who started it. Neither calls the other while being built.
+  const users = createUserService(deps, {
+    connections: { removeAllOfUser: (...args) => tools.removeConnectionsOfUser(...args) },
+  });
   // Sessions and single sign-on need each other: an org that enforces SSO refuses password logins,
   // and an SSO sign-in starts a session. Neither calls the other while being built.
   const sessions = createSessionService(deps, {
@@ -34,7 +38,7 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
   const sso = createSsoService(deps, { users, sessions });
   const apiKeys = createApiKeyService(deps, { users });
   const records = createRecordService(deps);
-  const tools = createToolService(deps, { webhooks });
+  const tools = createToolService(deps, { webhooks, users });
   const manifests = createManifestService(deps);
   const tokens = createCapabilityTokenService(deps, { manifests });
   const approvals = createApprovalService(deps, { webhooks });

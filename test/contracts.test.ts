@@ -72,6 +72,10 @@ const expectedRoutes = [
   'DELETE /orgs/{org_id}/tools/{tool_id}',
   'POST /orgs/{org_id}/tools/{tool_id}/refresh',
   'POST /orgs/{org_id}/tools/{tool_id}/accept-definitions',
+  'GET /orgs/{org_id}/tools/{tool_id}/connections',
+  'POST /orgs/{org_id}/tools/{tool_id}/connections',
+  'GET /orgs/{org_id}/tools/{tool_id}/connections/{connection_id}',
+  'DELETE /orgs/{org_id}/tools/{tool_id}/connections/{connection_id}',
   'GET /orgs/{org_id}/webhooks',
   'POST /orgs/{org_id}/webhooks',
   'GET /orgs/{org_id}/webhooks/{webhook_id}',
@@ -162,6 +166,9 @@ describe('OpenAPI document', () => {
         'POST /oauth/register',
         'POST /oauth/revoke',
         'POST /oauth/token',
+        'GET /oauth/upstream-client.json',
+        'GET /oauth/upstream/callback',
+        'GET /oauth/upstream/start',
         'GET /readyz',
       ].sort((a, b) => a.slice(a.indexOf(' ')).localeCompare(b.slice(b.indexOf(' ')))),
     );
@@ -269,6 +276,9 @@ describe('OpenAPI document', () => {
         'oauth_revoke',
         'sso_start',
         'sso_callback',
+        'tool_connection_start',
+        'tool_connection_callback',
+        'upstream_client_metadata_document',
       ].sort(),
     );
   });

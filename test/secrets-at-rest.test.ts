@@ -288,6 +288,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
         tools: expect.any(Number),
         webhooks: expect.any(Number),
         ssoClientSecrets: 0,
+        toolConnections: 0,
       });
       expect(counts.signingKeys).toBeGreaterThan(0);
       expect(counts.tools).toBeGreaterThanOrEqual(1);
@@ -297,6 +298,7 @@ describe('with KEY_ENCRYPTION_KEY', () => {
         tools: 0,
         webhooks: 0,
         ssoClientSecrets: 0,
+        toolConnections: 0,
       });
     });
     // A fresh instance (nothing cached) reads the re-sealed rows.
@@ -412,7 +414,7 @@ describe('the rotation tools', () => {
       expect(sealed.status).toBe(0);
       expect(sealed.stdout).toMatch(
         new RegExp(
-          `^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks, \\d+ single sign-on client secrets rewritten\n$`,
+          `^sealed with key ${keyIdOf(SECOND_KEY)}: \\d+ signing keys, \\d+ tools, \\d+ webhooks, \\d+ single sign-on client secrets, \\d+ tool connection rows rewritten\n$`,
         ),
       );
       await expectAllSealedWith(c, SECOND_KEY);

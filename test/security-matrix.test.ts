@@ -26,6 +26,12 @@ import {
 } from './support/oidc-provider.js';
 import { OpenApiResponseChecker } from './support/openapi-validator.js';
 import {
+  type ProtectedMcpServer,
+  startAuthorizationServer,
+  startProtectedMcpServer,
+  type TestAuthorizationServer,
+} from './support/oauth-upstream.js';
+import {
   addUser,
   createKey,
   createManifest,
@@ -205,6 +211,40 @@ const newViewer = async (w: World) => {
   expect(created.status).toBe(201);
   newestViewer = created.body.user_id;
   return { user_id: created.body.user_id as string };
+};
+/** An upstream that wants OAuth (an oidc-provider and an MCP server on loopback), for the connection rows. */
+let upstreamAs: TestAuthorizationServer;
+let protectedMcp: ProtectedMcpServer;
+const oauthTools = new Map<'org' | 'user', Promise<string>>();
+/** Org A's mcp tool on that upstream whose `config.auth` is an OAuth connection per org or per user (made once). */
+const oauthTool = (w: World, connection: 'org' | 'user') => {
+  if (!oauthTools.has(connection)) {
+    const created = w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools`, {
+      token: w.orgA.adminToken,
+      body: {
+        action_type: `oauth-${connection}-${unique()}`,
+        connector: 'mcp',
+        config: { url: protectedMcp.url, allow_private_network: true, auth: { type: 'oauth', connection } },
+      },
+    });
+    oauthTools.set(
+      connection,
+      created.then((r) => {
+        expect(r.status).toBe(201);
+        return r.body.tool_id as string;
+      }),
+    );
+  }
+  return oauthTools.get(connection)!;
+};
+/** Org A's connection of its "org" tool, started (pending) by its admin: others read and revoke it as managers only. */
+const orgConnection = async (w: World) => {
+  const tool_id = await oauthTool(w, 'org');
+  const started = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools/${tool_id}/connections`, {
+    token: w.orgA.adminToken,
+  });
+  expect(started.status).toBe(201);
+  return { tool_id, connection_id: started.body.connection_id as string };
 };
 const manifestIn = (state: 'pending' | 'active' | 'suspended') => async (w: World) => ({
   manifest_id: (await createManifest(w.t, w.orgA, state)).manifestId,
@@ -498,6 +538,48 @@ const matrix: Row[] = [
     roles: managers,
     keyScopes: [],
     params: newTool,
+    check: (r) => expect(r.text).toBe(''),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/tools/:tool_id/connections',
+    ok: 200,
+    roles: userRoles,
+    keyScopes: [],
+    params: async (w) => ({ tool_id: (await orgConnection(w)).tool_id }),
+    check: (r) => expect(r.body).toEqual({ items: expect.any(Array), total: r.body.items.length }),
+  },
+  {
+    method: 'POST',
+    route: '/orgs/:org_id/tools/:tool_id/connections',
+    ok: 201,
+    roles: userRoles,
+    keyScopes: [],
+    // A "user" tool: any signed-in user connects their own account.
+    params: async (w) => ({ tool_id: await oauthTool(w, 'user') }),
+    check: (r) =>
+      expect(r.body).toEqual({
+        connection_id: expect.stringMatching(/^conn_/),
+        authorization_url: expect.stringMatching(/\/oauth\/upstream\/start\?state=/),
+        expires_at: expect.any(String),
+      }),
+  },
+  {
+    method: 'GET',
+    route: '/orgs/:org_id/tools/:tool_id/connections/:connection_id',
+    ok: 200,
+    roles: managers,
+    keyScopes: [],
+    params: orgConnection,
+    check: (r) => expect(r.body).toMatchObject({ scope: 'org', user_id: null }),
+  },
+  {
+    method: 'DELETE',
+    route: '/orgs/:org_id/tools/:tool_id/connections/:connection_id',
+    ok: 204,
+    roles: managers,
+    keyScopes: [],
+    params: orgConnection,
     check: (r) => expect(r.text).toBe(''),
   },
   {
@@ -1041,6 +1123,13 @@ let checker: OpenApiResponseChecker;
 beforeAll(async () => {
   const app = await startTestApp(LOOPBACK_UPSTREAMS);
   idp = await startIdentityProvider({ redirectUri: app.app.services.sso.redirectUri });
+  const upstreamResources: string[] = [];
+  upstreamAs = await startAuthorizationServer({
+    resources: () => upstreamResources,
+    redirectUri: app.app.services.tools.upstreamRedirectUri,
+  });
+  protectedMcp = await startProtectedMcpServer({ issuer: upstreamAs.issuer });
+  upstreamResources.push(protectedMcp.url);
   // Every response of the matrix, its setup included, is checked against the served document.
   checker = await OpenApiResponseChecker.load(app);
   const t: TestApp = { ...app, request: checker.validating(app).request };
@@ -1123,6 +1212,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await w?.t.close();
   await idp?.close();
+  await protectedMcp?.close();
+  await upstreamAs?.close();
 });
 
 /** A fresh bearer token, so that refresh and logout never consume a token another test uses. */
@@ -1398,6 +1489,29 @@ describe('open routes work without credentials', () => {
     expect(session.status).toBe(200);
     expect(session.body.user).toMatchObject({ org_id: w.orgA.orgId, role: 'viewer' });
     expect((await w.t.request('GET', `/api/v1/orgs/${w.orgA.orgId}`, { token: session.body.token })).status).toBe(200);
+  });
+
+  test("a tool connection's browser steps: GET /oauth/upstream/start → 302 with its cookie, the callback → 302 to the console, the client document → 200", async () => {
+    const toolId = await oauthTool(w, 'org');
+    const started = await w.t.request('POST', `/api/v1/orgs/${w.orgA.orgId}/tools/${toolId}/connections`, {
+      token: w.orgA.adminToken,
+    });
+    expect(started.status).toBe(201);
+    const link = new URL(started.body.authorization_url);
+    const opened = await w.t.request('GET', `${link.pathname}${link.search}`);
+    expect(opened.status).toBe(302);
+    const jar = new CookieJar();
+    jar.take(new Response(null, { headers: opened.headers }));
+    const redirectUri = w.t.app.services.tools.upstreamRedirectUri;
+    const answer = await signInAtProvider(opened.headers.get('location')!, 'matrix-account', redirectUri);
+    const callback = await w.t.request('GET', `${answer.pathname}${answer.search}`, {
+      headers: { cookie: jar.header() },
+    });
+    expect(callback.status).toBe(302);
+    expect(callback.headers.get('location')).toBe(
+      `/console/tools/${toolId}?connection=${started.body.connection_id}&result=connected`,
+    );
+    expect((await w.t.request('GET', '/oauth/upstream-client.json')).status).toBe(200);
   });
 
   test('POST /api/v1/auth/sso/exchange → 401 for a code never issued, as documented', async () => {

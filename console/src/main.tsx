@@ -73,6 +73,8 @@ function ssoReturnAddress(): string {
 function pageFromLocation(): PagePath | undefined {
   const rest = location.pathname.slice(BASE.length).replace(/^\/+|\/+$/g, '');
   if (rest === '') return 'approvals';
+  // A tool's own address (`/console/tools/<tool_id>`, where connecting it ends) is the Tools page.
+  if (/^tools\/[^/]+$/.test(rest)) return 'tools';
   return PAGES.find((page) => page.path === rest)?.path;
 }
 

@@ -16,6 +16,7 @@ import {
   type ToolsQuery,
 } from '../generated/graphql';
 import { ApiError, canDecide, request, type SignedInUser } from './api';
+import { ConnectionOutcome, ToolConnections, toolIdFromLocation } from './tool-connections';
 import { ConfirmButton, counted, ErrorLine, Section, Status, Time, useAction, usePolled } from './ui';
 
 type Tool = ToolsQuery['tools']['items'][number];
@@ -62,18 +63,25 @@ export function useToolDrift(user: SignedInUser, onToolsPage: boolean): number |
 export function ToolsPage({ user }: { user: SignedInUser }) {
   // The API lets only admins and operators read tools (`tool:manage`: a tool's config names its
   // upstream and the headers sent there); the navigation does not offer the page to viewers, and
-  // its address says why instead of showing a refusal.
+  // its address says why instead of showing a refusal. A tool's own address still shows a viewer
+  // their connection of it: that is where they connect their account.
+  const toolId = toolIdFromLocation();
   if (!canDecide(user)) {
     return (
       <Section title="Tools">
-        <p>Tool connectors and their upstream definitions are shown to admins and operators only.</p>
+        <ConnectionOutcome />
+        {toolId ? (
+          <ToolConnections orgId={user.org_id} toolId={toolId} user={user} />
+        ) : (
+          <p>Tool connectors and their upstream definitions are shown to admins and operators only.</p>
+        )}
       </Section>
     );
   }
-  return <ToolList orgId={user.org_id} />;
+  return <ToolList orgId={user.org_id} user={user} />;
 }
 
-function ToolList({ orgId }: { orgId: string }) {
+function ToolList({ orgId, user }: { orgId: string; user: SignedInUser }) {
   const tools = usePolled(() => request(ToolsDocument, { org_id: orgId }), orgId);
   const list = tools.data?.tools;
   const drift = list ? driftOf(list.items) : 0;
@@ -95,6 +103,7 @@ function ToolList({ orgId }: { orgId: string }) {
         An mcp tool pins its upstream’s tool definitions at the first read. A definition the upstream changes, adds or
         drops is shown here with its diff, and calls of it are denied until it is accepted.
       </p>
+      <ConnectionOutcome />
       <ErrorLine message={tools.error} />
       {list && list.items.length === 0 && (
         <p class="empty">
@@ -104,7 +113,7 @@ function ToolList({ orgId }: { orgId: string }) {
       <ul class="cards tools">
         {list?.items.map((tool) => (
           <li key={tool.tool_id}>
-            <ToolCard tool={tool} orgId={orgId} onChanged={tools.reload} />
+            <ToolCard tool={tool} orgId={orgId} user={user} onChanged={tools.reload} />
           </li>
         ))}
       </ul>
@@ -169,8 +178,10 @@ function readOutcome(tool: Tool): string {
   return `Read the upstream at ${at}: ${drift ? `${counted(drift, 'definition')} to review` : 'every definition is as pinned'}.`;
 }
 
-function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onChanged: () => Promise<void> }) {
+function ToolCard(props: { tool: Tool; orgId: string; user: SignedInUser; onChanged: () => Promise<void> }) {
+  const { tool, orgId, onChanged } = props;
   const action = useNoticedAction(onChanged);
+  const auth = tool.config.auth as { type?: string; connection?: string } | undefined;
   const mcp = tool.connector === 'mcp';
   const drifting = tool.definitions.filter(needsReview);
   const url = typeof tool.config.url === 'string' ? tool.config.url : undefined;
@@ -227,6 +238,7 @@ function ToolCard({ tool, orgId, onChanged }: { tool: Tool; orgId: string; onCha
           </>
         )}
       </dl>
+      {auth?.type === 'oauth' && <ToolConnections orgId={orgId} toolId={tool.tool_id} user={props.user} />}
       {tool.definitions_error && (
         <p class="error">
           The last read failed, and the pins stay as they were:{' '}

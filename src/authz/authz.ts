@@ -116,6 +116,15 @@ export const permissions = {
   'log:read': { roles: anyRole, keyScopes: ['logs:read'] },
   'log:export': { roles: managers, keyScopes: ['logs:export'] },
   'tool:manage': { roles: managers, keyScopes: [] },
+  /**
+   * A tool's OAuth connections (docs/decisions/0068-upstream-connections.md): any signed-in user
+   * reads, makes and revokes their own; the org's connection, and other users', are
+   * `tool_connection:manage`'s. Never with an API key: a connection is a person's consent.
+   */
+  'tool_connection:read': { roles: anyRole, keyScopes: [] },
+  'tool_connection:connect': { roles: anyRole, keyScopes: [] },
+  'tool_connection:revoke': { roles: anyRole, keyScopes: [] },
+  'tool_connection:manage': { roles: managers, keyScopes: [] },
   'capability_token:manage': { roles: managers, keyScopes: [] },
   'webhook:manage': { roles: managers, keyScopes: [] },
   'agent:read': { roles: anyRole, keyScopes: ['manifests:read'] },

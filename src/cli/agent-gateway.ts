@@ -58,7 +58,7 @@ to the new keys within a second.`,
   reencrypt: {
     synopsis: 'reencrypt',
     text: `reencrypt seals every secret at rest (signing keys, tool secrets and header values, webhook and
-single sign-on client secrets) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and
+single sign-on client secrets, tool connections' tokens) that is not yet sealed with KEY_ENCRYPTION_KEY: plaintext ones and
 those sealed with a key of KEY_ENCRYPTION_KEY_PREVIOUS, in one transaction, in the same database
 (for PGlite, with the service stopped). Run it after setting a key for the first time, and after rotating it (then drop
 KEY_ENCRYPTION_KEY_PREVIOUS).`,
@@ -254,7 +254,7 @@ async function reencrypt(args: string[]): Promise<number> {
     if (!secrets.encrypting) throw new UsageError('reencrypt needs KEY_ENCRYPTION_KEY (the key to seal with)');
     const counts = await reencryptSecrets(db.sql, secrets);
     process.stdout.write(
-      `sealed with key ${secrets.currentKeyId}: ${counts.signingKeys} signing keys, ${counts.tools} tools, ${counts.webhooks} webhooks, ${counts.ssoClientSecrets} single sign-on client secrets rewritten\n`,
+      `sealed with key ${secrets.currentKeyId}: ${counts.signingKeys} signing keys, ${counts.tools} tools, ${counts.webhooks} webhooks, ${counts.ssoClientSecrets} single sign-on client secrets, ${counts.toolConnections} tool connection rows rewritten\n`,
     );
   } finally {
     await db.close();

@@ -31,7 +31,11 @@ export async function createOrganization(
     // No metrics listener and no traces for a one-off command.
     telemetry: createTelemetry({ metrics: false }),
   };
-  const orgs = createOrgService(deps, { users: createUserService(deps) });
+  // Creating an org removes no user: the users' tool connections are never reached.
+  const connections = {
+    removeAllOfUser: () => Promise.reject(new Error('create-org removes no user')),
+  };
+  const orgs = createOrgService(deps, { users: createUserService(deps, { connections }) });
   const org = await orgs.create(input);
   return org.id;
 }

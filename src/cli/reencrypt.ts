@@ -2,6 +2,7 @@ import type { SqlDriver } from '../db/sql.js';
 import type { SecretBox } from '../lib/secret-box.js';
 import { reencryptSigningKeys } from '../lib/signing-keys.js';
 import { reencryptSsoSecrets } from '../modules/sso/sso.service.js';
+import { reencryptConnectionSecrets } from '../modules/tool/tool-connections.service.js';
 import { reencryptToolSecrets } from '../modules/tool/tool.service.js';
 import { reencryptWebhookSecrets } from '../modules/webhook/webhook.service.js';
 
@@ -10,6 +11,8 @@ export interface ReencryptCounts {
   tools: number;
   webhooks: number;
   ssoClientSecrets: number;
+  /** Tool connections' tokens, the clients registered at their servers, authorizations under way. */
+  toolConnections: number;
 }
 
 /**
@@ -26,5 +29,6 @@ export function reencryptSecrets(sql: SqlDriver, secrets: SecretBox): Promise<Re
     tools: await reencryptToolSecrets(tx, secrets),
     webhooks: await reencryptWebhookSecrets(tx, secrets),
     ssoClientSecrets: await reencryptSsoSecrets(tx, secrets),
+    toolConnections: await reencryptConnectionSecrets(tx, secrets),
   }));
 }

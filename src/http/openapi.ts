@@ -11,6 +11,11 @@ import { authErrorCodes, errorStatus, type ErrorCode } from '../errors.js';
 import { CLOSED_VALUES_EXTENSION, JSON_SHAPE_EXTENSION } from '../api/closed-values.js';
 import { publicPath, REST_BASE_PATH, sofaPath, type RestRoute } from '../api/rest-routes.js';
 import { SSO_STARTS_PER_ADDRESS_PER_MINUTE } from '../modules/sso/sso.service.js';
+import {
+  UPSTREAM_CALLBACK_PATH,
+  UPSTREAM_CLIENT_DOCUMENT_PATH,
+  UPSTREAM_START_PATH,
+} from '../modules/tool/tool-connections.service.js';
 import { restSchema, sofaRouteConfig } from './rest-schema.js';
 import type { StreamParam, StreamRoute } from '../api/stream-routes.js';
 import { restRoutes, streamRoutes } from './schema.js';
@@ -297,12 +302,28 @@ function serviceOperations(): Json {
     headers: { 'Retry-After': retryAfter },
   });
   const oauthUnavailable = oauthRetry('The database cannot be reached');
-  /** A single sign-on refusal: a page to a browser, the API's error envelope to a program. */
-  const ssoPage = (description: string) => ({
+  /** A refusal at a browser's step (single sign-on, a tool connection): a page to a browser, the API's error envelope to a program. */
+  const browserPage = (description: string) => ({
     description,
     content: {
       'text/html': { schema: { type: 'string' } },
       'application/json': { schema: { $ref: '#/components/schemas/Error' } },
+    },
+  });
+  /** Where an authorization server sends the browser back (OAuth's callback): a redirect onwards, or a refusal page. */
+  const browserCallback = ({ redirect, ...operation }: Json & { redirect: string }) => ({
+    ...operation,
+    security: [],
+    parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
+      name,
+      in: 'query',
+      required: false,
+      schema: { type: 'string' },
+    })),
+    responses: {
+      '302': { description: redirect, headers: { Location: { required: true, schema: { type: 'string' } } } },
+      '405': browserPage('Only GET'),
+      '503': browserPage('The database cannot be reached'),
     },
   });
   const clientFields = {
@@ -599,15 +620,18 @@ function serviceOperations(): Json {
               'Set-Cookie': { required: true, schema: { type: 'string' } },
             },
           },
-          '404': ssoPage('No organization by this slug signs in with single sign-on'),
-          '405': ssoPage('Only GET'),
-          '429': { ...ssoPage('Too many sign-ins started from this address'), headers: { 'Retry-After': retryAfter } },
-          '503': ssoPage("The provider's discovery document, or the database, cannot be read"),
+          '404': browserPage('No organization by this slug signs in with single sign-on'),
+          '405': browserPage('Only GET'),
+          '429': {
+            ...browserPage('Too many sign-ins started from this address'),
+            headers: { 'Retry-After': retryAfter },
+          },
+          '503': browserPage("The provider's discovery document, or the database, cannot be read"),
         },
       },
     },
     '/auth/sso/callback': {
-      get: {
+      get: browserCallback({
         operationId: 'sso_callback',
         tags: ['Single sign-on'],
         summary: "The provider's answer (visited by the browser): on to the console",
@@ -615,20 +639,78 @@ function serviceOperations(): Json {
           'Checks the answer (the `state` once, the `agw_sso` cookie, `iss`), exchanges the code, checks the ID token (signature by the ' +
           "provider's JWKS, `iss`, `aud`, `exp`, `nonce`, a verified email at an allowed domain), creates the user on a first sign-in " +
           'and sends the browser to `/console/sso#code=<one-time code>`, or `/console/sso#error=<code>&error_description=<text>`.',
+        redirect: 'To the console, with the one-time code or the reason in the fragment',
+      }),
+    },
+    [UPSTREAM_START_PATH]: {
+      get: {
+        operationId: 'tool_connection_start',
+        tags: ['Tools'],
+        summary: "Open a tool connection's authorization (visited by the browser)",
+        description:
+          "Where a connection's `authorization_url` points (`POST /api/v1/orgs/{org_id}/tools/{tool_id}/connections`): binds the " +
+          'authorization to the first browser that opens it, with the cookie `agw_upstream` (10 minutes), and sends it to the ' +
+          "upstream's authorization server. A second browser, an expired or an unknown `state` is refused.",
         security: [],
-        parameters: ['state', 'code', 'iss', 'error', 'error_description'].map((name) => ({
-          name,
-          in: 'query',
-          required: false,
-          schema: { type: 'string' },
-        })),
+        parameters: [{ name: 'state', in: 'query', required: true, schema: { type: 'string' } }],
         responses: {
           '302': {
-            description: 'To the console, with the one-time code or the reason in the fragment',
-            headers: { Location: { required: true, schema: { type: 'string' } } },
+            description: "To the upstream's authorization endpoint",
+            headers: {
+              Location: { required: true, schema: { type: 'string' } },
+              'Set-Cookie': { required: true, schema: { type: 'string' } },
+            },
           },
-          '405': ssoPage('Only GET'),
-          '503': ssoPage('The database cannot be reached'),
+          '400': browserPage('The authorization is unknown, expired or already opened'),
+          '405': browserPage('Only GET'),
+          '503': browserPage('The database cannot be reached'),
+        },
+      },
+    },
+    [UPSTREAM_CALLBACK_PATH]: {
+      get: browserCallback({
+        operationId: 'tool_connection_callback',
+        tags: ['Tools'],
+        summary: "The upstream authorization server's answer (visited by the browser): on to the console",
+        description:
+          'Takes the authorization once by its `state`, from the browser that opened it (the `agw_upstream` cookie), checks `iss` ' +
+          'against the server it went to (RFC 9207), exchanges the code (PKCE) and keeps the tokens sealed; then sends the browser ' +
+          'to `/console/tools/{tool_id}?connection={connection_id}&result=connected`, or `result=error&reason={code}` (to ' +
+          '`/console/tools?result=error&reason=…` when the state names nothing).',
+        redirect: "To the console's tool page, saying connected or why not",
+      }),
+    },
+    [UPSTREAM_CLIENT_DOCUMENT_PATH]: {
+      get: {
+        operationId: 'upstream_client_metadata_document',
+        tags: ['Tools'],
+        summary: "The gateway's Client ID Metadata Document, for tools' upstream authorization servers",
+        description:
+          "An authorization server that accepts Client ID Metadata Documents fetches this one when the gateway's `client_id` is its URL " +
+          '(offered only by a deployment whose PUBLIC_URL is https): a public client (`none`) whose one redirect URI is ' +
+          '`<PUBLIC_URL>/oauth/upstream/callback`.',
+        security: [],
+        responses: {
+          '200': json({
+            type: 'object',
+            required: [
+              'client_id',
+              'client_name',
+              'redirect_uris',
+              'grant_types',
+              'response_types',
+              'token_endpoint_auth_method',
+            ],
+            properties: {
+              client_id: { type: 'string' },
+              client_name: { type: 'string' },
+              redirect_uris: strings,
+              grant_types: strings,
+              response_types: strings,
+              token_endpoint_auth_method: { type: 'string', enum: ['none'] },
+            },
+          }),
+          '405': browserPage('Only GET or HEAD'),
         },
       },
     },

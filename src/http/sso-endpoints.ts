@@ -1,7 +1,7 @@
 import type { Plugin } from 'graphql-yoga';
 import type { Logger } from 'pino';
 import { isDatabaseUnavailable } from '../db/unavailable.js';
-import { AppError, DATABASE_RETRY_AFTER_SECONDS, type ErrorCode, errorStatus } from '../errors.js';
+import { AppError, DATABASE_RETRY_AFTER_SECONDS, type ErrorCode } from '../errors.js';
 import { logUnexpected } from '../logger.js';
 import type { SsoRefusal } from '../modules/sso/sso-identity.js';
 import { isRefusal } from '../modules/sso/sso-identity.js';
@@ -12,9 +12,8 @@ import {
   type SsoCallbackParams,
   type SsoService,
 } from '../modules/sso/sso.service.js';
-import { decodedSegment, escapeHtml, PAGE_HEADERS } from './browser-pages.js';
+import { cookieOf, decodedSegment, PAGE_HEADERS, refusalPage as pageOf } from './browser-pages.js';
 import { CONSOLE_PATH } from './console.js';
-import { errorBody } from './envelope.js';
 import { Response } from '../api/fetch-api.js';
 import { useOwnEndpoints } from './own-endpoints.js';
 import type { ServerContext } from './lifecycle.js';
@@ -31,37 +30,13 @@ import type { ServerContext } from './lifecycle.js';
 /** Where the callback sends the browser: the console page that exchanges the code. */
 export const SSO_CONSOLE_PATH = `${CONSOLE_PATH}/sso`;
 const BROWSER_COOKIE = 'agw_sso';
+const ssoPage = { title: 'Single sign-on', heading: 'Single sign-on cannot start' };
+const refusalPage = (request: Request, code: ErrorCode, message: string, headers: Record<string, string> = {}) =>
+  pageOf(request, code, message, ssoPage, headers);
 
 /** How a refusal to start reads to a program: an org without single sign-on, or a provider that cannot be read. */
 const startRefusalCode = (refusal: SsoRefusal): ErrorCode =>
   refusal.code === 'sso_not_configured' ? 'NOT_FOUND' : 'SERVICE_UNAVAILABLE';
-
-/** A refusal before the provider is involved: a short page to a person, the API's error JSON to a program. */
-function refusalPage(request: Request, code: ErrorCode, message: string, headers = {}): Response {
-  const status = errorStatus[code];
-  if (!request.headers.get('accept')?.includes('text/html')) {
-    return Response.json(errorBody({ code, message, details: {} }), {
-      status,
-      headers: { ...PAGE_HEADERS, ...headers },
-    });
-  }
-  const html =
-    '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Single sign-on · Agent Gateway</title></head>' +
-    `<body><h1>Single sign-on cannot start</h1><p>${escapeHtml(message)}</p>` +
-    `<p><a href="${CONSOLE_PATH}">Back to the console</a></p></body></html>`;
-  return new Response(html, {
-    status,
-    headers: { ...PAGE_HEADERS, ...headers, 'Content-Type': 'text/html; charset=utf-8' },
-  });
-}
-
-function cookieOf(request: Request, name: string): string | undefined {
-  for (const part of (request.headers.get('cookie') ?? '').split(';')) {
-    const [key, ...value] = part.trim().split('=');
-    if (key === name) return value.join('=');
-  }
-  return undefined;
-}
 
 interface SsoEndpointDeps {
   sso: SsoService;

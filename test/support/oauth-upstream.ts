@@ -33,6 +33,8 @@ export interface AuthorizationServerOptions {
   fetchClientDocument?: (url: string | URL | Request) => Promise<Response>;
   /** Another loopback address to listen on (a second server for the mix-up tests). */
   host?: string;
+  /** Seconds an access token lives, asked at each issue (default 600): short-lived tokens for refresh tests. */
+  accessTokenTtl?: () => number;
 }
 
 /**
@@ -65,7 +67,7 @@ export async function startAuthorizationServer(options: AuthorizationServerOptio
       ...(options.fetchClientDocument ? { fetch: options.fetchClientDocument } : {}),
       renderError: plainTextErrors,
       ttl: {
-        AccessToken: 600,
+        AccessToken: () => options.accessTokenTtl?.() ?? 600,
         AuthorizationCode: 60,
         ClientCredentials: 600,
         Grant: 3600,

@@ -69,6 +69,18 @@ interface ToolDefinitionChange {
   diff: string | null;
 }
 
+/** A tool's OAuth connection as audited: whose, to which server, as whom; never a token. */
+export interface ToolConnectionSnapshot {
+  tool_id: string;
+  action_type: string;
+  scope: 'org' | 'user';
+  user_id: string | null;
+  status: string;
+  issuer: string | null;
+  subject: string | null;
+  scopes: string[];
+}
+
 interface ApprovalSnapshot {
   status: string;
   svc_id: string;
@@ -212,6 +224,12 @@ export type AuditEvent =
       never,
       { accepted: Omit<ToolDefinitionChange, 'tool_id' | 'action_type' | 'diff'>[] }
     >
+  // Connected (or connected again): the tokens the upstream granted are held from now on.
+  | Event<'tool.connection_created', 'tool_connection', ToolConnectionSnapshot, ToolConnectionSnapshot>
+  // Revoked by a person, or with its tool or its user; `reason` says which.
+  | Event<'tool.connection_revoked', 'tool_connection', ToolConnectionSnapshot, never>
+  // The upstream refused its grant (invalid_grant): it needs authorizing again.
+  | Event<'tool.connection_expired', 'tool_connection', ToolConnectionSnapshot, never>
   | Event<'approval.approved' | 'approval.denied', 'approval', ApprovalSnapshot, ApprovalSnapshot>
   | Event<'webhook.created', 'webhook', never, WebhookSnapshot & { secret_generated: boolean }>
   | Event<'webhook.updated', 'webhook', WebhookSnapshot, WebhookSnapshot & { secret_rotated: boolean }>
@@ -279,6 +297,9 @@ const TARGET_OF_ACTION: { [A in AuditAction]: TargetOf<A> } = {
   'tool.definitions_pinned': 'tool',
   'tool.definition_changed': 'tool',
   'tool.definitions_accepted': 'tool',
+  'tool.connection_created': 'tool_connection',
+  'tool.connection_revoked': 'tool_connection',
+  'tool.connection_expired': 'tool_connection',
   'approval.approved': 'approval',
   'approval.denied': 'approval',
   'webhook.created': 'webhook',

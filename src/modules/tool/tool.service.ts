@@ -34,6 +34,8 @@ import {
   updateToolSecrets,
 } from './tool.store.js';
 import type { WebhookWake } from '../webhook/webhook.service.js';
+import type { UserService } from '../user/user.service.js';
+import { createToolConnections } from './tool-connections.service.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { randomId } from '../../lib/ids.js';
 import type { PrivateNetworks } from '../../lib/address-policy.js';
@@ -352,7 +354,10 @@ export async function reencryptToolSecrets(conn: SqlConnection, secrets: SecretB
   return stale.length;
 }
 
-export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookWake }) {
+export function createToolService(
+  deps: Deps,
+  { webhooks, users }: { webhooks: WebhookWake; users: Pick<UserService, 'byIds'> },
+) {
   const { env, db, cache, logger, secrets, telemetry } = deps;
   /** The mcp tools' upstream clients, reused across calls; closed by `close()` (the app's stop). */
   const mcpUpstreams = createMcpUpstreamPool({
@@ -384,6 +389,8 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
     }
   }
   const definitions = createToolDefinitions(deps, { credentialsOf, grants, upstreams: mcpUpstreams, webhooks });
+  /** The tools' OAuth connections to their upstreams (docs/decisions/0068-upstream-connections.md). */
+  const connections = createToolConnections(deps, { webhooks, users });
 
   /**
    * Reads a saved mcp tool's upstream definitions (the first read pins them). A save stands
@@ -523,11 +530,17 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
     }
   }
 
-  /** One statement deletes and returns the row, so of concurrent deletes one wins and the rest are 404. */
+  /**
+   * One statement deletes and returns the row, so of concurrent deletes one wins and the rest are
+   * 404. Its OAuth connections go first, in the same transaction; their tokens are revoked at the
+   * upstream after the commit.
+   */
   async function remove(orgId: string, toolId: string, actor: Principal) {
-    await notFoundIfGone(
+    const revokeConnections = await notFoundIfGone(
       'Tool',
       db.prisma.$transaction(async (tx) => {
+        const tool = await findTool(tx, orgId, toolId);
+        const afterCommit = tool ? await connections.removeAllOfTool(tx, tool, actorOf(actor)) : () => undefined;
         const deleted = await deleteTool(tx, orgId, toolId);
         await recordAudit(tx, orgId, actorOf(actor), {
           action: 'tool.deleted',
@@ -536,8 +549,10 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
           before: snapshot(deleted),
         });
         await bumpConfigVersion(tx);
+        return afterCommit;
       }),
     );
+    revokeConnections();
   }
 
   /**
@@ -680,7 +695,22 @@ export function createToolService(deps: Deps, { webhooks }: { webhooks: WebhookW
     acceptDefinitions,
     definitionViews: definitions.views,
     sweepDefinitions: definitions.sweep,
-    close: () => mcpUpstreams.close(),
+    /** The call path's: the token for a tool's upstream, or where to connect (tool-connections.service.ts). */
+    accessTokenFor: connections.accessTokenFor,
+    afterUnauthorized: connections.afterUnauthorized,
+    connect: connections.connect,
+    connections: connections.list,
+    connection: connections.get,
+    revokeConnection: connections.revoke,
+    startUpstreamAuthorization: connections.start,
+    finishUpstreamAuthorization: connections.callback,
+    removeConnectionsOfUser: connections.removeAllOfUser,
+    flushConnectionUsage: connections.flushUsage,
+    pruneConnectionAuthorizations: connections.prune,
+    upstreamRedirectUri: connections.redirectUri,
+    close: async () => {
+      await Promise.all([mcpUpstreams.close(), connections.close()]);
+    },
   };
 }
 

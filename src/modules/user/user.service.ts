@@ -3,7 +3,7 @@ import type { Prisma } from '../../generated/prisma/client.js';
 import { FieldErrors, conflict, isUniqueViolation, notFound } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
-import { actorOf } from '../audit/audit-events.js';
+import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import { userRoles, type Principal, type UserRole } from '../../authz/authz.js';
 import { MIN_PASSWORD_LENGTH, createPasswords } from '../auth/password.js';
@@ -49,7 +49,13 @@ export function validatePassword(errors: FieldErrors, field: string, password: s
   if (password.length > 1024) errors.add(field, 'must be at most 1024 characters');
 }
 
-export function createUserService({ db, telemetry }: Deps) {
+/** What removing a user does to their tools' OAuth connections (the tool module's). */
+interface UserConnections {
+  /** Deletes the user's connections in `tx`, audited; answers what to run after the commit (revocation upstream). */
+  removeAllOfUser(tx: Prisma.TransactionClient, userId: string, actor: Actor): Promise<() => void>;
+}
+
+export function createUserService({ db, telemetry }: Deps, { connections }: { connections: UserConnections }) {
   const passwords = createPasswords(telemetry);
   async function create(orgId: string, input: CreateUserInput, actor: Principal) {
     const errors = new FieldErrors();
@@ -124,12 +130,13 @@ export function createUserService({ db, telemetry }: Deps) {
 
   /**
    * Removes the user from the org; the org's last admin cannot be removed (409). Their sessions
-   * end with them. API keys they created, OAuth grants they allowed, manifests they approved and
+   * end with them, and their tools' OAuth connections (revoked at the upstreams after the commit). API keys they created, OAuth grants they allowed, manifests they approved and
    * approvals they decided stay the org's (docs/decisions/0060-user-roles-and-removal.md).
    */
   async function remove(orgId: string, userId: string, actor: Principal): Promise<void> {
-    await withUserLocked(orgId, userId, async (tx, user, admins) => {
+    const revokeConnections = await withUserLocked(orgId, userId, async (tx, user, admins) => {
       if (user.role === 'admin' && admins === 1) throw lastAdmin('removed');
+      const afterCommit = await connections.removeAllOfUser(tx, user.id, actorOf(actor));
       await deleteUser(tx, user.id);
       // The keys bound to the user go with it; every process drops the ones it has cached.
       await bumpConfigVersion(tx);
@@ -139,7 +146,9 @@ export function createUserService({ db, telemetry }: Deps) {
         targetId: user.id,
         before: { email: user.email, role: user.role },
       });
+      return afterCommit;
     });
+    revokeConnections();
   }
 
   async function list(orgId: string) {

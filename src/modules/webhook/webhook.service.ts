@@ -28,7 +28,12 @@ import {
  * exactly when the change committed; webhook.dispatcher.ts sends them.
  */
 
-export const webhookEvents = ['approval.requested', 'approval.decided', 'tool.definition_changed'] as const;
+export const webhookEvents = [
+  'approval.requested',
+  'approval.decided',
+  'tool.definition_changed',
+  'tool.connection_expired',
+] as const;
 export type WebhookEvent = (typeof webhookEvents)[number];
 export const deliveryStatuses = ['pending', 'delivered', 'failed'] as const;
 export type DeliveryStatus = (typeof deliveryStatuses)[number];
