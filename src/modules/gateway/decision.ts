@@ -52,6 +52,7 @@ export const REASON_CODES = [
   'TOOL_NOT_CONFIGURED',
   'TOOL_DEFINITION_CHANGED',
   'TOOL_NOT_FOUND_UPSTREAM',
+  'UPSTREAM_AUTHORIZATION_REQUIRED',
   'POLICY_VIOLATION',
   'EXECUTION_INTERRUPTED',
 ] as const;
@@ -108,6 +109,12 @@ export interface DecisionContext {
     message: string;
     details: Record<string, unknown>;
   };
+  /**
+   * The tool authenticates with an OAuth connection and the caller has none to use: where that
+   * user connects, and why (never connected, expired, revoked). Undefined when a token is at hand
+   * or the tool needs none.
+   */
+  upstreamAuthorization?: { connectUrl: string; reason: string };
   /** The agent's counts before this decision, when they were read (evaluate; an execute already denied). */
   budget: BudgetState | null;
   /** The org's enabled policies that apply to this request, in priority order. */
@@ -298,6 +305,14 @@ export function checkDecision(context: DecisionContext): Checked {
   if (!context.toolConfigured)
     deny('TOOL_NOT_CONFIGURED', `No tool connector is configured for action type "${call.action.type}"`);
   if (context.toolHold) deny(context.toolHold.code, context.toolHold.message, context.toolHold.details);
+  if (context.upstreamAuthorization) {
+    const { connectUrl, reason } = context.upstreamAuthorization;
+    deny(
+      'UPSTREAM_AUTHORIZATION_REQUIRED',
+      `The tool for "${call.action.type}" acts with an account its user connects, and there is none to use (${reason.replace(/_/g, ' ')}): connect it at ${connectUrl}`,
+      { connect_url: connectUrl, reason },
+    );
+  }
   return { reasons, needsHuman };
 }
 

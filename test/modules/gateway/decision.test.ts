@@ -128,6 +128,25 @@ describe('checkDecision', () => {
     ]);
   });
 
+  test('a tool whose user has no connection to use: UPSTREAM_AUTHORIZATION_REQUIRED with where to connect, after the tool checks', () => {
+    const upstreamAuthorization = {
+      connectUrl: 'https://gw.example/console/tools/tool_1',
+      reason: 'reauthorization_required',
+    };
+    expect(checkDecision(context({ upstreamAuthorization })).reasons).toEqual([
+      {
+        code: 'UPSTREAM_AUTHORIZATION_REQUIRED',
+        message:
+          'The tool for "billing" acts with an account its user connects, and there is none to use (reauthorization required): connect it at https://gw.example/console/tools/tool_1',
+        details: { connect_url: 'https://gw.example/console/tools/tool_1', reason: 'reauthorization_required' },
+      },
+    ]);
+    const held = { code: 'TOOL_NOT_FOUND_UPSTREAM' as const, message: 'gone', details: { tool: 'read' } };
+    expect(
+      codes(context({ upstreamAuthorization, toolHold: held, manifest: { ...manifest, status: 'suspended' } })),
+    ).toEqual(['MANIFEST_NOT_ACTIVE', 'TOOL_NOT_FOUND_UPSTREAM', 'UPSTREAM_AUTHORIZATION_REQUIRED']);
+  });
+
   test('a deactivated agent is denied, with the reason it was given', () => {
     const c = context({ agent: { status: 'deactivated', deactivationReason: 'incident 42' } });
     expect(checkDecision(c).reasons).toEqual([
