@@ -35,6 +35,12 @@ import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
 import { Request, Response } from '../api/fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState, Turn } from '../api/request-state.js';
+import {
+  connectElicitation,
+  declaresUrlElicitation,
+  sessionAcceptsUrlElicitation,
+  urlElicitationSessionId,
+} from './mcp-url-elicitation.js';
 
 /**
  * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md, 0048-mcp-protocol-revisions.md): the
@@ -111,6 +117,10 @@ interface McpCaller {
   /** The `MCP-Protocol-Version` header (on 2026-07-28 the SDK has checked it against the body). */
   protocolVersion: string | null;
   turn: Turn | undefined;
+  /** The revision family: the 2025 one (`initialize`) or 2026-07-28's stateless one. */
+  era: Leg;
+  /** 2025 family: the session id says the client declared URL elicitation (mcp-url-elicitation.ts). */
+  acceptsUrlElicitation: boolean;
 }
 
 /** A tool list is the caller's own (see `serverFor`); `ttlMs` 0: no change is announced, ask again. */
@@ -160,6 +170,16 @@ function plainLeg(request: Request, parsed: unknown): Leg | undefined {
   }
   const version = request.headers.get('mcp-protocol-version');
   return version === null || olderRevisions.has(version) ? 'older' : undefined;
+}
+
+/** An `initialize` whose client declares URL-mode elicitation: its answer carries the session id that remembers it. */
+function declaresUrlElicitationAtInitialize(parsed: unknown): boolean {
+  return (
+    isObject(parsed) &&
+    parsed.method === 'initialize' &&
+    isObject(parsed.params) &&
+    declaresUrlElicitation(parsed.params.capabilities)
+  );
 }
 
 interface McpEndpointDeps {
@@ -224,7 +244,7 @@ export function useMcpEndpoint({
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor({ principal, svcId, protocolVersion, turn }: McpCaller): Server {
+  function serverFor({ principal, svcId, protocolVersion, turn, era, acceptsUrlElicitation }: McpCaller): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -264,7 +284,10 @@ export function useMcpEndpoint({
           try {
             // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
             // the only ones the call reads.
-            const result = await mcp.callTool(principal, svcId, request.params, turn?.away);
+            const { result, connect } = await mcp.callTool(principal, svcId, request.params, turn?.away);
+            // All the call lacks is the user's connection: a client that accepts it is asked to open the page.
+            const elicitation = connect && connectElicitation(connect, era, acceptsUrlElicitation, ctx.mcpReq);
+            if (elicitation) return elicitation;
             if (result.isError)
               span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
             // The result as the request's revision shapes it (the SDK's one place for that).
@@ -353,12 +376,6 @@ export function useMcpEndpoint({
         return rpcError(429, RPC_FORBIDDEN, error.message, error.extensions.http?.headers ?? {});
       }
     }
-    const caller: McpCaller = {
-      principal,
-      svcId,
-      protocolVersion: request.headers.get('mcp-protocol-version'),
-      turn: state?.turn,
-    };
     const body = await bodyOf(request);
     // The SDK's own routing rule (a body that claims the 2026-07-28 envelope is modern, and so is
     // a header naming it), so the two legs can never disagree with what the SDK would do itself.
@@ -366,15 +383,23 @@ export function useMcpEndpoint({
       body.parsed === undefined
         ? 'older'
         : (plainLeg(request, body.parsed) ?? ((await isLegacyRequest(request, body.parsed)) ? 'older' : 'stateless'));
+    const caller: McpCaller = {
+      principal,
+      svcId,
+      protocolVersion: request.headers.get('mcp-protocol-version'),
+      turn: state?.turn,
+      era: leg,
+      acceptsUrlElicitation: sessionAcceptsUrlElicitation(request.headers.get('mcp-session-id')),
+    };
     const answer =
       leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
+    const headers = new Headers(answer.headers);
+    if (leg === 'older' && answer.status === 200 && declaresUrlElicitationAtInitialize(body.parsed))
+      headers.set('mcp-session-id', urlElicitationSessionId());
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
     // is left, and closing would abort the finished handler and build an error for nothing.
-    return new Response(answer.body === null ? null : await answer.text(), {
-      status: answer.status,
-      headers: answer.headers,
-    });
+    return new Response(answer.body === null ? null : await answer.text(), { status: answer.status, headers });
   }
 
   return {

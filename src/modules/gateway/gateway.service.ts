@@ -11,7 +11,7 @@ import type { OrgService } from '../org/org.service.js';
 import { matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
 import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
-import type { ToolService } from '../tool/tool.service.js';
+import type { ConnectionAccess, ToolService } from '../tool/tool.service.js';
 import {
   budgetState,
   budgetWindows,
@@ -183,6 +183,8 @@ function budgetRefusal(state: BudgetState, exceeded: 'day' | 'hour'): Refusal {
 interface Loaded {
   context: DecisionContext;
   tool: Awaited<ReturnType<ToolService['forAction']>>;
+  /** For a tool with an OAuth connection: the caller's token, or why there is none. */
+  upstream: ConnectionAccess | undefined;
   settings: Awaited<ReturnType<OrgService['gatewaySettings']>>;
   counters: PolicyCounter[];
 }
@@ -375,12 +377,18 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     };
   }
 
-  /** The reads a decision needs, each independent of the others and mostly cached. */
-  function read(orgId: string, call: GatewayCall) {
+  /**
+   * The reads a decision needs, each independent of the others and mostly cached; a tool with an
+   * OAuth connection adds the caller's connection (the user behind the key, grant or session).
+   */
+  function read(principal: Principal, call: GatewayCall) {
+    const orgId = principal.orgId;
+    const tool = tools.forAction(orgId, call.action.type);
     return Promise.all([
       agents.gate(orgId, call.svcId),
       manifests.current(orgId, call.svcId),
-      tools.forAction(orgId, call.action.type),
+      tool,
+      tool.then((found) => (found ? tools.upstreamAccessFor(found, principal.userId) : undefined)),
       orgs.gatewaySettings(orgId),
       call.capabilityToken ? tokens.check(call.capabilityToken, orgId, call.svcId) : null,
       call.approvalId ? approvals.check(orgId, call.approvalId, actionHashOf(call)) : null,
@@ -401,7 +409,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const orgId = principal.orgId;
     const { mode } = options;
     const now = Date.now();
-    const [agent, manifest, tool, settings, token, approval, active] = await read(orgId, call);
+    const [agent, manifest, tool, upstream, settings, token, approval, active] = await read(principal, call);
     const caller = callerFacts(principal);
     const facts = () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now });
     const matches = matchPolicies(active, call.svcId, call.capability, facts, policyEvaluated, env.policyEvalBudget);
@@ -418,11 +426,12 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       approval,
       toolConfigured: tool !== null,
       toolHold: tool ? tools.definitionHoldOf(tool, call.action.tool) : undefined,
+      upstreamAuthorization: upstream && 'required' in upstream ? upstream.required : undefined,
       budget: manifest && counts ? budgetState(windows, manifest.limits, counts.budget) : null,
       policies: matches,
       limits: counts ? counts.limits.map((current, i) => ({ counter: counters[i], current })) : null,
     };
-    return { context, tool, settings, counters };
+    return { context, tool, upstream, settings, counters };
   }
 
   /**
@@ -568,12 +577,16 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   ): Promise<GatewayDecision> {
     const { call, interactionId, options } = execution;
     const send = () =>
-      tools.execute(execution.tool!, {
-        svc_id: call.svcId,
-        agent_id: call.agentId,
-        action: call.action,
-        interaction_id: interactionId,
-      });
+      tools.execute(
+        execution.tool!,
+        {
+          svc_id: call.svcId,
+          agent_id: call.agentId,
+          action: call.action,
+          interaction_id: interactionId,
+        },
+        execution.upstream,
+      );
     const result = await (options.awayWhile ? options.awayWhile(send) : send());
     const allowed: GatewayDecision = {
       interaction_id: interactionId,

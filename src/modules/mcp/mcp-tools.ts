@@ -132,3 +132,27 @@ export function callResultOf(outcome: DecisionOutcome): CallToolResult {
     _meta,
   };
 }
+
+/**
+ * What an MCP client that accepts URL elicitation is asked to open instead of getting the
+ * denial as a tool error: the page where its user connects the tool's account
+ * (docs/decisions/0069-connect-by-url-elicitation.md). Only when that connection is all the call
+ * lacks; `elicitationId` is the denied call's interaction id.
+ */
+export interface ConnectRequest {
+  url: string;
+  message: string;
+  elicitationId: string;
+}
+
+export function connectRequestOf({ decision }: DecisionOutcome): ConnectRequest | undefined {
+  const [reason, ...others] = decision.reasons;
+  if (decision.executed || others.length || reason?.code !== 'UPSTREAM_AUTHORIZATION_REQUIRED') return undefined;
+  const url = reason.details?.connect_url;
+  if (typeof url !== 'string') return undefined;
+  return {
+    url,
+    message: `${reason.message}. Open the page, connect the account, then call the tool again.`,
+    elicitationId: decision.interaction_id,
+  };
+}

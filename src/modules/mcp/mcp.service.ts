@@ -10,6 +10,8 @@ import type { ToolService } from '../tool/tool.service.js';
 import {
   callResultOf,
   capabilityOfToolName,
+  connectRequestOf,
+  type ConnectRequest,
   listedTools,
   META_APPROVAL_ID,
   META_CAPABILITY_TOKEN,
@@ -81,13 +83,17 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     return listedTools({ svcId, agent, manifest, connectors, policies: active, templateDescriptions });
   }
 
-  /** tools/call: the execute decision of the capability the name stands for, as a tool result. */
+  /**
+   * tools/call: the execute decision of the capability the name stands for, as a tool result; and
+   * when all it lacked is the user's connection to the tool's upstream, where to make it (`connect`),
+   * which the edge turns into a URL elicitation for clients that accept one.
+   */
   async function callTool(
     principal: AgentPrincipal,
     svcId: string,
     call: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown> },
     awayWhile?: DecisionOptions['awayWhile'],
-  ): Promise<CallToolResult> {
+  ): Promise<{ result: CallToolResult; connect?: ConnectRequest }> {
     const manifest = await manifests.current(principal.orgId, svcId);
     const capability = capabilityOfToolName(call.name, manifest);
     if (!capability)
@@ -114,7 +120,8 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
       },
       { mode: 'execute', channel: 'mcp', awayWhile },
     );
-    return callResultOf(outcome);
+    const connect = connectRequestOf(outcome);
+    return { result: callResultOf(outcome), ...(connect ? { connect } : {}) };
   }
 
   return { listTools, callTool };

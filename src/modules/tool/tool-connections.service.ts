@@ -45,6 +45,7 @@ import {
   ensureConnection,
   findConnectionById,
   findConnectionFor,
+  findLastUsedConnection,
   findRegisteredClient,
   insertAuthorization,
   bindBrowser,
@@ -262,9 +263,11 @@ export async function reencryptConnectionSecrets(conn: SqlConnection, secrets: S
 interface Collaborators {
   webhooks: WebhookWake;
   users: Pick<UserService, 'byIds'>;
+  /** Told of each connection made (not awaited): an mcp tool's definitions can be read now. */
+  connected: (tool: Tool, actor: Actor) => void;
 }
 
-export function createToolConnections(deps: Deps, { webhooks, users }: Collaborators) {
+export function createToolConnections(deps: Deps, { webhooks, users, connected }: Collaborators) {
   const { env, db, logger, secrets } = deps;
   const redirectUri = upstreamRedirectUri(env.publicUrl);
   // Servers fetch only https client ids: a plain-http deployment registers dynamically instead.
@@ -786,6 +789,7 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
     }
     // A connection authorized again: the grant it held before is no longer used.
     if (replaced.revocable) revokeLater([replaced.revocable]);
+    connected(tool, actor);
     return page('connected');
   }
 
@@ -980,6 +984,22 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
   }
 
   /**
+   * A token to read the tool's upstream definitions with (tools/list, no call's data): the org's
+   * connection; for a per-user tool the given user's when they have one (the operator refreshing),
+   * else the connection used last.
+   */
+  async function definitionsAccessFor(tool: Tool, preferredUserId: string | null): Promise<UpstreamAccess> {
+    const auth = oauthAuthOf(tool);
+    if (auth?.connection !== 'user') return accessTokenFor(tool, { userId: null });
+    if (preferredUserId !== null) {
+      const own = await accessTokenFor(tool, { userId: preferredUserId });
+      if ('token' in own) return own;
+    }
+    const last = await findLastUsedConnection(db.sql, tool.id);
+    return last?.user_id ? accessTokenFor(tool, { userId: last.user_id }) : required(tool.id, 'not_connected');
+  }
+
+  /**
    * After the upstream answered 401 to the connection's token: one refresh, even ahead of expiry
    * (shared by the callers that met the 401 together, and skipped when a refresh just happened),
    * then the new token; or the `required` answer when the grant is gone.
@@ -1026,6 +1046,7 @@ export function createToolConnections(deps: Deps, { webhooks, users }: Collabora
     callback,
     accessTokenFor,
     afterUnauthorized,
+    definitionsAccessFor,
     removeAllOfTool,
     removeAllOfUser,
     flushUsage,

@@ -117,6 +117,17 @@ export async function findConnectionFor(
   return row;
 }
 
+/** The tool's connected connection used last (else connected last), whoever's it is. */
+export async function findLastUsedConnection(conn: SqlConnection, toolId: string): Promise<ConnectionRow | undefined> {
+  const [row] = await conn.query<ConnectionRow>(
+    `SELECT ${CONNECTION_COLUMNS} FROM tool_connections
+     WHERE tool_id = $1 AND status = 'connected'
+     ORDER BY last_used_at DESC NULLS LAST, connected_at DESC NULLS LAST LIMIT 1`,
+    [toolId],
+  );
+  return row;
+}
+
 export async function findConnectionById(conn: SqlConnection, id: string): Promise<ConnectionRow | undefined> {
   const [row] = await conn.query<ConnectionRow>(`SELECT ${CONNECTION_COLUMNS} FROM tool_connections WHERE id = $1`, [
     id,

@@ -12,6 +12,7 @@ import type { ToolCredentials } from './connectors.js';
 import type { McpToolConfig } from './mcp-connector-config.js';
 import { listUpstreamTools, type McpUpstreamPool } from './mcp-connector.js';
 import type { UpstreamGrants } from './upstream-grant.js';
+import { connectionScopeOf, withConnection, type ConnectionAccess } from './connection-access.js';
 import {
   definitionDiff,
   listProblem,
@@ -63,6 +64,11 @@ interface Collaborators {
   credentialsOf(tool: Tool): ToolCredentials | null;
   /** What a request to the upstream carries when the tool holds a grant (upstream-grant.ts). */
   grants: UpstreamGrants;
+  /**
+   * For a tool with an OAuth connection, the token its definitions are read with (the acting
+   * user's connection when they have one): tool-connections.service.ts.
+   */
+  definitionsAccessFor(tool: Tool, preferredUserId: string | null): Promise<ConnectionAccess>;
   /** The mcp tools' upstream clients: a read uses the tool's when it has one (docs/decisions/0049-mcp-upstream-pool.md). */
   upstreams: McpUpstreamPool;
   /** The app's webhook dispatcher, woken once a change's events are committed. */
@@ -71,7 +77,7 @@ interface Collaborators {
 
 export function createToolDefinitions(
   { db, env, logger }: Deps,
-  { credentialsOf, grants, upstreams, webhooks }: Collaborators,
+  { credentialsOf, grants, definitionsAccessFor, upstreams, webhooks }: Collaborators,
 ) {
   async function state(toolId: string, pinned: boolean): Promise<DefinitionState> {
     const kept = pinned ? await selectDefinitions(db.sql, toolId) : [];
@@ -86,6 +92,7 @@ export function createToolDefinitions(
   /** What the upstream lists now, or why it could not be read. */
   async function readUpstream(
     tool: Tool,
+    actor: Actor,
   ): Promise<{ ok: true; tools: Parameters<typeof planRefresh>[1] } | { ok: false; error: string }> {
     const credentials = credentialsOf(tool);
     if (!credentials)
@@ -93,7 +100,10 @@ export function createToolDefinitions(
         ok: false,
         error: 'The tool’s header values cannot be decrypted with the configured KEY_ENCRYPTION_KEY',
       };
-    const authorized = await grants.credentialsFor(tool, credentials);
+    const authorized =
+      connectionScopeOf(tool) === undefined
+        ? await grants.credentialsFor(tool, credentials)
+        : withConnection(credentials, await definitionsAccessFor(tool, actor.type === 'user' ? actor.id : null));
     if (!authorized.ok)
       return { ok: false, error: `${authorized.failure.error.code}: ${authorized.failure.error.message}` };
     const upstream = {
@@ -116,7 +126,7 @@ export function createToolDefinitions(
    */
   async function read(tool: Tool, actor: Actor = SYSTEM): Promise<void> {
     if (tool.connector !== 'mcp') return;
-    const upstream = await readUpstream(tool);
+    const upstream = await readUpstream(tool, actor);
     const changes = await db.prisma.$transaction(async (tx) => {
       const sql = sqlConnectionOf(tx);
       const locked = await lockTool(sql, tool.id);

@@ -24,6 +24,14 @@ import { forgetDefinitions } from './tool-definitions.store.js';
 import { parseToolAuth, publicAuth } from './tool-auth.js';
 import { createUpstreamGrants } from './upstream-grant.js';
 import {
+  accessForCall,
+  connectionAccess,
+  connectionScopeOf,
+  withConnection,
+  type ConnectionAccess,
+  type ConnectionCredentials,
+} from './connection-access.js';
+import {
   deleteTool,
   findTool,
   findToolForAction,
@@ -51,6 +59,9 @@ import {
 } from '@opentelemetry/semantic-conventions/incubating';
 import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
 import { secondsSince, SpanKind, SpanStatusCode } from '../../observability/telemetry.js';
+
+export type { ConnectionAccess, UsedConnection } from './connection-access.js';
+export { usedConnectionOf } from './connection-access.js';
 
 export const connectors = ['http', 'mock', 'mcp'] as const;
 export type ConnectorKind = (typeof connectors)[number];
@@ -388,9 +399,26 @@ export function createToolService(
       return null;
     }
   }
-  const definitions = createToolDefinitions(deps, { credentialsOf, grants, upstreams: mcpUpstreams, webhooks });
   /** The tools' OAuth connections to their upstreams (docs/decisions/0068-upstream-connections.md). */
-  const connections = createToolConnections(deps, { webhooks, users });
+  const connections = createToolConnections(deps, {
+    webhooks,
+    users,
+    // An mcp tool with an OAuth connection could not read its definitions before its first connection.
+    connected: (tool, actor) => {
+      if (tool.connector === 'mcp' && !tool.definitionsPinned)
+        definitions
+          .read(tool, actor)
+          .catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading a tool’s definitions failed'));
+    },
+  });
+  const definitions = createToolDefinitions(deps, {
+    credentialsOf,
+    grants,
+    definitionsAccessFor: (tool, preferredUserId) =>
+      connectionAccess(() => connections.definitionsAccessFor(tool, preferredUserId), null),
+    upstreams: mcpUpstreams,
+    webhooks,
+  });
 
   /**
    * Reads a saved mcp tool's upstream definitions (the first read pins them). A save stands
@@ -600,10 +628,11 @@ export function createToolService(
   /**
    * Runs the connector in a span (GenAI's `execute_tool {capability}`; for an mcp tool MCP's
    * client span `tools/call {upstream tool}`) whose trace context goes out with http and mcp calls,
-   * and times it by connector and outcome. Never throws: whatever fails is a failed result, so the
-   * call still gets its record.
+   * and times it by connector and outcome. `access`: for a tool with an OAuth connection, what
+   * the decision found (`upstreamAccessFor`). Never throws: whatever fails is a failed result, so
+   * the call still gets its record.
    */
-  function execute(tool: ConfiguredTool, call: ToolCall): Promise<ToolResult> {
+  function execute(tool: ConfiguredTool, call: ToolCall, access?: ConnectionAccess): Promise<ToolResult> {
     const upstreamTool =
       tool.connector === 'mcp' ? ((tool.config as unknown as McpToolConfig).tool ?? call.action.tool) : null;
     const capability = `${call.action.type}:${call.action.tool}`;
@@ -623,7 +652,9 @@ export function createToolService(
         },
       },
       async (span) => {
-        const result = await run(tool, call, (version) => span.setAttribute(ATTR_MCP_PROTOCOL_VERSION, version));
+        const result = await run(tool, call, access, (version) =>
+          span.setAttribute(ATTR_MCP_PROTOCOL_VERSION, version),
+        );
         const outcome = result.success ? 'success' : result.error.code;
         telemetry.toolCall(tool.connector, outcome, secondsSince(started));
         if (!result.success)
@@ -638,6 +669,7 @@ export function createToolService(
   async function run(
     tool: ConfiguredTool,
     call: ToolCall,
+    access: ConnectionAccess | undefined,
     negotiated: (protocolVersion: string) => void,
   ): Promise<ToolResult> {
     try {
@@ -669,17 +701,36 @@ export function createToolService(
               env.outboundPrivateNetworks,
               traceHeaders,
             );
-      const first = await grants.credentialsFor(tool, tool.credentials);
+      const credentials = tool.credentials;
+      const authorize = (renew: boolean): Promise<ConnectionCredentials> =>
+        connectionScopeOf(tool) === undefined
+          ? grants.credentialsFor(tool, credentials, { renew })
+          : renew && access && 'token' in access
+            ? connectionAccess(() => connections.afterUnauthorized(access.connectionId), access.userId).then(
+                (renewed) => withConnection(credentials, renewed),
+              )
+            : Promise.resolve(withConnection(credentials, access));
+      const first = await authorize(false);
       if (!first.ok) return first.failure;
       const result = await send(first.credentials);
       if (!refusedCredentials(result) || !grants.renewable(tool)) return result;
       // The upstream refused the token (revoked, or expired early): one new token, one more try.
-      const renewed = await grants.credentialsFor(tool, tool.credentials, { renew: true });
+      const renewed = await authorize(true);
       return renewed.ok ? await send(renewed.credentials) : renewed.failure;
     } catch (error) {
       logger.error({ err: error, tool_id: tool.id, interaction_id: call.interaction_id }, 'tool connector failed');
       return failure('TOOL_FAILED', 'The tool connector failed');
     }
+  }
+
+  /**
+   * For a tool whose calls go with an OAuth connection: the token of the connection a call by
+   * `userId` uses (the user behind the API key, the OAuth grant or the session), or where that
+   * user connects; undefined for a tool without one. Read before the decision: a call that
+   * cannot go is denied, not executed.
+   */
+  function upstreamAccessFor(tool: Tool, userId: string | null): Promise<ConnectionAccess> | undefined {
+    return connectionScopeOf(tool) === undefined ? undefined : accessForCall(connections, tool, userId);
   }
 
   return {
@@ -695,7 +746,8 @@ export function createToolService(
     acceptDefinitions,
     definitionViews: definitions.views,
     sweepDefinitions: definitions.sweep,
-    /** The call path's: the token for a tool's upstream, or where to connect (tool-connections.service.ts). */
+    upstreamAccessFor,
+    /** Beneath `upstreamAccessFor`: the token for a tool's upstream, or where to connect (tool-connections.service.ts). */
     accessTokenFor: connections.accessTokenFor,
     afterUnauthorized: connections.afterUnauthorized,
     connect: connections.connect,

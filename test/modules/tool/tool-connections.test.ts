@@ -305,6 +305,8 @@ describe("an org's connection", () => {
     expect(expires).toBeLessThan(Date.now() + 610_000);
     expect(flow.landed.pathname).toBe(`/console/tools/${toolId}`);
     expect(Object.fromEntries(flow.landed.searchParams)).toEqual({ connection: connectionId, result: 'connected' });
+    // Its first connection lets the mcp tool read (and pin) its upstream definitions, with the new token.
+    await eventually(async () => (await toolRow(toolId)).definitionsPinned, 'the definitions read once connected');
     const shown = await send('GET', `${toolsPath()}/${toolId}/connections/${connectionId}`, { token: org.adminToken });
     expect(shown.status).toBe(200);
     expect(shown.body).toEqual({
@@ -318,7 +320,7 @@ describe("an org's connection", () => {
       connected_at: expect.any(String),
       expires_at: expect.any(String),
       last_refreshed_at: null,
-      last_used_at: null,
+      last_used_at: expect.any(String),
       error: null,
     });
     expect(Date.parse(shown.body.expires_at)).toBeGreaterThan(Date.now() + 590_000);
