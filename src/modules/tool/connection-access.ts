@@ -14,7 +14,7 @@ import {
  */
 export type ConnectionAccess =
   /** The token to send, and whose connection it is (the records name both, never the token). */
-  | { token: string; connectionId: string; userId: string | null }
+  | { token: string; connectionId: string; version: number; userId: string | null }
   /** Nothing to use: where the caller's user connects, and why. */
   | { required: { connectUrl: string; reason: ConnectionRequiredReason } }
   /** A connection that could not give a token now (its server unreachable, a refresh refused oddly). */

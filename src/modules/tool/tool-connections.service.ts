@@ -121,7 +121,8 @@ export type ConnectionRequiredReason = 'not_connected' | 'reauthorization_requir
 
 /** What the call path gets: a token to send, or where the user connects and why. */
 export type UpstreamAccess =
-  | { token: string; connectionId: string }
+  /** `version`: the token's, so a 401 to it refreshes only when no one has since (`afterUnauthorized`). */
+  | { token: string; connectionId: string; version: number }
   | { required: { connectUrl: string; reason: ConnectionRequiredReason } };
 
 /**
@@ -810,7 +811,7 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   function use(row: ConnectionRow): UpstreamAccess {
     const token = open(row.access_token!, row.id);
     uses.set(row.id, Date.now());
-    return { token, connectionId: row.id };
+    return { token, connectionId: row.id, version: row.token_version };
   }
 
   const stillValid = (row: ConnectionRow) =>
@@ -909,7 +910,7 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
           return required(row.tool_id, reasonOf(await findConnectionById(db.sql, row.id)));
         }
         uses.set(row.id, Date.now());
-        return { token: refreshed.value.access_token, connectionId: row.id };
+        return { token: refreshed.value.access_token, connectionId: row.id, version: stored.token_version };
       }
       settled = true;
       if (refreshed.error === 'invalid_grant') {
@@ -929,17 +930,33 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   }
 
   /**
+   * Whether a token refused with a 401 has been replaced since: by version when the caller knows
+   * which token it sent; and anyway when a refresh just happened, so an upstream that refuses
+   * every token costs one refresh per FORCED_REFRESH_DEBOUNCE_MS, not one per call.
+   */
+  const replacedSince = (row: ConnectionRow, refusedVersion: number | undefined) =>
+    refusedVersion === undefined
+      ? recentlyRefreshed(row)
+      : row.token_version !== refusedVersion ||
+        (row.last_refreshed_at !== null && row.last_refreshed_at.getTime() > Date.now() - FORCED_REFRESH_DEBOUNCE_MS);
+
+  /**
    * A fresh token for the connection: refreshed by this process when it claims the lease, else
    * waited for while another process refreshes (its current token serves meanwhile if still
-   * valid). `force`: after an upstream 401, refreshed even before its expiry, unless that just
-   * happened.
+   * valid). `force`: after an upstream 401 (to the token of `refusedVersion`), refreshed even
+   * before its expiry, unless it was replaced since.
    */
-  async function refreshLoop(tool: Tool, connectionId: string, force: boolean): Promise<UpstreamAccess> {
+  async function refreshLoop(
+    tool: Tool,
+    connectionId: string,
+    force: boolean,
+    refusedVersion?: number,
+  ): Promise<UpstreamAccess> {
     const deadline = Date.now() + REFRESH_WAIT_MAX_MS;
     for (;;) {
       const row = await findConnectionById(db.sql, connectionId);
       if (row?.status !== 'connected') return required(tool.id, reasonOf(row));
-      const fresh = force ? recentlyRefreshed(row) : !needsRefresh(expiryOf(row), Date.now());
+      const fresh = force ? replacedSince(row, refusedVersion) : !needsRefresh(expiryOf(row), Date.now());
       if (fresh && row.access_token) return use(row);
       // Nothing to refresh with: the token serves until it expires, then the connection is over.
       if (!force && !row.refresh_token && stillValid(row)) return use(row);
@@ -958,10 +975,15 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   }
 
   /** One refresh per connection at a time in this process; its callers share the answer. */
-  function refreshOnce(tool: Tool, connectionId: string, force: boolean): Promise<UpstreamAccess> {
+  function refreshOnce(
+    tool: Tool,
+    connectionId: string,
+    force: boolean,
+    refusedVersion?: number,
+  ): Promise<UpstreamAccess> {
     const running = refreshing.get(connectionId);
     if (running) return running;
-    const task = refreshLoop(tool, connectionId, force).finally(() => refreshing.delete(connectionId));
+    const task = refreshLoop(tool, connectionId, force, refusedVersion).finally(() => refreshing.delete(connectionId));
     refreshing.set(connectionId, task);
     return task;
   }
@@ -1002,9 +1024,10 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   /**
    * After the upstream answered 401 to the connection's token: one refresh, even ahead of expiry
    * (shared by the callers that met the 401 together, and skipped when a refresh just happened),
-   * then the new token; or the `required` answer when the grant is gone.
+   * then the new token; or the `required` answer when the grant is gone. `refusedVersion`: the
+   * version of the token the upstream refused, when known.
    */
-  async function afterUnauthorized(connectionId: string): Promise<UpstreamAccess> {
+  async function afterUnauthorized(connectionId: string, refusedVersion?: number): Promise<UpstreamAccess> {
     const row = await findConnectionById(db.sql, connectionId);
     const tool = row && (await findToolById(db.prisma, row.tool_id));
     // Gone with its tool or its user: the tools page is where to go next.
@@ -1012,7 +1035,7 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
       return { required: { connectUrl: `${env.publicUrl}${CONSOLE_TOOLS_PATH}`, reason: 'not_connected' } };
     if (row.status !== 'connected') return required(tool.id, reasonOf(row));
     if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
-    return refreshOnce(tool, row.id, true);
+    return refreshOnce(tool, row.id, true, refusedVersion);
   }
 
   /**

@@ -706,9 +706,10 @@ export function createToolService(
         connectionScopeOf(tool) === undefined
           ? grants.credentialsFor(tool, credentials, { renew })
           : renew && access && 'token' in access
-            ? connectionAccess(() => connections.afterUnauthorized(access.connectionId), access.userId).then(
-                (renewed) => withConnection(credentials, renewed),
-              )
+            ? connectionAccess(
+                () => connections.afterUnauthorized(access.connectionId, access.version),
+                access.userId,
+              ).then((renewed) => withConnection(credentials, renewed))
             : Promise.resolve(withConnection(credentials, access));
       const first = await authorize(false);
       if (!first.ok) return first.failure;

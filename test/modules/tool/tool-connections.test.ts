@@ -405,12 +405,16 @@ describe("an org's connection", () => {
       [connectionId],
     );
     const hits = tokenHits();
+    // The callers say which token the upstream refused: the one held now.
+    const refused = (await connectionRow(connectionId)).token_version as number;
     const answers = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => (i % 2 ? t2 : t).app.services.tools.afterUnauthorized(connectionId)),
+      Array.from({ length: 10 }, (_, i) =>
+        (i % 2 ? t2 : t).app.services.tools.afterUnauthorized(connectionId, refused),
+      ),
     );
     expect(tokenHits()).toBe(hits + 1);
     const { access } = await heldTokens(connectionId);
-    expect(answers).toEqual(Array(10).fill({ token: access, connectionId }));
+    expect(answers).toEqual(Array(10).fill({ token: access, connectionId, version: refused + 1 }));
   });
 
   test('a refresh the provider refuses (grant revoked there): reauthorization required, audited, sent to webhooks', async () => {
