@@ -356,7 +356,7 @@ test('no token or refresh token the gateway holds appears in any answer or log l
   const plain = held.map((sealed) => box.open(sealed));
   const sentTokens = upstream.hits
     .map((hit) => /^Bearer (\S+)$/.exec(String(hit.headers.authorization ?? ''))?.[1])
-    .filter((token): token is string => token !== undefined && token.includes('.'));
+    .filter((token): token is string => token?.includes('.') === true);
   expect(sentTokens.length).toBeGreaterThan(0);
   const everything = [...answered, ...logLines].join('\n');
   for (const secret of [...plain, ...sentTokens]) expect(everything).not.toContain(secret);

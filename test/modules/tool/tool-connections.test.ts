@@ -32,7 +32,14 @@ import {
   type TestResponse,
 } from '../../support/app.js';
 import { backend, createTestDatabase, reopenTestDatabase, type TestDatabase } from '../../support/database.js';
-import { addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
+import {
+  addUser,
+  createKey,
+  createManifest,
+  manifestPayload,
+  signUp,
+  type OrgFixture,
+} from '../../support/fixtures.js';
 import {
   type ProtectedMcpServer,
   startAuthorizationServer,
@@ -397,6 +404,36 @@ describe("an org's connection", () => {
     await tokenOf(await toolRow(toolId), null);
     expect(tokenHits()).toBe(hits + 2);
     expect((await connectionRow(connectionId)).status).toBe('connected');
+  });
+
+  test("50 agents' executes at expiry on two processes: one refresh, each call reaches the upstream with the new token", async () => {
+    const tool = await toolRow(toolId);
+    const capability = `${tool.actionType}:whoami`;
+    const { svcId } = await createManifest(
+      t,
+      org,
+      'active',
+      manifestPayload({
+        capabilities: [capability],
+        constraints: { max_actions_per_hour: 1000, max_actions_per_day: 1000 },
+      }),
+    );
+    const { key } = await createKey(t, org, ['gateway:execute']);
+    await expireHeldToken(connectionId);
+    const hits = tokenHits();
+    const body = { svc_id: svcId, agent_id: svcId, action: { type: tool.actionType, tool: 'whoami', params: {} } };
+    const calls = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        send('POST', '/api/v1/gateway/execute', { apiKey: key, body }, i % 2 ? t2 : t),
+      ),
+    );
+    expect(tokenHits()).toBe(hits + 1);
+    for (const call of calls) {
+      expect(call.body).toMatchObject({ decision: 'allow', executed: true, result: { success: true } });
+      expect(call.body.result.data.structuredContent).toMatchObject({ sub: 'alice' });
+    }
+    expect((await connectionRow(connectionId)).status).toBe('connected');
+    await heldTokens(connectionId);
   });
 
   test('afterUnauthorized forces one refresh for all who met the 401, then answers the new token', async () => {
