@@ -3,17 +3,28 @@
  * Debian's Chromium against the real service on a real port (PUBLIC_URL its address), panva's
  * oidc-provider as the upstream's authorization server with its development login and consent
  * pages, and an MCP server of the official SDK that takes only its tokens. A viewer connects
- * their own account at the tool's address; an operator connects the organization's from the Tools
- * page and revokes it.
+ * their own account at the tool's address, and an agent acting for them calls the tool over REST
+ * and MCP with that account; an operator connects the organization's from the Tools page and
+ * revokes it.
  *
  * Conventions of console.e2e.test.ts: each test has its own organization and browser context,
  * screenshots go to test/artifacts/, skipped with a notice without Chromium (failing under CI).
  */
 import { createServer, type Server } from 'node:http';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { AddressInfo } from 'node:net';
 import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { chromiumTests, type ConsolePage, screenshot, submitSignIn, watchedPage } from '../../support/console.js';
-import { addUser, signUp, type OrgFixture } from '../../support/fixtures.js';
+import {
+  addUser,
+  createKey,
+  createManifest,
+  manifestPayload,
+  signUp,
+  type OrgFixture,
+} from '../../support/fixtures.js';
 import {
   type ProtectedMcpServer,
   startAuthorizationServer,
@@ -103,9 +114,31 @@ test("a viewer connects their own account at the tool's address, and the gateway
   await item.getByText('connected', { exact: true }).waitFor();
   await item.getByText('viewer-account').waitFor();
   await screenshot(page, 'tool-connection-viewer');
-  const tool = await t.app.services.tools.get(org.orgId, toolId);
-  const access = await t.app.services.tools.accessTokenFor(tool, { userId: viewer.userId });
-  expect(access).toEqual({ token: expect.any(String), connectionId: expect.stringMatching(/^conn_/) });
+  // An agent acting for the viewer (a key bound to them) reaches the upstream as their account,
+  // over REST and over MCP with the SDK's client.
+  const { svcId } = await createManifest(t, org, 'active', manifestPayload({ capabilities: ['mail:whoami'] }));
+  const { key } = await createKey(t, org, ['gateway:execute'], { user_id: viewer.userId });
+  const executed = await t.request('POST', '/api/v1/gateway/execute', {
+    apiKey: key,
+    body: { svc_id: svcId, agent_id: svcId, action: { type: 'mail', tool: 'whoami', params: {} } },
+  });
+  expect(executed.body.result.data.structuredContent).toMatchObject({ sub: 'viewer-account' });
+  const client = new Client({ name: 'agent', version: '1.0.0' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${base}/mcp/${svcId}`), {
+      requestInit: { headers: { 'X-API-Key': key } },
+    }),
+  );
+  try {
+    const [listed] = (await client.listTools()).tools;
+    const called = (await client.callTool({ name: listed.name, arguments: {} })) as CallToolResult;
+    expect(called.isError).toBeFalsy();
+    expect((called.structuredContent as { structuredContent: unknown }).structuredContent).toMatchObject({
+      sub: 'viewer-account',
+    });
+  } finally {
+    await client.close();
+  }
   expect(view.problems).toEqual([]);
 });
 
