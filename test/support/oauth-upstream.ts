@@ -117,6 +117,8 @@ export interface ProtectedMcpOptions {
   issuer: string;
   /** Where it serves its RFC 9728 metadata besides the challenge's URL: path-inserted, the origin's, or nowhere else. */
   wellKnown?: 'path' | 'origin' | 'none';
+  /** While it answers a URL, every MCP request is redirected there (307) instead of served. */
+  redirectTo?: () => string | undefined;
 }
 
 /**
@@ -149,6 +151,8 @@ export async function startProtectedMcpServer(options: ProtectedMcpOptions): Pro
       return json(200, metadata(`${at()}/mcp`));
     if (path === '/.well-known/oauth-protected-resource' && wellKnown === 'origin') return json(200, metadata(at()));
     if (path !== '/mcp') return json(404, { error: 'not_found' });
+    const movedTo = options.redirectTo?.();
+    if (movedTo) return res.writeHead(307, { location: movedTo }).end();
     const claims = await verified(hit.headers.authorization, keys, options.issuer, `${at()}/mcp`);
     if (!claims) return challenge(res, at(), hit.headers.authorization !== undefined);
     serveWithWebHandler(mcp.fetch, hit, req, res).catch(() => res.end());

@@ -32,6 +32,7 @@ import {
 } from '../../support/oauth-upstream.js';
 import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
 import { connectClient } from '../../support/oauth.js';
+import { type Hit, type RecordingServer, startRecordingServer } from '../../support/recording-server.js';
 import { randomBytes } from 'node:crypto';
 
 const KEY = randomBytes(32);
@@ -64,6 +65,10 @@ let connectUrl: string;
 let alice: { userId: string; token: string; key: string };
 let bob: { userId: string; token: string; key: string };
 const connections: Record<string, string> = {};
+/** Another origin the upstream may redirect to; it must never see a request, let alone a token. */
+let elsewhere: RecordingServer;
+const elsewhereHits: Hit[] = [];
+let movedTo: string | undefined;
 
 beforeAll(async () => {
   t = await startTestApp(ENV, { logger });
@@ -72,7 +77,8 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const redirectUri = t.app.services.tools.upstreamRedirectUri;
   as = await startAuthorizationServer({ resources: () => resources, redirectUri });
-  upstream = await startProtectedMcpServer({ issuer: as.issuer });
+  upstream = await startProtectedMcpServer({ issuer: as.issuer, redirectTo: () => movedTo });
+  elsewhere = await startRecordingServer(elsewhereHits, (_hit, res) => res.writeHead(200).end('{}'));
   resources.push(upstream.url);
   org = await signUp(t, 'conn-calls');
   const created = await send('POST', `/api/v1/orgs/${org.orgId}/tools`, {
@@ -106,6 +112,7 @@ afterAll(async () => {
   await new Promise((resolve) => server?.close(resolve));
   await t?.close();
   await upstream?.close();
+  await elsewhere?.close();
   await as?.close();
 });
 
@@ -237,6 +244,21 @@ describe('users who connected their own accounts', () => {
       await client.close();
     }
     expect(new Set(subjectsSince(hits))).toEqual(new Set(['alice']));
+  });
+
+  test('an upstream that redirects elsewhere: the call fails, the other origin is never asked and gets no token', async () => {
+    movedTo = `${elsewhere.base}/mcp`;
+    try {
+      const executed = await execute(alice.key);
+      expect(executed.body).toMatchObject({
+        decision: 'allow',
+        executed: true,
+        result: { success: false, error: { code: 'TOOL_REDIRECT_REFUSED' } },
+      });
+    } finally {
+      movedTo = undefined;
+    }
+    expect(elsewhereHits).toEqual([]);
   });
 
   test('a token the upstream refuses is refreshed once and the call goes through', async () => {
