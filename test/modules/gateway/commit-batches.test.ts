@@ -149,6 +149,7 @@ describe('count_and_journal_many', () => {
     approvalId: null,
     policies: [],
     channel: 'rest',
+    connection: null,
   });
 
   test('counts in order against a limit and journals exactly the entries that had room', async () => {

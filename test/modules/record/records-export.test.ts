@@ -228,6 +228,7 @@ describe('GET /records/export', () => {
           approvalId: null,
           policies: [],
           channel: 'rest',
+          connection: null,
         },
         true,
       ),
