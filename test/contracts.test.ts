@@ -212,6 +212,20 @@ describe('OpenAPI document', () => {
     );
   });
 
+  test('a record names the connection of its call by id and user, nothing else (no field could hold a token)', () => {
+    const schemas = doc.components.schemas;
+    expect(schemas.InteractionRecord.properties.connection.oneOf).toEqual([
+      { $ref: '#/components/schemas/RecordedConnection' },
+      expect.objectContaining({ nullable: true, enum: [null] }),
+    ]);
+    expect(schemas.InteractionRecord.properties.connection.description).toMatch(
+      /signed into the record; never a token/,
+    );
+    expect(Object.keys(schemas.RecordedConnection.properties)).toEqual(['connection_id', 'user_id']);
+    expect(schemas.RecordedConnection.required).toEqual(['connection_id']);
+    expect(schemas.RecordedConnection.properties.user_id).toMatchObject({ type: 'string', nullable: true });
+  });
+
   test("a tool's config is typed per connector: each kind as read validates, a mix of kinds does not", async () => {
     const checker = await OpenApiResponseChecker.load(t);
     const org = await signUp(t, 'typed-config');

@@ -177,6 +177,7 @@ function describe(result: Extract<VerifyResult, { ok: true }>): string {
       .filter(([, n]) => n > 0)
       .map(([channel, n]) => `${channel === 'none' ? 'from before channels' : channel} ${n}`)
       .join(', ')}`,
+    `  connections: ${result.connections} record${result.connections === 1 ? '' : 's'} naming the OAuth connection of the call`,
   ].join('\n');
 }
 

@@ -249,6 +249,9 @@ function recordOf({ subject, call }: Execution, decision: GatewayDecision, resul
     resultHash,
     approvalId: decision.approval_id,
     policies: decision.policies,
+    // The OAuth connection the tool's upstream was called through goes here once the call path
+    // reports it (being wired separately); until then null, so that no record claims one.
+    connection: null,
   };
 }
 
@@ -261,6 +264,8 @@ function journalEntryOf(execution: Execution, approvalToUse: string | null): Jou
     approvalId: approvalToUse,
     // An interrupted execution's record lists the matches as known before the commit counted them.
     policies: policyEntries(execution.context.policies),
+    // The same connection as recordOf's, once known, so that an interrupted execution names it too.
+    connection: null,
   };
 }
 

@@ -1,6 +1,6 @@
 import type { SqlConnection, SqlDriver } from '../../db/sql.js';
-import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
-import type { RecordSubject } from '../record/record.service.js';
+import type { InteractionChannel, RecordedConnection, RecordedPolicy } from '../record/record-chain.js';
+import { recordedConnectionOf, type RecordConnection, type RecordSubject } from '../record/record.service.js';
 import {
   budgetOutcome,
   type BudgetCounts,
@@ -24,6 +24,8 @@ export interface JournalEntry extends RecordSubject {
   params: Record<string, unknown> | null;
   approvalId: string | null;
   policies: RecordedPolicy[];
+  /** The record's `connection`: kept so that a record written on recovery names it too. */
+  connection: RecordConnection | null;
 }
 
 /** A fixed-window counter: its bucket and the start of its window. */
@@ -119,8 +121,9 @@ export async function countAndJournal(
      ),
      journal AS (
        INSERT INTO gateway_executions
-         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel)
-       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
+          connection)
+       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23, $24::jsonb
        FROM allowance WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
@@ -139,6 +142,7 @@ export async function countAndJournal(
       entry.approvalId,
       JSON.stringify(entry.policies),
       entry.channel,
+      entry.connection === null ? null : JSON.stringify(recordedConnectionOf(entry.connection)),
     ],
     'count_and_journal',
   );
@@ -166,14 +170,15 @@ export async function countAndJournalMany(
      ),
      journal AS (
        INSERT INTO gateway_executions
-         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel)
+         (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
+          connection)
        SELECT e.id, e.org_id, $11, e.svc_id, e.agent_id, e.action_type, e.tool, e.capability, e.params_hash, e.params,
-              e.approval_id, e.policies, e.channel
+              e.approval_id, e.policies, e.channel, e.connection
        FROM allowance
        JOIN unnest($13::text[], $14::uuid[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
-                   $20::text[], $21::jsonb[], $22::text[], $23::jsonb[], $24::text[])
+                   $20::text[], $21::jsonb[], $22::text[], $23::jsonb[], $24::text[], $25::jsonb[])
          WITH ORDINALITY AS e(id, org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params,
-                              approval_id, policies, channel, ord) USING (ord)
+                              approval_id, policies, channel, connection, ord) USING (ord)
        WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT ord, limit_counts, refused_by, day_count, hour_count FROM allowance ORDER BY ord`,
@@ -193,6 +198,7 @@ export async function countAndJournalMany(
       entries.map((e) => e.approvalId),
       entries.map((e) => JSON.stringify(e.policies)),
       entries.map((e) => e.channel),
+      entries.map((e) => (e.connection === null ? null : JSON.stringify(recordedConnectionOf(e.connection)))),
     ],
     'count_and_journal_many',
   );
@@ -273,12 +279,14 @@ interface JournalRow {
   approval_id: string | null;
   policies: RecordedPolicy[];
   channel: InteractionChannel | null;
+  connection: RecordedConnection | null;
 }
 
 /** The journal entries of one owner, oldest first. */
 export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
   const rows = await conn.query<JournalRow>(
-    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel
+    `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
+       connection
      FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
     [owner],
   );
@@ -295,5 +303,6 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     approvalId: row.approval_id,
     policies: row.policies,
     channel: row.channel,
+    connection: row.connection && { connectionId: row.connection.connection_id, userId: row.connection.user_id },
   }));
 }

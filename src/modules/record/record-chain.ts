@@ -28,6 +28,16 @@ export interface RecordedPolicy {
 export const INTERACTION_CHANNELS = ['rest', 'graphql', 'mcp'] as const;
 export type InteractionChannel = (typeof INTERACTION_CHANNELS)[number];
 
+/**
+ * The OAuth connection the gateway called the tool's upstream through
+ * (docs/decisions/0068-upstream-connections.md): its id and, for a user's connection, the user;
+ * null for the org's. Records name the connection, never a token.
+ */
+export interface RecordedConnection {
+  connection_id: string;
+  user_id: string | null;
+}
+
 export interface RecordBody {
   record_id: string;
   org_id: string;
@@ -50,6 +60,11 @@ export interface RecordBody {
   policies?: RecordedPolicy[];
   /** The channel of the call. Records appended before channels were recorded do not have it. */
   channel?: InteractionChannel;
+  /**
+   * Only on records of calls to a tool that authenticates with an OAuth connection; absent on all
+   * others (and on every record from before connections), which therefore hash as they always did.
+   */
+  connection?: RecordedConnection;
   prev_hash: string;
   created_at: string;
   key_id: string;

@@ -126,6 +126,8 @@ export interface VerifySuccess {
   beforePolicies: number;
   /** Records by the channel their signed body names; `none` for records from before channels. */
   channels: Record<InteractionChannel | 'none', number>;
+  /** Records whose signed body names the OAuth connection their call used. */
+  connections: number;
 }
 
 export interface VerifyFailure {
@@ -152,6 +154,13 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 const isSeq = (value: unknown): value is number => Number.isSafeInteger(value) && (value as number) >= 0;
 const isHash = (value: unknown): value is string => typeof value === 'string' && /^sha256:[0-9a-f]{64}$/.test(value);
+
+/** `{connection_id, user_id}`: an id, and a user id or null (the org's connection). */
+const isConnection = (value: unknown): boolean =>
+  isObject(value) &&
+  typeof value.connection_id === 'string' &&
+  value.connection_id !== '' &&
+  (value.user_id === null || (typeof value.user_id === 'string' && value.user_id !== ''));
 
 const isPolicyList = (value: unknown): boolean =>
   Array.isArray(value) &&
@@ -228,6 +237,8 @@ function checkRecordShape(value: unknown): ExportRecordLine {
   if ('policies' in body && !isPolicyList(body.policies)) problems.push('body.policies');
   if ('channel' in body && !INTERACTION_CHANNELS.includes(body.channel as InteractionChannel))
     problems.push('body.channel');
+  // Only records of calls through an OAuth connection have `connection`; it is never null.
+  if ('connection' in body && !isConnection(body.connection)) problems.push('body.connection');
   if (!isHash(value.record_hash)) problems.push('record_hash');
   if (typeof value.signature !== 'string') problems.push('signature');
   if (problems.length) throw new Broken(`malformed line: bad or missing ${problems.join(', ')}`, record);
@@ -290,6 +301,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
   let policyMatches = 0;
   let beforePolicies = 0;
   const channels: VerifySuccess['channels'] = { rest: 0, graphql: 0, mcp: 0, none: 0 };
+  let connections = 0;
   const keyIds = new Set<string>();
   let pendingBlank = 0;
   let tree: ExportTree | undefined;
@@ -359,6 +371,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
       if (body.policies === undefined) beforePolicies += 1;
       else if (body.policies.length) policyMatches += 1;
       channels[body.channel ?? 'none'] += 1;
+      if (body.connection) connections += 1;
     }
   } catch (error) {
     if (error instanceof Broken) return { ok: false, line: lineNo, ...error.record, reason: error.reason };
@@ -405,6 +418,7 @@ export async function verifyExport(lines: AsyncIterable<string>, options: Verify
     policyMatches,
     beforePolicies,
     channels,
+    connections,
   };
 }
 

@@ -9,7 +9,7 @@ import { streamResponse, type StreamRoute } from '../../api/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.graphql.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { REASON_CODES } from '../gateway/decision.js';
-import type { RecordBody, RecordedPolicy } from './record-chain.js';
+import type { RecordBody, RecordedConnection, RecordedPolicy } from './record-chain.js';
 import { exportLineOf, type RecordExportFilter } from './record.service.js';
 import type { ConsistencyProof, InclusionProof, RecordCheckpoint } from './record-log.js';
 
@@ -60,6 +60,18 @@ export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy
   }),
 });
 
+const RecordedConnectionRef = builder.objectRef<RecordedConnection>('RecordedConnection').implement({
+  description:
+    "The OAuth connection through which the gateway called the tool's upstream, as signed into the record: which connection, and whose. Never a token.",
+  fields: (t) => ({
+    connection_id: t.exposeID('connection_id'),
+    user_id: t.exposeID('user_id', {
+      nullable: true,
+      description: "The user whose connection it was; null for the organization's connection.",
+    }),
+  }),
+});
+
 export const RecordRef = builder.prismaObject('InteractionRecord', {
   name: 'InteractionRecord',
   fields: (t) => ({
@@ -92,6 +104,14 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
       ...closedValues(INTERACTION_CHANNELS),
       description:
         'How the agent called: `rest`, `graphql` or `mcp` (signed into the record); null on records from before channels were recorded.',
+    }),
+    connection: t.field({
+      type: RecordedConnectionRef,
+      nullable: true,
+      description:
+        'The OAuth connection (and its user) the call reached its upstream through, signed into the record; never a token. ' +
+        'Null when the tool authenticates otherwise, and on records from before connections were recorded.',
+      resolve: (r) => r.connection as unknown as RecordedConnection | null,
     }),
     prev_hash: t.exposeString('prevHash'),
     record_hash: t.exposeString('recordHash'),

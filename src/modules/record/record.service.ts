@@ -19,6 +19,7 @@ import {
   verifyRecordSignature,
   type InteractionChannel,
   type RecordBody,
+  type RecordedConnection,
   type RecordedPolicy,
 } from './record-chain.js';
 import { MerkleFrontier, recordLeafHash } from './merkle.js';
@@ -64,7 +65,27 @@ export interface NewRecord extends RecordSubject {
   resultHash: string | null;
   approvalId: string | null;
   policies: RecordedPolicy[];
+  /** The OAuth connection the tool's upstream was called through; null for a tool without one. */
+  connection: RecordConnection | null;
 }
+
+/**
+ * An OAuth connection a call used (docs/decisions/0068-upstream-connections.md): its id, and its
+ * user unless it is the org's.
+ */
+export interface RecordConnection {
+  connectionId: string;
+  userId: string | null;
+}
+
+/**
+ * The connection as the record body signs it and the tables keep it: exactly these two fields,
+ * whatever else the caller's object carries, so nothing more (a token) can ride along.
+ */
+export const recordedConnectionOf = ({ connectionId, userId }: RecordConnection): RecordedConnection => ({
+  connection_id: connectionId,
+  user_id: userId,
+});
 
 export interface RecordFilter {
   agent_id?: string | null;
@@ -130,6 +151,7 @@ export function bodyOf(record: ExportedRecord): RecordBody {
     approval_id: record.approvalId,
     ...(record.policies === null ? {} : { policies: record.policies as unknown as RecordedPolicy[] }),
     ...(record.channel === null ? {} : { channel: record.channel as InteractionChannel }),
+    ...(record.connection === null ? {} : { connection: record.connection as unknown as RecordedConnection }),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -261,6 +283,7 @@ export function createRecordService(deps: Deps) {
     for (const { id, entry, storeParams } of batch) {
       seq += 1n;
       const createdAt = new Date();
+      const connection = entry.connection === null ? null : recordedConnectionOf(entry.connection);
       const body: RecordBody = {
         record_id: id,
         org_id: orgId,
@@ -278,6 +301,8 @@ export function createRecordService(deps: Deps) {
         approval_id: entry.approvalId,
         policies: entry.policies,
         ...(entry.channel === null ? {} : { channel: entry.channel }),
+        // Absent, not null, without a connection: records of other tools hash as they always did.
+        ...(connection === null ? {} : { connection }),
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -302,6 +327,7 @@ export function createRecordService(deps: Deps) {
         approvalId: entry.approvalId,
         policies: entry.policies as unknown as Prisma.JsonValue,
         channel: entry.channel,
+        connection: connection as unknown as Prisma.JsonValue,
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),

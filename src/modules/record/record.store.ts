@@ -73,6 +73,7 @@ const columns = [
   'approval_id',
   'policies',
   'channel',
+  'connection',
   'prev_hash',
   'record_hash',
   'signature',
@@ -86,6 +87,7 @@ const casts: Record<string, string> = {
   params: '::jsonb[]',
   reasons: '::jsonb[]',
   policies: '::jsonb[]',
+  connection: '::jsonb[]',
   status: '::"RecordStatus"[]',
   executed: '::boolean[]',
   created_at: '::timestamptz[]',
@@ -118,6 +120,7 @@ function recordColumns(records: InteractionRecord[]): unknown[][] {
     r.approvalId,
     r.policies === null ? null : JSON.stringify(r.policies),
     r.channel,
+    r.connection === null ? null : JSON.stringify(r.connection),
     r.prevHash,
     r.recordHash,
     r.signature,
@@ -320,8 +323,8 @@ export async function exportPage(
     `SELECT r.id, r.org_id AS "orgId", r.seq::text AS seq, r.svc_id AS "svcId", r.agent_id AS "agentId",
        r.action_type AS "actionType", r.tool, r.capability, r.params_hash AS "paramsHash", r.params, r.status,
        r.executed, r.reasons, r.result_hash AS "resultHash", r.approval_id AS "approvalId", r.policies, r.channel,
-       r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature, r.key_id AS "keyId",
-       r.created_at AS "createdAt"
+       r.connection, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
+       r.key_id AS "keyId", r.created_at AS "createdAt"
      FROM interaction_records r
      WHERE r.org_id = $1::uuid AND r.seq >= $2::bigint AND r.seq <= $3::bigint
      ORDER BY r.seq LIMIT $4::int`,

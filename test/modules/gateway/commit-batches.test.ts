@@ -1,10 +1,19 @@
 /**
  * Executes of one agent that arrive together share one commit (`count_and_journal_many`): each is
  * still counted in arrival order against exact limits, journaled only when allowed, and a batch
- * that fails in the database retries its executes one by one, so one bad entry fails alone.
+ * that fails in the database retries its executes one by one, so one bad entry fails alone. Either
+ * commit journals what the record will name (the connection of the call included), so a record
+ * written on recovery names it too.
  */
 import { budgetWindows, type PolicyCounter } from '../../../src/modules/gateway/budget.js';
-import { claimOwner, countAndJournalMany, type JournalEntry } from '../../../src/modules/gateway/gateway.store.js';
+import {
+  claimOwner,
+  countAndJournal,
+  countAndJournalMany,
+  executionsOf,
+  type JournalEntry,
+} from '../../../src/modules/gateway/gateway.store.js';
+import { INTERRUPTED_REASON } from '../../../src/modules/gateway/execution-journal.js';
 import { fixedWindow } from '../../../src/lib/rate-counter.js';
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp } from '../../support/fixtures.js';
@@ -149,6 +158,7 @@ describe('count_and_journal_many', () => {
     approvalId: null,
     policies: [],
     channel: 'rest',
+    connection: null,
   });
 
   test('counts in order against a limit and journals exactly the entries that had room', async () => {
@@ -197,5 +207,53 @@ describe('count_and_journal_many', () => {
     ]);
     expect(await countsOf(org.orgId)).toEqual(new Map());
     expect(await sql.query('SELECT id FROM gateway_executions WHERE org_id = $1', [org.orgId])).toEqual([]);
+  });
+
+  test('journal entries keep the connection of their call, and the records written on recovery name it', async () => {
+    const org = await signUp(t, 'journal-connection');
+    const sql = t.database.db.sql;
+    const { journal } = t.app.services;
+    // The app's own owner: its recovery settles these entries as a stopped request's.
+    const owner = await journal.ownerId();
+    const windows = budgetWindows(org.orgId, 'agent-a');
+    const limits = { maxActionsPerHour: 100, maxActionsPerDay: 100 };
+    const connections = [
+      { connectionId: 'conn_org_j', userId: null },
+      { connectionId: 'conn_user_j', userId: org.adminUserId },
+      null,
+    ];
+    const ids = connections.map((_, i) => `int_journal_conn_${org.orgId}_${i}`);
+    const entries = ids.map((id, i) => ({ ...entry(org.orgId, id), connection: connections[i] }));
+    // Both commits: one execute alone, and a shared one.
+    expect(await countAndJournal(sql, [], windows, limits, owner, entries[0])).toMatchObject({ ok: true });
+    const many = await countAndJournalMany(sql, [], windows, limits, owner, entries.slice(1));
+    expect(many.map((outcome) => outcome.ok)).toEqual([true, true]);
+
+    const journaled = (await executionsOf(sql, owner)).filter((e) => ids.includes(e.id));
+    expect(journaled.map((e) => e.connection)).toEqual(connections);
+    // The journal keeps the record's form of it, as interaction_records does.
+    const stored = await sql.query<{ connection: unknown }>(
+      'SELECT connection FROM gateway_executions WHERE id = ANY($1) ORDER BY id',
+      [ids],
+    );
+    expect(stored.map((row) => row.connection)).toEqual([
+      { connection_id: 'conn_org_j', user_id: null },
+      { connection_id: 'conn_user_j', user_id: org.adminUserId },
+      null,
+    ]);
+
+    expect(await journal.recover()).toBeGreaterThanOrEqual(3);
+    for (const [i, id] of ids.entries()) {
+      const record = await t.request('GET', `/api/v1/records/${id}`, { token: org.adminToken });
+      expect(record.body).toMatchObject({
+        status: 'approved',
+        executed: true,
+        reasons: [{ code: INTERRUPTED_REASON.code }],
+        connection: connections[i] && { connection_id: connections[i].connectionId, user_id: connections[i].userId },
+      });
+      const verified = await t.request('GET', `/api/v1/records/${id}/verify`, { token: org.adminToken });
+      expect(verified.body).toMatchObject({ valid: true });
+    }
+    expect(await sql.query('SELECT id FROM gateway_executions WHERE id = ANY($1)', [ids])).toEqual([]);
   });
 });

@@ -3,11 +3,12 @@
  * each exactly once, however many executions are deferred while an append is under way. The
  * record service stands in with appends that take as long as the test says (a database that has
  * just come back and answers slowly); what database-faults.test.ts checks end to end under 40
- * backend terminations, this checks in the one interleaving that broke it.
+ * backend terminations, this checks in the one interleaving that broke it. And the record of an
+ * interrupted execution keeps what its journal entry kept, the connection of the call included.
  */
 import pino from 'pino';
 import type { Deps } from '../../../src/deps.js';
-import { createExecutionJournal } from '../../../src/modules/gateway/execution-journal.js';
+import { createExecutionJournal, interruptedRecord } from '../../../src/modules/gateway/execution-journal.js';
 import type { NewRecord, RecordService } from '../../../src/modules/record/record.service.js';
 
 const record = {} as NewRecord;
@@ -52,4 +53,28 @@ test('an execution deferred while deferred records are being appended waits for 
   expect(appended).toEqual(['int_first', 'int_second']);
   expect(errors).toEqual([]);
   await journal.stop();
+});
+
+test('the record of an interrupted execution names the connection its journal entry kept', () => {
+  const entry = {
+    id: 'int_interrupted',
+    orgId: '00000000-0000-4000-8000-000000000001',
+    svcId: 'agent',
+    agentId: 'agent',
+    actionType: 'mail',
+    tool: 'send',
+    capability: 'mail:send',
+    paramsHash: `sha256:${'4'.repeat(64)}`,
+    params: null,
+    approvalId: null,
+    policies: [],
+    channel: 'mcp' as const,
+  };
+  const connection = { connectionId: 'conn_user', userId: '00000000-0000-4000-8000-000000000002' };
+  expect(interruptedRecord({ ...entry, connection })).toMatchObject({
+    executed: true,
+    reasons: [{ code: 'EXECUTION_INTERRUPTED' }],
+    connection,
+  });
+  expect(interruptedRecord({ ...entry, connection: null }).connection).toBeNull();
 });

@@ -166,6 +166,7 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     approvalId: null,
     policies: [],
     channel: 'rest',
+    connection: null,
   });
   const appends = Array.from({ length: 61 }, (_, i) =>
     t.app.services.records.append(`int_batch_${i}`, entry(i === 30 ? 'x\ud800' : `agent-${i}`), true),
@@ -202,6 +203,7 @@ test('a batch whose write fails in the database retries its records one by one',
     approvalId: null,
     policies: [],
     channel: 'rest',
+    connection: null,
   };
   // A duplicate record id passes every check in the process and fails only in the database.
   await t.app.services.records.append('int_dup', base, true);

@@ -418,6 +418,7 @@ describe('records with policies', () => {
             approvalId: null,
             policies: null,
             channel: null,
+            connection: null,
             prevHash: head.hash,
             recordHash,
             signature: signRecordHash(recordHash, key.privateKey),

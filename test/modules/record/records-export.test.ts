@@ -228,6 +228,7 @@ describe('GET /records/export', () => {
           approvalId: null,
           policies: [],
           channel: 'rest',
+          connection: null,
         },
         true,
       ),
@@ -296,6 +297,8 @@ describe('agent-gateway verify', () => {
     expect(result.stdout).toContain(`keys:  ${header.key_id}`);
     expect(result.stdout).toContain('starts at the genesis hash');
     expect(result.stdout).toContain(`ends at the chain head at export time (seq 40, ${header.chain_head.head_hash})`);
+    // The gateway's calls here go through no OAuth connection.
+    expect(result.stdout).toContain('connections: 0 records naming the OAuth connection of the call');
   });
 
   const record = (index: number) => JSON.parse(lines(text)[index]).body as { seq: number; record_id: string };
