@@ -11,7 +11,7 @@ import type { OrgService } from '../org/org.service.js';
 import { matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
 import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
-import type { ConnectionAccess, ToolService } from '../tool/tool.service.js';
+import { type ConnectionAccess, type ToolService, usedConnectionOf } from '../tool/tool.service.js';
 import {
   budgetState,
   budgetWindows,
@@ -239,7 +239,11 @@ function subjectOf(orgId: string, call: GatewayCall, channel: GatewayChannel): R
   };
 }
 
-function recordOf({ subject, call }: Execution, decision: GatewayDecision, resultHash: string | null): NewRecord {
+function recordOf(
+  { subject, call, upstream }: Execution,
+  decision: GatewayDecision,
+  resultHash: string | null,
+): NewRecord {
   return {
     ...subject,
     params: call.action.params,
@@ -249,9 +253,8 @@ function recordOf({ subject, call }: Execution, decision: GatewayDecision, resul
     resultHash,
     approvalId: decision.approval_id,
     policies: decision.policies,
-    // The OAuth connection the tool's upstream was called through goes here once the call path
-    // reports it (being wired separately); until then null, so that no record claims one.
-    connection: null,
+    // The OAuth connection the call went (or would have gone) with: its id and user, never its token.
+    connection: usedConnectionOf(upstream),
   };
 }
 
@@ -264,8 +267,8 @@ function journalEntryOf(execution: Execution, approvalToUse: string | null): Jou
     approvalId: approvalToUse,
     // An interrupted execution's record lists the matches as known before the commit counted them.
     policies: policyEntries(execution.context.policies),
-    // The same connection as recordOf's, once known, so that an interrupted execution names it too.
-    connection: null,
+    // The same connection as recordOf's, so that an interrupted execution names it too.
+    connection: usedConnectionOf(execution.upstream),
   };
 }
 

@@ -147,6 +147,14 @@ async function connectAccount(user: { token: string }, login: string): Promise<s
   return started.body.connection_id;
 }
 
+/** The record of a call, by its interaction id. */
+async function recordOf(interactionId: string) {
+  const records = await send('GET', '/api/v1/records?limit=1000', { token: org.adminToken });
+  const record = records.body.items.find((item: { record_id: string }) => item.record_id === interactionId);
+  if (!record) throw new Error(`no record ${interactionId}`);
+  return record;
+}
+
 /** The subject of every token the upstream was sent since `from` (its hits' Authorization headers). */
 const subjectsSince = (from: number) =>
   upstream.hits
@@ -191,10 +199,9 @@ describe('before anyone connects', () => {
       'UPSTREAM_AUTHORIZATION_REQUIRED',
     ]);
     expect(subjectsSince(hits)).toEqual([]);
-    const records = await send('GET', '/api/v1/records?status=denied', { token: org.adminToken });
-    expect(
-      records.body.items.find((record: { record_id: string }) => record.record_id === executed.body.interaction_id),
-    ).toMatchObject({ reasons: [{ code: 'UPSTREAM_AUTHORIZATION_REQUIRED' }] });
+    const record = await recordOf(executed.body.interaction_id);
+    expect(record).toMatchObject({ status: 'denied', reasons: [{ code: 'UPSTREAM_AUTHORIZATION_REQUIRED' }] });
+    expect(record.connection).toBeNull();
   });
 
   test('a key bound to no user is denied the same way: a per-user tool has no account to use for it', async () => {
@@ -222,6 +229,16 @@ describe('users who connected their own accounts', () => {
     const byBob = await execute(bob.key);
     expect(byBob.body.result.data.structuredContent).toMatchObject({ sub: 'bob' });
     expect(new Set(subjectsSince(between))).toEqual(new Set(['bob']));
+    // Each record names the connection and the user, signed, and verifies; never a token.
+    for (const [call, user, name] of [
+      [byAlice, alice, 'alice'],
+      [byBob, bob, 'bob'],
+    ] as const) {
+      const record = await recordOf(call.body.interaction_id);
+      expect(record.connection).toEqual({ connection_id: connections[name], user_id: user.userId });
+      const verified = await send('GET', `/api/v1/records/${record.record_id}/verify`, { token: org.adminToken });
+      expect(verified.body).toMatchObject({ valid: true });
+    }
   });
 
   test("an MCP client's OAuth grant acts for the user who allowed it: tools/call carries Alice's token", async () => {
