@@ -16,6 +16,14 @@ import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2 } from
 import { SecretBox } from '../../../src/lib/secret-box.js';
 import { createLogger } from '../../../src/logger.js';
 import { LOOPBACK_UPSTREAMS, startTestApp, type RequestOptions, type TestApp } from '../../support/app.js';
+import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
+import {
+  type ProtectedMcpServer,
+  startAuthorizationServer,
+  startProtectedMcpServer,
+  type TestAuthorizationServer,
+} from '../../support/oauth-upstream.js';
+import { connectClient } from '../../support/oauth.js';
 import {
   addUser,
   createKey,
@@ -24,14 +32,6 @@ import {
   signUp,
   type OrgFixture,
 } from '../../support/fixtures.js';
-import {
-  type ProtectedMcpServer,
-  startAuthorizationServer,
-  startProtectedMcpServer,
-  type TestAuthorizationServer,
-} from '../../support/oauth-upstream.js';
-import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
-import { connectClient } from '../../support/oauth.js';
 import { type Hit, type RecordingServer, startRecordingServer } from '../../support/recording-server.js';
 import { randomBytes } from 'node:crypto';
 

@@ -18,6 +18,12 @@ import type { AddressInfo } from 'node:net';
 import { LOOPBACK_UPSTREAMS, startTestApp, type TestApp } from '../../support/app.js';
 import { chromiumTests, type ConsolePage, screenshot, submitSignIn, watchedPage } from '../../support/console.js';
 import {
+  type ProtectedMcpServer,
+  startAuthorizationServer,
+  startProtectedMcpServer,
+  type TestAuthorizationServer,
+} from '../../support/oauth-upstream.js';
+import {
   addUser,
   createKey,
   createManifest,
@@ -25,12 +31,6 @@ import {
   signUp,
   type OrgFixture,
 } from '../../support/fixtures.js';
-import {
-  type ProtectedMcpServer,
-  startAuthorizationServer,
-  startProtectedMcpServer,
-  type TestAuthorizationServer,
-} from '../../support/oauth-upstream.js';
 
 /** The upstream: its authorization server, its MCP server, and the resources the server issues tokens for. */
 const resources: string[] = [];
