@@ -17,12 +17,7 @@ import { SecretBox } from '../../../src/lib/secret-box.js';
 import { createLogger } from '../../../src/logger.js';
 import { LOOPBACK_UPSTREAMS, startTestApp, type RequestOptions, type TestApp } from '../../support/app.js';
 import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
-import {
-  type ProtectedMcpServer,
-  startAuthorizationServer,
-  startProtectedMcpServer,
-  type TestAuthorizationServer,
-} from '../../support/oauth-upstream.js';
+import * as oauthUpstream from '../../support/oauth-upstream.js';
 import { connectClient } from '../../support/oauth.js';
 import {
   addUser,
@@ -55,8 +50,8 @@ let t: TestApp;
 let server: http.Server;
 let base: string;
 let org: OrgFixture;
-let as: TestAuthorizationServer;
-let upstream: ProtectedMcpServer;
+let as: oauthUpstream.TestAuthorizationServer;
+let upstream: oauthUpstream.ProtectedMcpServer;
 const resources: string[] = [];
 let toolId: string;
 let svcId: string;
@@ -76,8 +71,8 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const redirectUri = t.app.services.tools.upstreamRedirectUri;
-  as = await startAuthorizationServer({ resources: () => resources, redirectUri });
-  upstream = await startProtectedMcpServer({ issuer: as.issuer, redirectTo: () => movedTo });
+  as = await oauthUpstream.startAuthorizationServer({ resources: () => resources, redirectUri });
+  upstream = await oauthUpstream.startProtectedMcpServer({ issuer: as.issuer, redirectTo: () => movedTo });
   elsewhere = await startRecordingServer(elsewhereHits, (_hit, res) => res.writeHead(200).end('{}'));
   resources.push(upstream.url);
   org = await signUp(t, 'conn-calls');
