@@ -66,8 +66,22 @@ export function ConnectionOutcome() {
   return null;
 }
 
-/** The tool's connections this user may see, Connect, and Revoke for each. */
-export function ToolConnections({ orgId, toolId, user }: { orgId: string; toolId: string; user: SignedInUser }) {
+/**
+ * The tool's connections this user may see, Connect, and Disconnect for each. `scope`: whose
+ * account the tool uses (`config.auth.connection`); a per-user tool asks each user to connect
+ * their own.
+ */
+export function ToolConnections({
+  orgId,
+  toolId,
+  user,
+  scope,
+}: {
+  orgId: string;
+  toolId: string;
+  user: SignedInUser;
+  scope: 'org' | 'user';
+}) {
   const connections = usePolled(() => request(ToolConnectionsDocument, { org_id: orgId, tool_id: toolId }), toolId);
   const action = useAction(connections.reload);
   const connect = () =>
@@ -102,13 +116,25 @@ export function ToolConnections({ orgId, toolId, user }: { orgId: string; toolId
       </ul>
       <div class="buttons">
         <button type="button" disabled={action.busy} onClick={() => void connect()}>
-          {items.some((c) => c.status === 'connected') ? 'Connect again' : 'Connect'}
+          {connectLabel(
+            scope,
+            items.some((c) => c.status === 'connected' && (scope === 'org' || c.user_id === user.user_id)),
+          )}
         </button>
       </div>
       <ErrorLine message={action.error} />
     </section>
   );
 }
+
+const connectLabel = (scope: 'org' | 'user', connected: boolean) =>
+  scope === 'user'
+    ? connected
+      ? 'Reconnect your account'
+      : 'Connect your account'
+    : connected
+      ? 'Connect again'
+      : 'Connect';
 
 function ConnectionItem(props: {
   connection: Connection;
@@ -154,9 +180,9 @@ function ConnectionItem(props: {
       {connection.status !== 'revoked' && (
         <div class="buttons">
           <ConfirmButton
-            label="Revoke"
-            confirmLabel="Yes, revoke"
-            question="Revoke this connection?"
+            label="Disconnect"
+            confirmLabel="Yes, disconnect"
+            question="Disconnect this account?"
             tone="danger"
             busy={action.busy}
             onConfirm={() => action.run(props.onRevoke)}

@@ -71,7 +71,8 @@ export function ToolsPage({ user }: { user: SignedInUser }) {
       <Section title="Tools">
         <ConnectionOutcome />
         {toolId ? (
-          <ToolConnections orgId={user.org_id} toolId={toolId} user={user} />
+          // A viewer may connect only their own account: what a per-user tool asks of them.
+          <ToolConnections orgId={user.org_id} toolId={toolId} user={user} scope="user" />
         ) : (
           <p>Tool connectors and their upstream definitions are shown to admins and operators only.</p>
         )}
@@ -238,7 +239,14 @@ function ToolCard(props: { tool: Tool; orgId: string; user: SignedInUser; onChan
           </>
         )}
       </dl>
-      {auth?.type === 'oauth' && <ToolConnections orgId={orgId} toolId={tool.tool_id} user={props.user} />}
+      {auth?.type === 'oauth' && (
+        <ToolConnections
+          orgId={orgId}
+          toolId={tool.tool_id}
+          user={props.user}
+          scope={auth.connection === 'user' ? 'user' : 'org'}
+        />
+      )}
       {tool.definitions_error && (
         <p class="error">
           The last read failed, and the pins stay as they were:{' '}

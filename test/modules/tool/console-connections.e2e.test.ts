@@ -103,7 +103,7 @@ test("a viewer connects their own account at the tool's address, and the gateway
   const { page } = view;
   const section = page.getByRole('region', { name: 'OAuth connections' });
   await section.getByText('Not connected yet.').waitFor();
-  await section.getByRole('button', { name: 'Connect' }).click();
+  await section.getByRole('button', { name: 'Connect your account' }).click();
   await page.waitForURL((url) => url.origin === as.issuer);
   await signInAtProvider(view, 'viewer-account');
   await page.waitForURL((url) => url.pathname === `/console/tools/${toolId}`);
@@ -113,6 +113,7 @@ test("a viewer connects their own account at the tool's address, and the gateway
   const item = section.getByRole('group', { name: /^Connection / });
   await item.getByText('connected', { exact: true }).waitFor();
   await item.getByText('viewer-account').waitFor();
+  await section.getByRole('button', { name: 'Reconnect your account' }).waitFor();
   await screenshot(page, 'tool-connection-viewer');
   // An agent acting for the viewer (a key bound to them) reaches the upstream as their account,
   // over REST and over MCP with the SDK's client.
@@ -158,8 +159,8 @@ test("an operator connects the organization's account from the Tools page, then 
   await item.getByText('The organization').waitFor();
   await item.getByText('shared-mailbox').waitFor();
   const revocations = as.hits.get('/token/revocation') ?? 0;
-  await item.getByRole('button', { name: 'Revoke' }).click();
-  await item.getByRole('button', { name: 'Yes, revoke' }).click();
+  await item.getByRole('button', { name: 'Disconnect' }).click();
+  await item.getByRole('button', { name: 'Yes, disconnect' }).click();
   await item.getByText('revoked', { exact: true }).waitFor();
   expect(as.hits.get('/token/revocation') ?? 0).toBeGreaterThan(revocations);
   const tool = await t.app.services.tools.get(org.orgId, toolId);
