@@ -105,6 +105,8 @@ function features(options: AuthorizationServerOptions): Configuration['features'
 export interface ProtectedMcpServer {
   /** The MCP endpoint: `<base>/mcp`, the resource its tokens must name. */
   url: string;
+  /** A plain JSON endpoint for the http connector (`POST`), a resource of its own: `<base>/http`. */
+  httpUrl: string;
   base: string;
   /** Where the 401's challenge says its metadata is (not a well-known URI, so a test can tell which was read). */
   metadataUrl: string;
@@ -150,6 +152,19 @@ export async function startProtectedMcpServer(options: ProtectedMcpOptions): Pro
     if (path === '/.well-known/oauth-protected-resource/mcp' && wellKnown === 'path')
       return json(200, metadata(`${at()}/mcp`));
     if (path === '/.well-known/oauth-protected-resource' && wellKnown === 'origin') return json(200, metadata(at()));
+    if (path === '/.well-known/oauth-protected-resource/http') return json(200, metadata(`${at()}/http`));
+    if (path === '/http') {
+      // The http connector's upstream: a JSON API behind the same provider, saying whose token came.
+      const caller = await verified(hit.headers.authorization, keys, options.issuer, `${at()}/http`);
+      if (!caller)
+        return challenge(
+          res,
+          at(),
+          hit.headers.authorization !== undefined,
+          '/.well-known/oauth-protected-resource/http',
+        );
+      return json(200, { sub: caller.sub, action: (JSON.parse(hit.body || '{}') as { action?: unknown }).action });
+    }
     if (path !== '/mcp') return json(404, { error: 'not_found' });
     const movedTo = options.redirectTo?.();
     if (movedTo) return res.writeHead(307, { location: movedTo }).end();
@@ -159,6 +174,7 @@ export async function startProtectedMcpServer(options: ProtectedMcpOptions): Pro
   });
   return {
     url: `${at()}/mcp`,
+    httpUrl: `${at()}/http`,
     base: at(),
     metadataUrl: `${at()}/resource-metadata`,
     hits,
@@ -187,11 +203,16 @@ async function verified(
   }
 }
 
-function challenge(res: import('node:http').ServerResponse, base: string, tokenSent: boolean) {
+function challenge(
+  res: import('node:http').ServerResponse,
+  base: string,
+  tokenSent: boolean,
+  metadataPath = '/resource-metadata',
+) {
   const error = tokenSent ? ', error="invalid_token"' : '';
   res
     .writeHead(401, {
-      'www-authenticate': `Bearer resource_metadata="${base}/resource-metadata", scope="${TOOLS_SCOPE}"${error}`,
+      'www-authenticate': `Bearer resource_metadata="${base}${metadataPath}", scope="${TOOLS_SCOPE}"${error}`,
       'content-type': 'application/json',
     })
     .end(JSON.stringify({ error: 'unauthorized' }));

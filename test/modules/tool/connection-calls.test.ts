@@ -13,7 +13,9 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2 } from '@modelcontextprotocol/client';
+import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import { SecretBox } from '../../../src/lib/secret-box.js';
+import { createTelemetry, type Telemetry } from '../../../src/observability/telemetry.js';
 import { createLogger } from '../../../src/logger.js';
 import { LOOPBACK_UPSTREAMS, startTestApp, type RequestOptions, type TestApp } from '../../support/app.js';
 import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
@@ -65,8 +67,13 @@ let elsewhere: RecordingServer;
 const elsewhereHits: Hit[] = [];
 let movedTo: string | undefined;
 
+/** Every span the service made: searched for tokens too. */
+const spans = new InMemorySpanExporter();
+let telemetry: Telemetry;
+
 beforeAll(async () => {
-  t = await startTestApp(ENV, { logger });
+  telemetry = createTelemetry({ spanExporter: spans, spanProcessor: 'simple' });
+  t = await startTestApp(ENV, { logger, telemetry });
   server = http.createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -74,7 +81,7 @@ beforeAll(async () => {
   as = await oauthUpstream.startAuthorizationServer({ resources: () => resources, redirectUri });
   upstream = await oauthUpstream.startProtectedMcpServer({ issuer: as.issuer, redirectTo: () => movedTo });
   elsewhere = await startRecordingServer(elsewhereHits, (_hit, res) => res.writeHead(200).end('{}'));
-  resources.push(upstream.url);
+  resources.push(upstream.url, upstream.httpUrl);
   org = await signUp(t, 'conn-calls');
   const created = await send('POST', `/api/v1/orgs/${org.orgId}/tools`, {
     token: org.adminToken,
@@ -106,6 +113,7 @@ afterAll(async () => {
   server?.closeAllConnections();
   await new Promise((resolve) => server?.close(resolve));
   await t?.close();
+  await telemetry?.shutdown();
   await upstream?.close();
   await elsewhere?.close();
   await as?.close();
@@ -125,8 +133,8 @@ const body = (params: Record<string, unknown> = {}) => ({
 const execute = (key: string) => send('POST', '/api/v1/gateway/execute', { apiKey: key, body: body() });
 
 /** The user connects their own account through the browser: the gateway's start page, the provider, the callback. */
-async function connectAccount(user: { token: string }, login: string): Promise<string> {
-  const started = await send('POST', `/api/v1/orgs/${org.orgId}/tools/${toolId}/connections`, { token: user.token });
+async function connectAccount(user: { token: string }, login: string, tool = toolId): Promise<string> {
+  const started = await send('POST', `/api/v1/orgs/${org.orgId}/tools/${tool}/connections`, { token: user.token });
   expect(started.status).toBe(201);
   const jar = new CookieJar();
   const start = new URL(started.body.authorization_url);
@@ -373,15 +381,78 @@ describe("Bob's connection revoked", () => {
     }
   });
 
-  test('connected again, Bob’s calls go with his new token', async () => {
-    connections.bob = await connectAccount(bob, 'bob');
+  test('2026-07-28: the user connects while the client asks; its retry reaches the upstream with his new token', async () => {
+    const client = new ClientV2(
+      { name: 'agent-v2', version: '1.0.0' },
+      { capabilities: { elicitation: { url: {} } }, versionNegotiation: { mode: { pin: '2026-07-28' } } },
+    );
+    client.setRequestHandler('elicitation/create', async (request) => {
+      // The person behind the client opens the page and connects, then the client answers.
+      expect(request.params).toMatchObject({ mode: 'url', url: connectUrl });
+      connections.bob = await connectAccount(bob, 'bob');
+      return { action: 'accept' };
+    });
+    await client.connect(
+      new TransportV2(new URL(`${base}/mcp/${svcId}`), { requestInit: { headers: { 'X-API-Key': bob.key } } }),
+    );
     const hits = upstream.hits.length;
-    expect((await execute(bob.key)).body.result.data.structuredContent).toMatchObject({ sub: 'bob' });
+    try {
+      const [tool] = (await client.listTools()).tools;
+      const result = (await client.callTool({ name: tool.name, arguments: {} })) as CallToolResult;
+      expect(result.isError).toBeFalsy();
+      expect((result.structuredContent as { structuredContent: unknown }).structuredContent).toMatchObject({
+        sub: 'bob',
+      });
+    } finally {
+      await client.close();
+    }
     expect(new Set(subjectsSince(hits))).toEqual(new Set(['bob']));
+    expect((await execute(bob.key)).body.result.data.structuredContent).toMatchObject({ sub: 'bob' });
   });
 });
 
-test('no token or refresh token the gateway holds appears in any answer or log line', async () => {
+describe("an http tool with the organization's connection", () => {
+  test("an admin connects the org's account; every user's call posts with that account's token", async () => {
+    const created = await send('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+      token: org.adminToken,
+      body: {
+        action_type: 'crm',
+        connector: 'http',
+        config: { url: upstream.httpUrl, allow_private_network: true, auth: { type: 'oauth', connection: 'org' } },
+      },
+    });
+    expect(created.status).toBe(201);
+    const crmTool = created.body.tool_id as string;
+    const crm = await createManifest(t, org, 'active', manifestPayload({ capabilities: ['crm:lookup'] }));
+    const lookup = (key: string) =>
+      send('POST', '/api/v1/gateway/execute', {
+        apiKey: key,
+        body: { svc_id: crm.svcId, agent_id: crm.svcId, action: { type: 'crm', tool: 'lookup', params: { id: 7 } } },
+      });
+    const before = await lookup(bob.key);
+    expect(before.body.reasons).toEqual([
+      expect.objectContaining({
+        code: 'UPSTREAM_AUTHORIZATION_REQUIRED',
+        details: { connect_url: `http://localhost:8000/console/tools/${crmTool}`, reason: 'not_connected' },
+      }),
+    ]);
+    const connectionId = await connectAccount({ token: org.adminToken }, 'org-account', crmTool);
+    for (const key of [alice.key, bob.key]) {
+      const called = await lookup(key);
+      expect(called.body.result).toEqual({
+        success: true,
+        error: null,
+        data: { sub: 'org-account', action: { type: 'crm', tool: 'lookup', params: { id: 7 } } },
+      });
+      expect((await recordOf(called.body.interaction_id)).connection).toEqual({
+        connection_id: connectionId,
+        user_id: null,
+      });
+    }
+  });
+});
+
+test('no token or refresh token the gateway holds appears in any answer, log line or span', async () => {
   const rows = await t.database.db.sql.query<{ access_token: string | null; refresh_token: string | null }>(
     'SELECT access_token, refresh_token FROM tool_connections',
   );
@@ -392,6 +463,13 @@ test('no token or refresh token the gateway holds appears in any answer or log l
     .map((hit) => /^Bearer (\S+)$/.exec(String(hit.headers.authorization ?? ''))?.[1])
     .filter((token): token is string => token?.includes('.') === true);
   expect(sentTokens.length).toBeGreaterThan(0);
-  const everything = [...answered, ...logLines].join('\n');
+  const traced = spans.getFinishedSpans().map((span) => ({
+    name: span.name,
+    attributes: span.attributes,
+    events: span.events,
+    status: span.status,
+  }));
+  expect(traced.some((span) => span.name.startsWith('tools/call'))).toBe(true);
+  const everything = [...answered, ...logLines, JSON.stringify(traced)].join('\n');
   for (const secret of [...plain, ...sentTokens]) expect(everything).not.toContain(secret);
 });
