@@ -10,11 +10,10 @@ import { sha256Hex } from '../../lib/hash.js';
 import { randomId } from '../../lib/ids.js';
 import { SecretUnavailableError } from '../../lib/secret-box.js';
 import { type Principal, may, permissions, userIdOf } from '../../authz/authz.js';
-import { type Actor, actorOf, type ToolConnectionSnapshot } from '../audit/audit-events.js';
+import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { UserService } from '../user/user.service.js';
 import { enqueueWebhookEvent, type WebhookWake } from '../webhook/webhook.service.js';
-import type { ToolAuth } from './tool-auth.js';
 import {
   type AuthorizationServer,
   discoverUpstream,
@@ -67,6 +66,16 @@ import {
 } from './tool-connections.store.js';
 import { resourceOf } from './upstream-oauth-discovery.js';
 import { findTool, findToolById } from './tool.store.js';
+import {
+  CONSOLE_TOOLS_PATH,
+  type ConnectionRequiredReason,
+  isObject,
+  type OAuthToolAuth,
+  oauthAuthOf,
+  snapshotOf,
+  type UpstreamAccess,
+  UpstreamAuthorizationUnavailable,
+} from './tool-connections.js';
 import type { SecretBox } from '../../lib/secret-box.js';
 
 /**
@@ -91,8 +100,7 @@ export const CONNECTION_STATE_TTL_SECONDS = 600;
 /** Where `authorization_url` points: the gateway's page that binds the browser, then redirects. */
 export const UPSTREAM_START_PATH = '/oauth/upstream/start';
 export { UPSTREAM_CALLBACK_PATH, UPSTREAM_CLIENT_DOCUMENT_PATH, upstreamClientMetadataDocument };
-/** The console's tools page: `/console/tools/<tool_id>` is where a tool is connected, and where the callback ends. */
-export const CONSOLE_TOOLS_PATH = '/console/tools';
+export { CONSOLE_TOOLS_PATH, type ConnectionRequiredReason, type UpstreamAccess, UpstreamAuthorizationUnavailable };
 
 /** A refresh claimed by a process is its own this long; a refresh request gets 5 s (OAUTH_TIMEOUT_MS). */
 const REFRESH_LEASE_SECONDS = 30;
@@ -115,32 +123,6 @@ const STATE_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
 export const connectionStatuses = ['pending', 'connected', 'reauthorization_required', 'revoked'] as const;
 export type ConnectionStatus = (typeof connectionStatuses)[number];
 export const connectionScopes = ['org', 'user'] as const;
-
-/** Why a caller must connect (again) before the tool can be called for it. */
-export type ConnectionRequiredReason = 'not_connected' | 'reauthorization_required' | 'revoked';
-
-/** What the call path gets: a token to send, or where the user connects and why. */
-export type UpstreamAccess =
-  /** `version`: the token's, so a 401 to it refreshes only when no one has since (`afterUnauthorized`). */
-  | { token: string; connectionId: string; version: number }
-  | { required: { connectUrl: string; reason: ConnectionRequiredReason } };
-
-/**
- * Neither a token nor a reason to connect: the authorization server cannot be reached, or refuses
- * for a reason that authorizing again would not fix (its client, its configuration), or the
- * tokens do not open with this service's KEY_ENCRYPTION_KEY. The message quotes no secret.
- */
-export class UpstreamAuthorizationUnavailable extends Error {
-  constructor(
-    readonly connectionId: string,
-    message: string,
-    /** Trying again later may work. */
-    readonly transient: boolean,
-  ) {
-    super(message);
-    this.name = 'UpstreamAuthorizationUnavailable';
-  }
-}
 
 /** A connection as the API shows it: never a token. */
 export interface ToolConnectionView {
@@ -168,8 +150,6 @@ export interface ConnectionStart {
 /** Where `/oauth/upstream/start` sends the browser, with the cookie that binds it; or why not. */
 export type UpstreamStart = { redirect: string; browserSecret: string } | { refused: string };
 
-type OAuthToolAuth = Extract<ToolAuth, { type: 'oauth' }>;
-
 /** A token held, with what revoking it at its server takes. */
 interface Revocable {
   connectionId: string;
@@ -184,27 +164,9 @@ const SYSTEM: Actor = { type: 'system', id: null, label: 'tool connection refres
 const random = () => randomBytes(32).toString('base64url');
 const sameHash = (a: string, b: string) =>
   a.length === b.length && timingSafeEqual(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** The tool's `config.auth` when it is an OAuth connection; undefined otherwise. */
-function oauthAuthOf(tool: Pick<Tool, 'config'>): OAuthToolAuth | undefined {
-  const auth = (tool.config as { auth?: unknown }).auth;
-  return isObject(auth) && auth.type === 'oauth' ? (auth as OAuthToolAuth) : undefined;
-}
 
 const expiryOf = (row: Pick<ConnectionRow, 'token_expires_at'>) =>
   row.token_expires_at ? { expires_at: row.token_expires_at.getTime() } : {};
-
-const snapshotOf = (row: ConnectionRow, tool: Pick<Tool, 'actionType'>): ToolConnectionSnapshot => ({
-  tool_id: row.tool_id,
-  action_type: tool.actionType,
-  scope: row.scope,
-  user_id: row.user_id,
-  status: row.status,
-  issuer: row.issuer,
-  subject: row.subject,
-  scopes: row.scopes ?? [],
-});
 
 /**
  * The account the tokens are for, when the server says: the `sub` of an access token that is a
