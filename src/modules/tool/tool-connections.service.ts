@@ -29,7 +29,6 @@ import {
   UPSTREAM_CALLBACK_PATH,
   UPSTREAM_CLIENT_DOCUMENT_PATH,
   UPSTREAM_CLIENT_NAME,
-  type UpstreamTokens,
   upstreamClientId,
   upstreamClientMetadataDocument,
   upstreamRedirectUri,
@@ -49,7 +48,6 @@ import {
   insertAuthorization,
   bindBrowser,
   lockConnection,
-  lockConnectionSecrets,
   markReauthorizationRequired,
   markRevoked,
   noteConnectionError,
@@ -58,11 +56,9 @@ import {
   registeredClientsOfTool,
   releaseRefresh,
   saveRegisteredClient,
-  type SealedTokens,
   storeConnected,
   storeRefreshed,
   takeAuthorization,
-  updateConnectionSecrets,
 } from './tool-connections.store.js';
 import { resourceOf } from './upstream-oauth-discovery.js';
 import { findTool, findToolById } from './tool.store.js';
@@ -76,7 +72,7 @@ import {
   type UpstreamAccess,
   UpstreamAuthorizationUnavailable,
 } from './tool-connections.js';
-import type { SecretBox } from '../../lib/secret-box.js';
+import { createConnectionSecrets } from './connection-secrets.js';
 
 /**
  * A tool's OAuth connections to its upstream (docs/decisions/0068-upstream-connections.md): the
@@ -100,6 +96,7 @@ export const CONNECTION_STATE_TTL_SECONDS = 600;
 /** Where `authorization_url` points: the gateway's page that binds the browser, then redirects. */
 export const UPSTREAM_START_PATH = '/oauth/upstream/start';
 export { UPSTREAM_CALLBACK_PATH, UPSTREAM_CLIENT_DOCUMENT_PATH, upstreamClientMetadataDocument };
+export { reencryptConnectionSecrets } from './connection-secrets.js';
 export { CONSOLE_TOOLS_PATH, type ConnectionRequiredReason, type UpstreamAccess, UpstreamAuthorizationUnavailable };
 
 /** A refresh claimed by a process is its own this long; a refresh request gets 5 s (OAUTH_TIMEOUT_MS). */
@@ -186,9 +183,6 @@ function subjectOf(accessToken: string, issuer: string): string | null {
   }
 }
 
-const scopesOf = (tokens: UpstreamTokens, asked: string[] | undefined) =>
-  tokens.scope !== undefined ? tokens.scope.split(' ').filter(Boolean) : (asked ?? []);
-
 /** The authorization request without its state: the state is kept only as its SHA-256. */
 function withoutState(authorizationUrl: string): string {
   const url = new URL(authorizationUrl);
@@ -203,24 +197,6 @@ async function eachLimited<T>(items: readonly T[], limit: number, work: (item: T
     for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
   });
   await Promise.all(workers);
-}
-
-/**
- * Seals every connection token, registered client secret and pending code verifier not yet sealed
- * with the current key (`agent-gateway reencrypt`, in the caller's transaction); answers how many
- * rows it rewrote.
- */
-export async function reencryptConnectionSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const stale = (await lockConnectionSecrets(conn)).filter((row) =>
-    row.values.some((value) => value !== null && !secrets.isCurrent(value)),
-  );
-  for (const row of stale) {
-    await updateConnectionSecrets(conn, {
-      ...row,
-      values: row.values.map((value) => (value === null ? null : secrets.reseal(value))),
-    });
-  }
-  return stale.length;
 }
 
 interface Collaborators {
@@ -247,6 +223,8 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   /** Revocations at upstreams after a commit, awaited by `close`. */
   const revoking = new Set<Promise<void>>();
 
+  const { open, sealTokens } = createConnectionSecrets(deps);
+
   const viewOf = (row: ConnectionRow): ToolConnectionView => {
     const used = uses.get(row.id);
     const lastUsed =
@@ -268,30 +246,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
       error: row.error,
     };
   };
-
-  /** A stored secret opened; a value this service's key cannot open is the connection's failure. */
-  function open(stored: string, connectionId: string): string {
-    try {
-      return secrets.open(stored);
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      logger.error({ connection_id: connectionId, reason: error.message }, 'a tool connection’s secrets do not open');
-      throw new UpstreamAuthorizationUnavailable(
-        connectionId,
-        "The connection's tokens cannot be decrypted with this service's KEY_ENCRYPTION_KEY",
-        false,
-      );
-    }
-  }
-
-  function sealTokens(tokens: UpstreamTokens, asked?: string[]): SealedTokens {
-    return {
-      accessToken: secrets.seal(tokens.access_token),
-      refreshToken: tokens.refresh_token ? secrets.seal(tokens.refresh_token) : null,
-      expiresAt: tokens.expires_at !== undefined ? new Date(tokens.expires_at) : null,
-      scopes: scopesOf(tokens, asked),
-    };
-  }
 
   async function toolOf(orgId: string, toolId: string): Promise<Tool> {
     const tool = await findTool(db.prisma, orgId, toolId);
