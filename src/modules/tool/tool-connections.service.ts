@@ -2,7 +2,6 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Deps } from '../../deps.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
-import type { SqlConnection } from '../../db/sql.js';
 import { AppError, conflict, forbidden, notFound, validationError } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import type { NetworkAccess } from '../../lib/address-policy.js';
@@ -20,18 +19,13 @@ import {
   finishAuthorization,
   needsRefresh,
   type OAuthFailure,
-  type OAuthResult,
   type RegisteredClient,
   refreshTokens,
-  registerClient,
   revokeToken,
   startAuthorization,
   UPSTREAM_CALLBACK_PATH,
   UPSTREAM_CLIENT_DOCUMENT_PATH,
-  UPSTREAM_CLIENT_NAME,
-  upstreamClientId,
   upstreamClientMetadataDocument,
-  upstreamRedirectUri,
 } from './upstream-oauth.js';
 import {
   claimRefresh,
@@ -44,7 +38,6 @@ import {
   findConnectionById,
   findConnectionFor,
   findLastUsedConnection,
-  findRegisteredClient,
   insertAuthorization,
   bindBrowser,
   lockConnection,
@@ -52,10 +45,8 @@ import {
   markRevoked,
   noteConnectionError,
   recordConnectionUses,
-  type RegisteredClientRow,
   registeredClientsOfTool,
   releaseRefresh,
-  saveRegisteredClient,
   storeConnected,
   storeRefreshed,
   takeAuthorization,
@@ -66,12 +57,12 @@ import {
   CONSOLE_TOOLS_PATH,
   type ConnectionRequiredReason,
   isObject,
-  type OAuthToolAuth,
   oauthAuthOf,
   snapshotOf,
   type UpstreamAccess,
   UpstreamAuthorizationUnavailable,
 } from './tool-connections.js';
+import { createConnectionClients } from './connection-clients.js';
 import { createConnectionSecrets } from './connection-secrets.js';
 
 /**
@@ -208,22 +199,16 @@ interface Collaborators {
 
 export function createToolConnections(deps: Deps, { webhooks, users, connected }: Collaborators) {
   const { env, db, logger, secrets } = deps;
-  const redirectUri = upstreamRedirectUri(env.publicUrl);
-  // Servers fetch only https client ids: a plain-http deployment registers dynamically instead.
-  const clientMetadataUrl = env.publicUrl.startsWith('https:') ? upstreamClientId(env.publicUrl) : undefined;
+  const { redirectUri, accessOf, registeredOf, clientForNewAuthorization, clientOfTokens } =
+    createConnectionClients(deps);
+  const { open, sealTokens } = createConnectionSecrets(deps);
   const connectUrlOf = (toolId: string) => `${env.publicUrl}${CONSOLE_TOOLS_PATH}/${encodeURIComponent(toolId)}`;
-  const accessOf = (tool: Pick<Tool, 'allowPrivateNetwork'>): NetworkAccess => ({
-    privateNetworks: env.outboundPrivateNetworks,
-    allowPrivateNetwork: tool.allowPrivateNetwork,
-  });
   /** When this process last used each connection; written by `flushUsage`. */
   const uses = new Map<string, number>();
   /** Refreshes under way in this process, by connection: its callers share one. */
   const refreshing = new Map<string, Promise<UpstreamAccess>>();
   /** Revocations at upstreams after a commit, awaited by `close`. */
   const revoking = new Set<Promise<void>>();
-
-  const { open, sealTokens } = createConnectionSecrets(deps);
 
   const viewOf = (row: ConnectionRow): ToolConnectionView => {
     const used = uses.get(row.id);
@@ -251,95 +236,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
     const tool = await findTool(db.prisma, orgId, toolId);
     if (!tool) throw notFound('Tool');
     return tool;
-  }
-
-  /** The client of the tool's `config.auth`, secret opened. */
-  function givenClient(tool: Tool, auth: OAuthToolAuth): { client_id: string; client_secret?: string } {
-    let secret: string | null;
-    try {
-      secret = tool.authClientSecret === null ? null : secrets.open(tool.authClientSecret);
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      throw new AppError(
-        'SERVICE_UNAVAILABLE',
-        "The tool's OAuth client secret cannot be decrypted with this service's KEY_ENCRYPTION_KEY",
-      );
-    }
-    return { client_id: auth.client_id!, ...(secret ? { client_secret: secret } : {}) };
-  }
-
-  const registeredOf = (row: RegisteredClientRow): RegisteredClient => ({
-    client_id: row.client_id,
-    ...(row.client_secret ? { client_secret: secrets.open(row.client_secret) } : {}),
-    token_endpoint_auth_method: row.token_endpoint_auth_method,
-    registration: row.registration,
-  });
-
-  /** A kept registration still serves: the same redirect URI, a secret not about to expire, the document still ours. */
-  const stillUsable = (row: RegisteredClientRow) =>
-    row.redirect_uri === redirectUri &&
-    (row.client_secret_expires_at === null || row.client_secret_expires_at.getTime() > Date.now() + 60_000) &&
-    (row.registration !== 'metadata_document' || row.client_id === clientMetadataUrl);
-
-  /**
-   * The client a new authorization goes with: the tool's given one as is; else the one the tool
-   * registered at this server before; else a new registration (its metadata document, or RFC
-   * 7591), kept for the next connections.
-   */
-  async function clientForNewAuthorization(
-    tool: Tool,
-    auth: OAuthToolAuth,
-    as: AuthorizationServer,
-    access: NetworkAccess,
-  ): Promise<OAuthResult<RegisteredClient>> {
-    const request = { redirectUri, clientName: UPSTREAM_CLIENT_NAME, clientMetadataUrl };
-    if (auth.client_id) return registerClient(as, { ...request, given: givenClient(tool, auth) }, access);
-    const stored = await findRegisteredClient(db.sql, tool.id, as.issuer);
-    if (stored && stillUsable(stored)) return { ok: true, value: registeredOf(stored) };
-    const registered = await registerClient(as, request, access);
-    if (!registered.ok) return registered;
-    const client = registered.value;
-    const kept = await saveRegisteredClient(
-      db.sql,
-      {
-        tool_id: tool.id,
-        issuer: as.issuer,
-        redirect_uri: redirectUri,
-        client_id: client.client_id,
-        client_secret: client.client_secret ? secrets.seal(client.client_secret) : null,
-        client_secret_expires_at: client.client_secret_expires_at
-          ? new Date(client.client_secret_expires_at * 1000)
-          : null,
-        token_endpoint_auth_method: client.token_endpoint_auth_method,
-        registration: client.registration as RegisteredClientRow['registration'],
-      },
-      stored?.client_id ?? null,
-    );
-    return { ok: true, value: registeredOf(kept) };
-  }
-
-  /**
-   * The client tokens were issued to, as it stands now: the tool's given one (only while it is
-   * still that client), else the registration the tool keeps for that server. Undefined when it is
-   * no longer there: the tokens cannot be used with any other.
-   */
-  async function clientOfTokens(
-    conn: SqlConnection,
-    tool: Tool,
-    held: { authorization_server: unknown; client_id: string | null; registration: string | null },
-  ): Promise<RegisteredClient | undefined> {
-    const as = held.authorization_server as AuthorizationServer | null;
-    if (!as || !held.client_id || !held.registration) return undefined;
-    const auth = oauthAuthOf(tool);
-    if (held.registration === 'given') {
-      if (!auth || auth.client_id !== held.client_id) return undefined;
-      const request = { given: givenClient(tool, auth), redirectUri, clientName: UPSTREAM_CLIENT_NAME };
-      // A given client is not registered anywhere: this only works out how it authenticates there.
-      const given = await registerClient(as, request, accessOf(tool));
-      return given.ok ? given.value : undefined;
-    }
-    const stored = await findRegisteredClient(conn, tool.id, as.issuer);
-    return stored && stored.client_id === held.client_id ? registeredOf(stored) : undefined;
   }
 
   /** A failure of discovery, registration or the start of an authorization, as the API answers it. */
