@@ -4,10 +4,8 @@ import type { Deps } from '../../deps.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { AppError, conflict, forbidden, notFound, validationError } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
-import type { NetworkAccess } from '../../lib/address-policy.js';
 import { sha256Hex } from '../../lib/hash.js';
 import { randomId } from '../../lib/ids.js';
-import { SecretUnavailableError } from '../../lib/secret-box.js';
 import { type Principal, may, permissions, userIdOf } from '../../authz/authz.js';
 import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
@@ -21,7 +19,6 @@ import {
   type OAuthFailure,
   type RegisteredClient,
   refreshTokens,
-  revokeToken,
   startAuthorization,
   UPSTREAM_CALLBACK_PATH,
   UPSTREAM_CLIENT_DOCUMENT_PATH,
@@ -63,6 +60,7 @@ import {
   UpstreamAuthorizationUnavailable,
 } from './tool-connections.js';
 import { createConnectionClients } from './connection-clients.js';
+import { createConnectionRevocation, type Revocable } from './connection-revocation.js';
 import { createConnectionSecrets } from './connection-secrets.js';
 
 /**
@@ -102,8 +100,6 @@ const STILL_VALID_MARGIN_MS = 5000;
 const FORCED_REFRESH_DEBOUNCE_MS = 5000;
 /** How often each process writes `last_used_at` for the connections it used. */
 export const CONNECTION_USAGE_FLUSH_MS = 30_000;
-/** Revocations at upstreams at once, when a tool or a user takes many connections with it. */
-const REVOCATION_CONCURRENCY = 4;
 const MAX_SUBJECT_LENGTH = 255;
 const BROWSER_SECRET_PATTERN = /^[A-Za-z0-9_-]{43}$/;
 const STATE_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
@@ -138,16 +134,6 @@ export interface ConnectionStart {
 /** Where `/oauth/upstream/start` sends the browser, with the cookie that binds it; or why not. */
 export type UpstreamStart = { redirect: string; browserSecret: string } | { refused: string };
 
-/** A token held, with what revoking it at its server takes. */
-interface Revocable {
-  connectionId: string;
-  as: AuthorizationServer;
-  client: RegisteredClient;
-  access: NetworkAccess;
-  accessToken: string | null;
-  refreshToken: string | null;
-}
-
 const SYSTEM: Actor = { type: 'system', id: null, label: 'tool connection refresh' };
 const random = () => randomBytes(32).toString('base64url');
 const sameHash = (a: string, b: string) =>
@@ -181,15 +167,6 @@ function withoutState(authorizationUrl: string): string {
   return url.href;
 }
 
-/** Runs `work` over `items`, `limit` at a time. */
-async function eachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  const queue = [...items];
-  const workers = Array.from({ length: Math.min(limit, queue.length) }, async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
-  });
-  await Promise.all(workers);
-}
-
 interface Collaborators {
   webhooks: WebhookWake;
   users: Pick<UserService, 'byIds'>;
@@ -209,6 +186,7 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   const refreshing = new Map<string, Promise<UpstreamAccess>>();
   /** Revocations at upstreams after a commit, awaited by `close`. */
   const revoking = new Set<Promise<void>>();
+  const { revocableOf, revokeAtUpstream, revokeLater } = createConnectionRevocation(deps, revoking);
 
   const viewOf = (row: ConnectionRow): ToolConnectionView => {
     const used = uses.get(row.id);
@@ -332,60 +310,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
 
   async function get(orgId: string, toolId: string, connectionId: string, principal: Principal) {
     return viewOf(await visibleConnection(await toolOf(orgId, toolId), connectionId, principal));
-  }
-
-  /** What revoking a connection's tokens at its server takes; undefined when it holds none. */
-  function revocableOf(
-    row: ConnectionRow,
-    client: RegisteredClient | undefined,
-    access: NetworkAccess,
-  ): Revocable | undefined {
-    if (!row.access_token && !row.refresh_token) return undefined;
-    if (!client || !row.authorization_server) return undefined;
-    try {
-      return {
-        connectionId: row.id,
-        as: row.authorization_server as unknown as AuthorizationServer,
-        client,
-        access,
-        accessToken: row.access_token && secrets.open(row.access_token),
-        refreshToken: row.refresh_token && secrets.open(row.refresh_token),
-      };
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      logger.warn({ connection_id: row.id, reason: error.message }, 'tool connection tokens not revoked upstream');
-      return undefined;
-    }
-  }
-
-  /**
-   * Revokes the tokens at their server (RFC 7009), the refresh token first (servers end the grant
-   * with it); best effort: a failure is logged, the gateway has forgotten them either way.
-   */
-  async function revokeAtUpstream(revocable: Revocable): Promise<void> {
-    const held = [
-      [revocable.refreshToken, 'refresh_token'],
-      [revocable.accessToken, 'access_token'],
-    ] as const;
-    for (const [token, tokenTypeHint] of held) {
-      if (!token) continue;
-      const revoked = await revokeToken(revocable.as, revocable.client, { token, tokenTypeHint }, revocable.access);
-      if (!revoked.ok)
-        logger.warn(
-          { connection_id: revocable.connectionId, token_type: tokenTypeHint, reason: revoked.message },
-          'revoking a tool connection’s token at its authorization server failed',
-        );
-      else if (!revoked.value.revoked) return;
-    }
-  }
-
-  /** Revocations after a commit, in the background; `close` waits for them. */
-  function revokeLater(revocables: readonly Revocable[]): void {
-    if (!revocables.length) return;
-    const task = eachLimited(revocables, REVOCATION_CONCURRENCY, revokeAtUpstream)
-      .catch((error) => logger.warn({ err: error }, 'revoking tool connections failed'))
-      .finally(() => revoking.delete(task));
-    revoking.add(task);
   }
 
   /**
