@@ -73,6 +73,7 @@ interface TokenState {
   refreshing: Map<string, Promise<UpstreamAccess>>;
 }
 
+/** The token side, with what the service hands it: its clients, secrets, revocation and state. */
 export function createConnectionTokens(
   { env, db, logger }: Pick<Deps, 'env' | 'db' | 'logger'>,
   {

@@ -1,19 +1,16 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Deps } from '../../deps.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
 import { AppError, conflict, forbidden, notFound, validationError } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
 import { sha256Hex } from '../../lib/hash.js';
 import { randomId } from '../../lib/ids.js';
-import { type Principal, may, permissions, userIdOf } from '../../authz/authz.js';
+import { type Principal, may, userIdOf } from '../../authz/authz.js';
 import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { UserService } from '../user/user.service.js';
 import type { WebhookWake } from '../webhook/webhook.service.js';
 import {
-  type AuthorizationServer,
   discoverUpstream,
-  finishAuthorization,
   type OAuthFailure,
   type RegisteredClient,
   startAuthorization,
@@ -30,24 +27,13 @@ import {
   ensureConnection,
   findConnectionById,
   insertAuthorization,
-  bindBrowser,
   lockConnection,
   markRevoked,
-  noteConnectionError,
   registeredClientsOfTool,
-  storeConnected,
-  takeAuthorization,
 } from './tool-connections.store.js';
 import { findTool, findToolById } from './tool.store.js';
-import {
-  CONSOLE_TOOLS_PATH,
-  type ConnectionRequiredReason,
-  isObject,
-  oauthAuthOf,
-  snapshotOf,
-  type UpstreamAccess,
-  UpstreamAuthorizationUnavailable,
-} from './tool-connections.js';
+import { isObject, oauthAuthOf, snapshotOf, type UpstreamAccess } from './tool-connections.js';
+import { createConnectionAuthorization } from './connection-authorization.js';
 import { createConnectionClients } from './connection-clients.js';
 import { createConnectionRevocation, type Revocable } from './connection-revocation.js';
 import { createConnectionSecrets } from './connection-secrets.js';
@@ -68,6 +54,12 @@ import { createConnectionTokens } from './connection-tokens.js';
  *
  * No token, code, verifier or client secret is ever returned, logged, audited or put in an error:
  * the library's failures quote none, and ours quote theirs.
+ *
+ * Here: the routes (connect, list, get, revoke, and removal with a tool or a user), and the parts
+ * put together. Elsewhere: the browser's way (connection-authorization.ts), the token side of
+ * every call (connection-tokens.ts), the OAuth client a connection goes with
+ * (connection-clients.ts), its secrets sealed at rest (connection-secrets.ts), their revocation
+ * upstream (connection-revocation.ts), and what all of them share (tool-connections.ts).
  */
 
 /** How long an authorization may take, from the POST to the callback (the state's life). */
@@ -75,13 +67,16 @@ export const CONNECTION_STATE_TTL_SECONDS = 600;
 /** Where `authorization_url` points: the gateway's page that binds the browser, then redirects. */
 export const UPSTREAM_START_PATH = '/oauth/upstream/start';
 export { UPSTREAM_CALLBACK_PATH, UPSTREAM_CLIENT_DOCUMENT_PATH, upstreamClientMetadataDocument };
+// The service is the connections' entrance: the edge, the CLI and the module's other files import these from here.
+export type { UpstreamStart } from './connection-authorization.js';
 export { reencryptConnectionSecrets } from './connection-secrets.js';
 export { CONNECTION_USAGE_FLUSH_MS } from './connection-tokens.js';
-export { CONSOLE_TOOLS_PATH, type ConnectionRequiredReason, type UpstreamAccess, UpstreamAuthorizationUnavailable };
-
-const MAX_SUBJECT_LENGTH = 255;
-const BROWSER_SECRET_PATTERN = /^[A-Za-z0-9_-]{43}$/;
-const STATE_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
+export {
+  CONSOLE_TOOLS_PATH,
+  type ConnectionRequiredReason,
+  type UpstreamAccess,
+  UpstreamAuthorizationUnavailable,
+} from './tool-connections.js';
 
 export const connectionStatuses = ['pending', 'connected', 'reauthorization_required', 'revoked'] as const;
 export type ConnectionStatus = (typeof connectionStatuses)[number];
@@ -110,31 +105,6 @@ export interface ConnectionStart {
   expires_at: Date;
 }
 
-/** Where `/oauth/upstream/start` sends the browser, with the cookie that binds it; or why not. */
-export type UpstreamStart = { redirect: string; browserSecret: string } | { refused: string };
-
-const random = () => randomBytes(32).toString('base64url');
-const sameHash = (a: string, b: string) =>
-  a.length === b.length && timingSafeEqual(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
-
-/**
- * The account the tokens are for, when the server says: the `sub` of an access token that is a
- * JWT of this issuer (RFC 9068). Informational (shown, audited); the gateway verifies nothing with
- * it, and an opaque token leaves it unknown.
- */
-function subjectOf(accessToken: string, issuer: string): string | null {
-  const parts = accessToken.split('.');
-  if (parts.length !== 3) return null;
-  try {
-    const claims = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as Record<string, unknown>;
-    return claims.iss === issuer && typeof claims.sub === 'string' && claims.sub.length <= MAX_SUBJECT_LENGTH
-      ? claims.sub
-      : null;
-  } catch {
-    return null;
-  }
-}
-
 /** The authorization request without its state: the state is kept only as its SHA-256. */
 function withoutState(authorizationUrl: string): string {
   const url = new URL(authorizationUrl);
@@ -151,10 +121,9 @@ interface Collaborators {
 
 export function createToolConnections(deps: Deps, { webhooks, users, connected }: Collaborators) {
   const { env, db, logger, secrets } = deps;
-  const clients = createConnectionClients(deps);
-  const { redirectUri, accessOf, registeredOf, clientForNewAuthorization, clientOfTokens } = clients;
+  const connectionClients = createConnectionClients(deps);
+  const { redirectUri, accessOf, registeredOf, clientForNewAuthorization, clientOfTokens } = connectionClients;
   const sealed = createConnectionSecrets(deps);
-  const { open, sealTokens } = sealed;
   /** When this process last used each connection; written by `flushUsage`. */
   const uses = new Map<string, number>();
   /** Refreshes under way in this process, by connection: its callers share one. */
@@ -163,9 +132,16 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
   const revoking = new Set<Promise<void>>();
   const revocation = createConnectionRevocation(deps, revoking);
   const { revocableOf, revokeAtUpstream, revokeLater } = revocation;
+  const { start, callback } = createConnectionAuthorization(deps, {
+    users,
+    connected,
+    clients: connectionClients,
+    sealed,
+    revocation,
+  });
   const { accessTokenFor, definitionsAccessFor, afterUnauthorized, flushUsage } = createConnectionTokens(
     deps,
-    { webhooks, clients, sealed, revocation },
+    { webhooks, clients: connectionClients, sealed, revocation },
     { uses, refreshing },
   );
 
@@ -382,133 +358,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
       return tool && clientOfTokens(sql, tool, row);
     };
     return forgetConnections(tx, rows, (row) => tools.get(row.tool_id), clientOf, actor, 'user_removed');
-  }
-
-  /**
-   * `GET /oauth/upstream/start?state=…`: binds the authorization to this browser (the first to
-   * open it) with a cookie, and sends it to the authorization server. A browser that already has
-   * the cookie keeps it, so that several authorizations can be under way in one browser.
-   */
-  async function start(state: string | undefined, browserCookie: string | undefined): Promise<UpstreamStart> {
-    const refused = {
-      refused:
-        'This connection link is unknown, has expired (links last 10 minutes) or was already opened: start again from the console',
-    };
-    if (!state || !STATE_PATTERN.test(state)) return refused;
-    const browserSecret = browserCookie && BROWSER_SECRET_PATTERN.test(browserCookie) ? browserCookie : random();
-    const requestUrl = await bindBrowser(db.sql, sha256Hex(state), sha256Hex(browserSecret));
-    if (!requestUrl) return refused;
-    const target = new URL(requestUrl);
-    target.searchParams.set('state', state);
-    return { redirect: target.href, browserSecret };
-  }
-
-  /**
-   * `GET /oauth/upstream/callback?code&state[&iss]`: the authorization server's answer, taken once
-   * by its state, from the browser that opened the authorization, checked (`iss` against the
-   * server this authorization went to, never one the callback names) and exchanged. Answers where
-   * the browser goes: the console's tool page, saying connected or why not.
-   */
-  async function callback(search: string, browserSecret: string | undefined): Promise<{ location: string }> {
-    const parameters = new URLSearchParams(search);
-    const toolsPage = (reason: string) => ({
-      location: `${CONSOLE_TOOLS_PATH}?${new URLSearchParams({ result: 'error', reason })}`,
-    });
-    const states = parameters.getAll('state');
-    if (states.length !== 1) return toolsPage('invalid_request');
-    const taken = await takeAuthorization(db.sql, sha256Hex(states[0]));
-    if (!taken) return toolsPage('unknown_state');
-    const page = (result: 'connected' | 'error', reason?: string) => ({
-      location: `${CONSOLE_TOOLS_PATH}/${encodeURIComponent(taken.tool_id)}?${new URLSearchParams({
-        connection: taken.connection_id,
-        result,
-        ...(reason ? { reason } : {}),
-      })}`,
-    });
-    const fail = async (reason: string, message: string) => {
-      await noteConnectionError(db.sql, taken.connection_id, message);
-      logger.warn(
-        { connection_id: taken.connection_id, tool_id: taken.tool_id, reason },
-        `tool connection refused: ${message}`,
-      );
-      return page('error', reason);
-    };
-    if (!taken.live) return fail('expired', 'The authorization took longer than 10 minutes; connect again');
-    if (!taken.browser_hash || !browserSecret || !sameHash(sha256Hex(browserSecret), taken.browser_hash))
-      return fail(
-        'browser_mismatch',
-        'The authorization came back to another browser than the one that opened it; connect again',
-      );
-    const tool = await findToolById(db.prisma, taken.tool_id);
-    const auth = tool && oauthAuthOf(tool);
-    if (!tool || !auth) return fail('tool_changed', 'The tool no longer authenticates with an OAuth connection');
-    const [user] = await users.byIds(tool.orgId, [taken.user_id]);
-    const managers: readonly string[] = permissions['tool_connection:manage'].roles;
-    if (!user || (auth.connection === 'org' && !managers.includes(user.role)))
-      return fail('forbidden', 'The user who started the authorization may no longer connect the tool');
-    const client = await clientOfTokens(db.sql, tool, taken);
-    if (!client)
-      return fail('client_changed', "The tool's OAuth client changed during the authorization; connect again");
-    const as = taken.authorization_server as unknown as AuthorizationServer;
-    const access = accessOf(tool);
-    let codeVerifier: string;
-    try {
-      codeVerifier = open(taken.code_verifier, taken.connection_id);
-    } catch (error) {
-      if (!(error instanceof UpstreamAuthorizationUnavailable)) throw error;
-      return fail('secret_unavailable', error.message);
-    }
-    const check = {
-      callbackUrl: `${redirectUri}?${parameters}`,
-      expectedState: states[0],
-      codeVerifier,
-      redirectUri,
-      resource: taken.resource,
-    };
-    const tokens = await finishAuthorization(as, client, check, access);
-    if (!tokens.ok) return fail(tokens.error, tokens.message);
-    const actor: Actor = { type: 'user', id: user.id, label: user.email };
-    const replaced = await db.prisma.$transaction(async (tx) => {
-      const sql = sqlConnectionOf(tx);
-      const before = await lockConnection(sql, taken.connection_id);
-      if (!before) return undefined;
-      const previousClient = await clientOfTokens(sql, tool, before);
-      const connected = await storeConnected(sql, before.id, {
-        ...sealTokens(tokens.value, auth.scopes ?? undefined),
-        issuer: taken.issuer,
-        clientId: taken.client_id,
-        registration: taken.registration,
-        authorizationServer: taken.authorization_server,
-        resource: taken.resource,
-        subject: subjectOf(tokens.value.access_token, as.issuer),
-      });
-      await recordAudit(tx, tool.orgId, actor, {
-        action: 'tool.connection_created',
-        targetType: 'tool_connection',
-        targetId: connected.id,
-        ...(before.status === 'connected' ? { before: snapshotOf(before, tool) } : {}),
-        after: snapshotOf(connected, tool),
-      });
-      return { revocable: revocableOf(before, previousClient, access) };
-    });
-    if (!replaced) {
-      // Revoked with its tool or user meanwhile: the new tokens are not kept, so they go too.
-      revokeLater([
-        {
-          connectionId: taken.connection_id,
-          as,
-          client,
-          access,
-          accessToken: tokens.value.access_token,
-          refreshToken: tokens.value.refresh_token ?? null,
-        },
-      ]);
-      return page('error', 'connection_removed');
-    }
-    // A connection authorized again: the grant it held before is no longer used.
-    if (replaced.revocable) revokeLater([replaced.revocable]);
-    connected(tool, actor);
-    return page('connected');
   }
 
   const prune = () => deleteExpiredAuthorizations(db.sql);

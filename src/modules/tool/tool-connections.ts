@@ -5,10 +5,9 @@ import type { ConnectionRow } from './tool-connections.store.js';
 
 /**
  * What the tools' OAuth connections (docs/decisions/0068-upstream-connections.md) are, as pure
- * pieces shared by their routes (tool-connections.service.ts), their browser flow
- * (connection-authorization.ts) and the token side of every call (connection-tokens.ts): what the
- * call path gets, why it may get nothing, and how a tool's `config.auth` and a connection's audit
- * snapshot are read. Nothing here reads or writes.
+ * pieces shared by the files that handle them (tool-connections.service.ts, connection-*.ts): what
+ * the call path gets, why it may get nothing, and how a tool's `config.auth` and a connection's
+ * audit snapshot are read. Nothing here reads or writes.
  */
 
 /** The console's tools page: `/console/tools/<tool_id>` is where a tool is connected, and where the callback ends. */
