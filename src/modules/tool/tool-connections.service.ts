@@ -1,42 +1,24 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Deps } from '../../deps.js';
 import { sqlConnectionOf } from '../../db/prisma-sql.js';
-import type { SqlConnection } from '../../db/sql.js';
 import { AppError, conflict, forbidden, notFound, validationError } from '../../errors.js';
 import type { Prisma, Tool } from '../../generated/prisma/client.js';
-import type { NetworkAccess } from '../../lib/address-policy.js';
 import { sha256Hex } from '../../lib/hash.js';
 import { randomId } from '../../lib/ids.js';
-import { SecretUnavailableError } from '../../lib/secret-box.js';
-import { type Principal, may, permissions, userIdOf } from '../../authz/authz.js';
-import { type Actor, actorOf, type ToolConnectionSnapshot } from '../audit/audit-events.js';
+import { type Principal, may, userIdOf } from '../../authz/authz.js';
+import { type Actor, actorOf } from '../audit/audit-events.js';
 import { recordAudit } from '../audit/audit.service.js';
 import type { UserService } from '../user/user.service.js';
-import { enqueueWebhookEvent, type WebhookWake } from '../webhook/webhook.service.js';
-import type { ToolAuth } from './tool-auth.js';
+import type { WebhookWake } from '../webhook/webhook.service.js';
 import {
-  type AuthorizationServer,
   discoverUpstream,
-  finishAuthorization,
-  needsRefresh,
   type OAuthFailure,
-  type OAuthResult,
   type RegisteredClient,
-  refreshTokens,
-  registerClient,
-  revokeToken,
   startAuthorization,
   UPSTREAM_CALLBACK_PATH,
   UPSTREAM_CLIENT_DOCUMENT_PATH,
-  UPSTREAM_CLIENT_NAME,
-  type UpstreamTokens,
-  upstreamClientId,
   upstreamClientMetadataDocument,
-  upstreamRedirectUri,
 } from './upstream-oauth.js';
 import {
-  claimRefresh,
   type ConnectionRow,
   connectionsOfTool,
   deleteConnectionsOfTool,
@@ -44,30 +26,18 @@ import {
   deleteExpiredAuthorizations,
   ensureConnection,
   findConnectionById,
-  findConnectionFor,
-  findLastUsedConnection,
-  findRegisteredClient,
   insertAuthorization,
-  bindBrowser,
   lockConnection,
-  lockConnectionSecrets,
-  markReauthorizationRequired,
   markRevoked,
-  noteConnectionError,
-  recordConnectionUses,
-  type RegisteredClientRow,
   registeredClientsOfTool,
-  releaseRefresh,
-  saveRegisteredClient,
-  type SealedTokens,
-  storeConnected,
-  storeRefreshed,
-  takeAuthorization,
-  updateConnectionSecrets,
 } from './tool-connections.store.js';
-import { resourceOf } from './upstream-oauth-discovery.js';
 import { findTool, findToolById } from './tool.store.js';
-import type { SecretBox } from '../../lib/secret-box.js';
+import { isObject, oauthAuthOf, snapshotOf, type UpstreamAccess } from './tool-connections.js';
+import { createConnectionAuthorization } from './connection-authorization.js';
+import { createConnectionClients } from './connection-clients.js';
+import { createConnectionRevocation, type Revocable } from './connection-revocation.js';
+import { createConnectionSecrets } from './connection-secrets.js';
+import { createConnectionTokens } from './connection-tokens.js';
 
 /**
  * A tool's OAuth connections to its upstream (docs/decisions/0068-upstream-connections.md): the
@@ -84,6 +54,12 @@ import type { SecretBox } from '../../lib/secret-box.js';
  *
  * No token, code, verifier or client secret is ever returned, logged, audited or put in an error:
  * the library's failures quote none, and ours quote theirs.
+ *
+ * Here: the routes (connect, list, get, revoke, and removal with a tool or a user), and the parts
+ * put together. Elsewhere: the browser's way (connection-authorization.ts), the token side of
+ * every call (connection-tokens.ts), the OAuth client a connection goes with
+ * (connection-clients.ts), its secrets sealed at rest (connection-secrets.ts), their revocation
+ * upstream (connection-revocation.ts), and what all of them share (tool-connections.ts).
  */
 
 /** How long an authorization may take, from the POST to the callback (the state's life). */
@@ -91,56 +67,20 @@ export const CONNECTION_STATE_TTL_SECONDS = 600;
 /** Where `authorization_url` points: the gateway's page that binds the browser, then redirects. */
 export const UPSTREAM_START_PATH = '/oauth/upstream/start';
 export { UPSTREAM_CALLBACK_PATH, UPSTREAM_CLIENT_DOCUMENT_PATH, upstreamClientMetadataDocument };
-/** The console's tools page: `/console/tools/<tool_id>` is where a tool is connected, and where the callback ends. */
-export const CONSOLE_TOOLS_PATH = '/console/tools';
-
-/** A refresh claimed by a process is its own this long; a refresh request gets 5 s (OAUTH_TIMEOUT_MS). */
-const REFRESH_LEASE_SECONDS = 30;
-/** How often a caller waiting on another process's refresh looks again. */
-const REFRESH_WAIT_POLL_MS = 25;
-/** How long a caller waits on another process's refresh before giving up (the lease, and some). */
-const REFRESH_WAIT_MAX_MS = (REFRESH_LEASE_SECONDS + 5) * 1000;
-/** While another process refreshes, a token valid this much longer is used as it is. */
-const STILL_VALID_MARGIN_MS = 5000;
-/** An upstream 401 within this long after a refresh is not worth another: the token is new. */
-const FORCED_REFRESH_DEBOUNCE_MS = 5000;
-/** How often each process writes `last_used_at` for the connections it used. */
-export const CONNECTION_USAGE_FLUSH_MS = 30_000;
-/** Revocations at upstreams at once, when a tool or a user takes many connections with it. */
-const REVOCATION_CONCURRENCY = 4;
-const MAX_SUBJECT_LENGTH = 255;
-const BROWSER_SECRET_PATTERN = /^[A-Za-z0-9_-]{43}$/;
-const STATE_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
+// The service is the connections' entrance: the edge, the CLI and the module's other files import these from here.
+export type { UpstreamStart } from './connection-authorization.js';
+export { reencryptConnectionSecrets } from './connection-secrets.js';
+export { CONNECTION_USAGE_FLUSH_MS } from './connection-tokens.js';
+export {
+  CONSOLE_TOOLS_PATH,
+  type ConnectionRequiredReason,
+  type UpstreamAccess,
+  UpstreamAuthorizationUnavailable,
+} from './tool-connections.js';
 
 export const connectionStatuses = ['pending', 'connected', 'reauthorization_required', 'revoked'] as const;
 export type ConnectionStatus = (typeof connectionStatuses)[number];
 export const connectionScopes = ['org', 'user'] as const;
-
-/** Why a caller must connect (again) before the tool can be called for it. */
-export type ConnectionRequiredReason = 'not_connected' | 'reauthorization_required' | 'revoked';
-
-/** What the call path gets: a token to send, or where the user connects and why. */
-export type UpstreamAccess =
-  /** `version`: the token's, so a 401 to it refreshes only when no one has since (`afterUnauthorized`). */
-  | { token: string; connectionId: string; version: number }
-  | { required: { connectUrl: string; reason: ConnectionRequiredReason } };
-
-/**
- * Neither a token nor a reason to connect: the authorization server cannot be reached, or refuses
- * for a reason that authorizing again would not fix (its client, its configuration), or the
- * tokens do not open with this service's KEY_ENCRYPTION_KEY. The message quotes no secret.
- */
-export class UpstreamAuthorizationUnavailable extends Error {
-  constructor(
-    readonly connectionId: string,
-    message: string,
-    /** Trying again later may work. */
-    readonly transient: boolean,
-  ) {
-    super(message);
-    this.name = 'UpstreamAuthorizationUnavailable';
-  }
-}
 
 /** A connection as the API shows it: never a token. */
 export interface ToolConnectionView {
@@ -165,100 +105,11 @@ export interface ConnectionStart {
   expires_at: Date;
 }
 
-/** Where `/oauth/upstream/start` sends the browser, with the cookie that binds it; or why not. */
-export type UpstreamStart = { redirect: string; browserSecret: string } | { refused: string };
-
-type OAuthToolAuth = Extract<ToolAuth, { type: 'oauth' }>;
-
-/** A token held, with what revoking it at its server takes. */
-interface Revocable {
-  connectionId: string;
-  as: AuthorizationServer;
-  client: RegisteredClient;
-  access: NetworkAccess;
-  accessToken: string | null;
-  refreshToken: string | null;
-}
-
-const SYSTEM: Actor = { type: 'system', id: null, label: 'tool connection refresh' };
-const random = () => randomBytes(32).toString('base64url');
-const sameHash = (a: string, b: string) =>
-  a.length === b.length && timingSafeEqual(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** The tool's `config.auth` when it is an OAuth connection; undefined otherwise. */
-function oauthAuthOf(tool: Pick<Tool, 'config'>): OAuthToolAuth | undefined {
-  const auth = (tool.config as { auth?: unknown }).auth;
-  return isObject(auth) && auth.type === 'oauth' ? (auth as OAuthToolAuth) : undefined;
-}
-
-const expiryOf = (row: Pick<ConnectionRow, 'token_expires_at'>) =>
-  row.token_expires_at ? { expires_at: row.token_expires_at.getTime() } : {};
-
-const snapshotOf = (row: ConnectionRow, tool: Pick<Tool, 'actionType'>): ToolConnectionSnapshot => ({
-  tool_id: row.tool_id,
-  action_type: tool.actionType,
-  scope: row.scope,
-  user_id: row.user_id,
-  status: row.status,
-  issuer: row.issuer,
-  subject: row.subject,
-  scopes: row.scopes ?? [],
-});
-
-/**
- * The account the tokens are for, when the server says: the `sub` of an access token that is a
- * JWT of this issuer (RFC 9068). Informational (shown, audited); the gateway verifies nothing with
- * it, and an opaque token leaves it unknown.
- */
-function subjectOf(accessToken: string, issuer: string): string | null {
-  const parts = accessToken.split('.');
-  if (parts.length !== 3) return null;
-  try {
-    const claims = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as Record<string, unknown>;
-    return claims.iss === issuer && typeof claims.sub === 'string' && claims.sub.length <= MAX_SUBJECT_LENGTH
-      ? claims.sub
-      : null;
-  } catch {
-    return null;
-  }
-}
-
-const scopesOf = (tokens: UpstreamTokens, asked: string[] | undefined) =>
-  tokens.scope !== undefined ? tokens.scope.split(' ').filter(Boolean) : (asked ?? []);
-
 /** The authorization request without its state: the state is kept only as its SHA-256. */
 function withoutState(authorizationUrl: string): string {
   const url = new URL(authorizationUrl);
   url.searchParams.delete('state');
   return url.href;
-}
-
-/** Runs `work` over `items`, `limit` at a time. */
-async function eachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  const queue = [...items];
-  const workers = Array.from({ length: Math.min(limit, queue.length) }, async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
-  });
-  await Promise.all(workers);
-}
-
-/**
- * Seals every connection token, registered client secret and pending code verifier not yet sealed
- * with the current key (`agent-gateway reencrypt`, in the caller's transaction); answers how many
- * rows it rewrote.
- */
-export async function reencryptConnectionSecrets(conn: SqlConnection, secrets: SecretBox): Promise<number> {
-  const stale = (await lockConnectionSecrets(conn)).filter((row) =>
-    row.values.some((value) => value !== null && !secrets.isCurrent(value)),
-  );
-  for (const row of stale) {
-    await updateConnectionSecrets(conn, {
-      ...row,
-      values: row.values.map((value) => (value === null ? null : secrets.reseal(value))),
-    });
-  }
-  return stale.length;
 }
 
 interface Collaborators {
@@ -270,20 +121,29 @@ interface Collaborators {
 
 export function createToolConnections(deps: Deps, { webhooks, users, connected }: Collaborators) {
   const { env, db, logger, secrets } = deps;
-  const redirectUri = upstreamRedirectUri(env.publicUrl);
-  // Servers fetch only https client ids: a plain-http deployment registers dynamically instead.
-  const clientMetadataUrl = env.publicUrl.startsWith('https:') ? upstreamClientId(env.publicUrl) : undefined;
-  const connectUrlOf = (toolId: string) => `${env.publicUrl}${CONSOLE_TOOLS_PATH}/${encodeURIComponent(toolId)}`;
-  const accessOf = (tool: Pick<Tool, 'allowPrivateNetwork'>): NetworkAccess => ({
-    privateNetworks: env.outboundPrivateNetworks,
-    allowPrivateNetwork: tool.allowPrivateNetwork,
-  });
+  const connectionClients = createConnectionClients(deps);
+  const { redirectUri, accessOf, registeredOf, clientForNewAuthorization, clientOfTokens } = connectionClients;
+  const sealed = createConnectionSecrets(deps);
   /** When this process last used each connection; written by `flushUsage`. */
   const uses = new Map<string, number>();
   /** Refreshes under way in this process, by connection: its callers share one. */
   const refreshing = new Map<string, Promise<UpstreamAccess>>();
   /** Revocations at upstreams after a commit, awaited by `close`. */
   const revoking = new Set<Promise<void>>();
+  const revocation = createConnectionRevocation(deps, revoking);
+  const { revocableOf, revokeAtUpstream, revokeLater } = revocation;
+  const { start, callback } = createConnectionAuthorization(deps, {
+    users,
+    connected,
+    clients: connectionClients,
+    sealed,
+    revocation,
+  });
+  const { accessTokenFor, definitionsAccessFor, afterUnauthorized, flushUsage } = createConnectionTokens(
+    deps,
+    { webhooks, clients: connectionClients, sealed, revocation },
+    { uses, refreshing },
+  );
 
   const viewOf = (row: ConnectionRow): ToolConnectionView => {
     const used = uses.get(row.id);
@@ -307,123 +167,10 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
     };
   };
 
-  /** A stored secret opened; a value this service's key cannot open is the connection's failure. */
-  function open(stored: string, connectionId: string): string {
-    try {
-      return secrets.open(stored);
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      logger.error({ connection_id: connectionId, reason: error.message }, 'a tool connection’s secrets do not open');
-      throw new UpstreamAuthorizationUnavailable(
-        connectionId,
-        "The connection's tokens cannot be decrypted with this service's KEY_ENCRYPTION_KEY",
-        false,
-      );
-    }
-  }
-
-  function sealTokens(tokens: UpstreamTokens, asked?: string[]): SealedTokens {
-    return {
-      accessToken: secrets.seal(tokens.access_token),
-      refreshToken: tokens.refresh_token ? secrets.seal(tokens.refresh_token) : null,
-      expiresAt: tokens.expires_at !== undefined ? new Date(tokens.expires_at) : null,
-      scopes: scopesOf(tokens, asked),
-    };
-  }
-
   async function toolOf(orgId: string, toolId: string): Promise<Tool> {
     const tool = await findTool(db.prisma, orgId, toolId);
     if (!tool) throw notFound('Tool');
     return tool;
-  }
-
-  /** The client of the tool's `config.auth`, secret opened. */
-  function givenClient(tool: Tool, auth: OAuthToolAuth): { client_id: string; client_secret?: string } {
-    let secret: string | null;
-    try {
-      secret = tool.authClientSecret === null ? null : secrets.open(tool.authClientSecret);
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      throw new AppError(
-        'SERVICE_UNAVAILABLE',
-        "The tool's OAuth client secret cannot be decrypted with this service's KEY_ENCRYPTION_KEY",
-      );
-    }
-    return { client_id: auth.client_id!, ...(secret ? { client_secret: secret } : {}) };
-  }
-
-  const registeredOf = (row: RegisteredClientRow): RegisteredClient => ({
-    client_id: row.client_id,
-    ...(row.client_secret ? { client_secret: secrets.open(row.client_secret) } : {}),
-    token_endpoint_auth_method: row.token_endpoint_auth_method,
-    registration: row.registration,
-  });
-
-  /** A kept registration still serves: the same redirect URI, a secret not about to expire, the document still ours. */
-  const stillUsable = (row: RegisteredClientRow) =>
-    row.redirect_uri === redirectUri &&
-    (row.client_secret_expires_at === null || row.client_secret_expires_at.getTime() > Date.now() + 60_000) &&
-    (row.registration !== 'metadata_document' || row.client_id === clientMetadataUrl);
-
-  /**
-   * The client a new authorization goes with: the tool's given one as is; else the one the tool
-   * registered at this server before; else a new registration (its metadata document, or RFC
-   * 7591), kept for the next connections.
-   */
-  async function clientForNewAuthorization(
-    tool: Tool,
-    auth: OAuthToolAuth,
-    as: AuthorizationServer,
-    access: NetworkAccess,
-  ): Promise<OAuthResult<RegisteredClient>> {
-    const request = { redirectUri, clientName: UPSTREAM_CLIENT_NAME, clientMetadataUrl };
-    if (auth.client_id) return registerClient(as, { ...request, given: givenClient(tool, auth) }, access);
-    const stored = await findRegisteredClient(db.sql, tool.id, as.issuer);
-    if (stored && stillUsable(stored)) return { ok: true, value: registeredOf(stored) };
-    const registered = await registerClient(as, request, access);
-    if (!registered.ok) return registered;
-    const client = registered.value;
-    const kept = await saveRegisteredClient(
-      db.sql,
-      {
-        tool_id: tool.id,
-        issuer: as.issuer,
-        redirect_uri: redirectUri,
-        client_id: client.client_id,
-        client_secret: client.client_secret ? secrets.seal(client.client_secret) : null,
-        client_secret_expires_at: client.client_secret_expires_at
-          ? new Date(client.client_secret_expires_at * 1000)
-          : null,
-        token_endpoint_auth_method: client.token_endpoint_auth_method,
-        registration: client.registration as RegisteredClientRow['registration'],
-      },
-      stored?.client_id ?? null,
-    );
-    return { ok: true, value: registeredOf(kept) };
-  }
-
-  /**
-   * The client tokens were issued to, as it stands now: the tool's given one (only while it is
-   * still that client), else the registration the tool keeps for that server. Undefined when it is
-   * no longer there: the tokens cannot be used with any other.
-   */
-  async function clientOfTokens(
-    conn: SqlConnection,
-    tool: Tool,
-    held: { authorization_server: unknown; client_id: string | null; registration: string | null },
-  ): Promise<RegisteredClient | undefined> {
-    const as = held.authorization_server as AuthorizationServer | null;
-    if (!as || !held.client_id || !held.registration) return undefined;
-    const auth = oauthAuthOf(tool);
-    if (held.registration === 'given') {
-      if (!auth || auth.client_id !== held.client_id) return undefined;
-      const request = { given: givenClient(tool, auth), redirectUri, clientName: UPSTREAM_CLIENT_NAME };
-      // A given client is not registered anywhere: this only works out how it authenticates there.
-      const given = await registerClient(as, request, accessOf(tool));
-      return given.ok ? given.value : undefined;
-    }
-    const stored = await findRegisteredClient(conn, tool.id, as.issuer);
-    return stored && stored.client_id === held.client_id ? registeredOf(stored) : undefined;
   }
 
   /** A failure of discovery, registration or the start of an authorization, as the API answers it. */
@@ -522,60 +269,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
     return viewOf(await visibleConnection(await toolOf(orgId, toolId), connectionId, principal));
   }
 
-  /** What revoking a connection's tokens at its server takes; undefined when it holds none. */
-  function revocableOf(
-    row: ConnectionRow,
-    client: RegisteredClient | undefined,
-    access: NetworkAccess,
-  ): Revocable | undefined {
-    if (!row.access_token && !row.refresh_token) return undefined;
-    if (!client || !row.authorization_server) return undefined;
-    try {
-      return {
-        connectionId: row.id,
-        as: row.authorization_server as unknown as AuthorizationServer,
-        client,
-        access,
-        accessToken: row.access_token && secrets.open(row.access_token),
-        refreshToken: row.refresh_token && secrets.open(row.refresh_token),
-      };
-    } catch (error) {
-      if (!(error instanceof SecretUnavailableError)) throw error;
-      logger.warn({ connection_id: row.id, reason: error.message }, 'tool connection tokens not revoked upstream');
-      return undefined;
-    }
-  }
-
-  /**
-   * Revokes the tokens at their server (RFC 7009), the refresh token first (servers end the grant
-   * with it); best effort: a failure is logged, the gateway has forgotten them either way.
-   */
-  async function revokeAtUpstream(revocable: Revocable): Promise<void> {
-    const held = [
-      [revocable.refreshToken, 'refresh_token'],
-      [revocable.accessToken, 'access_token'],
-    ] as const;
-    for (const [token, tokenTypeHint] of held) {
-      if (!token) continue;
-      const revoked = await revokeToken(revocable.as, revocable.client, { token, tokenTypeHint }, revocable.access);
-      if (!revoked.ok)
-        logger.warn(
-          { connection_id: revocable.connectionId, token_type: tokenTypeHint, reason: revoked.message },
-          'revoking a tool connection’s token at its authorization server failed',
-        );
-      else if (!revoked.value.revoked) return;
-    }
-  }
-
-  /** Revocations after a commit, in the background; `close` waits for them. */
-  function revokeLater(revocables: readonly Revocable[]): void {
-    if (!revocables.length) return;
-    const task = eachLimited(revocables, REVOCATION_CONCURRENCY, revokeAtUpstream)
-      .catch((error) => logger.warn({ err: error }, 'revoking tool connections failed'))
-      .finally(() => revoking.delete(task));
-    revoking.add(task);
-  }
-
   /**
    * `DELETE …/connections/{connection_id}`: the connection is revoked (its tokens forgotten, its
    * status `revoked`, audited), then its tokens are revoked at the upstream's server when it
@@ -665,392 +358,6 @@ export function createToolConnections(deps: Deps, { webhooks, users, connected }
       return tool && clientOfTokens(sql, tool, row);
     };
     return forgetConnections(tx, rows, (row) => tools.get(row.tool_id), clientOf, actor, 'user_removed');
-  }
-
-  /**
-   * `GET /oauth/upstream/start?state=…`: binds the authorization to this browser (the first to
-   * open it) with a cookie, and sends it to the authorization server. A browser that already has
-   * the cookie keeps it, so that several authorizations can be under way in one browser.
-   */
-  async function start(state: string | undefined, browserCookie: string | undefined): Promise<UpstreamStart> {
-    const refused = {
-      refused:
-        'This connection link is unknown, has expired (links last 10 minutes) or was already opened: start again from the console',
-    };
-    if (!state || !STATE_PATTERN.test(state)) return refused;
-    const browserSecret = browserCookie && BROWSER_SECRET_PATTERN.test(browserCookie) ? browserCookie : random();
-    const requestUrl = await bindBrowser(db.sql, sha256Hex(state), sha256Hex(browserSecret));
-    if (!requestUrl) return refused;
-    const target = new URL(requestUrl);
-    target.searchParams.set('state', state);
-    return { redirect: target.href, browserSecret };
-  }
-
-  /**
-   * `GET /oauth/upstream/callback?code&state[&iss]`: the authorization server's answer, taken once
-   * by its state, from the browser that opened the authorization, checked (`iss` against the
-   * server this authorization went to, never one the callback names) and exchanged. Answers where
-   * the browser goes: the console's tool page, saying connected or why not.
-   */
-  async function callback(search: string, browserSecret: string | undefined): Promise<{ location: string }> {
-    const parameters = new URLSearchParams(search);
-    const toolsPage = (reason: string) => ({
-      location: `${CONSOLE_TOOLS_PATH}?${new URLSearchParams({ result: 'error', reason })}`,
-    });
-    const states = parameters.getAll('state');
-    if (states.length !== 1) return toolsPage('invalid_request');
-    const taken = await takeAuthorization(db.sql, sha256Hex(states[0]));
-    if (!taken) return toolsPage('unknown_state');
-    const page = (result: 'connected' | 'error', reason?: string) => ({
-      location: `${CONSOLE_TOOLS_PATH}/${encodeURIComponent(taken.tool_id)}?${new URLSearchParams({
-        connection: taken.connection_id,
-        result,
-        ...(reason ? { reason } : {}),
-      })}`,
-    });
-    const fail = async (reason: string, message: string) => {
-      await noteConnectionError(db.sql, taken.connection_id, message);
-      logger.warn(
-        { connection_id: taken.connection_id, tool_id: taken.tool_id, reason },
-        `tool connection refused: ${message}`,
-      );
-      return page('error', reason);
-    };
-    if (!taken.live) return fail('expired', 'The authorization took longer than 10 minutes; connect again');
-    if (!taken.browser_hash || !browserSecret || !sameHash(sha256Hex(browserSecret), taken.browser_hash))
-      return fail(
-        'browser_mismatch',
-        'The authorization came back to another browser than the one that opened it; connect again',
-      );
-    const tool = await findToolById(db.prisma, taken.tool_id);
-    const auth = tool && oauthAuthOf(tool);
-    if (!tool || !auth) return fail('tool_changed', 'The tool no longer authenticates with an OAuth connection');
-    const [user] = await users.byIds(tool.orgId, [taken.user_id]);
-    const managers: readonly string[] = permissions['tool_connection:manage'].roles;
-    if (!user || (auth.connection === 'org' && !managers.includes(user.role)))
-      return fail('forbidden', 'The user who started the authorization may no longer connect the tool');
-    const client = await clientOfTokens(db.sql, tool, taken);
-    if (!client)
-      return fail('client_changed', "The tool's OAuth client changed during the authorization; connect again");
-    const as = taken.authorization_server as unknown as AuthorizationServer;
-    const access = accessOf(tool);
-    let codeVerifier: string;
-    try {
-      codeVerifier = open(taken.code_verifier, taken.connection_id);
-    } catch (error) {
-      if (!(error instanceof UpstreamAuthorizationUnavailable)) throw error;
-      return fail('secret_unavailable', error.message);
-    }
-    const check = {
-      callbackUrl: `${redirectUri}?${parameters}`,
-      expectedState: states[0],
-      codeVerifier,
-      redirectUri,
-      resource: taken.resource,
-    };
-    const tokens = await finishAuthorization(as, client, check, access);
-    if (!tokens.ok) return fail(tokens.error, tokens.message);
-    const actor: Actor = { type: 'user', id: user.id, label: user.email };
-    const replaced = await db.prisma.$transaction(async (tx) => {
-      const sql = sqlConnectionOf(tx);
-      const before = await lockConnection(sql, taken.connection_id);
-      if (!before) return undefined;
-      const previousClient = await clientOfTokens(sql, tool, before);
-      const connected = await storeConnected(sql, before.id, {
-        ...sealTokens(tokens.value, auth.scopes ?? undefined),
-        issuer: taken.issuer,
-        clientId: taken.client_id,
-        registration: taken.registration,
-        authorizationServer: taken.authorization_server,
-        resource: taken.resource,
-        subject: subjectOf(tokens.value.access_token, as.issuer),
-      });
-      await recordAudit(tx, tool.orgId, actor, {
-        action: 'tool.connection_created',
-        targetType: 'tool_connection',
-        targetId: connected.id,
-        ...(before.status === 'connected' ? { before: snapshotOf(before, tool) } : {}),
-        after: snapshotOf(connected, tool),
-      });
-      return { revocable: revocableOf(before, previousClient, access) };
-    });
-    if (!replaced) {
-      // Revoked with its tool or user meanwhile: the new tokens are not kept, so they go too.
-      revokeLater([
-        {
-          connectionId: taken.connection_id,
-          as,
-          client,
-          access,
-          accessToken: tokens.value.access_token,
-          refreshToken: tokens.value.refresh_token ?? null,
-        },
-      ]);
-      return page('error', 'connection_removed');
-    }
-    // A connection authorized again: the grant it held before is no longer used.
-    if (replaced.revocable) revokeLater([replaced.revocable]);
-    connected(tool, actor);
-    return page('connected');
-  }
-
-  /**
-   * Whether the connection's tokens were issued for the tool's upstream as it is configured now: a
-   * tool whose `url` moved elsewhere must not carry its users' tokens there (they connect again).
-   */
-  const forThisUpstream = (tool: Tool, row: ConnectionRow) =>
-    row.resource !== null && row.resource === resourceOf(String((tool.config as { url?: unknown }).url))?.href;
-
-  const required = (toolId: string, reason: ConnectionRequiredReason): UpstreamAccess => ({
-    required: { connectUrl: connectUrlOf(toolId), reason },
-  });
-
-  const reasonOf = (row: ConnectionRow | undefined): ConnectionRequiredReason =>
-    row?.status === 'reauthorization_required' || row?.status === 'revoked' ? row.status : 'not_connected';
-
-  function use(row: ConnectionRow): UpstreamAccess {
-    const token = open(row.access_token!, row.id);
-    uses.set(row.id, Date.now());
-    return { token, connectionId: row.id, version: row.token_version };
-  }
-
-  const stillValid = (row: ConnectionRow) =>
-    row.access_token !== null &&
-    (row.token_expires_at === null || row.token_expires_at.getTime() > Date.now() + STILL_VALID_MARGIN_MS);
-
-  const recentlyRefreshed = (row: ConnectionRow) => {
-    const at = row.last_refreshed_at ?? row.connected_at;
-    return at !== null && at.getTime() > Date.now() - FORCED_REFRESH_DEBOUNCE_MS;
-  };
-
-  /**
-   * The grant is gone (invalid_grant, or a token refused that cannot be refreshed): the connection
-   * needs authorizing again. Audited (`tool.connection_expired`) and sent to webhooks, once.
-   */
-  async function expire(tool: Tool, row: ConnectionRow, owner: string | null, message: string): Promise<void> {
-    const changed = await db.prisma.$transaction(async (tx) => {
-      const sql = sqlConnectionOf(tx);
-      if (!(await markReauthorizationRequired(sql, row.id, owner, message))) return false;
-      await recordAudit(tx, row.org_id, SYSTEM, {
-        action: 'tool.connection_expired',
-        targetType: 'tool_connection',
-        targetId: row.id,
-        before: snapshotOf(row, tool),
-        reason: message,
-      });
-      await enqueueWebhookEvent(sql, row.org_id, 'tool.connection_expired', {
-        connection_id: row.id,
-        tool_id: row.tool_id,
-        action_type: tool.actionType,
-        scope: row.scope,
-        user_id: row.user_id,
-        connect_url: connectUrlOf(row.tool_id),
-        reason: message,
-      });
-      return true;
-    });
-    if (changed) {
-      webhooks.wake();
-      logger.warn(
-        { connection_id: row.id, tool_id: row.tool_id, reason: message },
-        'a tool connection needs authorizing again',
-      );
-    }
-  }
-
-  /** With the lease held: new tokens from the refresh token, stored; or why not. */
-  async function refreshClaimed(
-    tool: Tool,
-    row: ConnectionRow,
-    owner: string,
-    force: boolean,
-  ): Promise<UpstreamAccess> {
-    let settled = false;
-    try {
-      const client = await clientOfTokens(db.sql, tool, row);
-      if (!row.refresh_token || !client || !row.authorization_server) {
-        settled = true;
-        await expire(
-          tool,
-          row,
-          owner,
-          !client
-            ? 'The OAuth client the tokens were issued to is no longer the tool’s; connect again'
-            : 'The access token can no longer be used and the upstream gave no refresh token; connect again',
-        );
-        return required(row.tool_id, 'reauthorization_required');
-      }
-      const as = row.authorization_server as unknown as AuthorizationServer;
-      const refreshed = await refreshTokens(
-        as,
-        client,
-        { refreshToken: open(row.refresh_token, row.id), ...(row.resource ? { resource: row.resource } : {}) },
-        accessOf(tool),
-      );
-      if (refreshed.ok) {
-        const stored = await storeRefreshed(
-          db.sql,
-          row.id,
-          owner,
-          sealTokens(refreshed.value, row.scopes ?? undefined),
-        );
-        settled = true;
-        if (!stored) {
-          // Revoked or deleted meanwhile: these tokens are no one's.
-          revokeLater([
-            {
-              connectionId: row.id,
-              as,
-              client,
-              access: accessOf(tool),
-              accessToken: refreshed.value.access_token,
-              refreshToken: refreshed.value.refresh_token ?? null,
-            },
-          ]);
-          return required(row.tool_id, reasonOf(await findConnectionById(db.sql, row.id)));
-        }
-        uses.set(row.id, Date.now());
-        return { token: refreshed.value.access_token, connectionId: row.id, version: stored.token_version };
-      }
-      settled = true;
-      if (refreshed.error === 'invalid_grant') {
-        await expire(tool, row, owner, refreshed.message);
-        return required(row.tool_id, 'reauthorization_required');
-      }
-      await releaseRefresh(db.sql, row.id, owner, refreshed.message);
-      logger.warn(
-        { connection_id: row.id, tool_id: row.tool_id, reason: refreshed.message },
-        'a tool connection’s refresh failed',
-      );
-      if (!force && stillValid(row)) return use(row);
-      throw new UpstreamAuthorizationUnavailable(row.id, refreshed.message, refreshed.transient);
-    } finally {
-      if (!settled) await releaseRefresh(db.sql, row.id, owner, 'The refresh was interrupted').catch(() => undefined);
-    }
-  }
-
-  /**
-   * Whether a token refused with a 401 has been replaced since: by version when the caller knows
-   * which token it sent; and anyway when a refresh just happened, so an upstream that refuses
-   * every token costs one refresh per FORCED_REFRESH_DEBOUNCE_MS, not one per call.
-   */
-  const replacedSince = (row: ConnectionRow, refusedVersion: number | undefined) =>
-    refusedVersion === undefined
-      ? recentlyRefreshed(row)
-      : row.token_version !== refusedVersion ||
-        (row.last_refreshed_at !== null && row.last_refreshed_at.getTime() > Date.now() - FORCED_REFRESH_DEBOUNCE_MS);
-
-  /**
-   * A fresh token for the connection: refreshed by this process when it claims the lease, else
-   * waited for while another process refreshes (its current token serves meanwhile if still
-   * valid). `force`: after an upstream 401 (to the token of `refusedVersion`), refreshed even
-   * before its expiry, unless it was replaced since.
-   */
-  async function refreshLoop(
-    tool: Tool,
-    connectionId: string,
-    force: boolean,
-    refusedVersion?: number,
-  ): Promise<UpstreamAccess> {
-    const deadline = Date.now() + REFRESH_WAIT_MAX_MS;
-    for (;;) {
-      const row = await findConnectionById(db.sql, connectionId);
-      if (row?.status !== 'connected') return required(tool.id, reasonOf(row));
-      const fresh = force ? replacedSince(row, refusedVersion) : !needsRefresh(expiryOf(row), Date.now());
-      if (fresh && row.access_token) return use(row);
-      // Nothing to refresh with: the token serves until it expires, then the connection is over.
-      if (!force && !row.refresh_token && stillValid(row)) return use(row);
-      const owner = randomId('lease');
-      const claimed = await claimRefresh(db.sql, row.id, row.token_version, owner, REFRESH_LEASE_SECONDS);
-      if (claimed) return refreshClaimed(tool, claimed, owner, force);
-      if (!force && stillValid(row)) return use(row);
-      if (Date.now() > deadline)
-        throw new UpstreamAuthorizationUnavailable(
-          row.id,
-          'Another process’s refresh of the connection did not finish',
-          true,
-        );
-      await sleep(REFRESH_WAIT_POLL_MS);
-    }
-  }
-
-  /** One refresh per connection at a time in this process; its callers share the answer. */
-  function refreshOnce(
-    tool: Tool,
-    connectionId: string,
-    force: boolean,
-    refusedVersion?: number,
-  ): Promise<UpstreamAccess> {
-    const running = refreshing.get(connectionId);
-    if (running) return running;
-    const task = refreshLoop(tool, connectionId, force, refusedVersion).finally(() => refreshing.delete(connectionId));
-    refreshing.set(connectionId, task);
-    return task;
-  }
-
-  /**
-   * The access token to send to the tool's upstream for this caller (`userId`, or null for the
-   * org's connection of an "org" tool), refreshed first when it is within a minute of its expiry;
-   * or, when there is none to use, where the user connects and why. Throws
-   * UpstreamAuthorizationUnavailable when the authorization server cannot renew an expired token.
-   */
-  async function accessTokenFor(tool: Tool, { userId }: { userId: string | null }): Promise<UpstreamAccess> {
-    const auth = oauthAuthOf(tool);
-    if (!auth) throw new Error(`accessTokenFor: the tool ${tool.id} does not authenticate with an OAuth connection`);
-    if (auth.connection === 'user' && userId === null) return required(tool.id, 'not_connected');
-    const row = await findConnectionFor(db.sql, tool.id, auth.connection === 'org' ? null : userId);
-    if (row?.status !== 'connected' || !row.access_token) return required(tool.id, reasonOf(row));
-    if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
-    if (!needsRefresh(expiryOf(row), Date.now())) return use(row);
-    return refreshOnce(tool, row.id, false);
-  }
-
-  /**
-   * A token to read the tool's upstream definitions with (tools/list, no call's data): the org's
-   * connection; for a per-user tool the given user's when they have one (the operator refreshing),
-   * else the connection used last.
-   */
-  async function definitionsAccessFor(tool: Tool, preferredUserId: string | null): Promise<UpstreamAccess> {
-    const auth = oauthAuthOf(tool);
-    if (auth?.connection !== 'user') return accessTokenFor(tool, { userId: null });
-    if (preferredUserId !== null) {
-      const own = await accessTokenFor(tool, { userId: preferredUserId });
-      if ('token' in own) return own;
-    }
-    const last = await findLastUsedConnection(db.sql, tool.id);
-    return last?.user_id ? accessTokenFor(tool, { userId: last.user_id }) : required(tool.id, 'not_connected');
-  }
-
-  /**
-   * After the upstream answered 401 to the connection's token: one refresh, even ahead of expiry
-   * (shared by the callers that met the 401 together, and skipped when a refresh just happened),
-   * then the new token; or the `required` answer when the grant is gone. `refusedVersion`: the
-   * version of the token the upstream refused, when known.
-   */
-  async function afterUnauthorized(connectionId: string, refusedVersion?: number): Promise<UpstreamAccess> {
-    const row = await findConnectionById(db.sql, connectionId);
-    const tool = row && (await findToolById(db.prisma, row.tool_id));
-    // Gone with its tool or its user: the tools page is where to go next.
-    if (!row || !tool)
-      return { required: { connectUrl: `${env.publicUrl}${CONSOLE_TOOLS_PATH}`, reason: 'not_connected' } };
-    if (row.status !== 'connected') return required(tool.id, reasonOf(row));
-    if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
-    return refreshOnce(tool, row.id, true, refusedVersion);
-  }
-
-  /**
-   * Writes when this process last used each connection, in one statement (every
-   * CONNECTION_USAGE_FLUSH_MS, and at stop): a call costs no write of its own.
-   */
-  async function flushUsage(): Promise<void> {
-    if (!uses.size) return;
-    const taken = [...uses];
-    uses.clear();
-    await recordConnectionUses(
-      db.sql,
-      taken.map(([id]) => id),
-      taken.map(([, at]) => new Date(at)),
-    );
   }
 
   const prune = () => deleteExpiredAuthorizations(db.sql);
