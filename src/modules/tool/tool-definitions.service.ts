@@ -66,7 +66,7 @@ interface Collaborators {
   grants: UpstreamGrants;
   /**
    * For a tool with an OAuth connection, the token its definitions are read with (the acting
-   * user's connection when they have one): tool-connections.service.ts.
+   * user's connection when they have one): connection-tokens.ts.
    */
   definitionsAccessFor(tool: Tool, preferredUserId: string | null): Promise<ConnectionAccess>;
   /** The mcp tools' upstream clients: a read uses the tool's when it has one (docs/decisions/0049-mcp-upstream-pool.md). */

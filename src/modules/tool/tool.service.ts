@@ -748,7 +748,7 @@ export function createToolService(
     definitionViews: definitions.views,
     sweepDefinitions: definitions.sweep,
     upstreamAccessFor,
-    /** Beneath `upstreamAccessFor`: the token for a tool's upstream, or where to connect (tool-connections.service.ts). */
+    /** Beneath `upstreamAccessFor`: the token for a tool's upstream, or where to connect (connection-tokens.ts). */
     accessTokenFor: connections.accessTokenFor,
     afterUnauthorized: connections.afterUnauthorized,
     connect: connections.connect,
