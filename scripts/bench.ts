@@ -39,6 +39,10 @@ const { GENESIS_HASH, recordHashOf, verifyRecordSignature } = await built<
 const { bodyOf } = await built<typeof import('../src/modules/record/record.service.js')>(
   'modules/record/record.service.js',
 );
+const { SecretBox } = await built<typeof import('../src/lib/secret-box.js')>('lib/secret-box.js');
+const { resourceOf } = await built<typeof import('../src/modules/tool/upstream-oauth-discovery.js')>(
+  'modules/tool/upstream-oauth-discovery.js',
+);
 
 async function verifyChain(chain: InteractionRecord[], app: ReturnType<typeof createApp>) {
   let broken = 0;
@@ -478,7 +482,10 @@ const upstream2026 = createMcpHandler(() => {
   return server;
 });
 const serve2026 = nodeHandlerOf(upstream2026.fetch);
+/** The Authorization headers the loopback upstream receives while a check collects them (never during a row). */
+let upstreamAuthorizations: string[] | undefined;
 const mcpUpstream = createServer((req, res) => {
+  upstreamAuthorizations?.push(String(req.headers.authorization));
   if (req.url === '/mcp-2026') return serve2026(req, res);
   const chunks: Buffer[] = [];
   req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -524,6 +531,118 @@ async function mcpToolRequest(actionType: string, path: string) {
 }
 const mcpTool2025Request = await mcpToolRequest('upstream2025', '/mcp');
 const mcpTool2026Request = await mcpToolRequest('upstream2026', '/mcp-2026');
+
+// An mcp tool whose upstream calls go with an OAuth connection's token
+// (docs/decisions/0068-upstream-connections.md), against an identical one with static headers: the
+// same loopback 2025-11-25 upstream, which ignores the bearer token either way, so the difference
+// is the gateway's connection path (the connection's SELECT beside the decision's other reads, the
+// token opened per call). Both are called as an agent calls, MCP tools/call with an API key.
+const MCP_STATIC_TOOL = 'mcpheaders';
+const MCP_CONNECTION_TOOL = 'mcpconnection';
+const mcpConnectionAgent = await post(
+  `/api/v1/orgs/${org.org_id}/manifests`,
+  {
+    version: '1.0',
+    agent: { id: 'bench-mcp-connection', name: 'Bench', version: '1.0.0', team: 'bench' },
+    capabilities: { requested: [`${MCP_STATIC_TOOL}:read`, `${MCP_CONNECTION_TOOL}:read`] },
+    constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
+  },
+  auth,
+);
+await post(`/api/v1/orgs/${org.org_id}/manifests/${mcpConnectionAgent.manifest_id}/approve`, {}, auth);
+const mcpToolUrl = `${mcpUpstreamBase}/mcp`;
+await post(
+  `/api/v1/orgs/${org.org_id}/tools`,
+  {
+    action_type: MCP_STATIC_TOOL,
+    connector: 'mcp',
+    config: { url: mcpToolUrl, allow_private_network: true, headers: { authorization: 'Bearer bench-upstream' } },
+  },
+  auth,
+);
+const connectionTool = await post(
+  `/api/v1/orgs/${org.org_id}/tools`,
+  {
+    action_type: MCP_CONNECTION_TOOL,
+    connector: 'mcp',
+    config: { url: mcpToolUrl, allow_private_network: true, auth: { type: 'oauth', connection: 'org' } },
+  },
+  auth,
+);
+// There is no authorization server here: the org's connection is stored as the callback stores it
+// (storeConnected in tool-connections.store.ts), its tokens sealed by a SecretBox with the app's
+// KEY_ENCRYPTION_KEY, for the resource the call path checks against the tool's url, and valid
+// for a day so that no call refreshes. The authorization server's metadata is a typical
+// document's size: the call's SELECT reads the whole row.
+const connectionToken = `bench-connection-${randomBytes(24).toString('base64url')}`;
+const connectionSecrets = new SecretBox(env.keyEncryptionKey, env.keyEncryptionKeyPrevious);
+const benchIssuer = 'https://auth.bench.example';
+await db.sql.query(
+  `INSERT INTO tool_connections (id, org_id, tool_id, user_id, scope, status, issuer, authorization_server, resource,
+     client_id, registration, access_token, refresh_token, token_expires_at, token_version, scopes, subject, connected_at)
+   VALUES ($1, $2::uuid, $3, NULL, 'org', 'connected', $4, $5::jsonb, $6, 'bench-client', 'dynamic', $7, $8,
+     now() + interval '1 day', 1, $9::text[], 'bench', now())`,
+  [
+    `conn_bench${randomBytes(12).toString('base64url')}`,
+    org.org_id,
+    connectionTool.tool_id,
+    benchIssuer,
+    JSON.stringify({
+      issuer: benchIssuer,
+      authorization_endpoint: `${benchIssuer}/auth`,
+      token_endpoint: `${benchIssuer}/token`,
+      registration_endpoint: `${benchIssuer}/reg`,
+      revocation_endpoint: `${benchIssuer}/token/revocation`,
+      jwks_uri: `${benchIssuer}/jwks`,
+      response_types_supported: ['code'],
+      grant_types_supported: ['authorization_code', 'refresh_token'],
+      code_challenge_methods_supported: ['S256'],
+      token_endpoint_auth_methods_supported: ['none', 'client_secret_basic', 'client_secret_post'],
+      scopes_supported: ['tools:call'],
+      authorization_response_iss_parameter_supported: true,
+    }),
+    resourceOf(mcpToolUrl)!.href,
+    connectionSecrets.seal(connectionToken),
+    connectionSecrets.seal(`bench-refresh-${randomBytes(24).toString('base64url')}`),
+    ['tools:call'],
+  ],
+);
+// Read its definitions now, with the connection, as the first connection does: both tools then
+// have pinned definitions, and their calls check the same hold.
+const refreshed = await fetch(`${base}/api/v1/orgs/${org.org_id}/tools/${connectionTool.tool_id}/refresh`, {
+  method: 'POST',
+  headers: auth,
+});
+const connectionToolRead = (await refreshed.json()) as { definitions?: unknown[]; definitions_error?: string | null };
+if (refreshed.status !== 200 || connectionToolRead.definitions_error || !connectionToolRead.definitions?.length)
+  throw new Error(
+    `the connection tool's definitions must read: ${refreshed.status} ${JSON.stringify(connectionToolRead)}`,
+  );
+/** A tools/call of `<actionType>__read` by the agent, checked once: it succeeds, with `authorization` at the upstream. */
+async function mcpConnectionCall(actionType: string, authorization: string) {
+  const request = {
+    ...mcpRequest,
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: `${actionType}__read`, arguments: gatewayParams },
+    }),
+  };
+  upstreamAuthorizations = [];
+  const check = (await (await fetch(`${base}/mcp/bench-mcp-connection`, request)).json()) as {
+    result?: { isError: boolean };
+  };
+  const seen = upstreamAuthorizations;
+  upstreamAuthorizations = undefined;
+  if (check.result?.isError !== false)
+    throw new Error(`the MCP bench call to the ${actionType} tool must succeed: ${JSON.stringify(check)}`);
+  if (!seen.length || seen.some((header) => header !== authorization))
+    throw new Error(`the ${actionType} tool's upstream must be sent only \`${authorization.slice(0, 12)}…\``);
+  return request;
+}
+const mcpStaticRequest = await mcpConnectionCall(MCP_STATIC_TOOL, 'Bearer bench-upstream');
+const mcpConnectionRequest = await mcpConnectionCall(MCP_CONNECTION_TOOL, `Bearer ${connectionToken}`);
 
 async function measurePost(
   name: string,
@@ -644,6 +763,22 @@ for (let round = 1; round <= OAUTH_ROUNDS; round++) {
     ],
   );
 }
+// An mcp tool's tools/call with static headers and with an OAuth connection, alternated likewise.
+const CONNECTION_ROUNDS = Number(process.env.BENCH_CONNECTION_ROUNDS ?? 3);
+const MCP_STATIC = 'POST /mcp/{svc_id} tools/call → mcp tool, static headers';
+const MCP_CONNECTION = 'POST /mcp/{svc_id} tools/call → mcp tool, OAuth connection';
+for (let round = 1; round <= CONNECTION_ROUNDS; round++) {
+  scenarios.push(
+    [
+      `${MCP_STATIC} #${round}`,
+      () => measurePost(`${MCP_STATIC} #${round}`, `${base}/mcp/bench-mcp-connection`, mcpStaticRequest),
+    ],
+    [
+      `${MCP_CONNECTION} #${round}`,
+      () => measurePost(`${MCP_CONNECTION} #${round}`, `${base}/mcp/bench-mcp-connection`, mcpConnectionRequest),
+    ],
+  );
+}
 const rows: Awaited<ReturnType<typeof measure>>[] = [];
 for (const [name, run] of scenarios) {
   if (ONLY && name !== 'bare node:http' && !onlyParts.some((part) => onlyMatches(part, name))) continue;
@@ -705,9 +840,29 @@ if (oauthRatios.length) {
   );
 }
 
+// Issue 43's bar: a call to an mcp tool through an OAuth connection keeps ≥ 0.9 of the same call with static headers.
+const connectionRatios = Array.from({ length: CONNECTION_ROUNDS }, (_, i) => {
+  const headers = rows.find((r) => r.name === `${MCP_STATIC} #${i + 1}`);
+  const connection = rows.find((r) => r.name === `${MCP_CONNECTION} #${i + 1}`);
+  return headers && connection ? connection.rps / headers.rps : undefined;
+}).filter((ratio): ratio is number => ratio !== undefined);
+if (connectionRatios.length) {
+  const sorted = [...connectionRatios].sort((a, b) => a - b);
+  const cpuOf = (prefix: string) => {
+    const matching = rows.filter((r) => r.name.startsWith(prefix));
+    return matching.reduce((sum, r) => sum + r['cpu µs/req'], 0) / matching.length;
+  };
+  console.log(
+    `mcp tool via an OAuth connection: keeps ${sorted[Math.floor(sorted.length / 2)].toFixed(3)} (rounds: ${connectionRatios.map((r) => r.toFixed(3)).join(', ')}; ` +
+      `all rounds together ${(rpsOf(MCP_CONNECTION) / rpsOf(MCP_STATIC)).toFixed(3)}) of the same call with static headers; ` +
+      `CPU per request ${cpuOf(MCP_CONNECTION).toFixed(0)} µs against ${cpuOf(MCP_STATIC).toFixed(0)} µs`,
+  );
+}
+
 // The issue's bar: an MCP tools/call keeps ≥ 0.8 of REST execute's throughput.
 const restExecute = rows.find((r) => r.name === 'POST /api/v1/gateway/execute (+ record)');
-for (const mcpCall of rows.filter((r) => r.name.startsWith('POST /mcp/'))) {
+// Not the rows of an mcp tool: they include an upstream exchange, which REST execute with the mock tool has not.
+for (const mcpCall of rows.filter((r) => r.name.startsWith('POST /mcp/') && !r.name.includes('→ mcp tool'))) {
   if (restExecute)
     console.log(`${mcpCall.name}: ${(mcpCall.rps / restExecute.rps).toFixed(3)} of REST execute's throughput`);
 }
