@@ -18,10 +18,11 @@ import {
   UpstreamAuthorizationUnavailable,
 } from './tool-connections.js';
 import {
+  type CallConnectionRow,
   claimRefresh,
   type ConnectionRow,
   findConnectionById,
-  findConnectionFor,
+  findConnectionForCall,
   findLastUsedConnection,
   markReauthorizationRequired,
   recordConnectionUses,
@@ -90,17 +91,17 @@ export function createConnectionTokens(
    * Whether the connection's tokens were issued for the tool's upstream as it is configured now: a
    * tool whose `url` moved elsewhere must not carry its users' tokens there (they connect again).
    */
-  const forThisUpstream = (tool: Tool, row: ConnectionRow) =>
+  const forThisUpstream = (tool: Tool, row: Pick<ConnectionRow, 'resource'>) =>
     row.resource !== null && row.resource === resourceOf(String((tool.config as { url?: unknown }).url))?.href;
 
   const required = (toolId: string, reason: ConnectionRequiredReason): UpstreamAccess => ({
     required: { connectUrl: connectUrlOf(toolId), reason },
   });
 
-  const reasonOf = (row: ConnectionRow | undefined): ConnectionRequiredReason =>
+  const reasonOf = (row: Pick<ConnectionRow, 'status'> | undefined): ConnectionRequiredReason =>
     row?.status === 'reauthorization_required' || row?.status === 'revoked' ? row.status : 'not_connected';
 
-  function use(row: ConnectionRow): UpstreamAccess {
+  function use(row: CallConnectionRow): UpstreamAccess {
     const token = open(row.access_token!, row.id);
     uses.set(row.id, Date.now());
     return { token, connectionId: row.id, version: row.token_version };
@@ -290,7 +291,7 @@ export function createConnectionTokens(
     const auth = oauthAuthOf(tool);
     if (!auth) throw new Error(`accessTokenFor: the tool ${tool.id} does not authenticate with an OAuth connection`);
     if (auth.connection === 'user' && userId === null) return required(tool.id, 'not_connected');
-    const row = await findConnectionFor(db.sql, tool.id, auth.connection === 'org' ? null : userId);
+    const row = await findConnectionForCall(db.sql, tool.id, auth.connection === 'org' ? null : userId);
     if (row?.status !== 'connected' || !row.access_token) return required(tool.id, reasonOf(row));
     if (!forThisUpstream(tool, row)) return required(tool.id, 'reauthorization_required');
     if (!needsRefresh(expiryOf(row), Date.now())) return use(row);

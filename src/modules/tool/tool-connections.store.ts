@@ -117,6 +117,31 @@ export async function findConnectionFor(
   return row;
 }
 
+/** What a call reads of its connection: enough to send its token, refresh it, or say why not. */
+export type CallConnectionRow = Pick<
+  ConnectionRow,
+  'id' | 'status' | 'resource' | 'access_token' | 'token_expires_at' | 'token_version'
+>;
+
+/**
+ * The connection a call of the tool uses (`findConnectionFor`'s), with only the columns the call
+ * needs. It is read on every call, and on PGlite the whole row (the server's metadata as JSON, the
+ * uuid casts, six timestamps) costs 100–200 µs of CPU more than these, against 2–3 ms for a whole
+ * call of an mcp tool (`npm run bench`, issue 43). A refresh reads the whole row again, by id.
+ */
+export async function findConnectionForCall(
+  conn: SqlConnection,
+  toolId: string,
+  userId: string | null,
+): Promise<CallConnectionRow | undefined> {
+  const [row] = await conn.query<CallConnectionRow>(
+    `SELECT id, status, resource, access_token, token_expires_at, token_version FROM tool_connections
+     WHERE tool_id = $1 AND user_id IS NOT DISTINCT FROM $2::uuid`,
+    [toolId, userId],
+  );
+  return row;
+}
+
 /** The tool's connected connection used last (else connected last), whoever's it is. */
 export async function findLastUsedConnection(conn: SqlConnection, toolId: string): Promise<ConnectionRow | undefined> {
   const [row] = await conn.query<ConnectionRow>(
