@@ -197,13 +197,14 @@ test(`${CALLS} executes whose connection refreshes its token first, against ${CA
   expect(row.token_expires_at.getTime()).toBeGreaterThan(Date.now() + 60_000);
 
   const ms = (value: number) => value.toFixed(1);
+  const signed = (value: number) => `${value < 0 ? '' : '+'}${ms(value)}`;
   const line = (samples: number[]) =>
     `p50 ${ms(quantile(samples, 0.5))} ms, p95 ${ms(quantile(samples, 0.95))} ms, max ${ms(Math.max(...samples))} ms`;
   console.log(
     `${expect.getState().currentTestName}:\n` +
       `  fresh token:      ${line(fresh)}; ${(upstreamRequests.fresh / CALLS).toFixed(1)} upstream requests per call\n` +
       `  refreshed first:  ${line(refreshed)}; ${(upstreamRequests.refreshed / CALLS).toFixed(1)} upstream requests per call, one /token each\n` +
-      `  difference:       p50 +${ms(quantile(refreshed, 0.5) - quantile(fresh, 0.5))} ms, ` +
-      `p95 +${ms(quantile(refreshed, 0.95) - quantile(fresh, 0.95))} ms`,
+      `  difference:       p50 ${signed(quantile(refreshed, 0.5) - quantile(fresh, 0.5))} ms, ` +
+      `p95 ${signed(quantile(refreshed, 0.95) - quantile(fresh, 0.95))} ms`,
   );
 }, 120_000);
