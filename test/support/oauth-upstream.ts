@@ -5,6 +5,7 @@ import { type Configuration, errors } from 'oidc-provider';
 import { plainTextErrors, type ServedProvider, serveProvider } from './oidc-provider.js';
 import { type Hit, type RecordingServer, startRecordingServer } from './recording-server.js';
 import { serveWithWebHandler } from './web-handler.js';
+import type { RequestOptions, TestResponse } from './app.js';
 
 /**
  * An upstream that wants OAuth, as the gateway's upstream OAuth client meets it
@@ -231,4 +232,23 @@ function whoamiServer(): McpServer {
     };
   });
   return server;
+}
+
+/**
+ * Creates, as the org's admin, an mcp tool for `actionType` on the protected upstream whose calls
+ * go with an OAuth connection (`connection`: whose account) and upstream tool `whoami`.
+ */
+export async function createConnectedMcpTool(
+  send: (method: string, path: string, options?: RequestOptions) => Promise<TestResponse>,
+  org: { orgId: string; adminToken: string },
+  { actionType, url, connection }: { actionType: string; url: string; connection: 'org' | 'user' },
+): Promise<string> {
+  const auth = { type: 'oauth', connection };
+  const config = { url, allow_private_network: true, tool: 'whoami', auth };
+  const created = await send('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+    token: org.adminToken,
+    body: { action_type: actionType, connector: 'mcp', config },
+  });
+  if (created.status !== 201) throw new Error(`tool create failed: ${created.status} ${created.text}`);
+  return created.body.tool_id;
 }

@@ -83,21 +83,11 @@ beforeAll(async () => {
   elsewhere = await startRecordingServer(elsewhereHits, (_hit, res) => res.writeHead(200).end('{}'));
   resources.push(upstream.url, upstream.httpUrl);
   org = await signUp(t, 'conn-calls');
-  const created = await send('POST', `/api/v1/orgs/${org.orgId}/tools`, {
-    token: org.adminToken,
-    body: {
-      action_type: 'files',
-      connector: 'mcp',
-      config: {
-        url: upstream.url,
-        allow_private_network: true,
-        tool: 'whoami',
-        auth: { type: 'oauth', connection: 'user' },
-      },
-    },
+  toolId = await oauthUpstream.createConnectedMcpTool(send, org, {
+    actionType: 'files',
+    url: upstream.url,
+    connection: 'user',
   });
-  expect(created.status).toBe(201);
-  toolId = created.body.tool_id;
   connectUrl = `http://localhost:8000/console/tools/${toolId}`;
   svcId = (await createManifest(t, org, 'active', manifestPayload({ capabilities: ['files:whoami'] }))).svcId;
   const member = async (role: 'operator' | 'viewer') => {

@@ -24,6 +24,7 @@ import {
   type ProtectedMcpServer,
   startAuthorizationServer,
   startProtectedMcpServer,
+  createConnectedMcpTool,
   type TestAuthorizationServer,
 } from '../../support/oauth-upstream.js';
 import { CookieJar, signInAtProvider } from '../../support/oidc-provider.js';
@@ -58,20 +59,7 @@ beforeAll(async () => {
   upstream = await startProtectedMcpServer({ issuer: as.issuer });
   resources.push(upstream.url);
   org = await signUp(t, 'conn-refresh');
-  const created = await request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
-    token: org.adminToken,
-    body: {
-      action_type: 'files',
-      connector: 'mcp',
-      config: {
-        url: upstream.url,
-        allow_private_network: true,
-        tool: 'whoami',
-        auth: { type: 'oauth', connection: 'org' },
-      },
-    },
-  });
-  toolId = created.body.tool_id;
+  toolId = await createConnectedMcpTool(request, org, { actionType: 'files', url: upstream.url, connection: 'org' });
   const { svcId } = await createManifest(
     t,
     org,
