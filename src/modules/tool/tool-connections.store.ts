@@ -103,6 +103,14 @@ export async function saveRegisteredClient(
   return (await findRegisteredClient(conn, client.tool_id, client.issuer))!;
 }
 
+/**
+ * Whose connection of a tool: the user's, or the org's (`userId` null). Two conditions rather than
+ * `IS NOT DISTINCT FROM`, which no index answers: a per-user tool's every call would read all its
+ * users' rows. These use the unique (tool_id, user_id) index and the org's partial one.
+ */
+const ownerCondition = (userId: string | null) => (userId === null ? 'user_id IS NULL' : 'user_id = $2::uuid');
+const ownerParameters = (toolId: string, userId: string | null) => (userId === null ? [toolId] : [toolId, userId]);
+
 /** The connection of a tool for a user, or the org's (`userId` null). */
 export async function findConnectionFor(
   conn: SqlConnection,
@@ -110,9 +118,8 @@ export async function findConnectionFor(
   userId: string | null,
 ): Promise<ConnectionRow | undefined> {
   const [row] = await conn.query<ConnectionRow>(
-    `SELECT ${CONNECTION_COLUMNS} FROM tool_connections
-     WHERE tool_id = $1 AND user_id IS NOT DISTINCT FROM $2::uuid`,
-    [toolId, userId],
+    `SELECT ${CONNECTION_COLUMNS} FROM tool_connections WHERE tool_id = $1 AND ${ownerCondition(userId)}`,
+    ownerParameters(toolId, userId),
   );
   return row;
 }
@@ -136,8 +143,8 @@ export async function findConnectionForCall(
 ): Promise<CallConnectionRow | undefined> {
   const [row] = await conn.query<CallConnectionRow>(
     `SELECT id, status, resource, access_token, token_expires_at, token_version FROM tool_connections
-     WHERE tool_id = $1 AND user_id IS NOT DISTINCT FROM $2::uuid`,
-    [toolId, userId],
+     WHERE tool_id = $1 AND ${ownerCondition(userId)}`,
+    ownerParameters(toolId, userId),
   );
   return row;
 }

@@ -1,0 +1,69 @@
+/**
+ * Every call to a tool with an OAuth connection reads its connection; for a per-user tool that
+ * is one row among all its users'. The statements must reach it through an index on the user (or
+ * the org's partial index), never by reading the tool's every connection and filtering, as
+ * `user_id IS NOT DISTINCT FROM $2` did: asked of the planner on the configured backend with
+ * sequential scans priced out, so a condition no index answers shows as a filter.
+ */
+import type { SqlConnection } from '../../../src/db/sql.js';
+import { findConnectionFor, findConnectionForCall } from '../../../src/modules/tool/tool-connections.store.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+
+let database: TestDatabase;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+
+afterAll(async () => {
+  await database?.close();
+});
+
+/** The statement a store function sends, caught instead of run. */
+async function statementOf(read: (conn: SqlConnection) => Promise<unknown>) {
+  const sent: { text: string; values: unknown[] }[] = [];
+  const catcher = {
+    query: async (text: string, values: unknown[] = []) => {
+      sent.push({ text, values });
+      return [];
+    },
+    exec: async () => undefined,
+  } as unknown as SqlConnection;
+  await read(catcher);
+  expect(sent).toHaveLength(1);
+  return sent[0];
+}
+
+/** The plan's text for the statement, with sequential scans priced out. */
+async function planOf({ text, values }: { text: string; values: unknown[] }): Promise<string> {
+  return database.db.sql.transaction(async (tx) => {
+    await tx.exec('SET LOCAL enable_seqscan = off');
+    const rows = await tx.query<Record<string, unknown>>(`EXPLAIN ${text}`, values);
+    return rows.map((row) => String(Object.values(row)[0])).join('\n');
+  });
+}
+
+const TOOL = 'tool_plan';
+const USER = '00000000-0000-4000-8000-000000000001';
+
+test.each([
+  ['a call', findConnectionForCall],
+  ['the routes', findConnectionFor],
+])("%s find a user's connection by an index on the user, never by filtering", async (_, find) => {
+  const plan = await planOf(await statementOf((conn) => find(conn, TOOL, USER)));
+  // Either index the planner likes (by tool and user, or by user: a user's few connections) is
+  // bounded by the user; what must not happen is reaching the user's row by a filter.
+  expect(plan).toMatch(/Index Cond: .*user_id = /);
+  expect(plan).not.toMatch(/Filter: .*user_id/);
+  expect(plan).not.toMatch(/Seq Scan/);
+});
+
+test.each([
+  ['a call', findConnectionForCall],
+  ['the routes', findConnectionFor],
+])("%s find the org's connection by its partial index, with no filter", async (_, find) => {
+  const plan = await planOf(await statementOf((conn) => find(conn, TOOL, null)));
+  expect(plan).toMatch(/Index (Only )?Scan using tool_connections_(org_connection_key|tool_id_user_id_key)/);
+  expect(plan).not.toMatch(/Filter/);
+  expect(plan).not.toMatch(/Seq Scan/);
+});
