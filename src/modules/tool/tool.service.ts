@@ -405,12 +405,16 @@ export function createToolService(
     users,
     // An mcp tool with an OAuth connection could not read its definitions before its first connection.
     connected: (tool, actor) => {
-      if (tool.connector === 'mcp' && !tool.definitionsPinned)
-        definitions
-          .read(tool, actor)
-          .catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading a tool’s definitions failed'));
+      if (tool.connector !== 'mcp' || tool.definitionsPinned) return;
+      const read = definitions
+        .read(tool, actor)
+        .catch((error) => logger.warn({ err: error, tool_id: tool.id }, 'reading a tool’s definitions failed'))
+        .finally(() => readsAfterConnecting.delete(read));
+      readsAfterConnecting.add(read);
     },
   });
+  /** Those reads, not awaited by the callback that starts them: `close` waits for them before closing the pool. */
+  const readsAfterConnecting = new Set<Promise<void>>();
   const definitions = createToolDefinitions(deps, {
     credentialsOf,
     grants,
@@ -762,6 +766,7 @@ export function createToolService(
     pruneConnectionAuthorizations: connections.prune,
     upstreamRedirectUri: connections.redirectUri,
     close: async () => {
+      await Promise.all(readsAfterConnecting);
       await Promise.all([mcpUpstreams.close(), connections.close()]);
     },
   };
