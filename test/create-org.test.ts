@@ -72,6 +72,9 @@ function agentGateway(args: string[], env: Record<string, string>, stdin = ''): 
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
     });
+    // A usage error exits before reading its input: the pipe may close under this write (EPIPE),
+    // which says nothing about the command; its exit code and output do.
+    child.stdin.on('error', () => undefined);
     child.stdin.end(stdin);
   });
 }
