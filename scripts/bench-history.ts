@@ -20,7 +20,7 @@ const env = parseEnv({ SIGNUP_MAX_PER_ADDRESS: '1000000', ...process.env, LOG_LE
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
 const app = createApp({ env, db, logger: createLogger('silent') });
 await app.ready;
-const server = createServer(app.yoga);
+const server = createServer(app.handler);
 const listen = (s: Server) =>
   new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
 const base = `http://127.0.0.1:${await listen(server)}`;

@@ -169,7 +169,7 @@ const env = parseEnv({
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
 const app = createApp({ env, db, logger: createLogger('silent') });
 await app.ready;
-const server = createServer(app.yoga);
+const server = createServer(app.handler);
 const port = await listen(server);
 const base = `http://127.0.0.1:${port}`;
 
@@ -200,11 +200,11 @@ const sampledTelemetry = createTelemetry({
 });
 const sampledApp = createApp({ env, db, logger: createLogger('silent'), telemetry: sampledTelemetry });
 await Promise.all([quietApp.ready, tracedApp.ready, sampledApp.ready]);
-const quietServer = createServer(quietApp.yoga);
+const quietServer = createServer(quietApp.handler);
 const quietBase = `http://127.0.0.1:${await listen(quietServer)}`;
-const tracedServer = createServer(tracedApp.yoga);
+const tracedServer = createServer(tracedApp.handler);
 const tracedBase = `http://127.0.0.1:${await listen(tracedServer)}`;
-const sampledServer = createServer(sampledApp.yoga);
+const sampledServer = createServer(sampledApp.handler);
 const sampledBase = `http://127.0.0.1:${await listen(sampledServer)}`;
 
 const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { useGraphQlJit } from '@envelop/graphql-jit';
 import { GraphQLError } from 'graphql';
 import { createYoga, type YogaServerInstance } from 'graphql-yoga';
@@ -27,6 +28,7 @@ import { useOAuthEndpoints } from './http/oauth-endpoints.js';
 import { useSsoEndpoints } from './http/sso-endpoints.js';
 import { useUpstreamOAuthEndpoints } from './http/upstream-oauth-endpoints.js';
 import { useRestFacade } from './http/rest-facade.js';
+import { directLane } from './http/direct-lane.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
 import { SigningKeyStore } from './lib/signing-keys.js';
@@ -44,6 +46,11 @@ export const packageVersion: string = JSON.parse(
 
 export interface App {
   yoga: YogaServerInstance<ServerContext, Context>;
+  /**
+   * What Node's server calls: the gateway's routes answered before yoga (src/http/direct-lane.ts),
+   * everything else by yoga.
+   */
+  handler: (req: IncomingMessage, res: ServerResponse) => void;
   services: Services;
   /** Its metrics (served by the separate listener of src/main.ts) and tracer. */
   telemetry: Telemetry;
@@ -146,9 +153,13 @@ export function createApp({
     countOperatorRequests: services.countOperatorRequests,
     concurrency: concurrencyOf(env),
   });
-  const authenticate = (request: Request, state: RequestState, options?: AuthenticateOptions): Promise<AuthState> =>
-    (state.auth ??= authenticator.authenticate(request, state, options));
+  const authenticate = (
+    request: { headers: Pick<Headers, 'get'> },
+    state: RequestState,
+    options?: AuthenticateOptions,
+  ): Promise<AuthState> => (state.auth ??= authenticator.authenticate(request, state, options));
 
+  const restFacade = useRestFacade(schema, authenticate, logger, services);
   const yoga = createYoga<ServerContext, Context>({
     schema,
     graphqlEndpoint: GRAPHQL_ENDPOINT,
@@ -248,7 +259,7 @@ export function createApp({
         mcp: services.mcp,
         admit: authenticator.admit,
       }),
-      ...useRestFacade(schema, authenticate, logger, services),
+      ...restFacade.plugins,
     ],
   });
 
@@ -280,8 +291,19 @@ export function createApp({
   const ready = services.journal.start();
   ready.catch((error) => logger.error({ err: error }, 'execution journal recovery failed at start'));
 
+  const lane = directLane({
+    direct: restFacade.direct,
+    logger,
+    telemetry,
+    maxBodyBytes: env.maxBodyBytes,
+    trustProxy: env.trustProxy,
+    cors: env.corsAllowedOrigins.length > 0,
+  });
   return {
     yoga,
+    handler: (req, res) => {
+      if (!lane(req, res)) yoga(req, res);
+    },
     services,
     telemetry,
     env,

@@ -55,7 +55,7 @@ function failToStart(error: unknown): Promise<never> {
 const db = await openDatabase(databaseOptions(env, (message) => logger.error(message))).catch(failToStart);
 const app = createApp({ env, db, logger });
 await app.ready.catch(failToStart);
-const server = createServer(app.yoga);
+const server = createServer(app.handler);
 server.keepAliveTimeout = 5000;
 
 // Metrics on their own listener, never on the public port; METRICS_PORT=0 turns them off.

@@ -133,7 +133,7 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
   }
 
   /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */
-  async function identify(request: Request, state: RequestState): Promise<AuthState> {
+  async function identify(request: { headers: Pick<Headers, 'get'> }, state: RequestState): Promise<AuthState> {
     const authorization = request.headers.get('authorization');
     const apiKey = request.headers.get('x-api-key');
     if (!authorization && !apiKey) return { principal: null };
@@ -160,7 +160,7 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
 
   /** Reads the credentials and counts the request against the operator rate limit (REST), unless told not to. */
   async function authenticate(
-    request: Request,
+    request: { headers: Pick<Headers, 'get'> },
     state: RequestState,
     { operatorRateLimit = true }: AuthenticateOptions = {},
   ): Promise<AuthState> {

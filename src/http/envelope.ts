@@ -30,12 +30,36 @@ export function errorBody(error: Pick<WireError, 'code' | 'message' | 'details'>
     : { error: { code: error.code, message: error.message, details: error.details } };
 }
 
+/** An answer as data: what the edge writes, as a Fetch Response or straight to Node's response (direct-lane.ts). */
+export interface PlainAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+export function errorAnswer(error: WireError): PlainAnswer {
+  return {
+    status: error.status,
+    headers: { ...error.headers, 'Content-Type': JSON_CONTENT_TYPE },
+    body: JSON.stringify(errorBody(error)),
+  };
+}
+
+/** A JSON answer of a route, 200 unless told. */
+export const jsonAnswer = (body: unknown, status = 200): PlainAnswer => ({
+  status,
+  headers: { 'Content-Type': JSON_CONTENT_TYPE },
+  body: JSON.stringify(body),
+});
+
+export const responseOf = (answer: PlainAnswer): Response =>
+  new Response(answer.body, { status: answer.status, headers: answer.headers });
+
 export function errorResponse(error: WireError): Response {
   // Not Response.json: it sets its own Content-Type, and one given beside it went out as a second header.
-  return new Response(JSON.stringify(errorBody(error)), {
-    status: error.status,
-    headers: { ...error.headers, 'Content-Type': 'application/json; charset=utf-8' },
-  });
+  return responseOf(errorAnswer(error));
 }
 
 export function wireError(code: ErrorCode, message: string, details: Record<string, unknown> = {}): WireError {

@@ -41,12 +41,13 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array 
   return Buffer.concat(chunks);
 }
 
-function clientAddressOf(request: Request, context: ServerContext, trustProxy: boolean): string {
+/** The client's address: the first X-Forwarded-For hop behind a trusted proxy, else the socket's. */
+export function clientAddressOf(headers: Pick<Headers, 'get'>, socketAddress: string | undefined, trustProxy: boolean) {
   if (trustProxy) {
-    const forwarded = request.headers.get('x-forwarded-for')?.split(',')[0]?.trim();
+    const forwarded = headers.get('x-forwarded-for')?.split(',')[0]?.trim();
     if (forwarded) return forwarded;
   }
-  return context.req?.socket?.remoteAddress ?? context.clientAddress ?? 'unknown';
+  return socketAddress ?? 'unknown';
 }
 
 /** The route label of a request no route claimed: never its raw path, which may carry ids. */
@@ -69,32 +70,26 @@ export function useRequestLifecycle(options: {
     instrumentation: {
       request({ request }, wrapped) {
         // The state must exist before the async scope starts so that every hook shares it.
-        const state = newRequestState(request, 'unknown');
+        const state = newRequestState(request.headers, 'unknown');
         pendingStates.set(request, state);
-        if (!telemetry.tracing) return serve(state, wrapped);
-        const url = new URL(request.url);
-        return telemetry.withSpan(
+        return inServerSpan(
+          telemetry,
+          state,
           request.method,
-          {
-            kind: SpanKind.SERVER,
-            remoteParent: request.headers,
-            attributes: {
-              [ATTR_HTTP_REQUEST_METHOD]: request.method,
-              [ATTR_URL_PATH]: url.pathname,
-              [ATTR_URL_SCHEME]: url.protocol.slice(0, -1),
-            },
-          },
-          (span) => {
-            state.span = span;
-            return serve(state, wrapped);
-          },
+          request.url,
+          () => request.headers,
+          () => serve(state, wrapped),
         );
       },
     },
     async onRequest({ request, serverContext, endResponse, setRequest, url }) {
-      const state = pendingStates.get(request) ?? newRequestState(request, 'unknown');
+      const state = pendingStates.get(request) ?? newRequestState(request.headers, 'unknown');
       pendingStates.delete(request);
-      state.clientAddress = clientAddressOf(request, serverContext, trustProxy);
+      state.clientAddress = clientAddressOf(
+        request.headers,
+        serverContext.req?.socket?.remoteAddress ?? serverContext.clientAddress,
+        trustProxy,
+      );
       serverContext.state = state;
       if (!bodyMethods.has(request.method)) return;
       const declared = Number(request.headers.get('content-length') ?? NaN);
@@ -127,42 +122,82 @@ export function useRequestLifecycle(options: {
         final.headers.delete('content-type');
         setResponse(final);
       }
-      if (state.rateLimit) {
-        // The limit the request was counted against; Retry-After, on a 429, is its error's.
-        final.headers.set('X-RateLimit-Limit', String(state.rateLimit.limit));
-        final.headers.set('X-RateLimit-Remaining', String(state.rateLimit.remaining));
-        final.headers.set('X-RateLimit-Reset', String(state.rateLimit.resetAt));
-      }
-      final.headers.set('X-Request-Id', state.requestId);
-      const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
-      const space = state.route?.indexOf(' ') ?? -1;
-      const routePath = state.route && space > 0 ? state.route.slice(space + 1) : UNMATCHED_ROUTE;
-      telemetry.httpRequest(request.method, routePath, final.status, durationMs / 1000);
-      if (state.span) {
-        // HTTP semantic conventions: `{method} {http.route}`; a server span is an error on 5xx only.
-        if (state.route) state.span.updateName(state.route).setAttribute(ATTR_HTTP_ROUTE, routePath);
-        state.span
-          .setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, final.status)
-          .setAttribute('agw.request_id', state.requestId);
-        if (final.status >= 500) state.span.setStatus({ code: SpanStatusCode.ERROR });
-      }
-      logger.info(
-        {
-          request_id: state.requestId,
-          method: request.method,
-          route: state.route ?? new URL(request.url).pathname,
-          status: final.status,
-          duration_ms: Math.round(durationMs * 100) / 100,
-          org_id: state.orgId,
-        },
-        'request',
-      );
+      for (const [name, value] of answerHeaders(state)) final.headers.set(name, value);
+      observeAnswer({ logger, telemetry }, state, request.method, final.status, () => new URL(request.url).pathname);
     },
   };
 }
 
+/** Runs `work` in the request's server span (continuing an incoming `traceparent`) when tracing is on. */
+export function inServerSpan<T>(
+  telemetry: Telemetry,
+  state: RequestState,
+  method: string,
+  href: string,
+  headers: () => Headers,
+  work: () => T,
+): T {
+  if (!telemetry.tracing) return work();
+  const url = new URL(href);
+  const attributes = {
+    [ATTR_HTTP_REQUEST_METHOD]: method,
+    [ATTR_URL_PATH]: url.pathname,
+    [ATTR_URL_SCHEME]: url.protocol.slice(0, -1),
+  };
+  return telemetry.withSpan(method, { kind: SpanKind.SERVER, remoteParent: headers(), attributes }, (span) => {
+    state.span = span;
+    return work();
+  });
+}
+
+/** What every answer carries: the X-RateLimit headers of the limit the request was counted against, and its id. */
+export function answerHeaders(state: RequestState): [string, string][] {
+  const headers: [string, string][] = [];
+  if (state.rateLimit) {
+    // Retry-After, on a 429, is its error's.
+    headers.push(
+      ['X-RateLimit-Limit', String(state.rateLimit.limit)],
+      ['X-RateLimit-Remaining', String(state.rateLimit.remaining)],
+      ['X-RateLimit-Reset', String(state.rateLimit.resetAt)],
+    );
+  }
+  headers.push(['X-Request-Id', state.requestId]);
+  return headers;
+}
+
+/** An answered request: its metrics, its span's route and status, one structured log line. */
+export function observeAnswer(
+  { logger, telemetry }: { logger: Logger; telemetry: Telemetry },
+  state: RequestState,
+  method: string,
+  status: number,
+  requestPath: () => string,
+): void {
+  const durationMs = Number(process.hrtime.bigint() - state.startedAt) / 1e6;
+  const space = state.route?.indexOf(' ') ?? -1;
+  const routePath = state.route && space > 0 ? state.route.slice(space + 1) : UNMATCHED_ROUTE;
+  telemetry.httpRequest(method, routePath, status, durationMs / 1000);
+  if (state.span) {
+    // HTTP semantic conventions: `{method} {http.route}`; a server span is an error on 5xx only.
+    if (state.route) state.span.updateName(state.route).setAttribute(ATTR_HTTP_ROUTE, routePath);
+    state.span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, status).setAttribute('agw.request_id', state.requestId);
+    if (status >= 500) state.span.setStatus({ code: SpanStatusCode.ERROR });
+  }
+  logger.info(
+    {
+      request_id: state.requestId,
+      method,
+      route: state.route ?? requestPath(),
+      status,
+      duration_ms: Math.round(durationMs * 100) / 100,
+      org_id: state.orgId,
+    },
+    'request',
+  );
+}
+
 /** Runs the request in its scope; once it is answered (or failed), its org's turn ends. */
-function serve(state: RequestState, wrapped: () => void | Promise<void>): void | Promise<void> {
+export function serve(state: RequestState, wrapped: () => void | Promise<void>): void | Promise<void> {
   const release = () => state.turn?.release();
   let result: void | Promise<void>;
   try {

@@ -18,8 +18,8 @@ export const runWithRequest = <T>(state: RequestState, work: () => T): T =>
 
 const acceptableRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 
-export function newRequestState(request: Request, clientAddress: string): RequestState {
-  const given = request.headers.get('x-request-id');
+export function newRequestState(headers: Pick<Headers, 'get'>, clientAddress: string): RequestState {
+  const given = headers.get('x-request-id');
   return {
     requestId: given && acceptableRequestId.test(given) ? given : randomHexId('req'),
     startedAt: process.hrtime.bigint(),

@@ -18,7 +18,17 @@ import { parseTimestamp, timestampProblem } from '../lib/timestamp.js';
 import { awayWhile, type AuthenticateOptions } from './authenticate.js';
 import { authorize, may, type AuthState, type Principal } from '../authz/authz.js';
 import type { Services } from '../services.js';
-import { errorResponse, restErrorHandler, toWireError, wireError } from './envelope.js';
+import {
+  errorAnswer,
+  errorResponse,
+  jsonAnswer,
+  responseOf,
+  restErrorHandler,
+  toWireError,
+  wireError,
+  type PlainAnswer,
+  type WireError,
+} from './envelope.js';
 import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
@@ -296,13 +306,12 @@ async function serveDirect(
   route: CompiledRoute & { direct: DirectRoute },
   principal: Principal,
   args: Record<string, unknown>,
-  serverContext: ServerContext,
+  state: RequestState,
   services: Services,
   logger: Logger,
-): Promise<Response> {
+): Promise<PlainAnswer> {
   try {
     if (!may(principal, route.direct.action)) throw operationForbidden();
-    const state = serverContext.state;
     const body = await route.direct.handle({
       principal,
       args,
@@ -310,11 +319,10 @@ async function serveDirect(
       state,
       awayWhile: (wait) => awayWhile(state, wait),
     });
-    return Response.json(body);
+    return jsonAnswer(body);
   } catch (error) {
-    if (!(error instanceof AppError))
-      logUnexpected(logger, error, { request_id: serverContext.state.requestId }, 'unexpected error');
-    return errorResponse(toWireError(error));
+    if (!(error instanceof AppError)) logUnexpected(logger, error, { request_id: state.requestId }, 'unexpected error');
+    return errorAnswer(toWireError(error));
   }
 }
 
@@ -338,8 +346,9 @@ function match(routes: readonly CompiledRoute[], method: string, url: URL): Comp
   return response;
 }
 
-const invalid = (message: string, errors: FieldError[]) =>
-  errorResponse(wireError('VALIDATION_ERROR', message, { errors }));
+const invalidInput = (message: string, errors: FieldError[]): WireError =>
+  wireError('VALIDATION_ERROR', message, { errors });
+const invalid = (message: string, errors: FieldError[]) => errorResponse(invalidInput(message, errors));
 
 /** What a checked request carries: a body-carrying route's JSON text and its coerced arguments. */
 type Input = { body: false } | { body: true; text: string; args: Record<string, unknown> };
@@ -370,14 +379,25 @@ async function validateBody(
   url: URL,
   schema: GraphQLSchema,
 ): Promise<Input | Response> {
+  const checked = await checkedBody(route, () => request.text(), url, schema);
+  return 'status' in checked ? responseOf(checked) : checked;
+}
+
+/** The body-carrying route's input, or the 400/422 that answers it, as data. */
+async function checkedBody(
+  route: CompiledRoute,
+  text: () => Promise<string>,
+  url: URL,
+  schema: GraphQLSchema,
+): Promise<Input | PlainAnswer> {
   const queryProblems = route.queryArgs.length ? checkQuery(url, route, route.queryArgs) : [];
-  if (queryProblems.length) return invalid('The query string is invalid', queryProblems);
-  const text = await request.text();
+  if (queryProblems.length) return errorAnswer(invalidInput('The query string is invalid', queryProblems));
+  const body = await text();
   const fromQuery = new Set(route.queryArgs.filter((name) => url.searchParams.has(name)));
-  const checked = checkBody(text, route, schema, fromQuery);
-  if (checked === 'not_json') return errorResponse(wireError('BAD_REQUEST', 'The request body is not valid JSON'));
-  if (checked.errors.length) return invalid('The request body is invalid', checked.errors);
-  return { body: true, text, args: checked.args };
+  const checked = checkBody(body, route, schema, fromQuery);
+  if (checked === 'not_json') return errorAnswer(wireError('BAD_REQUEST', 'The request body is not valid JSON'));
+  if (checked.errors.length) return errorAnswer(invalidInput('The request body is invalid', checked.errors));
+  return { body: true, text: body, args: checked.args };
 }
 
 /**
@@ -395,37 +415,80 @@ function sofaRequest(route: CompiledRoute, text: string, { request, url, fetchAP
 /** What becomes of a checked request: answered here, or served by SOFA, as it came or rewritten. */
 type Dispatch = { answer: Response } | { sofa: Request };
 
+/** What authentication reads of a request: its headers. */
+type Credentials = { headers: Pick<Headers, 'get'> };
+
+/** A route its handler answers without SOFA and GraphQL execution (the gateway's). */
+export type DirectRouteOf = CompiledRoute & { direct: DirectRoute };
+
+/** The direct routes, for Node's server to answer before yoga (direct-lane.ts). */
+export interface DirectRoutes {
+  /** The direct route of this method and exact path, if one has no path parameters. */
+  find(method: string, pathname: string): DirectRouteOf | undefined;
+  /** Answers as the facade does: every step, error and word the same. */
+  answer(
+    route: DirectRouteOf,
+    request: Credentials,
+    url: URL,
+    state: RequestState,
+    text: () => Promise<string>,
+  ): Promise<PlainAnswer>;
+}
+
 export function useRestFacade(
   schema: GraphQLSchema,
-  authenticate: (request: Request, state: RequestState, options: AuthenticateOptions) => Promise<AuthState>,
+  authenticate: (request: Credentials, state: RequestState, options: AuthenticateOptions) => Promise<AuthState>,
   logger: Logger,
   services: Services,
-): Plugin<{}, ServerContext>[] {
+): { plugins: Plugin<{}, ServerContext>[]; direct: DirectRoutes } {
   /**
-   * The caller of a route that needs credentials (null for an open route), or the answer that
+   * The caller of a route that needs credentials (null for an open route), or the error that
    * refuses them. Credentials are checked before the input, so an anonymous caller learns nothing
    * from validation messages. Who may do what is decided later, by the field's auth scopes.
    */
   async function callerOf(
     route: CompiledRoute,
-    request: Request,
+    request: Credentials,
     state: RequestState,
-  ): Promise<Principal | null | Response> {
-    if (!route.needsAuth) return null;
+  ): Promise<{ principal: Principal | null } | { refused: WireError }> {
+    if (!route.needsAuth) return { principal: null };
     try {
       const auth = await authenticate(request, state, { operatorRateLimit: route.operatorRateLimit });
-      return auth.principal ?? errorResponse(toWireError(auth.error ?? authenticationRequired()));
+      return auth.principal
+        ? { principal: auth.principal }
+        : { refused: toWireError(auth.error ?? authenticationRequired()) };
     } catch (error) {
       // Over the rate limit (an AppError), the database unreachable (503), or a bug (masked as INTERNAL_ERROR).
       if (!(error instanceof AppError))
         logUnexpected(logger, error, { request_id: state.requestId }, 'authentication failed');
-      return errorResponse(toWireError(error));
+      return { refused: toWireError(error) };
     }
   }
 
   /**
-   * A streamed or direct route is answered by its handler; every other route is SOFA's, at its
-   * field's path, a body-carrying one without its query string.
+   * A direct route: credentials, the URL's text, the body, then the handler, each step able to
+   * answer instead; the same steps and words as the other routes. Served from yoga's guard and
+   * from Node's server before yoga (direct-lane.ts).
+   */
+  async function answerDirect(
+    route: DirectRouteOf,
+    request: Credentials,
+    url: URL,
+    state: RequestState,
+    text: () => Promise<string>,
+  ): Promise<PlainAnswer> {
+    const caller = await callerOf(route, request, state);
+    if ('refused' in caller) return errorAnswer(caller.refused);
+    const unstorable = checkUrlText(url, route);
+    if (unstorable.length) return errorAnswer(invalidInput('The request is invalid', unstorable));
+    const input = await checkedBody(route, text, url, schema);
+    if ('status' in input) return input;
+    return serveDirect(route, caller.principal!, input.body ? input.args : {}, state, services, logger);
+  }
+
+  /**
+   * A streamed route is answered by its handler; every other route is SOFA's, at its field's path,
+   * a body-carrying one without its query string.
    */
   async function dispatch(
     route: CompiledRoute,
@@ -443,28 +506,29 @@ export function useRestFacade(
         sofa: new fetchAPI.Request(sofaUrl(url, route, 'all'), { method: request.method, headers: request.headers }),
       };
     }
-    if (route.direct) {
-      const direct = { ...route, direct: route.direct };
-      return { answer: await serveDirect(direct, principal!, input.args, serverContext, services, logger) };
-    }
     return { sofa: sofaRequest(route, input.text, served) };
   }
 
-  let routes: CompiledRoute[] | undefined;
+  let compiled: CompiledRoute[] | undefined;
+  const routes = () => (compiled ??= compile(schema));
   const guard: Plugin<{}, ServerContext> = {
     /** match → authenticate → validate → dispatch; a step that answers ends the request. */
     async onRequest(served) {
       const { request, url, serverContext, endResponse, setRequest } = served;
-      routes ??= compile(schema);
-      const route = match(routes, request.method, url);
+      const route = match(routes(), request.method, url);
       if (route === undefined) return;
       if (route instanceof Response) return endResponse(route);
-      serverContext.state.route = route.label;
-      const principal = await callerOf(route, request, serverContext.state);
-      if (principal instanceof Response) return endResponse(principal);
+      const state = serverContext.state;
+      state.route = route.label;
+      if (route.direct) {
+        const direct = { ...route, direct: route.direct };
+        return endResponse(responseOf(await answerDirect(direct, request, url, state, () => request.text())));
+      }
+      const caller = await callerOf(route, request, state);
+      if ('refused' in caller) return endResponse(errorResponse(caller.refused));
       const input = await validate(route, request, url, schema);
       if (input instanceof Response) return endResponse(input);
-      const next = await dispatch(route, input, principal, served);
+      const next = await dispatch(route, input, caller.principal, served);
       if ('answer' in next) endResponse(next.answer);
       else setRequest(next.sofa);
     },
@@ -484,5 +548,14 @@ export function useRestFacade(
     // arrived, not of the one the guard set at the field's path.
     onRequest: (payload) => sofa.onRequest?.({ ...payload, url: new URL(payload.request.url) }),
   };
-  return [guard, restFacade];
+  let byPath: Map<string, DirectRouteOf> | undefined;
+  const find = (method: string, pathname: string) => {
+    byPath ??= new Map(
+      routes()
+        .filter((route): route is DirectRouteOf => Boolean(route.direct) && !route.pathParams.length)
+        .map((route) => [route.label, route]),
+    );
+    return byPath.get(`${method} ${pathname}`);
+  };
+  return { plugins: [guard, restFacade], direct: { find, answer: answerDirect } };
 }
