@@ -1,6 +1,6 @@
 // Runs scripts/load-client.mjs as a child process and reads its result (the bench's two-org and
-// fixed-rate rows, test/fairness.measured.test.ts): load that does not share the measured service's
-// event loop.
+// fixed-rate rows, scripts/bench-cost.ts, test/fairness.measured.test.ts): load that does not share
+// the measured service's event loop.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -28,7 +28,7 @@ export interface LoadResult {
 
 export async function runLoad(
   request: LoadRequest,
-  options: { seconds: number; concurrency: number } | { seconds: number; rate: number },
+  options: { seconds: number; concurrency: number; requests?: number } | { seconds: number; rate: number },
 ): Promise<LoadResult> {
   const { stdout } = await promisify(execFile)(process.execPath, [client, JSON.stringify({ ...request, ...options })], {
     env: { ...process.env, NODE_OPTIONS: '' },
