@@ -3,27 +3,15 @@
 // Closed loop: `concurrency` clients each send the request again as soon as the previous answer
 // arrived, for `seconds`. Open loop, with `rate`: a request every 1/rate seconds whatever the
 // answers, each latency counted from when the request was due, so that a stalled service is not
-// measured by fewer, luckier requests (coordinated omission). Closed loop with `requests`: stops
-// once that many were sent, or at `seconds` (then a cap), and its rps is over the time it took
-// (scripts/bench-cost.ts's memory after N executes). It prints one JSON line: requests,
+// measured by fewer, luckier requests (coordinated omission). It prints one JSON line: requests,
 // rps, the latency percentiles in milliseconds (per request with the monotonic clock, not
 // bucketed), and how many answers were not 2xx or failed.
 //
 //   node scripts/load-client.mjs '{"url": "...", "headers": {...}, "body": "...", "seconds": 5, "concurrency": 1}'
 //   node scripts/load-client.mjs '{"url": "...", "seconds": 10, "rate": 500}'
-//   node scripts/load-client.mjs '{"url": "...", "seconds": 600, "concurrency": 32, "requests": 20000}'
 import http from 'node:http';
 
-const {
-  url,
-  method = 'POST',
-  headers = {},
-  body = '',
-  seconds,
-  concurrency = 256,
-  rate,
-  requests = Number.POSITIVE_INFINITY,
-} = JSON.parse(process.argv[2]);
+const { url, method = 'POST', headers = {}, body = '', seconds, concurrency = 256, rate } = JSON.parse(process.argv[2]);
 const target = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
 const payload = Buffer.from(body);
@@ -74,20 +62,14 @@ async function openLoop() {
   await Promise.all(sent);
 }
 
-const begun = performance.now();
-const deadline = begun + seconds * 1000;
-let begunRequests = 0;
+const deadline = performance.now() + seconds * 1000;
 if (rate) await openLoop();
 else
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (performance.now() < deadline && begunRequests < requests) {
-        begunRequests++;
-        await once();
-      }
+      while (performance.now() < deadline) await once();
     }),
   );
-const elapsed = Number.isFinite(requests) && !rate ? (performance.now() - begun) / 1000 : seconds;
 agent.destroy();
 latencies.sort((a, b) => a - b);
 const percentile = (p) =>
@@ -96,7 +78,7 @@ const round = (ms) => (ms === null ? null : Math.round(ms * 100) / 100);
 process.stdout.write(
   `${JSON.stringify({
     requests: latencies.length,
-    rps: Math.round(latencies.length / elapsed),
+    rps: Math.round(latencies.length / seconds),
     p50: round(percentile(0.5)),
     p90: round(percentile(0.9)),
     p99: round(percentile(0.99)),
