@@ -18,6 +18,7 @@ import { z } from 'zod';
 import { ExportResultCode } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace';
 import type { InteractionRecord } from '../src/generated/prisma/client.js';
+import { benchApi } from './bench-setup.js';
 import { type LoadRequest, type LoadResult, runLoad } from './load.js';
 import { nodeHandlerOf, statefulEndpoint } from '../test/support/mcp-upstream.js';
 
@@ -207,104 +208,31 @@ const tracedBase = `http://127.0.0.1:${await listen(tracedServer)}`;
 const sampledServer = createServer(sampledApp.handler);
 const sampledBase = `http://127.0.0.1:${await listen(sampledServer)}`;
 
-const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
-  const response = await fetch(`${base}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify(body),
-  });
-  return response.json() as Promise<any>;
-};
-const slug = `bench-${Date.now()}`;
-const org = await post('/api/v1/orgs', {
-  name: 'Bench',
-  slug,
-  admin_email: `a@${slug}.example`,
-  admin_password: 'benchmark password',
-});
-const { access_token: token } = await post('/api/v1/auth/login', {
-  email: `a@${slug}.example`,
-  password: 'benchmark password',
-});
-// A limit the benchmark cannot reach, so it measures the work rather than 429s.
-await fetch(`${base}/api/v1/orgs/${org.org_id}`, {
-  method: 'PATCH',
-  headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-  body: JSON.stringify({ operator_rate_limit_per_minute: 1_000_000 }),
-});
+const { post, signUp, gatewayAgent } = benchApi(base);
+const org = await signUp('bench');
+const { auth } = org;
 
 for (let i = 0; i < 10; i++) {
   await post(
-    `/api/v1/orgs/${org.org_id}/manifests`,
+    `/api/v1/orgs/${org.orgId}/manifests`,
     {
       version: '1.0',
       agent: { id: `bench-agent-${i}`, name: 'Bench', version: '1.0.0' },
       capabilities: { requested: ['bench:run'] },
     },
-    { authorization: `Bearer ${token}` },
+    auth,
   );
 }
 
-// The gateway: an active manifest with budgets the run cannot exhaust, a mock tool, an agent key.
-// Built twice: in the bench org (no policies) and in a second org whose agent 50 policies apply to.
-async function gatewayAgent(orgId: string, headers: Record<string, string>) {
-  const manifest = await post(
-    `/api/v1/orgs/${orgId}/manifests`,
-    {
-      version: '1.0',
-      agent: { id: 'bench-gateway', name: 'Bench', version: '1.0.0', team: 'bench' },
-      capabilities: { requested: ['billing:read'] },
-      constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
-    },
-    headers,
-  );
-  await post(`/api/v1/orgs/${orgId}/manifests/${manifest.manifest_id}/approve`, {}, headers);
-  await post(
-    `/api/v1/orgs/${orgId}/tools`,
-    { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
-    headers,
-  );
-  const key = (await post(`/api/v1/orgs/${orgId}/api-keys`, { name: 'bench', scopes: ['gateway:execute'] }, headers))
-    .key;
-  return {
-    method: 'POST' as const,
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
-    body: JSON.stringify({
-      svc_id: 'bench-gateway',
-      agent_id: 'bench-gateway',
-      action: {
-        type: 'billing',
-        tool: 'read',
-        params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } },
-      },
-    }),
-  };
-}
-const auth = { authorization: `Bearer ${token}` };
-const gatewayRequest = await gatewayAgent(org.org_id, auth);
+// The gateway (an active manifest, a mock tool, an agent key), built twice: in the bench org (no
+// policies) and in a second org whose agent 50 policies apply to.
+const gatewayRequest = await gatewayAgent(org.orgId, auth);
 
 // 50 enabled policies on the second org's agent: targets by agent and capability pattern (some
 // elsewhere), conditions over params (numbers, strings, lists, nested maps; false for the bench
 // request, so every one is evaluated and none denies), shadow matches that enter every record,
 // and one enforced rate limit per agent the run cannot reach.
-const policySlug = `bench-policies-${Date.now()}`;
-const policyOrgId = (
-  await post('/api/v1/orgs', {
-    name: 'Bench policies',
-    slug: policySlug,
-    admin_email: `a@${policySlug}.example`,
-    admin_password: 'benchmark password',
-  })
-).org_id as string;
-const policyToken = (
-  await post('/api/v1/auth/login', { email: `a@${policySlug}.example`, password: 'benchmark password' })
-).access_token;
-const policyAuth = { authorization: `Bearer ${policyToken}` };
-await fetch(`${base}/api/v1/orgs/${policyOrgId}`, {
-  method: 'PATCH',
-  headers: { 'content-type': 'application/json', ...policyAuth },
-  body: JSON.stringify({ operator_rate_limit_per_minute: 1_000_000 }),
-});
+const { orgId: policyOrgId, auth: policyAuth } = await signUp('bench-policies', 'Bench policies');
 const policyRequest = await gatewayAgent(policyOrgId, policyAuth);
 const conditions = [
   (i: number) => `params.amount > ${1000 + i}`,
@@ -496,7 +424,7 @@ const mcpUpstream = createServer((req, res) => {
 });
 const mcpUpstreamBase = `http://127.0.0.1:${await listen(mcpUpstream)}`;
 const mcpAgent = await post(
-  `/api/v1/orgs/${org.org_id}/manifests`,
+  `/api/v1/orgs/${org.orgId}/manifests`,
   {
     version: '1.0',
     agent: { id: 'bench-mcp-tool', name: 'Bench', version: '1.0.0', team: 'bench' },
@@ -505,7 +433,7 @@ const mcpAgent = await post(
   },
   auth,
 );
-await post(`/api/v1/orgs/${org.org_id}/manifests/${mcpAgent.manifest_id}/approve`, {}, auth);
+await post(`/api/v1/orgs/${org.orgId}/manifests/${mcpAgent.manifest_id}/approve`, {}, auth);
 /** An execute of `<actionType>:read` through an mcp tool at `path` of the loopback upstream. */
 async function mcpToolRequest(actionType: string, path: string) {
   const config = {
@@ -513,7 +441,7 @@ async function mcpToolRequest(actionType: string, path: string) {
     allow_private_network: true,
     headers: { authorization: 'Bearer bench-upstream' },
   };
-  await post(`/api/v1/orgs/${org.org_id}/tools`, { action_type: actionType, connector: 'mcp', config }, auth);
+  await post(`/api/v1/orgs/${org.orgId}/tools`, { action_type: actionType, connector: 'mcp', config }, auth);
   const request = {
     ...gatewayRequest,
     body: JSON.stringify({
@@ -540,7 +468,7 @@ const mcpTool2026Request = await mcpToolRequest('upstream2026', '/mcp-2026');
 const MCP_STATIC_TOOL = 'mcpheaders';
 const MCP_CONNECTION_TOOL = 'mcpconnection';
 const mcpConnectionAgent = await post(
-  `/api/v1/orgs/${org.org_id}/manifests`,
+  `/api/v1/orgs/${org.orgId}/manifests`,
   {
     version: '1.0',
     agent: { id: 'bench-mcp-connection', name: 'Bench', version: '1.0.0', team: 'bench' },
@@ -549,10 +477,10 @@ const mcpConnectionAgent = await post(
   },
   auth,
 );
-await post(`/api/v1/orgs/${org.org_id}/manifests/${mcpConnectionAgent.manifest_id}/approve`, {}, auth);
+await post(`/api/v1/orgs/${org.orgId}/manifests/${mcpConnectionAgent.manifest_id}/approve`, {}, auth);
 const mcpToolUrl = `${mcpUpstreamBase}/mcp`;
 await post(
-  `/api/v1/orgs/${org.org_id}/tools`,
+  `/api/v1/orgs/${org.orgId}/tools`,
   {
     action_type: MCP_STATIC_TOOL,
     connector: 'mcp',
@@ -561,7 +489,7 @@ await post(
   auth,
 );
 const connectionTool = await post(
-  `/api/v1/orgs/${org.org_id}/tools`,
+  `/api/v1/orgs/${org.orgId}/tools`,
   {
     action_type: MCP_CONNECTION_TOOL,
     connector: 'mcp',
@@ -584,7 +512,7 @@ await db.sql.query(
      now() + interval '1 day', 1, $9::text[], 'bench', now())`,
   [
     `conn_bench${randomBytes(12).toString('base64url')}`,
-    org.org_id,
+    org.orgId,
     connectionTool.tool_id,
     benchIssuer,
     JSON.stringify({
@@ -609,7 +537,7 @@ await db.sql.query(
 );
 // Read its definitions now, with the connection, as the first connection does: both tools then
 // have pinned definitions, and their calls check the same hold.
-const refreshed = await fetch(`${base}/api/v1/orgs/${org.org_id}/tools/${connectionTool.tool_id}/refresh`, {
+const refreshed = await fetch(`${base}/api/v1/orgs/${org.orgId}/tools/${connectionTool.tool_id}/refresh`, {
   method: 'POST',
   headers: auth,
 });
@@ -667,16 +595,12 @@ const scenarios: [string, () => ReturnType<typeof measure>][] = [
   ['GET /healthz', () => measure('GET /healthz', `${base}/healthz`)],
   [
     'GET /api/v1/orgs/{id} (bearer)',
-    () => measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.org_id}`, auth),
+    () => measure('GET /api/v1/orgs/{id} (bearer)', `${base}/api/v1/orgs/${org.orgId}`, auth),
   ],
   [
     'GET /api/v1/orgs/{id}/manifests, 10 items (bearer)',
     () =>
-      measure(
-        'GET /api/v1/orgs/{id}/manifests, 10 items (bearer)',
-        `${base}/api/v1/orgs/${org.org_id}/manifests`,
-        auth,
-      ),
+      measure('GET /api/v1/orgs/{id}/manifests, 10 items (bearer)', `${base}/api/v1/orgs/${org.orgId}/manifests`, auth),
   ],
   [
     'POST /api/v1/gateway/evaluate',
@@ -723,7 +647,7 @@ function fixedRateScenarios(): [string, () => ReturnType<typeof measureRate>][] 
   const post = (path: string) => ({ url: `${base}${path}`, ...gatewayRequest });
   const rows: [string, LoadRequest][] = [
     [`bare node:http${at}`, { url: `http://127.0.0.1:${barePort}/`, method: 'GET' }],
-    [`GET /api/v1/orgs/{id} (bearer)${at}`, { url: `${base}/api/v1/orgs/${org.org_id}`, method: 'GET', headers: auth }],
+    [`GET /api/v1/orgs/{id} (bearer)${at}`, { url: `${base}/api/v1/orgs/${org.orgId}`, method: 'GET', headers: auth }],
     [`POST /api/v1/gateway/evaluate${at}`, post('/api/v1/gateway/evaluate')],
     [`POST /api/v1/gateway/execute (+ record)${at}`, post('/api/v1/gateway/execute')],
   ];
@@ -881,17 +805,8 @@ for (const mcpTool of rows.filter((r) => r.name === MCP_TOOL_2025 || r.name === 
 // that drift weighs on both. The issue's bar: B's p99 during the flood at most 2× its p99 alone.
 const FAIRNESS_ROUNDS = Number(process.env.BENCH_FAIRNESS_ROUNDS ?? 3);
 if (FAIRNESS_ROUNDS > 0 && (!ONLY || 'two orgs'.includes(ONLY) || ONLY.includes('two orgs'))) {
-  const quietSlug = `bench-quiet-${Date.now()}`;
-  const quietOrg = await post('/api/v1/orgs', {
-    name: 'Bench quiet',
-    slug: quietSlug,
-    admin_email: `a@${quietSlug}.example`,
-    admin_password: 'benchmark password',
-  });
-  const quietToken = (
-    await post('/api/v1/auth/login', { email: `a@${quietSlug}.example`, password: 'benchmark password' })
-  ).access_token;
-  const quietRequest = await gatewayAgent(quietOrg.org_id, { authorization: `Bearer ${quietToken}` });
+  const quietOrg = await signUp('bench-quiet', 'Bench quiet');
+  const quietRequest = await gatewayAgent(quietOrg.orgId, quietOrg.auth);
   const executeUrl = `${base}/api/v1/gateway/execute`;
   const flood = { url: executeUrl, headers: gatewayRequest.headers, body: gatewayRequest.body };
   const quiet = { url: executeUrl, headers: quietRequest.headers, body: quietRequest.body };
@@ -929,7 +844,7 @@ if (FAIRNESS_ROUNDS > 0 && (!ONLY || 'two orgs'.includes(ONLY) || ONLY.includes(
 }
 
 // The chain must still verify after the run: every link and every signature.
-for (const orgId of [org.org_id, policyOrgId]) {
+for (const orgId of [org.orgId, policyOrgId]) {
   const chain = await db.prisma.interactionRecord.findMany({ where: { orgId }, orderBy: { seq: 'asc' } });
   const broken = await verifyChain(chain, app);
   console.log(`record chain of ${orgId}: ${chain.length} records, ${broken === 0 ? 'verifies' : `${broken} broken`}`);

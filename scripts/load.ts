@@ -1,6 +1,6 @@
-// Runs scripts/load-client.mjs as a child process and reads its result (the bench's two-org and
-// fixed-rate rows, test/fairness.measured.test.ts): load that does not share the measured service's
-// event loop.
+// Runs scripts/load-client.mjs, or autocannon for a closed loop at saturation, as a child process
+// and reads its result (the bench's two-org and fixed-rate rows, scripts/bench-cost.ts,
+// test/fairness.measured.test.ts): load that does not share the measured service's event loop.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -24,6 +24,8 @@ export interface LoadResult {
   statuses: Record<string, number>;
   /** Requests that got no answer. */
   failures: number;
+  /** Requests still in flight when the client stopped at its time (autocannon's closed loop): the service may have done them. */
+  unanswered?: number;
 }
 
 export async function runLoad(
@@ -35,4 +37,52 @@ export async function runLoad(
     timeout: (options.seconds + 60) * 1000,
   });
   return JSON.parse(stdout) as LoadResult;
+}
+
+const autocannonCli = fileURLToPath(import.meta.resolve('autocannon/autocannon.js'));
+
+/**
+ * A closed loop at saturation from autocannon in a process of its own (scripts/bench-cost.ts):
+ * `connections` each send the request again as soon as the answer arrived, for `seconds`, or
+ * until `amount` requests were answered. Not scripts/load-client.mjs: with 32 connections it
+ * drives a bare node:http server in another process at ≈4,700 req/s, autocannon at ≈16,800 (2026-11-29,
+ * 2 cores), so bare's row measured the client, and the client's CPU is taken from the service on
+ * two cores. Its p50/p90/p99 are whole milliseconds: the rows read its throughput, the open-loop
+ * rows the latencies.
+ */
+export async function runClosedLoop(
+  request: LoadRequest,
+  options: { connections: number } & ({ seconds: number } | { amount: number }),
+): Promise<LoadResult> {
+  const args = ['-j', '-c', String(options.connections), '-m', request.method ?? 'POST'];
+  args.push(...('amount' in options ? ['-a', String(options.amount)] : ['-d', String(options.seconds)]));
+  for (const [name, value] of Object.entries(request.headers ?? {})) args.push('-H', `${name}:${value}`);
+  if (request.body) args.push('-b', request.body);
+  const { stdout } = await promisify(execFile)(process.execPath, [autocannonCli, ...args, request.url], {
+    env: { ...process.env, NODE_OPTIONS: '' },
+    timeout: (('amount' in options ? 3600 : options.seconds) + 60) * 1000,
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  const result = JSON.parse(stdout) as {
+    duration: number;
+    errors: number;
+    requests: { sent: number };
+    latency: { p50: number; p90: number; p99: number };
+    statusCodeStats: Record<string, { count: number }>;
+  };
+  const statuses = Object.fromEntries(
+    Object.entries(result.statusCodeStats).map(([status, { count }]) => [status, count]),
+  );
+  const answered = Object.values(statuses).reduce((sum, count) => sum + count, 0);
+  return {
+    requests: answered,
+    rps: Math.round(answered / result.duration),
+    p50: result.latency.p50,
+    p90: result.latency.p90,
+    p99: result.latency.p99,
+    statuses,
+    // Timeouts are among the errors.
+    failures: result.errors,
+    unanswered: Math.max(0, result.requests.sent - answered - result.errors),
+  };
 }

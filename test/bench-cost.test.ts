@@ -1,0 +1,122 @@
+/**
+ * `npm run bench:cost` (scripts/bench-cost.ts) still measures what it says, run as it runs but tiny:
+ * one round of 1 s rows at a low rate, a few executes, embedded PGlite only. Nothing here compares
+ * a time or a figure with a bar (the machine is shared): only that every row has its numbers,
+ * every response was 200, every execute has its record, the memory rows are read, and the
+ * temporary data directory is gone afterwards. The service is the tests' build of src/
+ * (test/support/global-setup.js) rather than dist/, which the test does not build.
+ */
+import { spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const COLUMNS = ['bare', 'evaluate', 'execute', 'operator read'];
+let scratch: string;
+
+beforeAll(async () => {
+  await mkdir(path.join(root, '.scratch'), { recursive: true });
+  scratch = await mkdtemp(path.join(root, '.scratch', 'bench-cost-'));
+});
+
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+});
+
+function bench(env: Record<string, string>) {
+  const childEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    // Its temporary DATA_DIR goes here, where the test can see that it is removed.
+    TMPDIR: scratch,
+    BENCH_COST_SERVICE: path.join(process.env.AGW_TEST_SERVICE_BUILD!, 'main.js'),
+    ...env,
+  };
+  // Embedded only; jest's --experimental-vm-modules is not for the child.
+  delete childEnv.DATABASE_URL;
+  delete childEnv.NODE_OPTIONS;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench-cost.ts'], {
+    cwd: root,
+    env: childEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.on('close', (code) => resolve({ code, stdout, stderr })),
+  );
+}
+
+test('one tiny round prints every row with numbers, no error, every record, and the memory rows', async () => {
+  const json = path.join(scratch, 'cost.json');
+  const run = await bench({
+    BENCH_COST_ROUNDS: '1',
+    BENCH_COST_SECONDS: '1',
+    BENCH_COST_RATE_SECONDS: '1',
+    BENCH_COST_RATES: '50',
+    BENCH_COST_CONNECTIONS: '4',
+    BENCH_COST_EXECUTES: '100',
+    BENCH_COST_IDLE_SECONDS: '0.5',
+    BENCH_COST_JSON: json,
+  });
+  // Its output where it failed.
+  expect(run.code === 0 ? 0 : `exit ${run.code}\n${run.stdout}\n${run.stderr}`).toBe(0);
+
+  const rows = [
+    'open loop 50/s p50 / p99 ms',
+    'closed loop 4: rps',
+    'closed loop 4: ratio to bare',
+    'service CPU µs/req, closed loop',
+    'service CPU µs/req, 50/s',
+  ];
+  const result = JSON.parse(await readFile(json, 'utf8'));
+  expect(result.backend).toBe('pglite');
+  expect(Object.keys(result.table)).toEqual([...rows, 'errors (not 200), all rows']);
+  for (const row of rows) {
+    for (const column of COLUMNS) {
+      const cell = String(result.table[row][column]);
+      // A figure (two for p50 / p99), never an empty cell or NaN.
+      expect({ row, column, cell }).toEqual({
+        row,
+        column,
+        cell: expect.stringMatching(/^\d+(\.\d+)?( \/ \d+(\.\d+)?)?$/),
+      });
+    }
+  }
+  expect(result.table['errors (not 200), all rows']).toEqual({ bare: 0, evaluate: 0, execute: 0, 'operator read': 0 });
+  expect(result.table['closed loop 4: ratio to bare'].bare).toBe('1.000');
+
+  // The first start's peak, idle, and after the executes: all read, in megabytes.
+  expect(Object.keys(result.memory)).toEqual([
+    'first start (initdb + migrations), peak',
+    'idle after start',
+    'after 100 executes',
+  ]);
+  for (const { MB } of Object.values<{ MB: number }>(result.memory)) expect(MB).toBeGreaterThan(10);
+
+  // Every execute answered 200 has its record (the setup's, the 100, the rows'), and no more were
+  // written than were sent (a closed loop stops with a few in flight, which the service may finish).
+  expect(result.executed).toBeGreaterThan(100);
+  expect(result.records).toBeGreaterThanOrEqual(result.executed);
+  expect(result.records).toBeLessThanOrEqual(result.executed + result.unanswered);
+  // At most one in flight a connection, in the closed loop of executes and the row.
+  expect(result.unanswered).toBeLessThanOrEqual(2 * 4);
+  // The issue's goals are printed with what was measured (met or not is the machine's business).
+  expect(Object.keys(result.goals)).toEqual(
+    expect.arrayContaining(['service CPU per evaluate', 'execute, closed loop, to bare', 'memory, idle after start']),
+  );
+
+  // The same, as printed: the tables and the records line.
+  for (const row of rows) expect(run.stdout).toContain(row);
+  expect(run.stdout).toContain("issue 44's goals (not enforced):");
+  expect(run.stdout).toContain('every execute has its record');
+  // No DATA_DIR left behind.
+  expect((await readdir(scratch)).filter((entry) => entry.startsWith('agw-bench-cost-'))).toEqual([]);
+}, 120_000);
+
+test('BENCH_COST=0 skips it (npm run bench without the cost rows)', async () => {
+  const run = await bench({ BENCH_COST: '0' });
+  expect(run).toEqual({ code: 0, stdout: expect.stringContaining('BENCH_COST=0'), stderr: '' });
+});
