@@ -6,6 +6,7 @@
  * another method) are yoga's.
  */
 import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import pino from 'pino';
@@ -240,4 +241,23 @@ test('requests the lane must not take are yoga’s: a browser’s under CORS, a 
   expect(withQuery.status).toBe(422);
   const get = await fetch(`${laneUrl}/api/v1/gateway/evaluate`, { headers: { 'x-api-key': agent.key } });
   expect(get.status).toBe(405);
+});
+
+test('a client that breaks its body off costs nothing but its own request', async () => {
+  const { port } = new URL(laneUrl);
+  const errors = logLines.length;
+  await new Promise<void>((resolve) => {
+    const socket = net.connect(Number(port), '127.0.0.1', () => {
+      socket.write(
+        `POST /api/v1/gateway/execute HTTP/1.1\r\nHost: x\r\nx-api-key: ${agent.key}\r\ncontent-length: 500\r\n\r\n{"svc_id":`,
+      );
+      setTimeout(() => socket.destroy(), 50);
+    });
+    socket.on('close', () => resolve());
+  });
+  const next = await send(laneUrl, { headers: { 'x-api-key': agent.key }, body: JSON.stringify(actionBody(agent)) });
+  expect(next.status).toBe(200);
+  // Logged as the 400 it is, not as an unexpected error.
+  const logged = logLines.slice(errors).filter((line) => line.level === 50);
+  expect(logged).toEqual([]);
 });

@@ -15,7 +15,7 @@ import type { DirectRoutes } from './rest-facade.js';
  * traffic) before yoga, with the facade's own steps (`DirectRoutes.answer`) and the lifecycle's
  * bookkeeping (request id, X-RateLimit headers, metrics, span, log line). What it leaves out is
  * what only cost: a Fetch Request and Response around each call and yoga's plugin chain, about
- * half of an evaluate's CPU (docs/decisions/0071-gateway-calls-before-yoga.md). Any request it
+ * half of an evaluate's CPU (docs/decisions/0072-gateway-calls-before-yoga.md). Any request it
  * does not take goes to yoga, which answers it as it did: another path or method, a query string,
  * an `Origin` when CORS is configured (yoga writes those headers).
  */
@@ -61,8 +61,10 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | 'too_la
     };
     req.on('data', onData);
     req.once('end', () => resolve(size > limit ? 'too_large' : Buffer.concat(chunks, size)));
-    req.once('error', reject);
-    req.once('aborted', () => reject(new AppError('BAD_REQUEST', 'The request body ended early')));
+    // The client went away or broke the body off: its answer, if it still reads one, is a 400.
+    const broken = () => reject(new AppError('BAD_REQUEST', 'The request body ended early'));
+    req.once('error', broken);
+    req.once('aborted', broken);
   });
 }
 
@@ -118,13 +120,18 @@ export function directLane(options: DirectLaneOptions): (req: IncomingMessage, r
             observeAnswer({ logger, telemetry }, state, 'POST', result.status, () => path);
           }),
       );
-    // The span reads `traceparent` through Fetch's Headers, made only when tracing is on.
-    const href = `http://${req.headers.host ?? 'localhost'}${path}`;
-    const traced = inServerSpan(telemetry, state, 'POST', href, () => fetchHeaders(req), work);
-    Promise.resolve(traced).catch((error: unknown) => {
+    const failed = (error: unknown) => {
       logUnexpected(logger, error, { request_id: state.requestId }, 'unexpected error');
       write(res, errorAnswer(wireError('INTERNAL_ERROR', 'An internal error occurred')), state);
-    });
+    };
+    try {
+      // The span reads `traceparent` through Fetch's Headers, made only when tracing is on; its URL
+      // attributes are the path's and the scheme's, so the Host header plays no part.
+      const traced = inServerSpan(telemetry, state, 'POST', `http://localhost${path}`, () => fetchHeaders(req), work);
+      Promise.resolve(traced).catch(failed);
+    } catch (error) {
+      failed(error);
+    }
     return true;
   };
 }
