@@ -133,6 +133,24 @@ function sofaUrl(url: URL, route: CompiledRoute, kept: 'all' | readonly string[]
   return target;
 }
 
+/** How many segments a path has: a route's pattern matches paths of its own count only. */
+const segmentsOf = (path: string) => path.split('/').length;
+
+/**
+ * The routes by their paths' number of segments: a request's path is tried against the few of its
+ * count, not every route's pattern (a regular expression each, on every request).
+ */
+type RouteTable = Map<number, CompiledRoute[]>;
+
+function routeTable(routes: readonly CompiledRoute[]): RouteTable {
+  const table: RouteTable = new Map();
+  for (const route of routes) {
+    const count = segmentsOf(route.label.slice(route.label.indexOf(' ') + 1));
+    table.set(count, [...(table.get(count) ?? []), route]);
+  }
+  return table;
+}
+
 /** Of the routes matching a path and method, the most literal wins: /records/export over /records/:record_id. */
 const bySpecificity = (a: CompiledRoute, b: CompiledRoute) => a.pathParams.length - b.pathParams.length;
 
@@ -334,8 +352,8 @@ type Served = Parameters<NonNullable<Plugin<{}, ServerContext>['onRequest']>>[0]
  * method) that answers it; undefined when the path is not the facade's: outside /api/v1 only the
  * paths of root-mounted routes are.
  */
-function match(routes: readonly CompiledRoute[], method: string, url: URL): CompiledRoute | Response | undefined {
-  const onPath = routes.filter((r) => r.pattern.test(url.pathname));
+function match(routes: RouteTable, method: string, url: URL): CompiledRoute | Response | undefined {
+  const onPath = (routes.get(segmentsOf(url.pathname)) ?? []).filter((r) => r.pattern.test(url.pathname));
   const underBase = url.pathname === REST_BASE_PATH || url.pathname.startsWith(`${REST_BASE_PATH}/`);
   if (!underBase && !onPath.length) return undefined;
   const route = onPath.filter((r) => r.method === method).sort(bySpecificity)[0];
@@ -511,11 +529,12 @@ export function useRestFacade(
 
   let compiled: CompiledRoute[] | undefined;
   const routes = () => (compiled ??= compile(schema));
+  let table: RouteTable | undefined;
   const guard: Plugin<{}, ServerContext> = {
     /** match → authenticate → validate → dispatch; a step that answers ends the request. */
     async onRequest(served) {
       const { request, url, serverContext, endResponse, setRequest } = served;
-      const route = match(routes(), request.method, url);
+      const route = match((table ??= routeTable(routes())), request.method, url);
       if (route === undefined) return;
       if (route instanceof Response) return endResponse(route);
       const state = serverContext.state;
