@@ -1,5 +1,7 @@
 // First: --help, --version and arguments the service does not take are answered before anything loads.
 import './command-line.js';
+// Second: the process starts again with the V8 flags that bound its memory (before anything loads).
+import './v8-flags.js';
 import { createServer } from 'node:http';
 import { createApp } from './app.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';

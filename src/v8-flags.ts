@@ -1,0 +1,29 @@
+/**
+ * The V8 flags that bound the service's memory (decision 0071): src/main.ts imports this module
+ * right after the command line's, and this module starts the process again, in place, with them,
+ * before anything else is evaluated.
+ *
+ * `--liftoff-only`: the service's WebAssembly (PGlite's PostgreSQL, Prisma's query compiler) runs
+ * on V8's baseline compiler only. V8 recompiles a hot WebAssembly function with TurboFan, its
+ * optimizing compiler, and one function of PGlite's (104 KB of code) takes 600 MB of compiler
+ * memory and 1.3 s to compile. It became hot on every start: the process's peak was 860 MB on a
+ * migrated data directory and 1.25 GB on a first start, and ~70 MB of it stayed. With Liftoff
+ * alone the peak is the idle size, and executes ran at the same rate (their time is the service's
+ * own JavaScript, not PostgreSQL's).
+ *
+ * `--max-semi-space-size=8`: V8 sized the main thread's young generation from the machine's memory
+ * (128 MB here), and every page of it stays resident once touched. A request's objects die within
+ * milliseconds (decision 0057): an 8 MB semi-space still collects them young.
+ *
+ * Why a new process image: V8 reads its WebAssembly flags when it starts, `v8.setFlagsFromString`
+ * does not change them afterwards (measured), NODE_OPTIONS refuses them, and Worker threads take
+ * none of their own. `process.execve` keeps the process id, its environment and its open files
+ * (stdout, stderr, a supervisor's pipes). Where it is missing (Windows) the service runs as it is.
+ * Flags given on node's own command line come after ours, and win.
+ */
+const FLAG = '--liftoff-only';
+const MEMORY_FLAGS = [FLAG, '--max-semi-space-size=8'];
+
+if (!process.execArgv.includes(FLAG) && typeof process.execve === 'function') {
+  process.execve(process.execPath, [process.execPath, ...MEMORY_FLAGS, ...process.execArgv, ...process.argv.slice(1)]);
+}
