@@ -3,17 +3,18 @@
  * right after the command line's, and this module starts the process again, in place, with them,
  * before anything else is evaluated.
  *
- * `--liftoff-only`: the service's WebAssembly (PGlite's PostgreSQL, Prisma's query compiler) runs
- * on V8's baseline compiler only. V8 recompiles a hot WebAssembly function with TurboFan, its
- * optimizing compiler, and one function of PGlite's (104 KB of code) takes 600 MB of compiler
- * memory and 1.3 s to compile. It became hot on every start: the process's peak was 860 MB on a
- * migrated data directory and 1.25 GB on a first start, and ~70 MB of it stayed. With Liftoff
- * alone the peak is the idle size, and executes ran at the same rate (their time is the service's
- * own JavaScript, not PostgreSQL's).
- *
  * `--max-semi-space-size=8`: V8 sized the main thread's young generation from the machine's memory
  * (128 MB here), and every page of it stays resident once touched. A request's objects die within
- * milliseconds (decision 0057): an 8 MB semi-space still collects them young.
+ * milliseconds (decision 0057): an 8 MB semi-space still collects them young, at no measured CPU.
+ *
+ * `--liftoff-only`, on the embedded database only: WebAssembly (PGlite's PostgreSQL) runs on V8's
+ * baseline compiler only. V8 recompiles a hot WebAssembly function with TurboFan, its optimizing
+ * compiler, and one function of PGlite's (104 KB of code) takes 600 MB of compiler memory and 1.3 s
+ * to compile, on every start: the process's peak was 860 MB on a migrated data directory and
+ * 1.25 GB on a first start, and ~70 MB of it stayed. With Liftoff alone the peak is the idle size;
+ * the price is PGlite's statements on unoptimized code, about a quarter more CPU per execute
+ * (measured 670 against 820–870 µs). On PostgreSQL the only WebAssembly is Prisma's query
+ * compiler, small and quick to optimize: it keeps TurboFan.
  *
  * Why a new process image: V8 reads its WebAssembly flags when it starts, `v8.setFlagsFromString`
  * does not change them afterwards (measured), NODE_OPTIONS refuses them, and Worker threads take
@@ -21,9 +22,10 @@
  * (stdout, stderr, a supervisor's pipes). Where it is missing (Windows) the service runs as it is.
  * Flags given on node's own command line come after ours, and win.
  */
-const FLAG = '--liftoff-only';
-const MEMORY_FLAGS = [FLAG, '--max-semi-space-size=8'];
+const MARKER = '--max-semi-space-size=8';
+const embedded = !process.env.DATABASE_URL;
+const MEMORY_FLAGS = [MARKER, ...(embedded ? ['--liftoff-only'] : [])];
 
-if (!process.execArgv.includes(FLAG) && typeof process.execve === 'function') {
+if (!process.execArgv.includes(MARKER) && typeof process.execve === 'function') {
   process.execve(process.execPath, [process.execPath, ...MEMORY_FLAGS, ...process.execArgv, ...process.argv.slice(1)]);
 }
