@@ -2,7 +2,8 @@
  * GraphiQL at GET /graphql (browsers: `Accept: text/html`), instead of yoga's own plugin, which
  * renders the page again for every request and sends its 9 MB uncompressed and uncached.
  *
- * The page is rendered once, on its first request, and each encoding is compressed once, on the
+ * The page is rendered once, on its first request (its renderer, which holds GraphiQL's 10 MB
+ * bundle as a string and its source, about 28 MB of the heap, is loaded then, not at start), and each encoding is compressed once, on the
  * first request that asks for it (brotli, else gzip, after `Accept-Encoding`; identity otherwise),
  * on zlib's thread pool; then the bytes are kept. Every answer carries a strong `ETag` per
  * encoding and `Cache-Control: no-cache`: a browser keeps the page and revalidates it, so a
@@ -12,7 +13,6 @@
 import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { brotliCompress, constants, gzip } from 'node:zlib';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import type { GraphiQLOptions, Plugin } from 'graphql-yoga';
 import { GRAPHQL_ENDPOINT } from './guard.js';
 import { ICON_PATH } from './docs.js';
@@ -101,34 +101,41 @@ function matches(ifNoneMatch: string, etag: string): boolean {
 }
 
 export function useGraphiQLPage(options: GraphiQLOptions = GRAPHIQL_OPTIONS): Plugin {
-  let html: { bytes: Buffer; hash: string } | undefined;
+  let html: Promise<{ bytes: Buffer; hash: string }> | undefined;
   const representations = new Map<Encoding, Promise<Representation>>();
+  const render = async () => {
+    const { renderGraphiQL } = await import('@graphql-yoga/render-graphiql');
+    const bytes = Buffer.from(renderGraphiQL(options));
+    return { bytes, hash: createHash('sha256').update(bytes).digest('base64url').slice(0, 22) };
+  };
   const page = () => {
-    if (!html) {
-      const bytes = Buffer.from(renderGraphiQL(options));
-      html = { bytes, hash: createHash('sha256').update(bytes).digest('base64url').slice(0, 22) };
-    }
+    html ??= render();
+    // A failure is not kept: the next request tries again.
+    html.catch(() => {
+      html = undefined;
+    });
     return html;
   };
+  const compress = (encoding: Encoding, bytes: Buffer): Promise<Uint8Array> =>
+    encoding === 'br'
+      ? promisify(brotliCompress)(bytes, {
+          params: {
+            // Quality 6: within 3% of quality 9's size at a third of its time (and 11 takes 50 times as long).
+            [constants.BROTLI_PARAM_QUALITY]: 6,
+            [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
+            [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
+          },
+        })
+      : encoding === 'gzip'
+        ? promisify(gzip)(bytes, { level: 6 })
+        : Promise.resolve(bytes);
   const representation = (encoding: Encoding): Promise<Representation> => {
     let made = representations.get(encoding);
     if (!made) {
-      const { bytes, hash } = page();
-      const etag = encoding === 'identity' ? `"${hash}"` : `"${hash}-${encoding}"`;
-      const compressed: Promise<Uint8Array> =
-        encoding === 'br'
-          ? promisify(brotliCompress)(bytes, {
-              params: {
-                // Quality 6: within 3% of quality 9's size at a third of its time (and 11 takes 50 times as long).
-                [constants.BROTLI_PARAM_QUALITY]: 6,
-                [constants.BROTLI_PARAM_MODE]: constants.BROTLI_MODE_TEXT,
-                [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
-              },
-            })
-          : encoding === 'gzip'
-            ? promisify(gzip)(bytes, { level: 6 })
-            : Promise.resolve(bytes);
-      made = compressed.then((body) => ({ body, etag }));
+      made = page().then(async ({ bytes, hash }) => ({
+        body: await compress(encoding, bytes),
+        etag: encoding === 'identity' ? `"${hash}"` : `"${hash}-${encoding}"`,
+      }));
       // A failure is not kept: the next request tries again.
       made.catch(() => representations.delete(encoding));
       representations.set(encoding, made);

@@ -17,7 +17,7 @@ import {
   ATTR_MCP_METHOD_NAME,
   ATTR_MCP_PROTOCOL_VERSION,
   GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
-} from '@opentelemetry/semantic-conventions/incubating';
+} from '../observability/semantic-conventions.js';
 import { ATTR_ERROR_TYPE } from '@opentelemetry/semantic-conventions';
 import { SpanKind, SpanStatusCode, type Telemetry } from '../observability/telemetry.js';
 import type { Logger } from 'pino';
