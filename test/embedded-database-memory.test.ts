@@ -48,7 +48,7 @@ onLinux(
     try {
       // The flags of decision 0071 are on the process's command line after it started itself again.
       const commandLine = (await readFile(`/proc/${service.child.pid}/cmdline`, 'utf8')).split('\0');
-      expect(commandLine).toEqual(expect.arrayContaining(['--liftoff-only', '--max-semi-space-size=8']));
+      expect(commandLine).toEqual(expect.arrayContaining(['--liftoff-only', '--max-semi-space-size=16']));
       for (let i = 0; i < 3; i++) expect((await service.request('GET', '/readyz')).status).toBe(200);
       await new Promise((resolve) => setTimeout(resolve, 2000));
       const { rss } = await memoryOf(service.child.pid!);
