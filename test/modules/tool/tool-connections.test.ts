@@ -867,6 +867,10 @@ describe('the gateway as a client', () => {
   test('`agent-gateway reencrypt` seals the tokens with the new key; another process with it uses them', async () => {
     const toolId = await oauthTool('org');
     const { connectionId } = await connectThroughBrowser(toolId, 'dave');
+    // Every signing key the running app will use exists before the rotation: its checkpoint sweep
+    // (every 10 s) would otherwise make the checkpoint key later, sealed with the first key, and
+    // the last reencrypt below, which knows the second key only, could not open it.
+    await t.app.keys.jwks(['session', 'capability', 'record', 'oauth', 'checkpoint']);
     const counts = await reencryptSecrets(database.db.sql, new SecretBox(SECOND_KEY, [FIRST_KEY]));
     expect(counts.toolConnections).toBeGreaterThanOrEqual(2);
     const [row] = await database.db.sql.query<{ access_token: string; refresh_token: string }>(
