@@ -2,6 +2,7 @@
 // and reads its result (the bench's two-org and fixed-rate rows, scripts/bench-cost.ts,
 // test/fairness.measured.test.ts): load that does not share the measured service's event loop.
 import { execFile } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -39,7 +40,8 @@ export async function runLoad(
   return JSON.parse(stdout) as LoadResult;
 }
 
-const autocannonCli = fileURLToPath(import.meta.resolve('autocannon/autocannon.js'));
+// Resolved by require's rules: jest's ESM runtime, which loads this file in the measured tests, has no import.meta.resolve.
+const autocannonCli = createRequire(import.meta.url).resolve('autocannon/autocannon.js');
 
 /**
  * A closed loop at saturation from autocannon in a process of its own (scripts/bench-cost.ts):
