@@ -3,7 +3,6 @@ import './command-line.js';
 // Second: the process starts again with the V8 flags that bound its memory (before anything loads).
 import './v8-flags.js';
 import { createServer } from 'node:http';
-import { createApp } from './app.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';
 import { openDatabase } from './db/database.js';
 import { databaseOptions, parseEnv } from './env.js';
@@ -55,6 +54,9 @@ function failToStart(error: unknown): Promise<never> {
 }
 
 const db = await openDatabase(databaseOptions(env, (message) => logger.error(message))).catch(failToStart);
+// Loaded once the database is open: a first start creates the embedded database (initdb) at the
+// process's memory peak, which the application's modules and their heap need not add to.
+const { createApp } = await import('./app.js');
 const app = createApp({ env, db, logger });
 await app.ready.catch(failToStart);
 const server = createServer(app.handler);
