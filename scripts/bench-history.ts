@@ -1,9 +1,11 @@
 // How the records and audit listings, and the records' proofs, cost as an org's history grows: two orgs, one with a small
 // history and one with a large one (HISTORY_SIZES, default 20000 and 3000000 records and as many
 // audit entries), each listing timed in both, and the ratio. `npm run bench:history`, PostgreSQL
-// via DATABASE_URL (PGlite works with small sizes). The histories are written with SQL at one
-// record and one audit entry per second up to now, so that an hour of history holds as many
-// entries in both orgs and only the history's length differs.
+// via DATABASE_URL (PGlite works with small sizes). The histories are written with SQL, each
+// spread evenly over the same HISTORY_SPAN_DAYS (default 30) up to now, as a busy org's records
+// per day grow with its history: an old day of the large org holds 100k records, of the small one
+// under 700. HISTORY_SPAN_DAYS=0 writes one record and one audit entry a second instead, so that
+// an hour holds as many entries in both orgs and only the history's length differs.
 import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import pg from 'pg';
@@ -16,6 +18,9 @@ import { seedHistory } from '../test/support/history.js';
 
 const SIZES = (process.env.HISTORY_SIZES ?? '20000,3000000').split(',').map(Number);
 const REPEAT = Number(process.env.HISTORY_REPEAT ?? 21);
+const SPAN_DAYS = Number(process.env.HISTORY_SPAN_DAYS ?? 30);
+/** How many seconds the history of an org of `size` spans. */
+const spanSeconds = (size: number) => (SPAN_DAYS > 0 ? SPAN_DAYS * 86_400 : size);
 const env = parseEnv({ SIGNUP_MAX_PER_ADDRESS: '1000000', ...process.env, LOG_LEVEL: 'silent' });
 const db = await openDatabase({ databaseUrl: env.databaseUrl, dataDir: 'memory://' });
 const app = createApp({ env, db, logger: createLogger('silent') });
@@ -44,10 +49,10 @@ async function orgWithHistory(size: number) {
     ? await db.sql.query<{ id: string; slug: string }>(
         `SELECT o.id, o.slug FROM organizations o JOIN record_chain_heads h ON h.org_id = o.id
          WHERE o.slug LIKE $1 AND h.seq = $2 ORDER BY o.created_at DESC LIMIT 1`,
-        [`history-${size}-%`, size],
+        [`history-${size}-d${SPAN_DAYS}-%`, size],
       )
     : [];
-  const slug = previous?.slug ?? `history-${size}-${Date.now()}`;
+  const slug = previous?.slug ?? `history-${size}-d${SPAN_DAYS}-${Date.now()}`;
   const org = previous
     ? { org_id: previous.id }
     : await post('/api/v1/orgs', {
@@ -72,7 +77,7 @@ async function orgWithHistory(size: number) {
   const client = env.databaseUrl ? new pg.Client({ connectionString: env.databaseUrl }) : undefined;
   await client?.connect();
   const seed = (text: string, values: unknown[]) => (client ? client.query(text, values) : db.sql.query(text, values));
-  await seedHistory(seed, org.org_id, size);
+  await seedHistory(seed, org.org_id, size, { spanSeconds: spanSeconds(size) });
   if (client) {
     // As autovacuum leaves an insert-only table: statistics, and the visibility map that lets a
     // count read an index alone.
@@ -93,9 +98,11 @@ const seededRecordId = (orgId: string, seq: number) =>
 /** The listings, each a path (relative to the org) and how it is reached. */
 function listings(org: { orgId: string; size: number }) {
   const hour = 3600_000;
-  // An hour from the middle of the history: as many entries in a small org and a large one.
-  const middle = Date.now() - (org.size / 2) * 1000;
-  const window = `from=${new Date(middle).toISOString()}&to=${new Date(middle + hour).toISOString()}`;
+  // An hour and a day from the middle of the history.
+  const middle = Date.now() - (spanSeconds(org.size) / 2) * 1000;
+  const windowOf = (ms: number) => `from=${new Date(middle).toISOString()}&to=${new Date(middle + ms).toISOString()}`;
+  const window = windowOf(hour);
+  const day = windowOf(24 * hour);
   const audit = `/api/v1/orgs/${org.orgId}/audit-logs`;
   return [
     ['records, first page', '/api/v1/records'],
@@ -104,6 +111,8 @@ function listings(org: { orgId: string; size: number }) {
     ['records, action=email:write', '/api/v1/records?action=email:write'],
     ['records, agent_id', '/api/v1/records?agent_id=agent-7'],
     ['records, an old hour by from/to', `/api/v1/records?${window}`],
+    ['records, an old day by from/to', `/api/v1/records?${day}`],
+    ['records, an old day by from/to, by agent', `/api/v1/records?${day}&agent_id=agent-7`],
     ['records, the last hour by from', `/api/v1/records?from=${new Date(Date.now() - hour).toISOString()}`],
     ['records, second page by offset', '/api/v1/records?offset=100'],
     ['records, next page by cursor', '/api/v1/records', 'cursor'],
@@ -114,6 +123,7 @@ function listings(org: { orgId: string; size: number }) {
     ['audit, actor label', `${audit}?actor=User3@history.example`],
     ['audit, target', `${audit}?target_type=manifest&target_id=m-42`],
     ['audit, an old hour by from/to', `${audit}?${window}`],
+    ['audit, an old day by from/to', `${audit}?${day}`],
     ['audit, second page by offset', `${audit}?offset=50`],
     ['audit, next page by cursor', audit, 'cursor'],
     // The transparency log: a proof reads O(log n) nodes by the records' (org, seq) index.

@@ -1,7 +1,7 @@
 import type { SqlDriverAdapter, SqlDriverAdapterFactory, SqlQuery, Transaction } from '@prisma/driver-adapter-utils';
 
-/** Called with every SQL statement Prisma sends through the driver adapter. */
-export type QueryObserver = (sql: string) => void;
+/** Called with every SQL statement Prisma sends through the driver adapter, and its parameters. */
+export type QueryObserver = (sql: string, args: readonly unknown[]) => void;
 
 function observeQueryable<T extends SqlDriverAdapter | Transaction>(target: T, observe: QueryObserver): T {
   return new Proxy(target, {
@@ -9,7 +9,7 @@ function observeQueryable<T extends SqlDriverAdapter | Transaction>(target: T, o
       const value = Reflect.get(object, property, receiver);
       if (property === 'queryRaw' || property === 'executeRaw') {
         return (query: SqlQuery) => {
-          observe(query.sql);
+          observe(query.sql, query.args);
           return (value as (q: SqlQuery) => unknown).call(object, query);
         };
       }

@@ -1,6 +1,6 @@
 /**
  * A long history written with SQL rather than through the gateway: `size` records and `size`
- * audit entries in an org, one of each a second up to now, over 20 agents, 5 action types with 4
+ * audit entries in an org, one of each a second up to now (or evenly over `spanSeconds`), over 20 agents, 5 action types with 4
  * tools, every tenth record denied, 10 audit actions in 5 families by 5 actors on 1000 targets.
  * The records are chained by seq but not signed: for listings, proofs and their costs, not
  * verification. Their Merkle tree (migration record_tree) is built with set-based SQL, level by
@@ -38,8 +38,10 @@ export async function seedHistory(
   query: (text: string, values: unknown[]) => Promise<unknown>,
   orgId: string,
   size: number,
-  { payloadBytes = 0 }: { payloadBytes?: number } = {},
+  { payloadBytes = 0, spanSeconds = size }: { payloadBytes?: number; spanSeconds?: number } = {},
 ): Promise<void> {
+  // Seconds between two entries: a busy org's history packs more of them into each day.
+  const spacing = spanSeconds / size;
   const payload = payloadBytes ? `jsonb_build_object('n', i, 'note', repeat('x', ${Math.trunc(payloadBytes)}))` : '';
   const SLICE = 250_000;
   for (let first = 1; first <= size; first += SLICE) {
@@ -55,9 +57,9 @@ export async function seedHistory(
          (CASE WHEN i % 10 = 0 THEN 'denied' ELSE 'approved' END)::"RecordStatus", i % 10 <> 0,
          '[]'::jsonb, md5('r' || i), NULL, '[]'::jsonb, 'rest',
          ${recordHash('i - 1')}, ${recordHash('i')}, 'sig', 'kid',
-         now() - make_interval(secs => $2::bigint - i)
+         now() - make_interval(secs => ($2::bigint - i) * $5::float8)
        FROM generate_series($3::bigint, $4::bigint) AS i`,
-      [orgId, size, first, last],
+      [orgId, size, first, last, spacing],
     );
     await query(
       `INSERT INTO audit_logs (id, org_id, actor_type, actor_id, actor_label, action, target_type, target_id,
@@ -66,13 +68,14 @@ export async function seedHistory(
          'user' || (i % ${HISTORY_ACTORS}) || '@history.example',
          (${sqlArray(HISTORY_AUDIT_ACTIONS)})[1 + i % ${HISTORY_AUDIT_ACTIONS.length}],
          'manifest', 'm-' || (i % 1000), NULL, ${payload || `'{"ok": true}'::jsonb`}, NULL, NULL,
-         now() - make_interval(secs => $2::bigint - i)
+         now() - make_interval(secs => ($2::bigint - i) * $5::float8)
        FROM generate_series($3::bigint, $4::bigint) AS i`,
-      [orgId, size, first, last],
+      [orgId, size, first, last, spacing],
     );
   }
   await query(
-    `INSERT INTO record_chain_heads (org_id, seq, head_hash, updated_at) VALUES ($1::uuid, $2, ${recordHash('$2::bigint')}, now())`,
+    `INSERT INTO record_chain_heads (org_id, seq, head_hash, last_created_at, updated_at)
+     VALUES ($1::uuid, $2, ${recordHash('$2::bigint')}, now(), now())`,
     [orgId, size],
   );
   await seedTree(query, orgId, size);

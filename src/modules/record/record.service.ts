@@ -40,6 +40,7 @@ import {
   readChainHead,
   recordHashAt,
   recordPage,
+  seqWindow,
 } from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
 import { secondsSince } from '../../observability/telemetry.js';
@@ -278,11 +279,14 @@ export function createRecordService(deps: Deps) {
   function signedBatch(orgId: string, head: ChainHead, batch: Pending[], key: SigningKey): SignedBatch {
     let seq = head.seq;
     let prevHash = head.hash;
+    // Never before the record it follows, whichever process's clock stamped that one: seq order is
+    // time order, which a from/to window of the listings needs to be one seq range.
+    let createdAt = head.lastCreatedAt ?? new Date(0);
     const tree = MerkleFrontier.of(head.seq, head.frontier);
     const records: InteractionRecord[] = [];
     for (const { id, entry, storeParams } of batch) {
       seq += 1n;
-      const createdAt = new Date();
+      createdAt = new Date(Math.max(Date.now(), createdAt.getTime()));
       const connection = entry.connection === null ? null : recordedConnectionOf(entry.connection);
       const body: RecordBody = {
         record_id: id,
@@ -337,7 +341,7 @@ export function createRecordService(deps: Deps) {
       });
       prevHash = recordHash;
     }
-    return { records, head: { seq, hash: prevHash, frontier: tree.packed() } };
+    return { records, head: { seq, hash: prevHash, frontier: tree.packed(), lastCreatedAt: createdAt } };
   }
 
   async function get(orgId: string, recordId: string) {
@@ -352,13 +356,15 @@ export function createRecordService(deps: Deps) {
     const beforeSeq = cursorOf(filter.cursor, offset, seqOfCursor, RECORDS_CURSOR, errors);
     errors.throwIfAny();
     const [type, tool] = filter.action?.includes(':') ? filter.action.split(':', 2) : [filter.action, undefined];
+    const timed = Boolean(filter.from || filter.to);
+    const window = timed ? await seqWindow(db.sql, orgId, filter.from ?? null, filter.to ?? null) : undefined;
+    if (window === null) return { items: [], total: 0, total_exact: true, next_cursor: null };
     const criteria = {
       agentId: filter.agent_id,
       actionType: type,
       tool,
       status: filter.status,
-      from: filter.from,
-      to: filter.to,
+      window,
     };
     // One more than the page: whether a next page exists, without counting.
     const [rows, counted] = await Promise.all([

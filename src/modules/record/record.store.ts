@@ -16,18 +16,26 @@ export interface ChainHead {
   seq: bigint;
   hash: string;
   frontier: Buffer;
+  /** When the record at `seq` was made: the earliest the next may be (null before the first). */
+  lastCreatedAt: Date | null;
 }
 
 interface HeadRow {
   seq: string;
   head_hash: string;
   tree_frontier: Uint8Array;
+  last_created_at: Date | string | null;
 }
 
 const headOf = (row: HeadRow | undefined): ChainHead =>
   row
-    ? { seq: BigInt(row.seq), hash: row.head_hash, frontier: Buffer.from(row.tree_frontier) }
-    : { seq: 0n, hash: GENESIS_HASH, frontier: Buffer.alloc(0) };
+    ? {
+        seq: BigInt(row.seq),
+        hash: row.head_hash,
+        frontier: Buffer.from(row.tree_frontier),
+        lastCreatedAt: row.last_created_at === null ? null : new Date(row.last_created_at),
+      }
+    : { seq: 0n, hash: GENESIS_HASH, frontier: Buffer.alloc(0), lastCreatedAt: null };
 
 /**
  * Creates the org's head on its first record and locks it, in one statement: a no-op update of an
@@ -38,7 +46,7 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<C
     `INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, tree_frontier, updated_at)
      VALUES ($1::uuid, 0, $2, '\\x'::bytea, now())
      ON CONFLICT (org_id) DO UPDATE SET seq = h.seq
-     RETURNING h.seq::text AS seq, h.head_hash, h.tree_frontier`,
+     RETURNING h.seq::text AS seq, h.head_hash, h.tree_frontier, h.last_created_at`,
     [orgId, GENESIS_HASH],
     'lock_chain_head',
   );
@@ -48,7 +56,7 @@ export async function lockChainHead(tx: SqlConnection, orgId: string): Promise<C
 /** The org's chain head as committed, without locking it. */
 export async function readChainHead(sql: SqlConnection, orgId: string): Promise<ChainHead> {
   const [head] = await sql.query<HeadRow>(
-    'SELECT seq::text AS seq, head_hash, tree_frontier FROM record_chain_heads WHERE org_id = $1::uuid',
+    'SELECT seq::text AS seq, head_hash, tree_frontier, last_created_at FROM record_chain_heads WHERE org_id = $1::uuid',
     [orgId],
     'read_chain_head',
   );
@@ -144,9 +152,10 @@ export async function insertRecordsAndAdvanceHead(
   await tx.query(
     `WITH appended AS (INSERT INTO interaction_records (${columns.join(', ')}) ${batchRows})
      UPDATE record_chain_heads
-     SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, tree_frontier = $${HEAD + 4}::bytea, updated_at = now()
+     SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, tree_frontier = $${HEAD + 4}::bytea,
+       last_created_at = $${HEAD + 5}::timestamptz, updated_at = now()
      WHERE org_id = $${HEAD + 1}::uuid`,
-    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, frontier],
+    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, frontier, last.createdAt],
     'insert_records_and_advance_head',
   );
 }
@@ -167,10 +176,11 @@ export async function appendIfHeadIs(
   const last = records[records.length - 1];
   const [result] = await sql.query<{ advanced: number }>(
     `WITH head AS (
-       INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, tree_frontier, updated_at)
-       VALUES ($${HEAD + 1}::uuid, $${HEAD + 2}::bigint, $${HEAD + 3}, $${HEAD + 6}::bytea, now())
+       INSERT INTO record_chain_heads AS h (org_id, seq, head_hash, tree_frontier, last_created_at, updated_at)
+       VALUES ($${HEAD + 1}::uuid, $${HEAD + 2}::bigint, $${HEAD + 3}, $${HEAD + 6}::bytea, $${HEAD + 7}::timestamptz, now())
        ON CONFLICT (org_id) DO UPDATE
-         SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, tree_frontier = EXCLUDED.tree_frontier, updated_at = now()
+         SET seq = EXCLUDED.seq, head_hash = EXCLUDED.head_hash, tree_frontier = EXCLUDED.tree_frontier,
+           last_created_at = EXCLUDED.last_created_at, updated_at = now()
          WHERE h.seq = $${HEAD + 4}::bigint AND h.head_hash = $${HEAD + 5}
        RETURNING 1
      ), appended AS (
@@ -186,6 +196,7 @@ export async function appendIfHeadIs(
       expected.seq.toString(),
       expected.hash,
       frontier,
+      last.createdAt,
     ],
     'append_if_head_is',
   );
@@ -199,25 +210,63 @@ export async function existingRecordIds(sql: SqlDriver, ids: readonly string[]):
 }
 
 /**
+ * SQL for the seq of the org's ($1) first record created at or after `from` and of its last
+ * created before `to`, up to seq `upTo` (an expression). Each is one step into the (org,
+ * created_at) index, however long the history: an append stamps no record before the one it
+ * follows (migration record_time_order), so the records in [from, to) are the seq range between
+ * them. Without a bound, the first record or `upTo` itself (the chain numbers records from 1).
+ */
+function windowEnds(orgId: string, from: Date | null, to: Date | null, upTo: string) {
+  const params: unknown[] = [orgId];
+  const param = (value: Date) => `$${params.push(value)}::timestamptz`;
+  const first = from
+    ? `(SELECT r.seq FROM interaction_records r WHERE r.org_id = $1::uuid AND r.created_at >= ${param(from)}
+         AND r.seq <= ${upTo} ORDER BY r.created_at, r.seq LIMIT 1)`
+    : `(CASE WHEN ${upTo} > 0 THEN 1::bigint END)`;
+  const last = to
+    ? `(SELECT r.seq FROM interaction_records r WHERE r.org_id = $1::uuid AND r.created_at < ${param(to)}
+         AND r.seq <= ${upTo} ORDER BY r.created_at DESC, r.seq DESC LIMIT 1)`
+    : `(NULLIF(${upTo}, 0))`;
+  return { first, last, params };
+}
+
+/**
  * The org's chain head and the seq range of its records created in [from, to), read in one
  * statement so the range never runs past the head it is reported with.
  */
 export async function exportRange(sql: SqlDriver, orgId: string, from: Date | null, to: Date | null) {
+  const ends = windowEnds(orgId, from, to, 'h.seq');
   const [range] = await sql.query<{
     head_seq: string;
     head_hash: string;
     first_seq: string | null;
     last_seq: string | null;
   }>(
-    `SELECT h.seq::text AS head_seq, h.head_hash,
-       (SELECT min(r.seq) FROM interaction_records r
-         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($2::timestamptz IS NULL OR r.created_at >= $2::timestamptz))::text AS first_seq,
-       (SELECT max(r.seq) FROM interaction_records r
-         WHERE r.org_id = h.org_id AND r.seq <= h.seq AND ($3::timestamptz IS NULL OR r.created_at < $3::timestamptz))::text AS last_seq
+    `SELECT h.seq::text AS head_seq, h.head_hash, ${ends.first}::text AS first_seq, ${ends.last}::text AS last_seq
      FROM record_chain_heads h WHERE h.org_id = $1::uuid`,
-    [orgId, from, to],
+    ends.params,
   );
   return range as typeof range | undefined;
+}
+
+/**
+ * The seq range of the org's records created in [from, to), null when none was; what a listing
+ * by time reads through the indexes that end in seq rather than by sorting the window.
+ */
+export async function seqWindow(
+  sql: SqlDriver,
+  orgId: string,
+  from: Date | null,
+  to: Date | null,
+): Promise<{ first: bigint; last: bigint } | null> {
+  const head = '(SELECT h.seq FROM record_chain_heads h WHERE h.org_id = $1::uuid)';
+  const ends = windowEnds(orgId, from, to, head);
+  const [row] = await sql.query<{ first_seq: string | null; last_seq: string | null }>(
+    `SELECT ${ends.first}::text AS first_seq, ${ends.last}::text AS last_seq`,
+    ends.params,
+  );
+  const window = row?.first_seq && row.last_seq ? { first: BigInt(row.first_seq), last: BigInt(row.last_seq) } : null;
+  return window && window.first <= window.last ? window : null;
 }
 
 /** One record of the org, or null. */
@@ -231,10 +280,8 @@ export interface RecordCriteria {
   actionType?: string | null;
   tool?: string | null;
   status?: 'approved' | 'denied' | null;
-  /** Inclusive. */
-  from?: Date | null;
-  /** Exclusive. */
-  to?: Date | null;
+  /** The seq range of the records created in a time window (seqWindow). */
+  window?: { first: bigint; last: bigint };
 }
 
 /**
@@ -250,7 +297,7 @@ export function recordPage(
 ): Promise<InteractionRecord[]> {
   const where = recordWhere(orgId, criteria);
   return prisma.interactionRecord.findMany({
-    where: page.beforeSeq === undefined ? where : { ...where, seq: { lt: page.beforeSeq } },
+    where: page.beforeSeq === undefined ? where : { ...where, seq: { ...seqBounds(criteria), lt: page.beforeSeq } },
     orderBy: [{ seq: 'desc' }],
     take: page.take,
     skip: page.offset,
@@ -282,16 +329,21 @@ export async function countRecords(
 }
 
 function recordWhere(orgId: string, criteria: RecordCriteria): Prisma.InteractionRecordWhereInput {
-  const { agentId, actionType, tool, status, from, to } = criteria;
+  const { agentId, actionType, tool, status } = criteria;
   return {
     orgId,
     ...(agentId ? { agentId } : {}),
     ...(actionType ? { actionType } : {}),
     ...(tool ? { tool } : {}),
     ...(status ? { status } : {}),
-    ...(from || to ? { createdAt: { ...(from ? { gte: from } : {}), ...(to ? { lt: to } : {}) } } : {}),
+    // The window's seq range is the window (seqWindow). With created_at beside it, the planner
+    // would rather read the window by time and sort all of it for a page's first rows.
+    ...(criteria.window ? { seq: seqBounds(criteria) } : {}),
   };
 }
+
+/** The seq range a time window reads, when the criteria have one. */
+const seqBounds = ({ window }: RecordCriteria) => (window ? { gte: window.first, lte: window.last } : {});
 
 /** The hash of the org's record at `seq`, undefined when there is none. */
 export async function recordHashAt(prisma: PrismaClient, orgId: string, seq: bigint): Promise<string | undefined> {

@@ -2,20 +2,26 @@ import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { HISTORY_ACTORS, seedHistory } from '../../support/history.js';
 import { MerkleFrontier, recordLeafHash, verifyInclusion } from '../../../src/modules/record/merkle.js';
+import { seqWindow } from '../../../src/modules/record/record.store.js';
+import { planOf, statementOf } from '../../support/plans.js';
+import { StatementCounter } from '../../support/statements.js';
 
 // Listings of a history longer than the exact-total bound (10,000): totals bounded and flagged,
 // cursors that walk a listing exactly as limit/offset does, and refusals of cursors that are not.
 const SIZE = 10_050;
+const statements = new StatementCounter();
 let t: TestApp;
 let big: OrgFixture;
 let other: OrgFixture;
 
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({}, { onQuery: statements.observe });
   big = await signUp(t, 'history');
   other = await signUp(t, 'history-other');
   await seedHistory((text, values) => t.database.db.sql.query(text, values), big.orgId, SIZE);
   await seedHistory((text, values) => t.database.db.sql.query(text, values), other.orgId, 30);
+  // As autovacuum would leave it: the planner knows the history's size.
+  await t.database.db.sql.exec('ANALYZE interaction_records');
 }, 120_000);
 afterAll(() => t.close());
 
@@ -140,6 +146,103 @@ describe('cursors', () => {
       (r: { seq: number }) => r.seq,
     );
     expect(seqs).toEqual([SIZE, SIZE - 10, SIZE - 20, SIZE - 30, SIZE - 40, SIZE - 50]);
+  });
+});
+
+describe('windows by time', () => {
+  /** The seeded records' times: seq i was created at newest - (SIZE - i) s. */
+  let newest: number;
+  const at = (seq: number) => new Date(newest - (SIZE - seq) * 1000);
+  beforeAll(async () => {
+    newest = Date.parse((await get('/api/v1/records?limit=1')).body.items[0].created_at);
+  });
+
+  /** The ids of the records in [from, to) that also match `where`, newest first, read from the table. */
+  async function recordsIn(from: Date | null, to: Date | null, where = 'true') {
+    const rows = await t.database.db.sql.query<{ id: string }>(
+      `SELECT id FROM interaction_records WHERE org_id = $1::uuid AND ($2::timestamptz IS NULL OR created_at >= $2)
+         AND ($3::timestamptz IS NULL OR created_at < $3) AND ${where} ORDER BY seq DESC`,
+      [big.orgId, from, to],
+    );
+    return rows.map((row) => row.id);
+  }
+
+  const window = (from: Date | null, to: Date | null) =>
+    [from && `from=${from.toISOString()}`, to && `to=${to.toISOString()}`].filter(Boolean).join('&');
+
+  test.each([
+    ['an old hour', () => [at(2000), at(5600)], undefined, undefined],
+    ['from alone', () => [at(9000), null], undefined, undefined],
+    ['to alone', () => [null, at(1500)], undefined, undefined],
+    ['edges on records: from includes its record, to excludes its record', () => [at(4000), at(4100)], '', undefined],
+    [
+      'half a second past a record to half a second past another',
+      () => [new Date(at(10).getTime() + 500), new Date(at(20).getTime() + 500)],
+      '',
+      undefined,
+    ],
+    ['with an agent', () => [at(100), at(9900)], 'agent_id=agent-7', "agent_id = 'agent-7'"],
+    [
+      'with an action and a status',
+      () => [at(100), at(9900)],
+      'action=billing&status=denied',
+      "action_type = 'billing' AND status = 'denied'",
+    ],
+  ] as const)('%s: exactly the records of the window, newest first', async (_, bounds, query, where) => {
+    const [from, to] = bounds();
+    const expected = await recordsIn(from, to, where);
+    expect(expected.length).toBeGreaterThan(0);
+    const path = `/api/v1/records?${[window(from, to), query].filter(Boolean).join('&')}`;
+    expect(await byOffset(path)).toEqual(expected);
+    const first = await get(join(path, 'limit=5'));
+    expect(first.body).toMatchObject({
+      total: Math.min(expected.length, 10_000),
+      total_exact: expected.length <= 10_000,
+    });
+  });
+
+  test.each([
+    ['before the history', () => [new Date('2000-01-01T00:00:00Z'), new Date('2000-01-02T00:00:00Z')]],
+    ['after it', () => [new Date(newest + 1), new Date(newest + 3_600_000)]],
+    ['between two records', () => [new Date(at(30).getTime() + 100), new Date(at(30).getTime() + 900)]],
+    ['of one instant', () => [at(40), at(40)]],
+  ] as const)('a window with no record (%s) is an empty page, not an error', async (_, bounds) => {
+    const [from, to] = bounds();
+    expect(await recordsIn(from, to)).toEqual([]);
+    const response = await get(`/api/v1/records?${window(from, to)}`);
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ items: [], total: 0, total_exact: true, next_cursor: null });
+  });
+
+  test('the window is found in one statement of two steps into the time index', async () => {
+    const plan = await planOf(
+      t.database.db.sql,
+      await statementOf((conn) => seqWindow(conn as never, big.orgId, at(10), at(20))),
+    );
+    expect(plan.match(/Index (Only )?Scan( Backward)? using interaction_records_org_id_created_at_idx/g)).toHaveLength(
+      2,
+    );
+    expect(plan.match(/Limit/g)).toHaveLength(2);
+  });
+
+  test('its page is read by an index that ends in seq, newest first, without sorting the window; its count by seq too', async () => {
+    const path = `/api/v1/records?${window(at(2000), at(5600))}&limit=20`;
+    const { sent } = await statements.count(() => get(path));
+    const reads = sent.filter(
+      (s) => /FROM "public"."interaction_records"/.test(s.text) && /ORDER BY .*"seq" DESC/.test(s.text),
+    );
+    expect(reads).toHaveLength(2);
+    const [page, count] = await Promise.all(
+      [reads.find((s) => !/COUNT/i.test(s.text))!, reads.find((s) => /COUNT/i.test(s.text))!].map((read) =>
+        planOf(t.database.db.sql, read),
+      ),
+    );
+    expect(page).toMatch(/Index (Only )?Scan Backward using interaction_records_org_id_seq_key/);
+    expect(page).toMatch(/Index Cond: .*seq >= /);
+    expect(page).not.toMatch(/Sort/);
+    // The count reads the window's rows up to the bound whichever way; by their seq range, not by time.
+    expect(count).toMatch(/Index Cond: .*seq >= .*seq <= /);
+    expect(count).not.toMatch(/created_at/);
   });
 });
 

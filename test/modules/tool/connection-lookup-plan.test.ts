@@ -5,9 +5,9 @@
  * `user_id IS NOT DISTINCT FROM $2` did: asked of the planner on the configured backend with
  * sequential scans priced out, so a condition no index answers shows as a filter.
  */
-import type { SqlConnection } from '../../../src/db/sql.js';
 import { findConnectionFor, findConnectionForCall } from '../../../src/modules/tool/tool-connections.store.js';
 import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { planOf as planStatement, type Statement, statementOf } from '../../support/plans.js';
 
 let database: TestDatabase;
 
@@ -19,29 +19,7 @@ afterAll(async () => {
   await database?.close();
 });
 
-/** The statement a store function sends, caught instead of run. */
-async function statementOf(read: (conn: SqlConnection) => Promise<unknown>) {
-  const sent: { text: string; values: unknown[] }[] = [];
-  const catcher = {
-    query: async (text: string, values: unknown[] = []) => {
-      sent.push({ text, values });
-      return [];
-    },
-    exec: async () => undefined,
-  } as unknown as SqlConnection;
-  await read(catcher);
-  expect(sent).toHaveLength(1);
-  return sent[0];
-}
-
-/** The plan's text for the statement, with sequential scans priced out. */
-async function planOf({ text, values }: { text: string; values: unknown[] }): Promise<string> {
-  return database.db.sql.transaction(async (tx) => {
-    await tx.exec('SET LOCAL enable_seqscan = off');
-    const rows = await tx.query<Record<string, unknown>>(`EXPLAIN ${text}`, values);
-    return rows.map((row) => String(Object.values(row)[0])).join('\n');
-  });
-}
+const planOf = (statement: Statement) => planStatement(database.db.sql, statement);
 
 const TOOL = 'tool_plan';
 const USER = '00000000-0000-4000-8000-000000000001';
