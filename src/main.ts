@@ -8,6 +8,7 @@ import { openDatabase } from './db/database.js';
 import { databaseOptions, parseEnv } from './env.js';
 import { consoleIsBuilt } from './http/console.js';
 import { armExitWatchdog } from './lib/exit-watchdog.js';
+import { releaseStartupMemory } from './lib/startup-memory.js';
 import { createLogger, stdoutLogOutput } from './logger.js';
 import { createMetricsServer, METRICS_PATH } from './observability/metrics-server.js';
 import { listeningLine } from './usage.js';
@@ -79,6 +80,7 @@ if (metricsServer) {
   logger.info({ metrics: `http://${env.metricsHost}:${env.metricsPort}${METRICS_PATH}` }, 'metrics listener started');
 }
 
+releaseStartupMemory();
 server.listen(env.port, env.host, () => {
   // The console is advertised only where it is built (a production install may have none).
   const { fields, message } = listeningLine(env.publicUrl, `${db.kind} ${db.location}`, consoleIsBuilt());
