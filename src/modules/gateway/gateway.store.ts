@@ -208,7 +208,8 @@ export async function countAndJournalMany(
 
 /** Drops the journal entries of executions whose records exist. */
 export async function forgetExecutions(sql: SqlDriver, ids: string[]): Promise<void> {
-  await sql.query('DELETE FROM gateway_executions WHERE id = ANY($1)', [ids]);
+  // After every execute's record: parsed and planned once per connection.
+  await sql.query('DELETE FROM gateway_executions WHERE id = ANY($1)', [ids], 'forget_executions');
 }
 
 /**

@@ -50,6 +50,8 @@ export async function countOperatorRequests(
      ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + $4
      RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $3::uuid) AS limit`,
     [`operator:${orgId}`, windowStart, orgId, requests],
+    // Every operator request runs it: parsed and planned once per connection.
+    'count_operator_requests',
   );
   return row;
 }
