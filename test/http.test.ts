@@ -175,6 +175,28 @@ describe('request errors', () => {
 });
 
 describe('operator rate limit', () => {
+  test('the counts are kept in an unlogged table of their own, one row per org and minute (decision 0074)', async () => {
+    const org = await signUp(t);
+    for (let i = 0; i < 3; i++) {
+      expect((await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken })).status).toBe(200);
+    }
+    const [table] = await t.database.db.sql.query<{ relpersistence: string }>(
+      "SELECT relpersistence FROM pg_class WHERE relname = 'operator_rate_counters'",
+    );
+    // u: unlogged, p: permanent (logged).
+    expect(table.relpersistence).toBe('u');
+    const rows = await t.database.db.sql.query<{ count: number }>(
+      'SELECT count FROM operator_rate_counters WHERE org_id = $1::uuid ORDER BY window_start',
+      [org.orgId],
+    );
+    // The sign-up's own requests and these three, in this minute and maybe the one before.
+    expect(rows.reduce((sum, row) => sum + row.count, 0)).toBeGreaterThanOrEqual(3);
+    const logged = await t.database.db.sql.query("SELECT 1 FROM rate_counters WHERE bucket = 'operator:' || $1::text", [
+      org.orgId,
+    ]);
+    expect(logged).toHaveLength(0);
+  });
+
   test('every authenticated response carries the X-RateLimit headers; over the limit is 429 with Retry-After', async () => {
     const org = await signUp(t);
     const limited = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {

@@ -35,4 +35,6 @@ export async function deleteCounter(sql: SqlConnection, bucket: string, windowSt
 
 export async function deleteCountersBefore(sql: SqlConnection, before: Date): Promise<void> {
   await sql.query('DELETE FROM rate_counters WHERE window_start < $1', [before]);
+  // The operator rate limit's windows (decision 0074) end with the others.
+  await sql.query('DELETE FROM operator_rate_counters WHERE window_start < $1', [before]);
 }

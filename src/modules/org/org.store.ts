@@ -46,10 +46,10 @@ export async function countOperatorRequests(
   requests: number,
 ): Promise<{ count: number; limit: number | null }> {
   const [row] = await sql.query<{ count: number; limit: number | null }>(
-    `INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $4)
-     ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + $4
-     RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $3::uuid) AS limit`,
-    [`operator:${orgId}`, windowStart, orgId, requests],
+    `INSERT INTO operator_rate_counters AS c (org_id, window_start, count) VALUES ($1::uuid, $2, $3)
+     ON CONFLICT (org_id, window_start) DO UPDATE SET count = c.count + $3
+     RETURNING count, (SELECT operator_rate_limit_per_minute FROM organizations WHERE id = $1::uuid) AS limit`,
+    [orgId, windowStart, requests],
     // Every operator request runs it: parsed and planned once per connection.
     'count_operator_requests',
   );
