@@ -20,6 +20,8 @@ import {
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const READY_TIMEOUT_MS = 60_000;
 const EXIT_TIMEOUT_MS = 20_000;
+/** How long after its exit a process's output may take to be read. */
+const OUTPUT_AFTER_EXIT_MS = 2_000;
 
 export interface LogLine {
   level: number;
@@ -113,8 +115,14 @@ export function startService(port: number, options: ServiceOptions): Service {
   });
   child.stderr!.setEncoding('utf8');
   child.stderr!.on('data', (chunk: string) => stderr.push(chunk));
+  // Resolved once the output is read too: 'exit' can come before the last chunks of stderr (a
+  // watchdog's line written just before its SIGKILL). Bounded, should a grandchild hold the pipes.
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.on('exit', (code, signal) => resolve({ code, signal }));
+    const closed = new Promise<void>((outputClosed) => child.on('close', () => outputClosed()));
+    child.on('exit', (code, signal) => {
+      const bound = new Promise<void>((elapsed) => setTimeout(elapsed, OUTPUT_AFTER_EXIT_MS).unref());
+      void Promise.race([closed, bound]).then(() => resolve({ code, signal }));
+    });
   });
   const base = `http://127.0.0.1:${port}`;
   let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
