@@ -141,6 +141,19 @@ class PostgresCpu {
     return ticks;
   }
 
+  /**
+   * Transactions committed or rolled back in the service's database so far. A statement outside a
+   * transaction is one, as the service's per-call statements are (a transaction of several counts
+   * once: the figure is then a floor). Backends report them to the statistics at most once a
+   * second while busy and within 10 s once idle: read it after STATISTICS_SETTLE_MS.
+   */
+  async transactions(): Promise<number> {
+    const { rows } = await this.client.query<{ n: string }>(
+      'SELECT (xact_commit + xact_rollback)::text AS n FROM pg_stat_database WHERE datname = current_database()',
+    );
+    return Number(rows[0].n);
+  }
+
   static ticksBetween(before: Map<number, number>, after: Map<number, number>): number {
     let total = 0;
     for (const [pid, ticks] of after) total += ticks - (before.get(pid) ?? 0);
@@ -210,6 +223,57 @@ async function startBare(): Promise<Child & { base: string }> {
     void bare.exited.then(() => reject(new Error(`the bare server exited: ${bare.output()}`)));
   });
   return { ...bare, base: `http://127.0.0.1:${port}` };
+}
+
+/**
+ * How long the statistics take to show what the backends did (PostgresCpu.transactions): an idle
+ * backend reports what it has pending within PostgreSQL's idle interval, 10 s.
+ */
+const STATISTICS_SETTLE_MS = 11_000;
+
+/**
+ * One database round trip as the service makes them (scripts/statement-floor.mjs in a process of
+ * its own): the client's CPU per statement, and PostgreSQL's, read while its connections are open.
+ */
+async function statementFloor(url: string, postgres: PostgresCpu): Promise<{ client: number; postgres: number }> {
+  const script = fileURLToPath(new URL('./statement-floor.mjs', import.meta.url));
+  const child = spawn(process.execPath, [script, JSON.stringify({ url, seconds: SECONDS, concurrency: CONNECTIONS })], {
+    cwd: root,
+    env: { PATH: process.env.PATH },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let errors = '';
+  child.stderr!.on('data', (chunk: Buffer) => (errors = (errors + chunk.toString('utf8')).slice(-4000)));
+  const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
+  const lines: string[] = [];
+  let waiting: (() => void) | undefined;
+  let pending = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    const parts = (pending + chunk).split('\n');
+    pending = parts.pop()!;
+    lines.push(...parts);
+    waiting?.();
+  });
+  const nextLine = async () => {
+    while (!lines.length) {
+      const more = new Promise<void>((resolve) => (waiting = resolve));
+      const code = await Promise.race([more.then(() => undefined), closed]);
+      if (code !== undefined && !lines.length)
+        throw new Error(`scripts/statement-floor.mjs exited (${code}): ${errors}`);
+    }
+    return lines.shift()!;
+  };
+  try {
+    await nextLine(); // ready
+    const before = await postgres.snapshot();
+    child.stdin!.write('go\n');
+    const { statements, clientCpu } = JSON.parse(await nextLine()) as { statements: number; clientCpu: number };
+    const ticks = PostgresCpu.ticksBetween(before, await postgres.snapshot());
+    return { client: clientCpu, postgres: ((ticks / CLOCK_TICKS) * 1e6) / Math.max(1, statements) };
+  } finally {
+    child.stdin!.end();
+    await closed;
+  }
 }
 
 type Service = Child & { base: string };
@@ -355,10 +419,38 @@ async function run() {
     };
   }
 
+  // Statements per request (PostgreSQL): transactions over a closed loop of each column, read
+  // once the statistics settled, less what the service does when idle (its polls), measured first.
+  const transactionsPerRequest = new Map<Column, number>();
+  if (postgres) {
+    await sleep(STATISTICS_SETTLE_MS);
+    const reading = async () => ({ transactions: await postgres.transactions(), at: performance.now() });
+    let last = await reading();
+    await sleep(STATISTICS_SETTLE_MS);
+    const idle = await reading();
+    const idlePerMs = (idle.transactions - last.transactions) / (idle.at - last.at);
+    last = idle;
+    for (const column of COLUMNS) {
+      if (column === 'bare') continue;
+      const result = await runClosedLoop(requests[column], { seconds: SECONDS, connections: CONNECTIONS });
+      if (column === 'execute') {
+        executed += result.statuses['200'] ?? 0;
+        unanswered += result.unanswered ?? 0;
+      }
+      await sleep(STATISTICS_SETTLE_MS);
+      const now = await reading();
+      const transactions = now.transactions - last.transactions - idlePerMs * (now.at - last.at);
+      transactionsPerRequest.set(column, transactions / Math.max(1, result.requests));
+      last = now;
+    }
+  }
+
   // The rounds: every mode, every column, in turn.
   const modes: Mode[] = [...RATES, 'closed'];
   const samples = new Map<string, Sample[]>();
   const key = (column: Column, mode: Mode) => `${column}|${mode}`;
+  /** A database round trip's CPU, client and PostgreSQL, once a round. */
+  const floors: { client: number; postgres: number }[] = [];
   for (let round = 1; round <= ROUNDS; round++) {
     for (const mode of modes) {
       for (const column of COLUMNS) {
@@ -385,6 +477,7 @@ async function run() {
         samples.set(key(column, mode), list);
       }
     }
+    if (postgres) floors.push(await statementFloor(DATABASE_URL!, postgres));
     process.stderr.write(`round ${round} of ${ROUNDS} done\n`);
   }
 
@@ -404,6 +497,20 @@ async function run() {
   /** Each round's ratio of a column's closed-loop rps to bare's in the same round, and their median. */
   const ratio = (column: Column) =>
     median(of(column, 'closed').map((sample, i) => sample.result.rps / of('bare', 'closed')[i].result.rps));
+  /**
+   * The least a request of the column can cost with the statements it makes: bare's CPU per
+   * request (HTTP in and out) and, per statement, a trivial prepared statement's client CPU; on
+   * PostgreSQL's side, that statement's CPU.
+   */
+  const statement = floors.length
+    ? { client: median(floors.map((f) => f.client)), postgres: median(floors.map((f) => f.postgres)) }
+    : undefined;
+  const floorOf = (column: Column) => {
+    const bareCpu = medianOf('bare', 'closed', (s) => s.serviceCpu);
+    if (!statement || bareCpu === undefined) return undefined;
+    const statements = transactionsPerRequest.get(column) ?? 0;
+    return { service: bareCpu + statements * statement.client, postgres: statements * statement.postgres };
+  };
   const ms = (value: number | undefined) => (value === undefined ? '' : value.toFixed(1));
   const us = (value: number | undefined) => (value === undefined ? '' : Math.round(value));
   const table: Record<string, Record<Column, string | number>> = {};
@@ -429,6 +536,11 @@ async function run() {
       column === 'bare' ? '' : us(medianOf(column, mode, (s) => s.postgresCpu));
     line('PostgreSQL CPU µs/req, closed loop', cell('closed'));
     for (const rate of RATES) line(`PostgreSQL CPU µs/req, ${rate}/s`, cell(rate));
+    line('PostgreSQL transactions per request', (column) =>
+      column === 'bare' ? '' : (transactionsPerRequest.get(column) ?? 0).toFixed(2),
+    );
+    line('floor: service CPU µs/req', (column) => us(floorOf(column)?.service));
+    line('floor: PostgreSQL CPU µs/req', (column) => (column === 'bare' ? '' : us(floorOf(column)?.postgres)));
   }
   const errors = (column: Column) =>
     modes.reduce<number>((sum, mode) => sum + of(column, mode).reduce((n, s) => n + errorsOf(s.result), 0), 0) +
@@ -436,25 +548,36 @@ async function run() {
   line('errors (not 200), all rows', errors);
 
   // The issue's goals beside the figures.
-  const goals: Record<string, { measured: string; target: string; met: string }> = {};
-  const goal = (name: string, measured: number | undefined, target: number, atMost: boolean, unit = '') => {
+  const goals: Record<string, { measured: string; target: string; met: string; floor?: string }> = {};
+  const goal = (
+    name: string,
+    measured: number | undefined,
+    target: number,
+    atMost: boolean,
+    unit = '',
+    floor?: number,
+  ) => {
     if (measured === undefined) return;
     const met = atMost ? measured <= target : measured >= target;
     goals[name] = {
       measured: `${Number.isInteger(measured) ? measured : measured.toFixed(unit === 'ms' ? 1 : 3)}${unit && ` ${unit}`}`,
       target: `${atMost ? '≤' : '≥'} ${target}${unit && ` ${unit}`}`,
       met: met ? 'yes' : 'no',
+      // What its statements cost at the least (PostgreSQL only): a target below it cannot be met
+      // without fewer statements.
+      ...(floor === undefined ? {} : { floor: `${Math.round(floor)} ${unit}` }),
     };
   };
   const serviceCpu = (column: Column) => medianOf(column, 'closed', (s) => s.serviceCpu);
   const postgresCpu = (column: Column) => medianOf(column, 'closed', (s) => s.postgresCpu);
   const round = (value: number | undefined) => (value === undefined ? undefined : Math.round(value));
-  goal('service CPU per evaluate', round(serviceCpu('evaluate')), 120, true, 'µs');
-  goal('service CPU per execute', round(serviceCpu('execute')), 250, true, 'µs');
-  goal('service CPU per operator read', round(serviceCpu('operator read')), 150, true, 'µs');
+  goal('service CPU per evaluate', round(serviceCpu('evaluate')), 120, true, 'µs', floorOf('evaluate')?.service);
+  goal('service CPU per execute', round(serviceCpu('execute')), 250, true, 'µs', floorOf('execute')?.service);
+  const readFloor = floorOf('operator read');
+  goal('service CPU per operator read', round(serviceCpu('operator read')), 150, true, 'µs', readFloor?.service);
   if (postgres) {
-    goal('PostgreSQL CPU per execute', round(postgresCpu('execute')), 150, true, 'µs');
-    goal('PostgreSQL CPU per operator read', round(postgresCpu('operator read')), 60, true, 'µs');
+    goal('PostgreSQL CPU per execute', round(postgresCpu('execute')), 150, true, 'µs', floorOf('execute')?.postgres);
+    goal('PostgreSQL CPU per operator read', round(postgresCpu('operator read')), 60, true, 'µs', readFloor?.postgres);
   }
   goal('evaluate, closed loop, to bare', ratio('evaluate'), 0.35, false);
   goal('execute, closed loop, to bare', ratio('execute'), 0.15, false);
@@ -478,6 +601,12 @@ async function run() {
       `CPU from /proc/<pid>/stat (${CLOCK_TICKS} ticks/s)${DATABASE_URL && !postgres ? '; PostgreSQL is not on this machine: no CPU row for it' : ''}`,
   );
   console.table(table);
+  if (statement)
+    console.log(
+      `a database round trip (scripts/statement-floor.mjs: a trivial prepared statement, pool of 10, ${CONNECTIONS} callers): ` +
+        `${statement.client.toFixed(1)} µs of client CPU, ${statement.postgres.toFixed(1)} µs of PostgreSQL CPU; ` +
+        "the floor rows are bare's CPU plus one of these per statement",
+    );
   console.log('memory of the service process:');
   console.table(memory);
   console.log("issue 44's goals (not enforced):");
@@ -491,7 +620,7 @@ async function run() {
   if (JSON_OUT)
     await writeFile(
       JSON_OUT,
-      `${JSON.stringify({ backend, table, memory, goals, executed, unanswered, records }, null, 2)}\n`,
+      `${JSON.stringify({ backend, table, memory, goals, statement, executed, unanswered, records }, null, 2)}\n`,
     );
   const allErrors = COLUMNS.reduce((sum, column) => sum + errors(column), 0);
   if (allErrors > 0 || !recordsMatch) {

@@ -1,6 +1,7 @@
 /**
  * `npm run bench:cost` (scripts/bench-cost.ts) still measures what it says, run as it runs but tiny:
- * one round of 1 s rows at a low rate, a few executes, embedded PGlite only. Nothing here compares
+ * one round of 1 s rows at a low rate, a few executes, embedded PGlite (and on PostgreSQL, when the
+ * tests run there, its statement rows with one caller). Nothing here compares
  * a time or a figure with a bar (the machine is shared): only that every row has its numbers,
  * every response was 200, every execute has its record, the memory rows are read, and the
  * temporary data directory is gone afterwards. The service is the tests' build of src/
@@ -10,6 +11,7 @@ import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { backend, createTestDatabase } from './support/database.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const COLUMNS = ['bare', 'evaluate', 'execute', 'operator read'];
@@ -30,11 +32,11 @@ function bench(env: Record<string, string>) {
     // Its temporary DATA_DIR goes here, where the test can see that it is removed.
     TMPDIR: scratch,
     BENCH_COST_SERVICE: path.join(process.env.AGW_TEST_SERVICE_BUILD!, 'main.js'),
-    ...env,
   };
-  // Embedded only; jest's --experimental-vm-modules is not for the child.
+  // Embedded unless the test gives a database; jest's --experimental-vm-modules is not for the child.
   delete childEnv.DATABASE_URL;
   delete childEnv.NODE_OPTIONS;
+  Object.assign(childEnv, env);
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench-cost.ts'], {
     cwd: root,
     env: childEnv,
@@ -115,6 +117,50 @@ test('one tiny round prints every row with numbers, no error, every record, and 
   // No DATA_DIR left behind.
   expect((await readdir(scratch)).filter((entry) => entry.startsWith('agw-bench-cost-'))).toEqual([]);
 }, 120_000);
+
+(backend === 'postgresql' ? test : test.skip)(
+  'on PostgreSQL: the statements per request and the floor they set, from one caller at a time',
+  async () => {
+    const database = await createTestDatabase({ migrate: false });
+    try {
+      const json = path.join(scratch, 'cost-postgresql.json');
+      const run = await bench({
+        DATABASE_URL: database.url!,
+        BENCH_COST_ROUNDS: '1',
+        BENCH_COST_SECONDS: '1',
+        BENCH_COST_RATE_SECONDS: '1',
+        BENCH_COST_RATES: '50',
+        // One caller: nothing batches the statements of concurrent requests, so each request's count is its own.
+        BENCH_COST_CONNECTIONS: '1',
+        BENCH_COST_EXECUTES: '0',
+        BENCH_COST_IDLE_SECONDS: '0.5',
+        BENCH_COST_JSON: json,
+      });
+      expect(run.code === 0 ? 0 : `exit ${run.code}\n${run.stdout}\n${run.stderr}`).toBe(0);
+      const result = JSON.parse(await readFile(json, 'utf8'));
+      expect(result.backend).toBe('postgresql');
+      const perRequest = result.table['PostgreSQL transactions per request'];
+      // An evaluate reads its counters in one statement; an operator read checks the token, counts
+      // the request and reads the org. (Counted from pg_stat_database: a broken count is 0 or wild.)
+      expect(Number(perRequest.evaluate)).toBeGreaterThan(0.8);
+      expect(Number(perRequest.evaluate)).toBeLessThan(1.3);
+      expect(Number(perRequest['operator read'])).toBeGreaterThan(1.8);
+      expect(Number(perRequest['operator read'])).toBeLessThan(4.3);
+      // A round trip costs CPU on both sides, and the floors are built from it.
+      expect(result.statement.client).toBeGreaterThan(0);
+      expect(result.statement.postgres).toBeGreaterThan(0);
+      const serviceFloor = result.table['floor: service CPU µs/req'];
+      const postgresFloor = result.table['floor: PostgreSQL CPU µs/req'];
+      expect(serviceFloor['operator read']).toBeGreaterThan(serviceFloor.evaluate);
+      expect(serviceFloor.evaluate).toBeGreaterThan(serviceFloor.bare);
+      expect(postgresFloor['operator read']).toBeGreaterThan(postgresFloor.evaluate);
+      expect(result.goals['PostgreSQL CPU per operator read'].floor).toMatch(/^\d+ µs$/);
+    } finally {
+      await database.close();
+    }
+  },
+  240_000,
+);
 
 test('BENCH_COST=0 skips it (npm run bench without the cost rows)', async () => {
   const run = await bench({ BENCH_COST: '0' });
