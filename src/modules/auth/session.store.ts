@@ -1,4 +1,4 @@
-import type { SqlConnection } from '../../db/sql.js';
+import { plannedOnce, type SqlConnection } from '../../db/sql.js';
 import type { UserRole } from '../../authz/authz.js';
 
 /** The session module's SQL: session families, their refresh tokens, and revoked access tokens. */
@@ -81,7 +81,7 @@ export async function accessTokenStates(
      FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, jti, family_id, ord)
      JOIN users u ON u.id = k.user_id
      LEFT JOIN session_families f ON f.id = k.family_id AND f.user_id = u.id`,
-    [keys.map((k) => k.userId), keys.map((k) => k.jti), keys.map((k) => k.familyId)],
+    plannedOnce([keys.map((k) => k.userId), keys.map((k) => k.jti), keys.map((k) => k.familyId)]),
     'access_token_states',
   );
   const byOrdinal = new Map(rows.map(({ ord, ...state }) => [Number(ord), state]));

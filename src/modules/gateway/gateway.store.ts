@@ -1,4 +1,4 @@
-import type { SqlConnection, SqlDriver } from '../../db/sql.js';
+import { plannedOnce, type SqlConnection, type SqlDriver } from '../../db/sql.js';
 import type { InteractionChannel, RecordedConnection, RecordedPolicy } from '../record/record-chain.js';
 import { recordedConnectionOf, type RecordConnection, type RecordSubject } from '../record/record.service.js';
 import {
@@ -41,7 +41,7 @@ export async function readCounts(sql: SqlDriver, keys: readonly CounterKey[]): P
   const rows = await sql.query<{ bucket: string; window_start: Date; count: number }>(
     `SELECT c.bucket, c.window_start, c.count FROM rate_counters c
      JOIN unnest($1::text[], $2::timestamptz[]) AS k(bucket, window_start) USING (bucket, window_start)`,
-    [keys.map((k) => k.bucket), keys.map((k) => k.window.start)],
+    plannedOnce([keys.map((k) => k.bucket), keys.map((k) => k.window.start)]),
     'read_counts',
   );
   return new Map(rows.map((r) => [counterKeyOf({ bucket: r.bucket, window: { start: r.window_start } }), r.count]));
