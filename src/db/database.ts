@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import type { PGlite } from '@electric-sql/pglite';
-import { PrismaPg } from '@prisma/adapter-pg';
+import type { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { clientWithStatementDeadline } from './statement-deadline.js';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
@@ -18,6 +18,8 @@ import {
   type TransactionAnswer,
 } from './sql.js';
 import { isDatabaseUnavailable, isLostPreparedStatement } from './unavailable.js';
+import { namedStatementLost, type StatementNaming } from './statement-naming.js';
+import { preparedPrisma } from './prisma-statements.js';
 
 export type DatabaseKind = 'pglite' | 'postgresql';
 
@@ -97,12 +99,6 @@ function prismaClient(adapter: PrismaPg | PrismaPGlite, onQuery: DatabaseOptions
   return new PrismaClient({ adapter: onQuery ? observeAdapter(adapter, onQuery) : adapter, errorFormat: 'minimal' });
 }
 
-/** Whether statements named on hot paths are prepared once per connection; turned off for good once a pooler loses one. */
-interface StatementNaming {
-  named: boolean;
-  warn(message: string): void;
-}
-
 /**
  * Runs `work` on a client of its own. The pool listens for errors only on idle clients: without a
  * listener of ours, a connection lost while held (a terminated backend, a restarted or failed-over
@@ -151,14 +147,7 @@ function postgresDriver(
   /** A statement sent named failed because the server session did not have it (or had one of its name). */
   const lostNamedStatement = (error: unknown, sentNamed: boolean) => {
     if (!sentNamed || !isLostPreparedStatement(error)) return false;
-    // Statements named before this turned up fail the same way: they are sent again, told once.
-    if (naming.named) {
-      naming.named = false;
-      naming.warn(
-        'PostgreSQL lost a named prepared statement between two transactions of one connection: the database is behind a pooler in ' +
-          'transaction mode. Named statements are off from now on; set DATABASE_POOL_MODE=transaction to start that way.',
-      );
-    }
+    namedStatementLost(naming);
     return true;
   };
   const on = (client: pg.Pool | pg.ClientBase, inTransaction: boolean): SqlConnection => ({
@@ -256,7 +245,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     // unhandled 'error' event ends the process. Failures still reach the query or the holder.
     pool.on('connect', (client) => client.on('error', () => undefined));
     const sql = postgresDriver(pool, (work) => withPoolClient(pool, work), naming);
-    const adapter = new PrismaPg(pool);
+    const adapter = preparedPrisma(pool, naming);
     const prisma = prismaClient(adapter, options.onQuery);
     return {
       kind: 'postgresql',

@@ -96,6 +96,8 @@ export const isMissingReference = (error: unknown): boolean =>
  * the next, which is what a pooler in transaction mode does.
  */
 export function isLostPreparedStatement(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return code === '26000' || code === '42P05';
+  // node-postgres's error carries the code; Prisma's adapter error keeps it as `originalCode`.
+  return anyCause(error, (record) =>
+    [record.code, record.originalCode].some((code) => code === '26000' || code === '42P05'),
+  );
 }
