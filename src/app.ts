@@ -151,6 +151,7 @@ export function createApp({
     sessions: services.sessions,
     apiKeys: services.apiKeys,
     countOperatorRequests: services.countOperatorRequests,
+    operatorQuota: services.operatorQuota,
     concurrency: concurrencyOf(env),
   });
   const authenticate = (

@@ -14,7 +14,7 @@ import { createGatewayService } from './modules/gateway/gateway.service.js';
 import { createPolicyService } from './modules/policy/policy.service.js';
 import { createRecordService } from './modules/record/record.service.js';
 import { createToolService } from './modules/tool/tool.service.js';
-import { createOperatorRateLimit } from './modules/org/operator-rate-limit.js';
+import { createOperatorRateLimit, operatorQuota } from './modules/org/operator-rate-limit.js';
 import { createOrgService } from './modules/org/org.service.js';
 import { createUserService } from './modules/user/user.service.js';
 import { createSsoService } from './modules/sso/sso.service.js';
@@ -95,6 +95,8 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
     apiKeys,
     /** The org's operator rate limit; the edge counts requests with it (src/http/authenticate.ts, guard.ts). */
     countOperatorRequests,
+    /** Judges a count the bearer check took (the quota, or 429 past the limit). */
+    operatorQuota,
   };
 }
 

@@ -197,6 +197,35 @@ describe('operator rate limit', () => {
     expect(logged).toHaveLength(0);
   });
 
+  test('a bearer token that checks out has its request counted; a refused one (logged out) counts nothing', async () => {
+    const org = await signUp(t);
+    const login = await t.request('POST', '/api/v1/auth/login', {
+      body: { email: org.adminEmail, password: PASSWORD },
+    });
+    const loggedOut = login.body.access_token as string;
+    expect((await t.request('POST', '/api/v1/auth/logout', { token: loggedOut })).status).toBe(204);
+    // Summed over the windows: a minute boundary may pass between the requests.
+    const counted = async () => {
+      const [row] = await t.database.db.sql.query<{ total: number }>(
+        'SELECT COALESCE(sum(count), 0)::int AS total FROM operator_rate_counters WHERE org_id = $1::uuid',
+        [org.orgId],
+      );
+      return row.total;
+    };
+    const before = await counted();
+    for (let i = 0; i < 3; i++) {
+      const refused = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: loggedOut });
+      expect(refused.status).toBe(401);
+      expect(refused.headers.get('x-ratelimit-limit')).toBeNull();
+    }
+    expect(await counted()).toBe(before);
+    const answered = await t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
+    expect(answered.status).toBe(200);
+    expect(answered.headers.get('x-ratelimit-limit')).toBe('1000');
+    expect(Number(answered.headers.get('x-ratelimit-remaining'))).toBe(1000 - (await counted()));
+    expect(await counted()).toBe(before + 1);
+  });
+
   test('every authenticated response carries the X-RateLimit headers; over the limit is 429 with Retry-After', async () => {
     const org = await signUp(t);
     const limited = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {

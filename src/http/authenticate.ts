@@ -4,7 +4,7 @@ import type { RequestState, Turn } from '../api/request-state.js';
 import { FairScheduler, type Admission, type FairSchedulerOptions } from '../lib/fair-scheduler.js';
 import type { RateQuota } from '../lib/rate-counter.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
-import type { SessionService } from '../modules/auth/session.service.js';
+import type { OperatorCount, SessionService } from '../modules/auth/session.service.js';
 import type { AuthState, Principal } from '../authz/authz.js';
 
 /*
@@ -16,10 +16,12 @@ import type { AuthState, Principal } from '../authz/authz.js';
  */
 
 export interface AuthenticatorDeps {
-  sessions: Pick<SessionService, 'verify'>;
+  sessions: Pick<SessionService, 'verify' | 'verifyCounted'>;
   apiKeys: Pick<ApiKeyService, 'verify'>;
   /** Counts `requests` (default one) against the org's operator rate limit; throws past it, with the quota. */
   countOperatorRequests: (principal: Principal, requests?: number) => Promise<RateQuota>;
+  /** The quota of an org whose request the bearer check counted; throws past the limit, with the quota. */
+  operatorQuota: (counted: OperatorCount, window: OperatorCount['window']) => RateQuota;
   /** How requests of different orgs share the process (ORG_MAX_CONCURRENCY and the rest). */
   concurrency: FairSchedulerOptions;
 }
@@ -62,7 +64,13 @@ export interface AuthenticateOptions {
   operatorRateLimit?: boolean;
 }
 
-export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, concurrency }: AuthenticatorDeps) {
+export function createAuthenticator({
+  sessions,
+  apiKeys,
+  countOperatorRequests,
+  operatorQuota,
+  concurrency,
+}: AuthenticatorDeps) {
   const scheduler = new FairScheduler(concurrency);
 
   /**
@@ -70,8 +78,13 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
    * request state (`state.rateLimit`), refused or not, for the response's X-RateLimit headers.
    */
   async function countRequests(principal: Principal, state: RequestState, requests = 1): Promise<void> {
+    await keepQuota(state, () => countOperatorRequests(principal, requests));
+  }
+
+  /** Where the org stands, on the request state, whether the request was refused for it or not. */
+  async function keepQuota(state: RequestState, quota: () => RateQuota | Promise<RateQuota>): Promise<void> {
     try {
-      state.rateLimit = await countOperatorRequests(principal, requests);
+      state.rateLimit = await quota();
     } catch (error) {
       if (error instanceof AppError && error.quota) state.rateLimit = error.quota;
       throw error;
@@ -132,30 +145,38 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
     state.turn = turnOf(orgId, admission);
   }
 
-  /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */
-  async function identify(request: { headers: Pick<Headers, 'get'> }, state: RequestState): Promise<AuthState> {
+  /**
+   * The caller of the request's credentials, or the refusal of them; with `countBearer`, a bearer
+   * token's check also counts the request against the operator rate limit (one statement for both).
+   */
+  async function principalOf(
+    request: { headers: Pick<Headers, 'get'> },
+    countBearer: boolean,
+  ): Promise<{ principal: Principal; operatorCount?: OperatorCount } | { principal: null; error?: AppError }> {
     const authorization = request.headers.get('authorization');
     const apiKey = request.headers.get('x-api-key');
     if (!authorization && !apiKey) return { principal: null };
-    let principal: Principal;
     try {
       if (authorization && apiKey) {
         throw new AppError('INVALID_TOKEN', 'Send either a bearer token or an API key, not both');
       }
-      if (apiKey) {
-        principal = await apiKeys.verify(apiKey.trim());
-      } else {
-        const token = bearerPattern.exec(authorization!)?.[1];
-        if (!token) throw new AppError('INVALID_TOKEN', 'The Authorization header must be "Bearer <token>"');
-        principal = await sessions.verify(token);
-      }
+      if (apiKey) return { principal: await apiKeys.verify(apiKey.trim()) };
+      const token = bearerPattern.exec(authorization!)?.[1];
+      if (!token) throw new AppError('INVALID_TOKEN', 'The Authorization header must be "Bearer <token>"');
+      return countBearer ? await sessions.verifyCounted(token) : { principal: await sessions.verify(token) };
     } catch (error) {
       if (error instanceof AppError && error.code === 'INVALID_TOKEN') return { principal: null, error };
       throw error;
     }
-    state.orgId = principal.orgId;
-    await admit(principal.orgId, state);
-    return { principal };
+  }
+
+  /** Reads the request's credentials without counting it: /graphql counts once it knows the cost. */
+  async function identify(request: { headers: Pick<Headers, 'get'> }, state: RequestState): Promise<AuthState> {
+    const caller = await principalOf(request, false);
+    if (!caller.principal) return caller;
+    state.orgId = caller.principal.orgId;
+    await admit(caller.principal.orgId, state);
+    return { principal: caller.principal };
   }
 
   /** Reads the credentials and counts the request against the operator rate limit (REST), unless told not to. */
@@ -164,9 +185,14 @@ export function createAuthenticator({ sessions, apiKeys, countOperatorRequests, 
     state: RequestState,
     { operatorRateLimit = true }: AuthenticateOptions = {},
   ): Promise<AuthState> {
-    const auth = await identify(request, state);
-    if (auth.principal && operatorRateLimit) await countRequests(auth.principal, state);
-    return auth;
+    const caller = await principalOf(request, operatorRateLimit);
+    if (!caller.principal) return caller;
+    const { principal, operatorCount } = caller;
+    state.orgId = principal.orgId;
+    await admit(principal.orgId, state);
+    if (operatorCount) await keepQuota(state, () => operatorQuota(operatorCount, operatorCount.window));
+    else if (operatorRateLimit) await countRequests(principal, state);
+    return { principal };
   }
 
   return { identify, authenticate, admit, countOperatorRequests: countRequests };

@@ -14,6 +14,12 @@ export interface Window {
 
 export type { RateQuota } from '../errors.js';
 
+/**
+ * The operator rate limit's window (docs/decisions/0013-operator-rate-limit.md): counted by the
+ * org module, and by the bearer check in the statement that checks the token.
+ */
+export const OPERATOR_WINDOW_SECONDS = 60;
+
 export function fixedWindow(windowSeconds: number, now = Date.now()): Window {
   const size = windowSeconds * 1000;
   const start = Math.floor(now / size) * size;

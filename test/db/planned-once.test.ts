@@ -55,7 +55,8 @@ onPostgres('the bearer check and the counter read, with one to three keys a call
     const keys = 1 + (call % 3);
     const states = await accessTokenStates(
       db.sql,
-      Array.from({ length: keys }, (_, i) => ({ userId: user.id, jti: `jti-${i}`, familyId: 'sfm_plans' })),
+      Array.from({ length: keys }, (_, i) => ({ userId: user.id, jti: `jti-${i}`, familyId: 'sfm_plans', counted: 0 })),
+      window.start,
     );
     // One state per key, in order, whatever the padding.
     expect(states).toHaveLength(keys);

@@ -4,7 +4,7 @@ import type { Deps } from '../../deps.js';
 import type { SqlConnection } from '../../db/sql.js';
 import { AppError } from '../../errors.js';
 import { countAttempt } from '../../lib/attempt-throttle.js';
-import { fixedWindow, reset, unhit } from '../../lib/rate-counter.js';
+import { fixedWindow, OPERATOR_WINDOW_SECONDS, reset, unhit, type Window } from '../../lib/rate-counter.js';
 import { sha256Hex } from '../../lib/hash.js';
 import type { UserRole, UserPrincipal } from '../../authz/authz.js';
 import { createPasswords } from './password.js';
@@ -95,6 +95,25 @@ const SESSION_ENDED: Record<FamilyRevocationReason, string> = {
   sso_enforced: 'ended when the organization turned single sign-on on; sign in again through it',
 };
 const endedBecause = (reason: string | null) => SESSION_ENDED[reason as FamilyRevocationReason] ?? 'has been revoked';
+
+/** Where the org's operator count stands once a request was counted, its limit, and the window counted in. */
+export interface OperatorCount {
+  count: number;
+  limit: number | null;
+  window: Window;
+}
+
+/** A bearer token that checked out: its principal, and its org's operator count when the request was counted. */
+export interface VerifiedSession {
+  principal: UserPrincipal;
+  operatorCount?: OperatorCount;
+}
+
+/** What the batched check answers a key: the token's state (undefined: its user is gone), and its count. */
+interface CheckedToken {
+  state: AccessTokenState | undefined;
+  operatorCount?: OperatorCount;
+}
 
 const invalidToken = (message = 'The bearer token is invalid or expired') => new AppError('INVALID_TOKEN', message);
 
@@ -211,30 +230,58 @@ export function createSessionService(
   }
 
   /**
-   * The bearer check's read of revocations, family and role, on every request. Checks that
-   * arrive while one is in flight go together in the next statement: under load a read per round
-   * trip rather than one per request, and each still reads after its request arrived.
+   * The bearer check's read of revocations, family and role, on every request, and the count of
+   * the operator requests among them (`counted`). Checks that arrive while one is in flight go
+   * together in the next statement: under load a read per round trip rather than one per request,
+   * and each still reads after its request arrived. A counted check gets its own place among the
+   * batch's counts of its org, so a limit checked against it stays exact.
    */
-  const checkAccessToken = keyBatcher<AccessTokenKey, AccessTokenState | undefined>(async (_, batch) => {
+  const checkAccessToken = keyBatcher<AccessTokenKey, CheckedToken>(async (_, batch) => {
+    const window = fixedWindow(OPERATOR_WINDOW_SECONDS);
     const states = await accessTokenStates(
       db.sql,
       batch.map((queued) => queued.item),
+      window.start,
     );
-    batch.forEach((queued, i) => queued.resolve(states[i]));
+    // The batch's counted requests of each org, so far: the org's count before them is its total less all of them.
+    const countedOfOrg = new Map<string, number>();
+    states.forEach((state, i) => {
+      if (state?.operator_count != null) {
+        countedOfOrg.set(state.org_id, (countedOfOrg.get(state.org_id) ?? 0) + batch[i].item.counted);
+      }
+    });
+    const placed = new Map<string, number>();
+    batch.forEach((queued, i) => {
+      const state = states[i];
+      if (state?.operator_count == null) return queued.resolve({ state });
+      const before = state.operator_count - countedOfOrg.get(state.org_id)!;
+      const count = before + (placed.get(state.org_id) ?? 0) + queued.item.counted;
+      placed.set(state.org_id, count - before);
+      queued.resolve({ state, operatorCount: { count, limit: state.operator_limit, window } });
+    });
   });
 
-  /** Checks signature, type, audience and expiry, then revocation (token and family) and the user's current role. */
-  async function verify(token: string): Promise<UserPrincipal> {
+  /**
+   * Checks signature, type, audience and expiry, then revocation (token and family) and the user's
+   * current role; with `counted`, counts that many operator requests of the org once the token
+   * checked out, in the same statement.
+   */
+  async function check(token: string, counted: number): Promise<VerifiedSession> {
     const payload = await verifiedClaims(token);
     if (typeof payload.sid !== 'string') throw invalidToken();
     // A family is deleted only after every token of it expired, so a missing family is as good as
     // a revoked one.
     if (!isUuid(payload.sub ?? '') || typeof payload.jti !== 'string') throw invalidToken();
-    const row = await checkAccessToken('tokens', { userId: payload.sub!, jti: payload.jti, familyId: payload.sid });
+    const { state: row, operatorCount } = await checkAccessToken('tokens', {
+      userId: payload.sub!,
+      jti: payload.jti,
+      familyId: payload.sid,
+      counted,
+    });
     if (!row || row.token_revoked) throw invalidToken('The bearer token has been revoked');
     if (row.sso_required) throw invalidToken(SSO_REQUIRED);
     if (row.family_revoked) throw invalidToken(`The session of this bearer token ${endedBecause(row.revoked_reason)}`);
-    return {
+    const principal: UserPrincipal = {
       type: 'user',
       userId: payload.sub!,
       orgId: row.org_id,
@@ -244,7 +291,18 @@ export function createSessionService(
       tokenExpiresAt: new Date(payload.exp! * 1000),
       sessionFamilyId: payload.sid,
     };
+    return { principal, operatorCount };
   }
+
+  /** The bearer token's principal (checkAccessToken's checks), counting nothing. */
+  const verify = async (token: string): Promise<UserPrincipal> => (await check(token, 0)).principal;
+
+  /**
+   * The bearer token's principal and where its org's operator count stands once this request was
+   * counted, for the org's rate limit to judge (src/modules/org/operator-rate-limit.ts).
+   */
+  const verifyCounted = (token: string): Promise<Required<VerifiedSession>> =>
+    check(token, 1) as Promise<Required<VerifiedSession>>;
 
   /** Puts the access token on the revocation list, kept until it would have expired anyway. */
   const revokeAccessToken = (tx: SqlConnection, principal: UserPrincipal) =>
@@ -405,6 +463,7 @@ export function createSessionService(
   return {
     startSession,
     verify,
+    verifyCounted,
     logout,
     refresh,
     rotate,

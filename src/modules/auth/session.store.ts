@@ -55,6 +55,12 @@ export interface AccessTokenState {
   revoked_reason: string | null;
   /** A password session of a non-admin in an org that enforces single sign-on. */
   sso_required: boolean;
+  /**
+   * Where the org's operator count stands once the batch's counted requests were added, and its
+   * limit; null when the key counted nothing or its token did not check out.
+   */
+  operator_count: number | null;
+  operator_limit: number | null;
 }
 
 /** An access token as the bearer check looks it up: its user, its id and its family. */
@@ -62,26 +68,57 @@ export interface AccessTokenKey {
   userId: string;
   jti: string;
   familyId: string;
+  /** Operator requests to count against the org's limit if the token checks out (0: none). */
+  counted: number;
 }
 
 /**
  * One round trip for several tokens: is each revoked, is its family revoked (or gone), does its
  * user still exist (with which role), and does the org now require single sign-on of it? In the
  * order of `keys`; undefined where the user is gone. Every user id must be a UUID.
+ *
+ * The same statement counts the operator requests of the keys whose token checks out in their
+ * org's window starting `windowStart` (`operator_rate_counters`, decision 0074): an operator's
+ * request costs one round trip for both, and a refused token counts nothing. Orgs' rows are
+ * taken in order, so two batches cannot deadlock on them.
  */
 export async function accessTokenStates(
   sql: SqlConnection,
   keys: readonly AccessTokenKey[],
+  windowStart: Date,
 ): Promise<(AccessTokenState | undefined)[]> {
   const rows = await sql.query<AccessTokenState & { ord: string }>(
-    `SELECT k.ord::text AS ord, u.role, u.email, u.org_id,
-            EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
-            f.id IS NULL OR f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason,
-            COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
-     FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, jti, family_id, ord)
-     JOIN users u ON u.id = k.user_id
-     LEFT JOIN session_families f ON f.id = k.family_id AND f.user_id = u.id`,
-    plannedOnce([keys.map((k) => k.userId), keys.map((k) => k.jti), keys.map((k) => k.familyId)]),
+    `WITH states AS (
+       SELECT k.ord, k.counted, u.role, u.email, u.org_id,
+              EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
+              f.id IS NULL OR f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason,
+              COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
+       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS k(user_id, jti, family_id, counted, ord)
+       JOIN users u ON u.id = k.user_id
+       LEFT JOIN session_families f ON f.id = k.family_id AND f.user_id = u.id
+     ),
+     counts AS (
+       INSERT INTO operator_rate_counters AS c (org_id, window_start, count)
+       SELECT org_id, $5, sum(counted) FROM states
+       WHERE counted > 0 AND NOT token_revoked AND NOT family_revoked AND NOT sso_required
+       GROUP BY org_id ORDER BY org_id
+       ON CONFLICT (org_id, window_start) DO UPDATE SET count = c.count + excluded.count
+       RETURNING c.org_id, c.count,
+                 (SELECT operator_rate_limit_per_minute FROM organizations o WHERE o.id = c.org_id) AS "limit"
+     )
+     SELECT s.ord::text AS ord, s.role, s.email, s.org_id, s.token_revoked, s.family_revoked, s.revoked_reason,
+            s.sso_required, CASE WHEN s.counted > 0 THEN c.count END AS operator_count,
+            CASE WHEN s.counted > 0 THEN c."limit" END AS operator_limit
+     FROM states s LEFT JOIN counts c ON c.org_id = s.org_id`,
+    [
+      ...plannedOnce([
+        keys.map((k) => k.userId),
+        keys.map((k) => k.jti),
+        keys.map((k) => k.familyId),
+        keys.map((k) => k.counted),
+      ]),
+      windowStart,
+    ],
     'access_token_states',
   );
   const byOrdinal = new Map(rows.map(({ ord, ...state }) => [Number(ord), state]));

@@ -1,13 +1,34 @@
 import type { Deps } from '../../deps.js';
 import { AppError } from '../../errors.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
-import { fixedWindow, type RateQuota } from '../../lib/rate-counter.js';
+import { fixedWindow, OPERATOR_WINDOW_SECONDS, type RateQuota, type Window } from '../../lib/rate-counter.js';
 import type { Principal } from '../../authz/authz.js';
 import { countOperatorRequests } from './org.store.js';
 
-interface OperatorCount {
+/** Where an org's operator count stands after a request was counted, and its limit (null: the default's column was empty). */
+export interface OperatorCount {
   count: number;
   limit: number | null;
+}
+
+/**
+ * The org's quota once a request was counted in `window`, which the edge reports in the
+ * X-RateLimit headers; past the limit, 429 POLICY_VIOLATION with Retry-After, carrying the quota.
+ * For counts taken elsewhere too: the bearer check counts an operator's request in its own
+ * statement (src/modules/auth/session.store.ts).
+ */
+export function operatorQuota(row: OperatorCount, window: Window): RateQuota {
+  const limit = row.limit ?? 0;
+  const quota: RateQuota = { limit, remaining: Math.max(0, limit - row.count), resetAt: window.resetAt };
+  if (row.count > limit) {
+    const retryAfter = Math.max(1, Math.ceil(window.resetAt - Date.now() / 1000));
+    throw new AppError('POLICY_VIOLATION', `Rate limit of ${limit} requests per minute exceeded`, {
+      details: { limit, period: '1m', current: row.count },
+      headers: { 'Retry-After': String(retryAfter) },
+      quota,
+    });
+  }
+  return quota;
 }
 
 /**
@@ -40,22 +61,12 @@ export function createOperatorRateLimit({ db }: Deps) {
   );
 
   return async function count(principal: Principal, requests = 1): Promise<RateQuota> {
-    const window = fixedWindow(60);
+    const window = fixedWindow(OPERATOR_WINDOW_SECONDS);
     const row = await counted(`${principal.orgId}@${window.start.getTime()}`, {
       orgId: principal.orgId,
       windowStart: window.start,
       requests,
     });
-    const limit = row.limit ?? 0;
-    const quota: RateQuota = { limit, remaining: Math.max(0, limit - row.count), resetAt: window.resetAt };
-    if (row.count > limit) {
-      const retryAfter = Math.max(1, Math.ceil(window.resetAt - Date.now() / 1000));
-      throw new AppError('POLICY_VIOLATION', `Rate limit of ${limit} requests per minute exceeded`, {
-        details: { limit, period: '1m', current: row.count },
-        headers: { 'Retry-After': String(retryAfter) },
-        quota,
-      });
-    }
-    return quota;
+    return operatorQuota(row, window);
   };
 }
