@@ -18,7 +18,8 @@ const MAX_NAMED_PRISMA_STATEMENTS = 100;
  * more than one for the values given) instead of on every call. An operator's read of an
  * organization spent a third of its PostgreSQL CPU parsing and planning Prisma's statement for it.
  *
- * Not in Prisma's interactive transactions: behind a pooler in transaction mode a lost statement
+ * Only statements with arguments, and not in Prisma's interactive transactions (nor their BEGIN):
+ * behind a pooler in transaction mode a lost statement
  * there would end the transaction, which Prisma cannot run again (the raw driver's transactions
  * are run again instead). Outside them, a statement the pooler lost turns naming off for good
  * (`namedStatementLost`) and is sent again, unnamed.
@@ -28,8 +29,9 @@ export function preparedPrisma(pool: pg.Pool, naming: StatementNaming): PrismaPg
   /** Set while a transaction's statement is handed to the adapter, which asks for its name synchronously. */
   let inTransaction = false;
   const nameOf = (query: SqlQuery): string => {
-    // An empty name is an unnamed statement for node-postgres.
-    if (!naming.named || inTransaction) return '';
+    // An empty name is an unnamed statement for node-postgres. Without arguments there is nothing
+    // to plan for: the adapter's own BEGIN (sent where no wrapper sees it) stays unnamed too.
+    if (!naming.named || inTransaction || !query.args.length) return '';
     const known = names.get(query.sql);
     if (known !== undefined || names.size >= MAX_NAMED_PRISMA_STATEMENTS) return known ?? '';
     const name = `prisma_${names.size + 1}`;

@@ -2,7 +2,8 @@
  * Prisma's statements are named, so PostgreSQL parses and plans each once per connection
  * (src/db/prisma-statements.ts): seen from the server session itself (`pg_prepared_statements`)
  * on a pool of one connection. Not inside Prisma's interactive transactions, not past the bound on
- * how many a process names, and not at all with DATABASE_POOL_MODE=transaction.
+ * how many a process names, and not at all with DATABASE_POOL_MODE=transaction. (The
+ * PgBouncer tests in database-faults.test.ts run them through a real pooler.)
  */
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { backend, createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -48,12 +49,13 @@ onPostgres('a Prisma read is prepared once and then planned once for every call'
   });
 });
 
-onPostgres("a statement of Prisma's interactive transaction is not named", async () => {
+onPostgres("no statement of Prisma's interactive transaction is named, its BEGIN included", async () => {
   const db = await single();
   await db.prisma.$transaction(async (tx) => {
     await tx.user.findMany({ where: { email: 'in-a-transaction@example.com' } });
   });
-  expect((await prismaStatements(db)).filter((row) => row.statement.includes('"users"'))).toEqual([]);
+  // Behind a pooler in transaction mode a named BEGIN failed a manifest's registration (42P05).
+  expect(await prismaStatements(db)).toEqual([]);
   // The same read outside one is.
   await db.prisma.user.findMany({ where: { email: 'in-a-transaction@example.com' } });
   expect((await prismaStatements(db)).filter((row) => row.statement.includes('"users"'))).toHaveLength(1);
@@ -62,7 +64,7 @@ onPostgres("a statement of Prisma's interactive transaction is not named", async
 onPostgres('a process names at most 100 distinct statements; the rest run unnamed, and answer', async () => {
   const db = await single();
   for (let i = 0; i < 105; i++) {
-    const [row] = await db.prisma.$queryRawUnsafe<{ n: number }[]>(`SELECT ${i}::int AS n`);
+    const [row] = await db.prisma.$queryRawUnsafe<{ n: number }[]>(`SELECT $1::int + ${i} AS n`, 0);
     expect(row.n).toBe(i);
   }
   expect((await prismaStatements(db)).length).toBe(100);
