@@ -226,6 +226,43 @@ describe('operator rate limit', () => {
     expect(await counted()).toBe(before + 1);
   });
 
+  test('logged-out and valid tokens of one org checked together: only the valid ones count, each with a count of its own', async () => {
+    const org = await signUp(t);
+    const limit = 8;
+    await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+      token: org.adminToken,
+      body: { operator_rate_limit_per_minute: limit },
+    });
+    const login = await t.request('POST', '/api/v1/auth/login', {
+      body: { email: org.adminEmail, password: PASSWORD },
+    });
+    const loggedOut = login.body.access_token as string;
+    expect((await t.request('POST', '/api/v1/auth/logout', { token: loggedOut })).status).toBe(204);
+    // Interleaved, so that the bearer check's batches hold both kinds.
+    const responses = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        t.request('GET', `/api/v1/orgs/${org.orgId}`, { token: i % 2 ? loggedOut : org.adminToken }),
+      ),
+    );
+    expect(responses.filter((_, i) => i % 2).map((r) => r.status)).toEqual(Array(20).fill(401));
+    const valid = responses.filter((_, i) => i % 2 === 0);
+    // A minute boundary in the middle splits them over two windows: each is checked alone.
+    const windows = new Map<string | null, TestResponse[]>();
+    for (const response of valid) {
+      const reset = response.headers.get('x-ratelimit-reset');
+      windows.set(reset, [...(windows.get(reset) ?? []), response]);
+    }
+    for (const inWindow of windows.values()) {
+      const counts = inWindow.map((r) =>
+        r.status === 200 ? limit - Number(r.headers.get('x-ratelimit-remaining')) : r.body.error.details.current,
+      );
+      const sorted = [...counts].sort((a, b) => a - b);
+      // One count each, without a gap or a repeat, and refused exactly past the limit.
+      expect(sorted).toEqual(sorted.map((_, i) => sorted[0] + i));
+      for (const [i, response] of inWindow.entries()) expect(response.status).toBe(counts[i] <= limit ? 200 : 429);
+    }
+  });
+
   test('every authenticated response carries the X-RateLimit headers; over the limit is 429 with Retry-After', async () => {
     const org = await signUp(t);
     const limited = await t.request('PATCH', `/api/v1/orgs/${org.orgId}`, {

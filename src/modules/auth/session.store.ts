@@ -63,6 +63,13 @@ export interface AccessTokenState {
   operator_limit: number | null;
 }
 
+/**
+ * A key of the bearer check whose requests count against its org's operator limit: it asked to be
+ * counted and its token checked out. Both the upsert and the answer read it, so that a refused
+ * token of an org beside a counted one is neither counted nor told the org's count.
+ */
+const COUNTED_SQL = '(s.counted > 0 AND NOT s.token_revoked AND NOT s.family_revoked AND NOT s.sso_required)';
+
 /** An access token as the bearer check looks it up: its user, its id and its family. */
 export interface AccessTokenKey {
   userId: string;
@@ -99,16 +106,16 @@ export async function accessTokenStates(
      ),
      counts AS (
        INSERT INTO operator_rate_counters AS c (org_id, window_start, count)
-       SELECT org_id, $5, sum(counted) FROM states
-       WHERE counted > 0 AND NOT token_revoked AND NOT family_revoked AND NOT sso_required
-       GROUP BY org_id ORDER BY org_id
+       SELECT s.org_id, $5, sum(s.counted) FROM states s
+       WHERE ${COUNTED_SQL}
+       GROUP BY s.org_id ORDER BY s.org_id
        ON CONFLICT (org_id, window_start) DO UPDATE SET count = c.count + excluded.count
        RETURNING c.org_id, c.count,
                  (SELECT operator_rate_limit_per_minute FROM organizations o WHERE o.id = c.org_id) AS "limit"
      )
      SELECT s.ord::text AS ord, s.role, s.email, s.org_id, s.token_revoked, s.family_revoked, s.revoked_reason,
-            s.sso_required, CASE WHEN s.counted > 0 THEN c.count END AS operator_count,
-            CASE WHEN s.counted > 0 THEN c."limit" END AS operator_limit
+            s.sso_required, CASE WHEN ${COUNTED_SQL} THEN c.count END AS operator_count,
+            CASE WHEN ${COUNTED_SQL} THEN c."limit" END AS operator_limit
      FROM states s LEFT JOIN counts c ON c.org_id = s.org_id`,
     [
       ...plannedOnce([
