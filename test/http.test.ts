@@ -175,6 +175,27 @@ describe('request errors', () => {
 });
 
 describe('operator rate limit', () => {
+  /**
+   * Each request got a count of its own, without a gap or a repeat, and was refused exactly past
+   * the limit. A minute boundary in the middle splits the requests over two windows: each is
+   * checked alone.
+   */
+  function expectOneCountEach(responses: TestResponse[], limit: number) {
+    const windows = new Map<string | null, TestResponse[]>();
+    for (const response of responses) {
+      const reset = response.headers.get('x-ratelimit-reset');
+      windows.set(reset, [...(windows.get(reset) ?? []), response]);
+    }
+    for (const inWindow of windows.values()) {
+      const counts = inWindow.map((r) =>
+        r.status === 200 ? limit - Number(r.headers.get('x-ratelimit-remaining')) : r.body.error.details.current,
+      );
+      const sorted = [...counts].sort((a, b) => a - b);
+      expect(sorted).toEqual(sorted.map((_, i) => sorted[0] + i));
+      for (const [i, response] of inWindow.entries()) expect(response.status).toBe(counts[i] <= limit ? 200 : 429);
+    }
+  }
+
   test('the counts are kept in an unlogged table of their own, one row per org and minute (decision 0074)', async () => {
     const org = await signUp(t);
     for (let i = 0; i < 3; i++) {
@@ -246,21 +267,7 @@ describe('operator rate limit', () => {
     );
     expect(responses.filter((_, i) => i % 2).map((r) => r.status)).toEqual(Array(20).fill(401));
     const valid = responses.filter((_, i) => i % 2 === 0);
-    // A minute boundary in the middle splits them over two windows: each is checked alone.
-    const windows = new Map<string | null, TestResponse[]>();
-    for (const response of valid) {
-      const reset = response.headers.get('x-ratelimit-reset');
-      windows.set(reset, [...(windows.get(reset) ?? []), response]);
-    }
-    for (const inWindow of windows.values()) {
-      const counts = inWindow.map((r) =>
-        r.status === 200 ? limit - Number(r.headers.get('x-ratelimit-remaining')) : r.body.error.details.current,
-      );
-      const sorted = [...counts].sort((a, b) => a - b);
-      // One count each, without a gap or a repeat, and refused exactly past the limit.
-      expect(sorted).toEqual(sorted.map((_, i) => sorted[0] + i));
-      for (const [i, response] of inWindow.entries()) expect(response.status).toBe(counts[i] <= limit ? 200 : 429);
-    }
+    expectOneCountEach(valid, limit);
   });
 
   test('every authenticated response carries the X-RateLimit headers; over the limit is 429 with Retry-After', async () => {
@@ -397,22 +404,7 @@ describe('operator rate limit', () => {
           (i % 2 ? other : t).request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken }),
         ),
       );
-      // A minute boundary in the middle splits the requests over two windows: each is checked alone.
-      const windows = new Map<string | null, TestResponse[]>();
-      for (const response of responses) {
-        const reset = response.headers.get('x-ratelimit-reset');
-        windows.set(reset, [...(windows.get(reset) ?? []), response]);
-      }
-      for (const inWindow of windows.values()) {
-        const counts = inWindow.map((r) =>
-          r.status === 200 ? limit - Number(r.headers.get('x-ratelimit-remaining')) : r.body.error.details.current,
-        );
-        const sorted = [...counts].sort((a, b) => a - b);
-        expect(sorted).toEqual(sorted.map((_, i) => sorted[0] + i));
-        for (const [i, response] of inWindow.entries()) {
-          expect(response.status).toBe(counts[i] <= limit ? 200 : 429);
-        }
-      }
+      expectOneCountEach(responses, limit);
       expect(responses.filter((r) => r.status === 200).length).toBeLessThanOrEqual(2 * limit);
       expect(responses.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(80 - 2 * limit);
     } finally {
