@@ -94,7 +94,7 @@ export interface Env {
    * (`MAX_CONCURRENT_REQUESTS`), shared out equally among them; an org's first always starts.
    */
   maxConcurrentRequests: number;
-  /** Requests of one org that may wait for their turn (`ORG_MAX_QUEUED`); more are answered 429. */
+  /** Requests of one org that may wait for their turn beyond `orgMaxConcurrency` running (`ORG_MAX_QUEUED`); more are answered 429. */
   orgMaxQueued: number;
   /**
    * Connected upstream clients of mcp tools kept for reuse (`MCP_UPSTREAM_POOL_SIZE`), the least

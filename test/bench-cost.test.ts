@@ -140,12 +140,14 @@ test('one tiny round prints every row with numbers, no error, every record, and 
       const result = JSON.parse(await readFile(json, 'utf8'));
       expect(result.backend).toBe('postgresql');
       const perRequest = result.table['PostgreSQL transactions per request'];
-      // An evaluate reads its counters in one statement; an operator read checks the token, counts
-      // the request and reads the org. (Counted from pg_stat_database: a broken count is 0 or wild.)
-      expect(Number(perRequest.evaluate)).toBeGreaterThan(0.8);
-      expect(Number(perRequest.evaluate)).toBeLessThan(1.3);
-      expect(Number(perRequest['operator read'])).toBeGreaterThan(1.8);
-      expect(Number(perRequest['operator read'])).toBeLessThan(4.3);
+      // An evaluate reads its counters in one statement; an operator read checks the token and counts
+      // the request in one, and reads the org in another. Counted from pg_stat_database less the idle
+      // rate, which CI's neighbours make noisy (1.8 once for 2), so the bounds sit halfway to the next
+      // whole count: one statement more or fewer fails, and a broken count is 0 or wild.
+      expect(Number(perRequest.evaluate)).toBeGreaterThan(0.5);
+      expect(Number(perRequest.evaluate)).toBeLessThan(1.5);
+      expect(Number(perRequest['operator read'])).toBeGreaterThan(1.5);
+      expect(Number(perRequest['operator read'])).toBeLessThan(2.5);
       // A round trip costs CPU on both sides, and the floors are built from it.
       expect(result.statement.client).toBeGreaterThan(0);
       expect(result.statement.postgres).toBeGreaterThan(0);

@@ -27,7 +27,11 @@
  * request usually arrives and starts first. A busy tenant starts in at least one of every
  * `anticipationLimit` windows in a row, so it keeps a share however steady the other is.
  *
- * A tenant with `maxQueuedPerTenant` requests waiting is refused more: the edge answers 429.
+ * A tenant with `perTenant + maxQueuedPerTenant` requests running and waiting (those resuming after
+ * a wait outside among them) is refused more: the edge answers 429. Counting what it has in the
+ * process, rather than its waiting ones alone, keeps the refusal to what the answer says the limit
+ * is: a request back from its tool waits beside new ones, and one refused with its slot free between
+ * passes was refused below the limit.
  * Nothing here knows of HTTP: admission is a promise, and release a function to call once.
  */
 
@@ -42,7 +46,7 @@ export interface FairSchedulerOptions {
   capacity: number;
   /** Requests of one tenant running at once, when it is alone. */
   perTenant: number;
-  /** Requests of one tenant waiting for their turn; more are refused. */
+  /** Requests of one tenant waiting for their turn beyond `perTenant` running; more are refused. */
   maxQueuedPerTenant: number;
   /** How long after its last request a tenant still counts as active (its share stays reserved). */
   activeWindowMs: number;
@@ -111,7 +115,10 @@ export class FairScheduler {
   admit(tenantId: string, resuming = false): Promise<Admission> {
     const tenant = this.tenantOf(tenantId);
     tenant.lastSeen = this.now();
-    if (!resuming && tenant.waiting.length >= this.options.maxQueuedPerTenant) {
+    if (
+      !resuming &&
+      tenant.running + tenant.waiting.length >= this.options.perTenant + this.options.maxQueuedPerTenant
+    ) {
       return Promise.resolve({ admitted: false, running: tenant.running, queued: tenant.waiting.length });
     }
     // Alone, with nobody waiting, there is nobody to be fair to: a pass of the loop per start

@@ -190,6 +190,35 @@ test('past its waiting limit a tenant is refused with what it has running and wa
   expect(b.admission?.admitted).toBe(true);
 });
 
+test('the waiting limit counts what a tenant has in the process: a slot free between passes, or a request back from its tool, leaves room', async () => {
+  const s = scheduler({ ...options, perTenant: 1, maxQueuedPerTenant: 2 });
+  const first = s.ask('a');
+  await s.pass();
+  s.ask('a');
+  s.ask('a');
+  await s.pass();
+  // Its running request ends: two wait for the next pass, and one more fits (three in all).
+  s.done(first);
+  expect(s.fair.load).toEqual({ running: 0, waiting: 2 });
+  const third = s.ask('a');
+  expect(await s.fair.admit('a')).toEqual({ admitted: false, running: 0, queued: 3 });
+  await s.passes(3);
+  expect(third.admission).toBeUndefined();
+
+  // One running gives its turn back for a tool and comes back at once: it waits beside one new
+  // request, so a second new one still fits, and a third is refused.
+  const t = scheduler({ ...options, perTenant: 1, maxQueuedPerTenant: 2 });
+  const running = t.ask('a');
+  await t.pass();
+  t.ask('a');
+  await t.pass();
+  t.done(running);
+  void t.fair.admit('a', true);
+  expect(t.fair.load).toEqual({ running: 0, waiting: 2 });
+  t.ask('a');
+  expect(await t.fair.admit('a')).toEqual({ admitted: false, running: 0, queued: 3 });
+});
+
 test('a request resuming after a wait outside is never refused, even past the waiting limit', async () => {
   const s = scheduler({ ...options, perTenant: 1, maxQueuedPerTenant: 1 });
   s.ask('a');
