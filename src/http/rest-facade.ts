@@ -1,6 +1,5 @@
 import { useSofa } from '@graphql-yoga/plugin-sofa';
 import {
-  coerceInputValue,
   getNamedType,
   GraphQLBoolean,
   GraphQLInt,
@@ -35,6 +34,7 @@ import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from '../api/request-state.js';
 import { publicPath, sofaFieldPath, type DirectRoute } from '../api/rest-routes.js';
 import { Response } from '../api/fetch-api.js';
+import { coerceInput } from '../api/input-coercion.js';
 import { inputProblem, REQUIRED } from './input-problems.js';
 import { restSchema, sofaRouteConfig } from './rest-schema.js';
 import { parseStreamQuery, type StreamRoute } from '../api/stream-routes.js';
@@ -189,7 +189,7 @@ function checkBody(
   for (const [name, value] of Object.entries(given)) {
     const arg = route.bodyArgs.get(name);
     if (!arg || value === undefined) continue;
-    args[name] = coerceInputValue(value, arg.type, (path, _invalid, error) => {
+    args[name] = coerceInput(value, arg.type, (path, _invalid, error) => {
       const suffix = path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('');
       errors.push(inputProblem(`${name}${suffix}`, error.message, schema));
     });
