@@ -1,3 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
-export const sha256Hex = (data: string | Buffer): string => createHash('sha256').update(data).digest('hex');
+// The one-shot form: no Hash object a call, about half the cost of createHash().update().digest().
+export const sha256Hex = (data: string | Buffer): string => hash('sha256', data, 'hex');

@@ -24,7 +24,16 @@ function base62(value: bigint, width: number): string {
   return out.padStart(width, '0');
 }
 
-const checksum = (body: string) => base62(BigInt(crc32(body)), CHECKSUM_LENGTH);
+/** CRC32 of the body in base62; with a number, not a bigint: it is checked on every call with a key. */
+function checksum(body: string): string {
+  let value = crc32(body);
+  let out = '';
+  while (value > 0) {
+    out = alphabet[value % 62] + out;
+    value = Math.floor(value / 62);
+  }
+  return out.padStart(CHECKSUM_LENGTH, '0');
+}
 
 export function generateApiKey(): { key: string; hash: string; prefix: string } {
   const body = base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH);
