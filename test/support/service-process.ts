@@ -84,6 +84,8 @@ export function startService(port: number, options: ServiceOptions): Service {
   if (options.env?.PUBLIC_URL === undefined) delete env.PUBLIC_URL;
   // Jest's --experimental-vm-modules is not for the child.
   delete env.NODE_OPTIONS;
+  // Jest's NODE_ENV=test is not the service's: it runs as deployed (production) unless a test says.
+  if (options.env?.NODE_ENV === undefined) delete env.NODE_ENV;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
   if (options.dataDir) env.DATA_DIR = options.dataDir;
   const preload = options.preload ? ['--import', options.preload] : [];
