@@ -27,7 +27,7 @@ import { useMcpEndpoint } from './http/mcp-endpoint.js';
 import { useOAuthEndpoints } from './http/oauth-endpoints.js';
 import { useSsoEndpoints } from './http/sso-endpoints.js';
 import { useUpstreamOAuthEndpoints } from './http/upstream-oauth-endpoints.js';
-import { useRestFacade } from './http/rest-facade.js';
+import { useRestFacade, type ReadRoutes } from './http/rest-facade.js';
 import { directLane } from './http/direct-lane.js';
 import { ConfigCache } from './lib/config-cache.js';
 import { SecretBox } from './lib/secret-box.js';
@@ -47,10 +47,12 @@ export const packageVersion: string = JSON.parse(
 export interface App {
   yoga: YogaServerInstance<ServerContext, Context>;
   /**
-   * What Node's server calls: the gateway's routes answered before yoga (src/http/direct-lane.ts),
-   * everything else by yoga.
+   * What Node's server calls: the gateway's routes and the operators' reads answered before yoga
+   * (src/http/direct-lane.ts), everything else by yoga.
    */
   handler: (req: IncomingMessage, res: ServerResponse) => void;
+  /** The reads `handler` answers before yoga (tests check which it takes, and that it takes them). */
+  reads: ReadRoutes;
   services: Services;
   /** Its metrics (served by the separate listener of src/main.ts) and tracer. */
   telemetry: Telemetry;
@@ -294,6 +296,7 @@ export function createApp({
 
   const lane = directLane({
     direct: restFacade.direct,
+    reads: restFacade.reads,
     logger,
     telemetry,
     maxBodyBytes: env.maxBodyBytes,
@@ -305,6 +308,7 @@ export function createApp({
     handler: (req, res) => {
       if (!lane(req, res)) yoga(req, res);
     },
+    reads: restFacade.reads,
     services,
     telemetry,
     env,

@@ -4,7 +4,11 @@ import type { Loaders, Services } from './services.js';
 
 /** The GraphQL context of one request, for /graphql and for the REST facade alike. */
 export interface Context {
-  request: Request;
+  /**
+   * The request's headers. Only they: a read answered before yoga (src/http/direct-lane.ts) has
+   * no Fetch Request, and nothing below the edge needs more of it.
+   */
+  request: { headers: Pick<Headers, 'get'> };
   state: RequestState;
   services: Services;
   /** Per-request batching for relations that dashboards query in lists. */

@@ -8,19 +8,23 @@ import { Headers } from '../api/fetch-api.js';
 import { errorAnswer, toWireError, wireError, type PlainAnswer } from './envelope.js';
 import { answerHeaders, clientAddressOf, inServerSpan, observeAnswer, serve } from './lifecycle.js';
 import { newRequestState } from './request-state.js';
-import type { DirectRoutes } from './rest-facade.js';
+import type { DirectRoutes, ReadRoutes } from './rest-facade.js';
 
 /**
  * Node's server answers the direct routes (the gateway's execute and evaluate, most of the
  * traffic) before yoga, with the facade's own steps (`DirectRoutes.answer`) and the lifecycle's
  * bookkeeping (request id, X-RateLimit headers, metrics, span, log line). What it leaves out is
  * what only cost: a Fetch Request and Response around each call and yoga's plugin chain, about
- * half of an evaluate's CPU (docs/decisions/0072-gateway-calls-before-yoga.md). Any request it
- * does not take goes to yoga, which answers it as it did: another path or method, a query string,
- * an `Origin` when CORS is configured (yoga writes those headers).
+ * half of an evaluate's CPU (docs/decisions/0072-gateway-calls-before-yoga.md). It answers the
+ * operators' reads too, a GET the facade would give SOFA, with SOFA's operation (`ReadRoutes`,
+ * docs/decisions/0078-reads-before-yoga.md). Any request it does not take goes to yoga, which
+ * answers it as it did: another path or method, a gateway call with a query string, an `Origin`
+ * when CORS is configured (yoga writes those headers).
  */
 export interface DirectLaneOptions {
   direct: DirectRoutes;
+  /** The operators' reads (GET routes SOFA serves), decision 0078. */
+  reads: ReadRoutes;
   logger: Logger;
   telemetry: Telemetry;
   maxBodyBytes: number;
@@ -73,7 +77,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | 'too_la
  * false and leaves the request to the caller (yoga).
  */
 export function directLane(options: DirectLaneOptions): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const { direct, logger, telemetry, maxBodyBytes, trustProxy, cors } = options;
+  const { direct, reads, logger, telemetry, maxBodyBytes, trustProxy, cors } = options;
 
   async function answer(
     req: IncomingMessage,
@@ -98,18 +102,21 @@ export function directLane(options: DirectLaneOptions): (req: IncomingMessage, r
     res.end(result.body);
   }
 
-  return (req, res) => {
-    const path = req.url;
-    if (req.method !== 'POST' || !path || path.includes('?') || (cors && req.headers.origin !== undefined))
-      return false;
-    const route = direct.find(req.method, path);
-    if (!route) return false;
+  /** Serves `answered` as the lane does every request: its state, span, turn, answer and log line. */
+  function serveLane(
+    req: IncomingMessage,
+    res: ServerResponse,
+    label: string,
+    path: string,
+    answered: (state: RequestState) => Promise<PlainAnswer>,
+  ): true {
+    const method = req.method!;
     const headers = headerReader(req);
     const state = newRequestState(headers, clientAddressOf(headers, req.socket.remoteAddress, trustProxy));
-    state.route = route.label;
+    state.route = label;
     const work = () =>
       serve(state, () =>
-        answer(req, route, state)
+        answered(state)
           .catch((error: unknown) => {
             if (!(error instanceof AppError))
               logUnexpected(logger, error, { request_id: state.requestId }, 'unexpected error');
@@ -117,7 +124,7 @@ export function directLane(options: DirectLaneOptions): (req: IncomingMessage, r
           })
           .then((result) => {
             write(res, result, state);
-            observeAnswer({ logger, telemetry }, state, 'POST', result.status, () => path);
+            observeAnswer({ logger, telemetry }, state, method, result.status, () => path.split('?', 1)[0]);
           }),
       );
     const failed = (error: unknown) => {
@@ -127,11 +134,30 @@ export function directLane(options: DirectLaneOptions): (req: IncomingMessage, r
     try {
       // The span reads `traceparent` through Fetch's Headers, made only when tracing is on; its URL
       // attributes are the path's and the scheme's, so the Host header plays no part.
-      const traced = inServerSpan(telemetry, state, 'POST', `http://localhost${path}`, () => fetchHeaders(req), work);
+      const traced = inServerSpan(telemetry, state, method, `http://localhost${path}`, () => fetchHeaders(req), work);
       Promise.resolve(traced).catch(failed);
     } catch (error) {
       failed(error);
     }
     return true;
+  }
+
+  return (req, res) => {
+    const path = req.url;
+    if (!path?.startsWith('/') || (cors && req.headers.origin !== undefined)) return false;
+    if (req.method === 'POST' && !path.includes('?')) {
+      const route = direct.find(req.method, path);
+      if (!route) return false;
+      return serveLane(req, res, route.label, path, (state) => answer(req, route, state));
+    }
+    if (req.method === 'GET') {
+      const url = new URL(`http://lane${path}`);
+      const route = reads.find(req.method, url);
+      if (!route) return false;
+      return serveLane(req, res, route.label, path, (state) =>
+        reads.answer(route, { headers: headerReader(req) }, url, state),
+      );
+    }
+    return false;
   };
 }

@@ -104,14 +104,17 @@ export function toWireError(error: unknown): WireError {
   return wireError('INTERNAL_ERROR', 'An internal error occurred');
 }
 
-/** SOFA's error handler: the most severe error decides the status, as with one error. */
-export function restErrorHandler(errors: readonly unknown[]): Response {
+/** The answer to a REST route's errors: the most severe decides the status, as with one error. */
+export function restErrorAnswer(errors: readonly unknown[]): PlainAnswer {
   const wire = errors.map(toWireError);
   const validation = wire.filter((e) => e.code === 'VALIDATION_ERROR');
   const worst = wire.reduce((a, b) => (b.status > a.status ? b : a));
   if (worst.code === 'VALIDATION_ERROR' && validation.length > 1) {
     const merged = validation.flatMap((e) => (e.details.errors as FieldError[] | undefined) ?? []);
-    return errorResponse({ ...worst, message: 'The request is invalid', details: { errors: merged } });
+    return errorAnswer({ ...worst, message: 'The request is invalid', details: { errors: merged } });
   }
-  return errorResponse(worst);
+  return errorAnswer(worst);
 }
+
+/** SOFA's error handler: `restErrorAnswer` as a Response. */
+export const restErrorHandler = (errors: readonly unknown[]): Response => responseOf(restErrorAnswer(errors));

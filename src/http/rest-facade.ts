@@ -6,6 +6,8 @@ import {
   isEnumType,
   isListType,
   isNonNullType,
+  type ExecutionArgs,
+  type ExecutionResult,
   type GraphQLArgument,
   type GraphQLSchema,
 } from 'graphql';
@@ -22,6 +24,7 @@ import {
   errorResponse,
   jsonAnswer,
   responseOf,
+  restErrorAnswer,
   restErrorHandler,
   toWireError,
   wireError,
@@ -39,6 +42,13 @@ import { inputProblem, REQUIRED } from './input-problems.js';
 import { restSchema, sofaRouteConfig } from './rest-schema.js';
 import { parseStreamQuery, type StreamRoute } from '../api/stream-routes.js';
 import { restRoutes, streamRoutes } from './schema.js';
+import { sofaQueries, sofaVariables, type SofaQuery } from './sofa-queries.js';
+
+/** What the read lane uses of yoga's envelop: the context and the execute, each plugin's hooks with them. */
+interface Enveloped {
+  contextFactory(initial: object): unknown;
+  execute(args: ExecutionArgs): unknown;
+}
 
 /**
  * The REST facade: SOFA mounts the declared routes under /api/v1. SOFA would also answer for every
@@ -63,6 +73,8 @@ interface CompiledRoute {
   queryArgs: readonly string[];
   /** The GraphQL field SOFA serves it with (`Query.org`); none for a streamed route. */
   field?: string;
+  /** Its status when it succeeds (SOFA's `responseStatus`). */
+  status: number;
   stream?: StreamRoute;
   direct?: DirectRoute;
 }
@@ -96,6 +108,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       bodyArg: route.bodyArg,
       queryArgs: route.queryArgs ?? [],
       direct: route.direct,
+      status: route.status ?? 200,
     };
   });
   const streamed = streamRoutes.map((route): CompiledRoute => {
@@ -110,6 +123,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       bodyArg: undefined,
       queryArgs: [],
       stream: route,
+      status: 200,
     };
   });
   return [...sofaRoutes, ...streamed];
@@ -439,6 +453,17 @@ type Credentials = { headers: Pick<Headers, 'get'> };
 /** A route its handler answers without SOFA and GraphQL execution (the gateway's). */
 export type DirectRouteOf = CompiledRoute & { direct: DirectRoute };
 
+/** A GET route SOFA serves (an operator's read), for the lane (direct-lane.ts). */
+export type ReadRoute = CompiledRoute & { field: string };
+
+/** The operators' reads, for Node's server to answer before yoga (direct-lane.ts, decision 0078). */
+export interface ReadRoutes {
+  /** The route SOFA serves for a GET of this path, once yoga has started; none for anything else. */
+  find(method: string, url: URL): ReadRoute | undefined;
+  /** Answers as the facade and SOFA do: every step, error and word the same. */
+  answer(route: ReadRoute, request: Credentials, url: URL, state: RequestState): Promise<PlainAnswer>;
+}
+
 /** The direct routes, for Node's server to answer before yoga (direct-lane.ts). */
 export interface DirectRoutes {
   /** The direct route of this method and exact path, if one has no path parameters. */
@@ -458,7 +483,7 @@ export function useRestFacade(
   authenticate: (request: Credentials, state: RequestState, options: AuthenticateOptions) => Promise<AuthState>,
   logger: Logger,
   services: Services,
-): { plugins: Plugin<{}, ServerContext>[]; direct: DirectRoutes } {
+): { plugins: Plugin<{}, ServerContext>[]; direct: DirectRoutes; reads: ReadRoutes } {
   /**
    * The caller of a route that needs credentials (null for an open route), or the error that
    * refuses them. Credentials are checked before the input, so an anonymous caller learns nothing
@@ -530,7 +555,52 @@ export function useRestFacade(
   let compiled: CompiledRoute[] | undefined;
   const routes = () => (compiled ??= compile(schema));
   let table: RouteTable | undefined;
+  /** What SOFA serves with, once yoga has started: the schema it is given, and yoga's envelop. */
+  let served: { schema: GraphQLSchema; queries: (field: string) => SofaQuery } | undefined;
+  let getEnveloped: ((initial: object) => Enveloped) | undefined;
+
+  /**
+   * A read, the guard's steps then SOFA's (sofa-queries.ts): credentials, the URL's text, the query
+   * string, then the field's operation with its variables, executed through yoga's envelop (its
+   * context, compiled resolvers and masked errors), answered with the field's value.
+   */
+  async function answerRead(
+    route: ReadRoute,
+    request: Credentials,
+    url: URL,
+    state: RequestState,
+  ): Promise<PlainAnswer> {
+    const caller = await callerOf(route, request, state);
+    if ('refused' in caller) return errorAnswer(caller.refused);
+    const unstorable = checkUrlText(url, route);
+    if (unstorable.length) return errorAnswer(invalidInput('The request is invalid', unstorable));
+    const problems = checkQuery(url, route);
+    if (problems.length) return errorAnswer(invalidInput('The query string is invalid', problems));
+    const fieldName = route.field.split('.')[1];
+    const query = served!.queries(fieldName);
+    try {
+      const variableValues = sofaVariables(query, sofaUrl(url, route, 'all').search, served!.schema);
+      const serverContext = { state, request };
+      const enveloped = getEnveloped!(serverContext);
+      const contextValue = await enveloped.contextFactory(serverContext);
+      const result = (await enveloped.execute({
+        schema: served!.schema,
+        document: query.document,
+        contextValue,
+        variableValues,
+        operationName: query.operationName,
+      })) as ExecutionResult;
+      if (result.errors) return restErrorAnswer(result.errors);
+      return jsonAnswer(result.data?.[fieldName], route.status);
+    } catch (error) {
+      return restErrorAnswer([error]);
+    }
+  }
+
   const guard: Plugin<{}, ServerContext> = {
+    onYogaInit({ yoga }) {
+      getEnveloped = (initial) => yoga.getEnveloped(initial) as unknown as Enveloped;
+    },
     /** match → authenticate → validate → dispatch; a step that answers ends the request. */
     async onRequest(served) {
       const { request, url, serverContext, endResponse, setRequest } = served;
@@ -562,7 +632,11 @@ export function useRestFacade(
   // SOFA sees the schema without the GraphQL-only fields (rest-schema.ts).
   const restFacade: Plugin<{}, ServerContext> = {
     ...sofa,
-    onSchemaChange: (payload) => sofa.onSchemaChange?.({ ...payload, schema: restSchema(payload.schema) }),
+    onSchemaChange: (payload) => {
+      const rest = restSchema(payload.schema);
+      served = { schema: rest, queries: sofaQueries(rest) };
+      sofa.onSchemaChange?.({ ...payload, schema: rest });
+    },
     // SOFA picks its requests by the URL it is given; yoga passes the URL of the request as it
     // arrived, not of the one the guard set at the field's path.
     onRequest: (payload) => sofa.onRequest?.({ ...payload, url: new URL(payload.request.url) }),
@@ -576,5 +650,15 @@ export function useRestFacade(
     );
     return byPath.get(`${method} ${pathname}`);
   };
-  return { plugins: [guard, restFacade], direct: { find, answer: answerDirect } };
+  const findRead = (method: string, url: URL): ReadRoute | undefined => {
+    if (method !== 'GET' || !served || !getEnveloped) return undefined;
+    const route = match((table ??= routeTable(routes())), method, url);
+    if (!route || route instanceof Response || route.stream || route.direct || !route.field) return undefined;
+    return route as ReadRoute;
+  };
+  return {
+    plugins: [guard, restFacade],
+    direct: { find, answer: answerDirect },
+    reads: { find: findRead, answer: answerRead },
+  };
 }
