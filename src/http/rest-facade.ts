@@ -556,7 +556,7 @@ export function useRestFacade(
   const routes = () => (compiled ??= compile(schema));
   let table: RouteTable | undefined;
   /** What SOFA serves with, once yoga has started: the schema it is given, and yoga's envelop. */
-  let served: { schema: GraphQLSchema; queries: (field: string) => SofaQuery } | undefined;
+  let sofaServing: { schema: GraphQLSchema; queries: (field: string) => SofaQuery } | undefined;
   let getEnveloped: ((initial: object) => Enveloped) | undefined;
 
   /**
@@ -576,15 +576,17 @@ export function useRestFacade(
     if (unstorable.length) return errorAnswer(invalidInput('The request is invalid', unstorable));
     const problems = checkQuery(url, route);
     if (problems.length) return errorAnswer(invalidInput('The query string is invalid', problems));
+    // `find` gave the route: yoga has started, so both are set.
+    const { schema: servedSchema, queries } = sofaServing!;
     const fieldName = route.field.split('.')[1];
-    const query = served!.queries(fieldName);
+    const query = queries(fieldName);
     try {
-      const variableValues = sofaVariables(query, sofaUrl(url, route, 'all').search, served!.schema);
+      const variableValues = sofaVariables(query, sofaUrl(url, route, 'all').search, servedSchema);
       const serverContext = { state, request };
       const enveloped = getEnveloped!(serverContext);
       const contextValue = await enveloped.contextFactory(serverContext);
       const result = (await enveloped.execute({
-        schema: served!.schema,
+        schema: servedSchema,
         document: query.document,
         contextValue,
         variableValues,
@@ -634,7 +636,7 @@ export function useRestFacade(
     ...sofa,
     onSchemaChange: (payload) => {
       const rest = restSchema(payload.schema);
-      served = { schema: rest, queries: sofaQueries(rest) };
+      sofaServing = { schema: rest, queries: sofaQueries(rest) };
       sofa.onSchemaChange?.({ ...payload, schema: rest });
     },
     // SOFA picks its requests by the URL it is given; yoga passes the URL of the request as it
@@ -651,7 +653,7 @@ export function useRestFacade(
     return byPath.get(`${method} ${pathname}`);
   };
   const findRead = (method: string, url: URL): ReadRoute | undefined => {
-    if (method !== 'GET' || !served || !getEnveloped) return undefined;
+    if (method !== 'GET' || !sofaServing || !getEnveloped) return undefined;
     const route = match((table ??= routeTable(routes())), method, url);
     if (!route || route instanceof Response || route.stream || route.direct || !route.field) return undefined;
     return route as ReadRoute;
