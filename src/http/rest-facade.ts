@@ -396,12 +396,22 @@ async function validate(
   url: URL,
   schema: GraphQLSchema,
 ): Promise<Input | Response> {
+  if (request.method === 'GET' && !route.stream) {
+    const refused = readInputProblem(url, route);
+    return refused ? errorResponse(refused) : { body: false };
+  }
   const unstorable = checkUrlText(url, route);
   if (unstorable.length) return invalid('The request is invalid', unstorable);
   if (route.stream) return { body: false };
-  if (request.method !== 'GET') return validateBody(route, request, url, schema);
+  return validateBody(route, request, url, schema);
+}
+
+/** What refuses a read's input: the URL's text, then its query string (the guard's and the lane's check). */
+function readInputProblem(url: URL, route: CompiledRoute): WireError | undefined {
+  const unstorable = checkUrlText(url, route);
+  if (unstorable.length) return invalidInput('The request is invalid', unstorable);
   const problems = checkQuery(url, route);
-  return problems.length ? invalid('The query string is invalid', problems) : { body: false };
+  return problems.length ? invalidInput('The query string is invalid', problems) : undefined;
 }
 
 /** A body-carrying route: the few arguments it takes from the query string, then the JSON body. */
@@ -572,10 +582,8 @@ export function useRestFacade(
   ): Promise<PlainAnswer> {
     const caller = await callerOf(route, request, state);
     if ('refused' in caller) return errorAnswer(caller.refused);
-    const unstorable = checkUrlText(url, route);
-    if (unstorable.length) return errorAnswer(invalidInput('The request is invalid', unstorable));
-    const problems = checkQuery(url, route);
-    if (problems.length) return errorAnswer(invalidInput('The query string is invalid', problems));
+    const refused = readInputProblem(url, route);
+    if (refused) return errorAnswer(refused);
     // `find` gave the route: yoga has started, so both are set.
     const { schema: servedSchema, queries } = sofaServing!;
     const fieldName = route.field.split('.')[1];
