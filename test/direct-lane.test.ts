@@ -5,13 +5,12 @@
  * yoga's are, and requests it must not take (a query string, a browser's when CORS is configured,
  * another method) are yoga's.
  */
-import http from 'node:http';
 import net from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import pino from 'pino';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { startTestApp, type TestApp } from './support/app.js';
+import { comparableHeaders, exchange, laneServers, type Answer } from './support/lane-servers.js';
 import { createKey, signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from './support/gateway.js';
 
@@ -23,16 +22,9 @@ let org: OrgFixture;
 let agent: AgentFixture;
 let laneUrl: string;
 let yogaUrl: string;
-const servers: http.Server[] = [];
+const servers = laneServers();
 const MAX_BODY = 4096;
 const ORIGIN = 'https://console.example';
-
-async function listen(handler: http.RequestListener): Promise<string> {
-  const server = http.createServer(handler);
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
 
 beforeAll(async () => {
   telemetry = createTelemetry({ spanExporter: exporter, spanProcessor: 'simple' });
@@ -40,15 +32,12 @@ beforeAll(async () => {
   t = await startTestApp({ MAX_BODY_BYTES: String(MAX_BODY), CORS_ALLOWED_ORIGINS: ORIGIN }, { telemetry, logger });
   org = await signUp(t, 'lane');
   agent = await readyAgent(t, org);
-  laneUrl = await listen(t.app.handler);
-  yogaUrl = await listen(t.app.yoga);
+  laneUrl = await servers.listen(t.app.handler);
+  yogaUrl = await servers.listen(t.app.yoga);
 });
 
 afterAll(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
+  servers.close();
   await t.close();
   await telemetry.shutdown();
 });
@@ -61,50 +50,15 @@ interface Sent {
   chunked?: boolean;
 }
 
-interface Answer {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-}
+const send = (base: string, { path = '/api/v1/gateway/evaluate', ...sent }: Sent) =>
+  exchange(`${base}${path}`, 'POST', sent);
 
-function send(base: string, { path = '/api/v1/gateway/evaluate', headers = {}, body = '', chunked }: Sent) {
-  return new Promise<Answer>((resolve, reject) => {
-    const request = http.request(`${base}${path}`, { method: 'POST', headers }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () =>
-        resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(chunks).toString() }),
-      );
-    });
-    request.on('error', reject);
-    if (chunked) {
-      const bytes = Buffer.from(body);
-      for (let at = 0; at < bytes.length; at += 1000) request.write(bytes.subarray(at, at + 1000));
-      request.end();
-    } else request.end(body);
-  });
-}
-
-/** What must be equal: headers but the date and the connection's, the request id's value, ids in the body. */
-function comparable(answer: Answer) {
-  const {
-    date,
-    connection,
-    'keep-alive': keepAlive,
-    'x-request-id': requestId,
-    // The second of two executes has one fewer left: compared on its own.
-    'x-ratelimit-remaining': remaining,
-    ...headers
-  } = answer.headers;
-  expect(requestId).toMatch(/^\S+$/);
-  return {
-    status: answer.status,
-    headers,
-    body: answer.text
-      .replace(/"(int|apr|rec)_[A-Za-z0-9_-]+"/g, '"$1_…"')
-      .replace(/"\d{4}-\d\d-\d\dT[^"]+"/g, '"time"'),
-  };
-}
+/** What must be equal: the headers (lane-servers.ts), the body but its ids and times; the count left is compared on its own. */
+const comparable = (answer: Answer) => ({
+  status: answer.status,
+  headers: comparableHeaders(answer),
+  body: answer.text.replace(/"(int|apr|rec)_[A-Za-z0-9_-]+"/g, '"$1_…"').replace(/"\d{4}-\d\d-\d\dT[^"]+"/g, '"time"'),
+});
 
 const json = { 'content-type': 'application/json' };
 

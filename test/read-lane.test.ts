@@ -5,14 +5,13 @@
  * headers from a server of the app's handler as from one of yoga alone; the lane's reads are
  * logged and traced as yoga's are, and the requests it must not take are yoga's.
  */
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
 import pino from 'pino';
 import { publicPath } from '../src/api/rest-routes.js';
 import { restRoutes } from '../src/http/schema.js';
 import { createTelemetry, type Telemetry } from '../src/observability/telemetry.js';
 import { startTestApp, type TestApp } from './support/app.js';
+import { comparableHeaders, exchange, laneServers, type Answer } from './support/lane-servers.js';
 import { signUp, type OrgFixture } from './support/fixtures.js';
 import { actionBody, readyAgent, type AgentFixture } from './support/gateway.js';
 
@@ -27,15 +26,8 @@ let laneUrl: string;
 let yogaUrl: string;
 /** Path parameters' values: the fixture's own where it has one. */
 const values: Record<string, string> = {};
-const servers: http.Server[] = [];
+const servers = laneServers();
 const ORIGIN = 'https://console.example';
-
-async function listen(handler: http.RequestListener): Promise<string> {
-  const server = http.createServer(handler);
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
 
 beforeAll(async () => {
   telemetry = createTelemetry({ spanExporter: exporter, spanProcessor: 'simple' });
@@ -57,52 +49,24 @@ beforeAll(async () => {
     tool_id: tools.body.items[0].tool_id,
     agent_id: agents.body.items[0].agent_id,
   });
-  laneUrl = await listen(t.app.handler);
-  yogaUrl = await listen(t.app.yoga);
+  laneUrl = await servers.listen(t.app.handler);
+  yogaUrl = await servers.listen(t.app.yoga);
 });
 
 afterAll(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
+  servers.close();
   await t.close();
   await telemetry.shutdown();
 });
 
-interface Answer {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-}
+const get = (base: string, path: string, headers: Record<string, string> = {}) =>
+  exchange(`${base}${path}`, 'GET', { headers });
 
-function get(base: string, path: string, headers: Record<string, string> = {}) {
-  return new Promise<Answer>((resolve, reject) => {
-    const request = http.request(`${base}${path}`, { method: 'GET', headers }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () =>
-        resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(chunks).toString() }),
-      );
-    });
-    request.on('error', reject);
-    request.end();
-  });
-}
-
-/** What must be equal: all but the date, the connection's headers, the request id and the count left. */
-function comparable(answer: Answer) {
-  const {
-    date,
-    connection,
-    'keep-alive': keepAlive,
-    'x-request-id': requestId,
-    'x-ratelimit-remaining': remaining,
-    ...headers
-  } = answer.headers;
-  expect(requestId).toMatch(/^\S+$/);
-  return { status: answer.status, headers, body: answer.text };
-}
+const comparable = (answer: Answer) => ({
+  status: answer.status,
+  headers: comparableHeaders(answer),
+  body: answer.text,
+});
 
 const getRoutes = [...restRoutes.values()].filter((route) => route.method === 'GET').map(publicPath);
 
