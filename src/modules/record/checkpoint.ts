@@ -1,4 +1,5 @@
-import { createHash, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
+import { createHash, createPublicKey, verify, type KeyObject } from 'node:crypto';
+import { signEd25519 } from '../../lib/ed25519.js';
 
 /**
  * Checkpoints of an org's Merkle tree as C2SP `tlog-checkpoint` text in a C2SP `signed-note`, with
@@ -88,7 +89,7 @@ export function parseVerifierKey(text: string): NoteVerifier | { error: string }
 /** A signed note of `text` (which ends with a newline) by the key named `name`. */
 export function signNote(text: string, name: string, privateKey: KeyObject, publicKey: KeyObject): string {
   if (!text.endsWith('\n')) throw new Error('a note text ends with a newline');
-  const signature = sign(null, Buffer.from(text, 'utf8'), privateKey);
+  const signature = signEd25519(Buffer.from(text, 'utf8'), privateKey);
   const stamp = Buffer.concat([keyHash(name, rawPublicKey(publicKey)), signature]).toString('base64');
   return `${text}\n${SIGNATURE_PREFIX}${name} ${stamp}\n`;
 }

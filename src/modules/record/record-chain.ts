@@ -1,6 +1,7 @@
-import { createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
+import { createPublicKey, verify, type KeyObject } from 'node:crypto';
 import type { JWK } from 'jose';
 import { canonicalJson, canonicalHash } from '../../lib/canonical-json.js';
+import { signEd25519 } from '../../lib/ed25519.js';
 
 /**
  * The signed, hash-chained interaction record. What is hashed is the canonical JSON (RFC 8785) of
@@ -73,7 +74,7 @@ export interface RecordBody {
 export const recordHashOf = (body: RecordBody): string => canonicalHash(body);
 
 export function signRecordHash(recordHash: string, privateKey: KeyObject): string {
-  return sign(null, Buffer.from(recordHash, 'utf8'), privateKey).toString('base64url');
+  return signEd25519(Buffer.from(recordHash, 'utf8'), privateKey).toString('base64url');
 }
 
 export function verifyRecordSignature(recordHash: string, signature: string, publicKey: KeyObject | JWK): boolean {
