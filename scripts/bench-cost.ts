@@ -526,6 +526,14 @@ async function run() {
       (column) =>
         `${ms(medianOf(column, rate, (s) => s.result.p50))} / ${ms(medianOf(column, rate, (s) => s.result.p99))}`,
     );
+  // Each round's p99 beside the median: on a shared machine one round's tail can be three times
+  // another's on the same build, and a median of three hides how far apart they were.
+  for (const rate of RATES)
+    line(`open loop ${rate}/s p99 ms, each round`, (column) =>
+      of(column, rate)
+        .map((s) => ms(s.result.p99))
+        .join(' · '),
+    );
   line(`closed loop ${CONNECTIONS}: rps`, (column) => us(medianOf(column, 'closed', (s) => s.result.rps)));
   line(`closed loop ${CONNECTIONS}: ratio to bare`, (column) => ratio(column).toFixed(3));
   line(`service CPU µs/req, closed loop`, (column) => us(medianOf(column, 'closed', (s) => s.serviceCpu)));
