@@ -3,7 +3,8 @@
  * must answer each execute exactly as `take_allowance` called once per execute, in order, would
  * have, and leave every counter where those calls would have left it (rows at zero included).
  * Random batches against random counters, limits, shadow and enforced policies, and budgets
- * compare the two on the database itself.
+ * compare the two on the database itself; PostgreSQL's own count of the rows a transaction wrote
+ * shows that a batch writes each counter once.
  */
 import type { Database } from '../../src/db/database.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -141,6 +142,59 @@ test('a batch answers every execute and leaves every counter as take_allowance o
   // The scenarios reach every outcome, so each branch of the function was compared.
   expect([...outcomes].sort()).toEqual(['day', 'hour', 'ok', 'policy']);
 }, 120_000);
+
+test('a batch of ten allowed executes writes each counter once, not once per execute', async () => {
+  // PostgreSQL's own count of the rows this transaction wrote in rate_counters.
+  const written = `SELECT pg_stat_get_xact_tuples_inserted('rate_counters'::regclass)::int AS inserted,
+                          pg_stat_get_xact_tuples_updated('rate_counters'::regclass)::int AS updated`;
+  const writesOf = (scenario: Scenario, prefix: string) =>
+    db.sql.transaction(async (tx) => {
+      const n = scenario.limits.length;
+      const buckets = Array.from({ length: n }, (_, i) => `${prefix}:policy:${i}`);
+      for (const [i, count] of scenario.before.entries()) {
+        if (count !== null)
+          await tx.query('INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $3)', [
+            [...buckets, `${prefix}:day`, `${prefix}:hour`][i],
+            START,
+            count,
+          ]);
+      }
+      const [before] = await tx.query<{ inserted: number; updated: number }>(written);
+      const answers = await tx.query<Answer>(`SELECT ${COLUMNS} FROM take_allowances_as($11, $12, ${PARAMS})`, [
+        buckets,
+        buckets.map(() => START),
+        scenario.limits,
+        scenario.enforced,
+        `${prefix}:day`,
+        START,
+        scenario.dayLimit,
+        `${prefix}:hour`,
+        START,
+        scenario.hourLimit,
+        OWNER,
+        scenario.times,
+      ]);
+      const [after] = await tx.query<{ inserted: number; updated: number }>(written);
+      return {
+        allowed: answers.filter((a) => a.refused_by === 0 && a.hour_count !== null).length,
+        inserted: after.inserted - before.inserted,
+        updated: after.updated - before.updated,
+      };
+    });
+  const ten = { times: 10, limits: [100], enforced: [true], dayLimit: 100, hourLimit: 100 };
+  // Three counters (a policy's, the day's, the hour's), each already counting: one update each.
+  expect(await writesOf({ ...ten, before: [1, 1, 1] }, 'writes-known')).toEqual({
+    allowed: 10,
+    inserted: 0,
+    updated: 3,
+  });
+  // Counters without rows: each made once at zero, then updated once.
+  expect(await writesOf({ ...ten, before: [null, null, null] }, 'writes-new')).toEqual({
+    allowed: 10,
+    inserted: 3,
+    updated: 3,
+  });
+});
 
 test('a batch of an owner without a lease counts nothing and answers nothing', async () => {
   const scenario: Scenario = { times: 3, limits: [5], enforced: [true], dayLimit: 5, hourLimit: 5, before: [1, 1, 1] };
