@@ -7,6 +7,7 @@
  * shows that a batch writes each counter once.
  */
 import type { Database } from '../../src/db/database.js';
+import type { SqlConnection } from '../../src/db/sql.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 let database: TestDatabase;
@@ -57,14 +58,17 @@ function scenarioOf(seed: number): Scenario {
 
 const START = new Date('2026-11-30T10:00:00.000Z');
 
-/** The scenario's counters under `prefix`, its rows as `before` says, and the functions' arguments after owner and times. */
-async function prepare(scenario: Scenario, prefix: string) {
+/**
+ * The scenario's counters under `prefix`, its rows as `before` says (written through `sql`: the
+ * pool, or a transaction), and the functions' arguments after owner and times.
+ */
+async function prepare(scenario: Scenario, prefix: string, sql: SqlConnection = db.sql) {
   const n = scenario.limits.length;
   const buckets = Array.from({ length: n }, (_, i) => `${prefix}:policy:${i}`);
   const all = [...buckets, `${prefix}:day`, `${prefix}:hour`];
   for (const [i, count] of scenario.before.entries()) {
     if (count !== null)
-      await db.sql.query('INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $3)', [
+      await sql.query('INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $3)', [
         all[i],
         START,
         count,
@@ -149,28 +153,10 @@ test('a batch of ten allowed executes writes each counter once, not once per exe
                           pg_stat_get_xact_tuples_updated('rate_counters'::regclass)::int AS updated`;
   const writesOf = (scenario: Scenario, prefix: string) =>
     db.sql.transaction(async (tx) => {
-      const n = scenario.limits.length;
-      const buckets = Array.from({ length: n }, (_, i) => `${prefix}:policy:${i}`);
-      for (const [i, count] of scenario.before.entries()) {
-        if (count !== null)
-          await tx.query('INSERT INTO rate_counters (bucket, window_start, count) VALUES ($1, $2, $3)', [
-            [...buckets, `${prefix}:day`, `${prefix}:hour`][i],
-            START,
-            count,
-          ]);
-      }
+      const { args } = await prepare(scenario, prefix, tx);
       const [before] = await tx.query<{ inserted: number; updated: number }>(written);
       const answers = await tx.query<Answer>(`SELECT ${COLUMNS} FROM take_allowances_as($11, $12, ${PARAMS})`, [
-        buckets,
-        buckets.map(() => START),
-        scenario.limits,
-        scenario.enforced,
-        `${prefix}:day`,
-        START,
-        scenario.dayLimit,
-        `${prefix}:hour`,
-        START,
-        scenario.hourLimit,
+        ...args,
         OWNER,
         scenario.times,
       ]);
