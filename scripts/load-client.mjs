@@ -5,13 +5,23 @@
 // answers, each latency counted from when the request was due, so that a stalled service is not
 // measured by fewer, luckier requests (coordinated omission). It prints one JSON line: requests,
 // rps, the latency percentiles in milliseconds (per request with the monotonic clock, not
-// bucketed), and how many answers were not 2xx or failed.
+// bucketed), and how many answers were not 2xx or failed; with `samples`, every latency too, so
+// that several runs' samples can be pooled (scripts/load.ts).
 //
 //   node scripts/load-client.mjs '{"url": "...", "headers": {...}, "body": "...", "seconds": 5, "concurrency": 1}'
 //   node scripts/load-client.mjs '{"url": "...", "seconds": 10, "rate": 500}'
 import http from 'node:http';
 
-const { url, method = 'POST', headers = {}, body = '', seconds, concurrency = 256, rate } = JSON.parse(process.argv[2]);
+const {
+  url,
+  method = 'POST',
+  headers = {},
+  body = '',
+  seconds,
+  concurrency = 256,
+  rate,
+  samples = false,
+} = JSON.parse(process.argv[2]);
 const target = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
 const payload = Buffer.from(body);
@@ -84,5 +94,6 @@ process.stdout.write(
     p99: round(percentile(0.99)),
     statuses,
     failures,
+    ...(samples ? { latencies: latencies.map(round) } : {}),
   })}\n`,
 );

@@ -27,15 +27,35 @@ export interface LoadResult {
   failures: number;
   /** Requests still in flight when the client stopped at its time (autocannon's closed loop): the service may have done them. */
   unanswered?: number;
+  /** Every answer's latency in milliseconds, ascending, when asked for (`samples`). */
+  latencies?: number[];
+}
+
+/**
+ * The `p` quantile (0.99: p99) of the samples of several runs taken together. A p99 of one short
+ * window is its few slowest requests, and on a shared machine one stall moves it by half; the
+ * median of a few such p99s still follows whichever window the stalls fell in. Pooled, the same
+ * requests give a p99 of many more, which a stall moves little (test/fairness.measured.test.ts).
+ */
+export function pooledQuantile(results: LoadResult[], p: number): number {
+  const pooled = results.flatMap((result) => {
+    if (!result.latencies) throw new Error('pooledQuantile needs runs made with { samples: true }');
+    return result.latencies;
+  });
+  if (!pooled.length) throw new Error('pooledQuantile: no samples');
+  pooled.sort((a, b) => a - b);
+  return pooled[Math.min(pooled.length - 1, Math.floor(p * pooled.length))];
 }
 
 export async function runLoad(
   request: LoadRequest,
-  options: { seconds: number; concurrency: number } | { seconds: number; rate: number },
+  options: ({ seconds: number; concurrency: number } | { seconds: number; rate: number }) & { samples?: boolean },
 ): Promise<LoadResult> {
   const { stdout } = await promisify(execFile)(process.execPath, [client, JSON.stringify({ ...request, ...options })], {
     env: { ...process.env, NODE_OPTIONS: '' },
     timeout: (options.seconds + 60) * 1000,
+    // A sample is ≈6 bytes of JSON: room for a long run's.
+    maxBuffer: 64 * 1024 * 1024,
   });
   return JSON.parse(stdout) as LoadResult;
 }

@@ -5,13 +5,22 @@
  * `period: "concurrent"`. The service runs as a process of its own and the load comes from client
  * processes (scripts/load-client.mjs), so that nothing measured shares an event loop with the
  * measuring. Windows with and without the flood alternate, so that whatever else the machine does
- * weighs on both; the bar holds for the median over the rounds.
+ * weighs on both.
+ *
+ * The p99s are of each condition's samples pooled over its windows (≈4,000 of B's requests alone
+ * here), not the median of each window's p99: a window's p99 is its few slowest requests, and one
+ * stall of a shared machine moved B's p99 alone from 7 to 19 ms between two windows of one run,
+ * which put that estimate at 1.0–2.3 from run to run (CI failed it at 2.01) while the pooled ratio
+ * stayed at 1.2–2.0 (2026-11-30, PGlite, 2 cores).
  *
  * B, one request at a time, would get about half the loop against A with turns alone, and its p99
  * doubled (ratio 1.7–2.4 on 2 cores, both backends): the scheduler anticipates B's next request
- * (src/lib/fair-scheduler.ts), which is what keeps the ratio under the bar.
+ * (src/lib/fair-scheduler.ts), which is what keeps the ratio under the bar. What is left is the
+ * two threads A keeps busy: B's statement waits behind one of A's in the embedded database's
+ * thread (one in flight ahead of it on average, ≈1.2 ms each), and its steps behind A's on the
+ * event loop.
  */
-import { runLoad, type LoadResult } from '../scripts/load.js';
+import { pooledQuantile, runLoad, type LoadResult } from '../scripts/load.js';
 import { LOOPBACK_UPSTREAMS, type TestClient } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
@@ -22,7 +31,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 
-const ROUNDS = 3;
+const ROUNDS = 6;
 const WINDOW_SECONDS = 3;
 const FLOOD = 16;
 /** B's p99 during A's flood, at most this many times B's p99 alone. */
@@ -73,10 +82,10 @@ test(`org B's p99 while org A keeps ${FLOOD} executes in flight stays within ${B
   const flooded: LoadResult[] = [];
   const floods: LoadResult[] = [];
   for (let round = 0; round < ROUNDS; round++) {
-    alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }));
+    alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }));
     const [a, b] = await Promise.all([
       runLoad(flood, { seconds: WINDOW_SECONDS, concurrency: FLOOD }),
-      runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1 }),
+      runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }),
     ]);
     floods.push(a);
     flooded.push(b);
@@ -84,8 +93,12 @@ test(`org B's p99 while org A keeps ${FLOOD} executes in flight stays within ${B
   for (const result of [...alone, ...flooded, ...floods]) {
     expect(ok(result)).toEqual({ statuses: { 200: result.requests }, failures: 0 });
   }
-  const ratio = median(flooded.map((r) => r.p99)) / median(alone.map((r) => r.p99));
-  const measured = `ratio ${ratio.toFixed(2)}: B alone p99 ${alone.map((r) => r.p99).join(', ')} ms; during A's flood ${flooded.map((r) => r.p99).join(', ')} ms`;
+  const [aloneP99, floodedP99] = [pooledQuantile(alone, 0.99), pooledQuantile(flooded, 0.99)];
+  const ratio = floodedP99 / aloneP99;
+  const measured =
+    `ratio ${ratio.toFixed(2)}: B's p99 alone ${aloneP99} ms, during A's flood ${floodedP99} ms ` +
+    `(each window's: ${alone.map((r) => r.p99).join(', ')}; ${flooded.map((r) => r.p99).join(', ')})`;
+  console.log(`org B's p99 during org A's flood (${backend}): ${measured}`);
   expect({ measured, within: ratio <= BAR }).toEqual({ measured, within: true });
   // The flooding org is served too, not starved.
   expect(median(floods.map((r) => r.rps))).toBeGreaterThan(0);
