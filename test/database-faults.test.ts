@@ -20,6 +20,8 @@ import { expectOneChain, interrupted, untilRecorded, type RecordRow } from './su
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
 
 const TEST_TIMEOUT_MS = 240_000;
+/** Far under the test's own timeout, far over any answer: a request that takes longer was held. */
+const ANSWERED_NOT_HELD_MS = 60_000;
 const onPostgres = backend === 'postgresql' ? test : test.skip;
 
 /** The http tool: records the interaction ids it receives; while held, it answers nothing until released. */
@@ -399,8 +401,10 @@ describe('an unreachable database', () => {
             code: 'SERVICE_UNAVAILABLE',
             retryAfter: '2',
           });
-          // A generous bound: without DATABASE_TIMEOUT_MS a silent server holds the request for good.
-          expect(ms).toBeLessThan(300 * 3 + 5000);
+          // Answered rather than held: without DATABASE_TIMEOUT_MS a silent server holds the request
+          // for good. Not a latency measurement: sign-up hashes its password first, and on a shared
+          // machine CI measured 6.3 s against the 5.9 s this bound once was.
+          expect(ms).toBeLessThan(ANSWERED_NOT_HELD_MS);
         }
         const graphql = await t.graphql('{ me { email } }', {}, { token: bearer() });
         expect(graphql.body.errors[0].extensions.code).toBe('SERVICE_UNAVAILABLE');
