@@ -131,12 +131,24 @@ describe('agent-gateway create-org', () => {
       let output = '';
       child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
       const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
-      /** Types `text` once the terminal shows `prompt`: typed earlier, the terminal would still echo it. */
+      /**
+       * Types `text` the moment the terminal shows `prompt`, as a paste or a script would: the command
+       * must have turned echo off before it asks (it once asked first, and CI's fast answer was echoed).
+       */
       const answer = async (prompt: string, text: string) => {
-        const deadline = Date.now() + 60_000;
-        while (!output.includes(prompt) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-        expect(output).toContain(prompt);
-        child.stdin.write(text);
+        const shown = new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), 60_000);
+          const onData = () => {
+            if (!output.includes(prompt)) return;
+            child.stdout.off('data', onData);
+            clearTimeout(timer);
+            child.stdin.write(text);
+            resolve(true);
+          };
+          child.stdout.on('data', onData);
+          onData();
+        });
+        expect(await shown).toBe(true);
       };
       await answer('Password for admin@gamma.example: ', `${password}\r`);
       await answer('The same password again: ', `${password}\r`);

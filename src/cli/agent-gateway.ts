@@ -348,12 +348,14 @@ function askHidden(question: string): Promise<string> {
         else if (key >= ' ') typed.push(key);
       }
     };
-    // The question goes to stderr: stdout is the org id alone.
-    process.stderr.write(question);
+    // Echo goes off before the question shows: whoever answers as soon as they see it (a fast typist,
+    // a paste, a script) would otherwise have the first keys echoed. The question goes to stderr:
+    // stdout is the org id alone.
     terminal.setEncoding('utf8');
     terminal.setRawMode(true);
     terminal.on('data', onKeys);
     terminal.resume();
+    process.stderr.write(question);
   });
 }
 
