@@ -13,6 +13,9 @@
 // else the machine does weighs on all of them; the table has the medians. The issue's goals are
 // printed beside the figures, not enforced; a response other than 200, or an execute without its
 // record, makes the run fail.
+// With BENCH_COST_COMPARE=<another build's dist/main.js> it compares this build's CPU per request
+// with that one's instead, both running at once (`compare` at the end); the two builds must share
+// their schema, since on PostgreSQL both use DATABASE_URL's database.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -53,6 +56,14 @@ const EXECUTES = Math.round(numberFrom('BENCH_COST_EXECUTES', 20_000));
 const IDLE_SECONDS = numberFrom('BENCH_COST_IDLE_SECONDS', 3);
 /** Where the figures are written as JSON too (for comparing runs). */
 const JSON_OUT = process.env.BENCH_COST_JSON;
+/**
+ * Another build's entry (its `dist/main.js`): instead of the table, the two builds' CPU per request
+ * compared side by side (`compare` below).
+ */
+const COMPARE = process.env.BENCH_COST_COMPARE ? path.resolve(process.env.BENCH_COST_COMPARE) : undefined;
+/** The compared builds' slices of load each, per row, and a slice's seconds. */
+const COMPARE_SLICES = Math.max(1, Math.round(numberFrom('BENCH_COST_COMPARE_SLICES', 60)));
+const COMPARE_SLICE_SECONDS = numberFrom('BENCH_COST_COMPARE_SLICE_SECONDS', 1);
 
 const backend = DATABASE_URL ? 'postgresql' : 'pglite';
 /** Clock ticks a second of /proc/<pid>/stat's utime and stime (100 on Linux: 10 ms resolution). */
@@ -288,7 +299,7 @@ async function statementFloor(url: string, postgres: PostgresCpu): Promise<{ cli
 type Service = Child & { base: string };
 
 /** `node dist/main.js` as a user starts it, on `dataDir` (PGlite) or DATABASE_URL; resolves once /readyz answers 200. */
-async function startService(dataDir: string | undefined): Promise<Service> {
+async function startService(dataDir: string | undefined, entry = SERVICE): Promise<Service> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of ['NODE_OPTIONS', 'DATABASE_URL', 'DATA_DIR', 'PUBLIC_URL']) delete env[name];
@@ -303,7 +314,7 @@ async function startService(dataDir: string | undefined): Promise<Service> {
     SIGNUP_MAX_PER_ADDRESS: '1000000',
     ...(DATABASE_URL ? { DATABASE_URL } : { DATA_DIR: dataDir }),
   });
-  const service = { ...spawnNode([SERVICE], env), base: `http://127.0.0.1:${port}` };
+  const service = { ...spawnNode([entry], env), base: `http://127.0.0.1:${port}` };
   let exited = false;
   void service.exited.then(() => (exited = true));
   const deadline = Date.now() + 180_000;
@@ -356,6 +367,7 @@ let failed = false;
 try {
   // `npm run bench` runs this too; BENCH_COST=0 leaves it out.
   if (process.env.BENCH_COST === '0') console.log('BENCH_COST=0: no cost rows');
+  else if (COMPARE) await compare(COMPARE);
   else await run();
 } catch (error) {
   failed = true;
@@ -662,4 +674,69 @@ async function run() {
     console.error(`failed: ${allErrors} responses were not 200${recordsMatch ? '' : ', and records are missing'}`);
     failed = true;
   }
+}
+
+/**
+ * Two builds compared (BENCH_COST_COMPARE): both services run at once, each on its own data (one
+ * PostgreSQL database shared, each with its own org; PGlite, a directory each), and take the load
+ * in turn, in slices of a second alternating A B, B A, …; each side's CPU per request is its CPU
+ * over its own slices divided by its requests. Whatever the machine does meanwhile falls on both.
+ * Run one after the other, two services of the same build differed by up to 15 % with 20 slices
+ * each; with 60, by 4 % (docs/development.md#throughput).
+ */
+async function compare(other: string) {
+  const sides = [
+    { name: 'this build', entry: SERVICE },
+    { name: 'compared build', entry: other },
+  ];
+  const started = [];
+  for (const side of sides) {
+    const dataDir = DATABASE_URL ? undefined : await mkdtemp(path.join(os.tmpdir(), 'agw-bench-cost-'));
+    if (dataDir) cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
+    const service = await startService(dataDir, side.entry);
+    cleanup.push(() => stop(service));
+    const api = benchApi(service.base);
+    const org = await api.signUp('bench-compare');
+    const agent = await api.gatewayAgent(org.orgId, org.auth);
+    const requests: Record<string, LoadRequest> = {
+      evaluate: { url: `${service.base}/api/v1/gateway/evaluate`, ...agent },
+      execute: { url: `${service.base}/api/v1/gateway/execute`, ...agent },
+      'operator read': { url: `${service.base}/api/v1/orgs/${org.orgId}`, method: 'GET', headers: org.auth },
+    };
+    started.push({ ...side, pid: service.pid, requests });
+  }
+  const rows = Object.keys(started[0].requests);
+  const table: Record<string, Record<string, string | number>> = {};
+  for (const row of rows) {
+    const totals = started.map(() => ({ ticks: 0, requests: 0, errors: 0 }));
+    for (const side of started) await runClosedLoop(side.requests[row], { seconds: 2, connections: CONNECTIONS });
+    for (let slice = 0; slice < COMPARE_SLICES; slice++) {
+      const order = slice % 2 ? [1, 0] : [0, 1];
+      for (const i of order) {
+        const before = cpuTicks(started[i].pid);
+        const result = await runClosedLoop(started[i].requests[row], {
+          seconds: COMPARE_SLICE_SECONDS,
+          connections: CONNECTIONS,
+        });
+        totals[i].ticks += cpuTicks(started[i].pid) - before;
+        totals[i].requests += result.requests;
+        totals[i].errors += errorsOf(result);
+      }
+    }
+    const errors = totals.reduce((sum, total) => sum + total.errors, 0);
+    if (errors) throw new Error(`${row}: ${errors} responses other than 200`);
+    const perRequest = totals.map(({ ticks, requests }) => ((ticks / CLOCK_TICKS) * 1e6) / Math.max(1, requests));
+    table[row] = {
+      [`${started[0].name}: service CPU µs/req`]: Math.round(perRequest[0]),
+      [`${started[1].name}: service CPU µs/req`]: Math.round(perRequest[1]),
+      'compared / this': (perRequest[1] / perRequest[0]).toFixed(3),
+      requests: `${totals[0].requests} / ${totals[1].requests}`,
+    };
+  }
+  console.log(
+    `\nThis build (${SERVICE}) and the compared build (${other}) side by side, ${backend}, ` +
+      `${COMPARE_SLICES} slices of ${COMPARE_SLICE_SECONDS} s each per row, ${CONNECTIONS} connections:`,
+  );
+  console.table(table);
+  if (JSON_OUT) await writeFile(JSON_OUT, `${JSON.stringify({ backend, compare: table }, null, 2)}\n`);
 }

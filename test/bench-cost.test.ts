@@ -196,6 +196,34 @@ test('one tiny round prints every row with numbers, no error, every record, and 
   240_000,
 );
 
+test('BENCH_COST_COMPARE: two builds at once, each row in alternating slices, each side its CPU per request and their ratio', async () => {
+  const json = path.join(scratch, 'compare.json');
+  const run = await bench({
+    // The tests' build against itself: what matters here is that both run and both are measured.
+    BENCH_COST_COMPARE: path.join(process.env.AGW_TEST_SERVICE_BUILD!, 'main.js'),
+    BENCH_COST_COMPARE_SLICES: '2',
+    BENCH_COST_COMPARE_SLICE_SECONDS: '0.5',
+    BENCH_COST_CONNECTIONS: '4',
+    BENCH_COST_JSON: json,
+  });
+  expect(run.code === 0 ? 0 : `exit ${run.code}\n${run.stdout}\n${run.stderr}`).toBe(0);
+  const result = JSON.parse(await readFile(json, 'utf8'));
+  expect(result.backend).toBe('pglite');
+  expect(Object.keys(result.compare)).toEqual(['evaluate', 'execute', 'operator read']);
+  for (const [row, cells] of Object.entries<Record<string, string | number>>(result.compare)) {
+    const mine = Number(cells['this build: service CPU µs/req']);
+    const theirs = Number(cells['compared build: service CPU µs/req']);
+    expect({ row, mine: mine > 0, theirs: theirs > 0 }).toEqual({ row, mine: true, theirs: true });
+    // The ratio is of the two sides' figures (each rounded to a microsecond in the table).
+    expect(Math.abs(Number(cells['compared / this']) - theirs / mine)).toBeLessThan(0.02 + 2 / mine);
+    // Both sides were loaded: requests answered by each.
+    const [a, b] = String(cells.requests).split(' / ').map(Number);
+    expect({ row, a: a > 0, b: b > 0 }).toEqual({ row, a: true, b: true });
+  }
+  expect(run.stdout).toContain('side by side, pglite, 2 slices of 0.5 s each per row, 4 connections');
+  expect((await readdir(scratch)).filter((entry) => entry.startsWith('agw-bench-cost-'))).toEqual([]);
+}, 180_000);
+
 test('BENCH_COST=0 skips it (npm run bench without the cost rows)', async () => {
   const run = await bench({ BENCH_COST: '0' });
   expect(run).toEqual({ code: 0, stdout: expect.stringContaining('BENCH_COST=0'), stderr: '' });
