@@ -681,8 +681,8 @@ async function run() {
  * PostgreSQL database shared, each with its own org; PGlite, a directory each), and take the load
  * in turn, in slices of a second alternating A B, B A, …; each side's CPU per request is its CPU
  * over its own slices divided by its requests. Whatever the machine does meanwhile falls on both.
- * Run one after the other, two services of the same build differed by up to 15 % with 20 slices
- * each; with 60, by 4 % (docs/development.md#throughput).
+ * Two services of the same build, compared this way with 20 slices each, differed by up to 15 %;
+ * with 60, by 4 % (docs/development.md#throughput).
  */
 async function compare(other: string) {
   const sides = [
