@@ -64,6 +64,9 @@ const COMPARE = process.env.BENCH_COST_COMPARE ? path.resolve(process.env.BENCH_
 /** The compared builds' slices of load each, per row, and a slice's seconds. */
 const COMPARE_SLICES = Math.max(1, Math.round(numberFrom('BENCH_COST_COMPARE_SLICES', 60)));
 const COMPARE_SLICE_SECONDS = numberFrom('BENCH_COST_COMPARE_SLICE_SECONDS', 1);
+const COMPARED_ROWS = ['evaluate', 'execute', 'operator read'];
+/** The rows compared (names separated by commas): all of COMPARED_ROWS unless given. */
+const COMPARE_ROWS = process.env.BENCH_COST_COMPARE_ROWS?.split(',').map((name) => name.trim());
 
 const backend = DATABASE_URL ? 'postgresql' : 'pglite';
 /** Clock ticks a second of /proc/<pid>/stat's utime and stime (100 on Linux: 10 ms resolution). */
@@ -685,6 +688,11 @@ async function run() {
  * with 60, by 4 % (docs/development.md#throughput).
  */
 async function compare(other: string) {
+  const unknown = COMPARE_ROWS?.filter((row) => !COMPARED_ROWS.includes(row)) ?? [];
+  if (unknown.length || COMPARE_ROWS?.length === 0)
+    throw new Error(
+      `BENCH_COST_COMPARE_ROWS: ${unknown.join(', ') || 'none'} is not one of ${COMPARED_ROWS.join(', ')}`,
+    );
   const sides = [
     { name: 'this build', entry: SERVICE },
     { name: 'compared build', entry: other },
@@ -705,7 +713,7 @@ async function compare(other: string) {
     };
     started.push({ ...side, pid: service.pid, requests });
   }
-  const rows = Object.keys(started[0].requests);
+  const rows = Object.keys(started[0].requests).filter((row) => !COMPARE_ROWS || COMPARE_ROWS.includes(row));
   const table: Record<string, Record<string, string | number>> = {};
   for (const row of rows) {
     const totals = started.map(() => ({ ticks: 0, requests: 0, errors: 0 }));

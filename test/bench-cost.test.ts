@@ -227,6 +227,24 @@ test('BENCH_COST_COMPARE: two builds at once, each row in alternating slices, ea
   expect((await readdir(scratch)).filter((entry) => entry.startsWith('agw-bench-cost-'))).toEqual([]);
 }, 180_000);
 
+test('BENCH_COST_COMPARE_ROWS: only the rows named are compared; a name of no row is refused', async () => {
+  const json = path.join(scratch, 'compare-rows.json');
+  const compared = path.join(process.env.AGW_TEST_SERVICE_BUILD!, 'main.js');
+  const run = await bench({
+    BENCH_COST_COMPARE: compared,
+    BENCH_COST_COMPARE_ROWS: 'execute',
+    BENCH_COST_COMPARE_SLICES: '1',
+    BENCH_COST_COMPARE_SLICE_SECONDS: '0.5',
+    BENCH_COST_CONNECTIONS: '4',
+    BENCH_COST_JSON: json,
+  });
+  expect(run.code === 0 ? 0 : `exit ${run.code}\n${run.stdout}\n${run.stderr}`).toBe(0);
+  expect(Object.keys(JSON.parse(await readFile(json, 'utf8')).compare)).toEqual(['execute']);
+  const refused = await bench({ BENCH_COST_COMPARE: compared, BENCH_COST_COMPARE_ROWS: 'execute,read' });
+  expect(refused.code).not.toBe(0);
+  expect(refused.stderr).toContain('BENCH_COST_COMPARE_ROWS: read is not one of evaluate, execute, operator read');
+}, 180_000);
+
 test('BENCH_COST=0 skips it (npm run bench without the cost rows)', async () => {
   const run = await bench({ BENCH_COST: '0' });
   expect(run).toEqual({ code: 0, stdout: expect.stringContaining('BENCH_COST=0'), stderr: '' });
