@@ -64,8 +64,10 @@ const COMPARE = process.env.BENCH_COST_COMPARE ? path.resolve(process.env.BENCH_
 /** The compared builds' slices of load each, per row, and a slice's seconds. */
 const COMPARE_SLICES = Math.max(1, Math.round(numberFrom('BENCH_COST_COMPARE_SLICES', 60)));
 const COMPARE_SLICE_SECONDS = numberFrom('BENCH_COST_COMPARE_SLICE_SECONDS', 1);
-/** The rows a comparison has: the keys of `requests` in compare(). */
-const COMPARED_ROWS = ['evaluate', 'execute', 'operator read'];
+/** The rows a comparison has; compare()'s requests are typed by it, so the two cannot differ. */
+const COMPARED_ROWS = ['evaluate', 'execute', 'operator read'] as const;
+type ComparedRow = (typeof COMPARED_ROWS)[number];
+const isComparedRow = (name: string): name is ComparedRow => (COMPARED_ROWS as readonly string[]).includes(name);
 /** The rows compared (names separated by commas): all of COMPARED_ROWS unless given. */
 const COMPARE_ROWS = process.env.BENCH_COST_COMPARE_ROWS?.split(',').map((name) => name.trim());
 
@@ -689,7 +691,7 @@ async function run() {
  * with 60, by 4 % (docs/development.md#throughput).
  */
 async function compare(other: string) {
-  const unknown = COMPARE_ROWS?.filter((row) => !COMPARED_ROWS.includes(row)) ?? [];
+  const unknown = COMPARE_ROWS?.filter((row) => !isComparedRow(row)) ?? [];
   if (unknown.length)
     throw new Error(`BENCH_COST_COMPARE_ROWS: ${unknown.join(', ')} is not one of ${COMPARED_ROWS.join(', ')}`);
   const sides = [
@@ -705,14 +707,14 @@ async function compare(other: string) {
     const api = benchApi(service.base);
     const org = await api.signUp('bench-compare');
     const agent = await api.gatewayAgent(org.orgId, org.auth);
-    const requests: Record<string, LoadRequest> = {
+    const requests: Record<ComparedRow, LoadRequest> = {
       evaluate: { url: `${service.base}/api/v1/gateway/evaluate`, ...agent },
       execute: { url: `${service.base}/api/v1/gateway/execute`, ...agent },
       'operator read': { url: `${service.base}/api/v1/orgs/${org.orgId}`, method: 'GET', headers: org.auth },
     };
     started.push({ ...side, pid: service.pid, requests });
   }
-  const rows = Object.keys(started[0].requests).filter((row) => !COMPARE_ROWS || COMPARE_ROWS.includes(row));
+  const rows = COMPARED_ROWS.filter((row) => !COMPARE_ROWS || COMPARE_ROWS.includes(row));
   const table: Record<string, Record<string, string | number>> = {};
   for (const row of rows) {
     const totals = started.map(() => ({ ticks: 0, requests: 0, errors: 0 }));
