@@ -19,13 +19,13 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { benchApi } from './bench-setup.js';
 import { type LoadRequest, type LoadResult, runClosedLoop, runLoad } from './load.js';
+import { freePort, listensOn } from './ports.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -194,6 +194,9 @@ interface Child {
   output(): string;
 }
 
+/** Every process the bench started, so a failure can say which of them had ended and why. */
+const children: Child[] = [];
+
 function spawnNode(args: string[], env: NodeJS.ProcessEnv): Child {
   const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
@@ -203,7 +206,19 @@ function spawnNode(args: string[], env: NodeJS.ProcessEnv): Child {
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
   const exited = new Promise((resolve) => child.on('exit', resolve));
-  return { child, pid: child.pid!, exited, output: () => output };
+  const started = { child, pid: child.pid!, exited, output: () => output };
+  children.push(started);
+  return started;
+}
+
+/** The processes that ended before the bench stopped them: their exit and last output. */
+function endedOnTheirOwn(): string[] {
+  return children
+    .filter(({ child }) => child.exitCode !== null || child.signalCode !== null)
+    .map(
+      ({ child, pid, output }) =>
+        `process ${pid} (${child.spawnargs.slice(1).join(' ').slice(0, 80)}) ended (code ${child.exitCode}, signal ${child.signalCode}):\n${output()}`,
+    );
 }
 
 async function stop({ child, exited }: Child) {
@@ -212,17 +227,6 @@ async function stop({ child, exited }: Child) {
   child.kill('SIGTERM');
   await exited;
   clearTimeout(killer);
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 // A GET is answered at once; a POST (the gateway's calls) once its body is read and parsed as
@@ -304,7 +308,7 @@ async function statementFloor(url: string, postgres: PostgresCpu): Promise<{ cli
 
 type Service = Child & { base: string };
 
-/** `node dist/main.js` as a user starts it, on `dataDir` (PGlite) or DATABASE_URL; resolves once /readyz answers 200. */
+/** `node dist/main.js` as a user starts it, on `dataDir` (PGlite) or DATABASE_URL; resolves once its /readyz answers 200. */
 async function startService(dataDir: string | undefined, entry = SERVICE): Promise<Service> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -330,7 +334,8 @@ async function startService(dataDir: string | undefined, entry = SERVICE): Promi
       (response) => response.status,
       () => 0,
     );
-    if (status === 200) return service;
+    // Ready when the answer is its own: another process may hold the port (scripts/ports.ts).
+    if (status === 200 && listensOn(service.pid, port) !== false) return service;
     await sleep(100);
   }
   await stop(service);
@@ -378,6 +383,8 @@ try {
 } catch (error) {
   failed = true;
   console.error(error);
+  // A refused connection is a process that ended; say which, and what it printed.
+  for (const ended of endedOnTheirOwn()) console.error(ended);
 } finally {
   for (const step of cleanup.reverse()) await step().catch((error) => console.error(error));
 }

@@ -4,9 +4,9 @@
  * several gateways on one PostgreSQL.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { TEST_DATABASE_TIMEOUT_MS } from './database.js';
+import { freePort, listensOn } from '../../scripts/ports.js';
 import { nodeArguments } from './child-command.js';
 import {
   TEST_SIGNUP_LIMIT,
@@ -53,18 +53,8 @@ export interface ServiceOptions {
 
 const running = new Set<Service>();
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (!address || typeof address === 'string') return reject(new Error('no port'));
-      server.close(() => resolve(address.port));
-    });
-  });
-}
+// Ports below the ephemeral range, and readiness that is the child's own: scripts/ports.ts.
+export { freePort };
 
 export function startService(port: number, options: ServiceOptions): Service {
   // No metrics listener unless a test asks for one: several services run at once.
@@ -169,8 +159,12 @@ export async function waitReady(service: Service): Promise<void> {
       throw new Error(`service exited (code ${exit.code}, signal ${exit.signal}) before ready\n${service.output()}`);
     try {
       const response = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2000) });
-      if (response.status === 200) return;
-      last = `${response.status} ${await response.text()}`;
+      // Another process may hold the port the child was given: then the answer is not the child's.
+      const own = listensOn(service.child.pid!, Number(new URL(service.base).port)) !== false;
+      if (response.status === 200 && own) return;
+      last = own
+        ? `${response.status} ${await response.text()}`
+        : `${response.status} from a process other than the service`;
     } catch (error) {
       last = String(error);
     }
