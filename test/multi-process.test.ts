@@ -351,4 +351,20 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     // The admin who did it is untouched on both.
     expect((await listUsers(org.adminToken)).status).toBe(200);
   }, 60_000);
+  test("an org's settings changed through one process or by SQL: the other's next read answers them (answers kept by data version)", async () => {
+    const org = await signUp(first);
+    const readOrg = () => second.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
+    // Read twice on the second process: its answer is kept there (test/answer-cache.test.ts).
+    for (let i = 0; i < 2; i++) expect((await readOrg()).body.name).toBe(`Org ${org.slug}`);
+    const renamed = await first.request('PATCH', `/api/v1/orgs/${org.orgId}`, {
+      token: org.adminToken,
+      body: { name: 'Renamed on the first' },
+    });
+    expect(renamed.status).toBe(200);
+    // At once, not within a second: the version is read in the bearer check of the read itself.
+    expect((await readOrg()).body.name).toBe('Renamed on the first');
+    expect((await readOrg()).body.name).toBe('Renamed on the first');
+    await database.db.sql.query('UPDATE organizations SET record_params = false WHERE id = $1', [org.orgId]);
+    expect((await readOrg()).body.record_params).toBe(false);
+  });
 });

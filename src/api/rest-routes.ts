@@ -19,6 +19,13 @@ export const ROOT_MOUNT_PREFIX = '/~root';
  */
 export const FIELD_MOUNT_PREFIX = '/~field';
 
+/**
+ * The tables whose writes bump their org's data version (the triggers of migration
+ * 20261211000000_org_data_versions; a test holds the two together). A cached route reads only these.
+ */
+export const VERSIONED_TABLES = ['organizations', 'users'] as const;
+export type VersionedTable = (typeof VERSIONED_TABLES)[number];
+
 export interface RestRoute {
   method: 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
   /**
@@ -71,6 +78,13 @@ export interface RestRoute {
    * field, the envelopes. The field itself keeps serving /graphql.
    */
   direct?: DirectRoute;
+  /**
+   * A GET whose 200 answer to an operator is kept and served again while their org's data version
+   * stays the same (src/http/answer-cache.ts): for a route whose answer is made of the rows of
+   * these tables of the caller's org and nothing else (no clock, no other org). A test runs each
+   * such route and fails if it reads any other table.
+   */
+  answerCache?: { tables: readonly VersionedTable[] };
 }
 
 export interface DirectCall {

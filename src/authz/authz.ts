@@ -31,6 +31,11 @@ export interface UserPrincipal {
   tokenExpiresAt: Date;
   /** The session family of the bearer token (`sid`): logout and refresh-token reuse revoke it whole. */
   sessionFamilyId: string;
+  /**
+   * The org's data version the bearer check read with the role, when this request's check did:
+   * the answer cache serves only answers kept for it (src/http/answer-cache.ts).
+   */
+  orgDataVersion?: string;
 }
 
 export interface ApiKeyPrincipal {

@@ -35,7 +35,8 @@ import { logUnexpected } from '../logger.js';
 import { REST_BASE_PATH } from './openapi.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState } from '../api/request-state.js';
-import { publicPath, sofaFieldPath, type DirectRoute } from '../api/rest-routes.js';
+import { publicPath, sofaFieldPath, type DirectRoute, type RestRoute } from '../api/rest-routes.js';
+import { AnswerCache } from './answer-cache.js';
 import { Response } from '../api/fetch-api.js';
 import { coerceInput } from '../api/input-coercion.js';
 import { inputProblem, REQUIRED } from './input-problems.js';
@@ -77,6 +78,8 @@ interface CompiledRoute {
   status: number;
   stream?: StreamRoute;
   direct?: DirectRoute;
+  /** Its answers to operators kept by data version (answer-cache.ts): the tables it reads. */
+  answerCache?: RestRoute['answerCache'];
 }
 
 /** `path` is the public path, from the root. */
@@ -95,6 +98,8 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
     const type = typeName === 'Query' ? schema.getQueryType() : schema.getMutationType();
     const field = type?.getFields()[fieldName];
     if (!field) throw new Error(`REST route ${route.method} ${route.path} names unknown field ${fieldPath}`);
+    if (route.answerCache && (route.method !== 'GET' || route.direct))
+      throw new Error(`REST route ${route.method} ${route.path}: only a GET that SOFA serves keeps answers`);
     const { pattern, pathParams } = pathPattern(publicPath(route));
     return {
       method: route.method,
@@ -108,6 +113,7 @@ function compile(schema: GraphQLSchema): CompiledRoute[] {
       bodyArg: route.bodyArg,
       queryArgs: route.queryArgs ?? [],
       direct: route.direct,
+      answerCache: route.answerCache,
       status: route.status ?? 200,
     };
   });
@@ -568,11 +574,14 @@ export function useRestFacade(
   /** What SOFA serves with, once yoga has started: the schema it is given, and yoga's envelop. */
   let sofaServing: { schema: GraphQLSchema; queries: (field: string) => SofaQuery } | undefined;
   let getEnveloped: ((initial: object) => Enveloped) | undefined;
+  /** The operators' answers kept by data version (answer-cache.ts), this process's. */
+  const answers = new AnswerCache();
 
   /**
    * A read, the guard's steps then SOFA's (sofa-queries.ts): credentials, the URL's text, the query
    * string, then the field's operation with its variables, executed through yoga's envelop (its
-   * context, compiled resolvers and masked errors), answered with the field's value.
+   * context, compiled resolvers and masked errors), answered with the field's value; or, for a
+   * route that keeps answers, the caller's answer kept at the data version their check just read.
    */
   async function answerRead(
     route: ReadRoute,
@@ -590,21 +599,54 @@ export function useRestFacade(
     const query = queries(fieldName);
     try {
       const variableValues = sofaVariables(query, sofaUrl(url, route, 'all').search, servedSchema);
-      const serverContext = { state, request };
-      const enveloped = getEnveloped!(serverContext);
-      const contextValue = await enveloped.contextFactory(serverContext);
-      const result = (await enveloped.execute({
-        schema: servedSchema,
-        document: query.document,
-        contextValue,
-        variableValues,
-        operationName: query.operationName,
-      })) as ExecutionResult;
-      if (result.errors) return restErrorAnswer(result.errors);
-      return jsonAnswer(result.data?.[fieldName], route.status);
+      const kept = keptAnswerOf(route, caller.principal, variableValues, url);
+      const answer = kept?.answer ?? (await executeRead(route, fieldName, query, variableValues, request, state));
+      if (kept && !kept.hit) answers.set(kept.key, kept.version, answer);
+      return answer;
     } catch (error) {
       return restErrorAnswer([error]);
     }
+  }
+
+  /** The read's field executed through yoga's envelop (its context, compiled resolvers, masked errors). */
+  async function executeRead(
+    route: ReadRoute,
+    fieldName: string,
+    query: SofaQuery,
+    variableValues: Record<string, unknown>,
+    request: Credentials,
+    state: RequestState,
+  ): Promise<PlainAnswer> {
+    const serverContext = { state, request };
+    const enveloped = getEnveloped!(serverContext);
+    const contextValue = await enveloped.contextFactory(serverContext);
+    const result = (await enveloped.execute({
+      schema: sofaServing!.schema,
+      document: query.document,
+      contextValue,
+      variableValues,
+      operationName: query.operationName,
+    })) as ExecutionResult;
+    if (result.errors) return restErrorAnswer(result.errors);
+    return jsonAnswer(result.data?.[fieldName], route.status);
+  }
+
+  /**
+   * Where a cacheable read's answer is kept for this caller, and the answer if one is kept for the
+   * data version their bearer check just read. Only operators' reads of their own org: the
+   * version is the caller's org's.
+   */
+  function keptAnswerOf(
+    route: ReadRoute,
+    principal: Principal | null,
+    variableValues: Record<string, unknown>,
+    url: URL,
+  ): { key: string; version: string; hit: boolean; answer?: PlainAnswer } | undefined {
+    if (!route.answerCache || principal?.type !== 'user' || principal.orgDataVersion === undefined) return undefined;
+    if (variableValues.org_id !== principal.orgId) return undefined;
+    const key = AnswerCache.keyOf(principal, route.label, url);
+    const answer = answers.get(key, principal.orgDataVersion);
+    return { key, version: principal.orgDataVersion, hit: answer !== undefined, answer };
   }
 
   const guard: Plugin<{}, ServerContext> = {

@@ -290,6 +290,7 @@ export function createSessionService(
       tokenId: payload.jti!,
       tokenExpiresAt: new Date(payload.exp! * 1000),
       sessionFamilyId: payload.sid,
+      orgDataVersion: row.data_version,
     };
     return { principal, operatorCount };
   }

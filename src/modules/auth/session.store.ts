@@ -61,6 +61,11 @@ export interface AccessTokenState {
    */
   operator_count: number | null;
   operator_limit: number | null;
+  /**
+   * The org's data version as this statement read it (org_data_versions, bumped by triggers on
+   * the tables cached answers read; '0' before the first bump): an answer kept for it is current.
+   */
+  data_version: string;
 }
 
 /**
@@ -97,6 +102,7 @@ export async function accessTokenStates(
   const rows = await sql.query<AccessTokenState & { ord: string }>(
     `WITH states AS (
        SELECT k.ord, k.counted, u.role, u.email, u.org_id,
+              COALESCE((SELECT v.version FROM org_data_versions v WHERE v.org_id = u.org_id), 0)::text AS data_version,
               EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
               f.id IS NULL OR f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason,
               COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
@@ -113,7 +119,7 @@ export async function accessTokenStates(
        RETURNING c.org_id, c.count,
                  (SELECT operator_rate_limit_per_minute FROM organizations o WHERE o.id = c.org_id) AS "limit"
      )
-     SELECT s.ord::text AS ord, s.role, s.email, s.org_id, s.token_revoked, s.family_revoked, s.revoked_reason,
+     SELECT s.ord::text AS ord, s.role, s.email, s.org_id, s.data_version, s.token_revoked, s.family_revoked, s.revoked_reason,
             s.sso_required, CASE WHEN ${COUNTED_SQL} THEN c.count END AS operator_count,
             CASE WHEN ${COUNTED_SQL} THEN c."limit" END AS operator_limit
      FROM states s LEFT JOIN counts c ON c.org_id = s.org_id`,

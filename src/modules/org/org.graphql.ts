@@ -40,6 +40,8 @@ const organizationQuery = query('organization', {
     tag: 'Organizations',
     summary: 'Read an organization',
     auth: ['bearer'],
+    // Its settings and its longest-standing admin: nothing else, and no clock.
+    answerCache: { tables: ['organizations', 'users'] },
   },
 });
 

@@ -1,0 +1,40 @@
+-- Each org's data version, bumped in the same transaction by every write to the tables whose rows
+-- cached operator answers are made of (docs/decisions/0084-answer-cache-by-data-version.md). The
+-- bearer check's statement reads it with the caller's role, at no extra round trip; an answer
+-- kept for that version is what a read done then would see. Triggers, not the services, bump it:
+-- whatever path writes a row (a service, a migration, psql) moves the version.
+-- CreateTable
+CREATE TABLE "org_data_versions" (
+    "org_id" UUID NOT NULL,
+    "version" BIGINT NOT NULL,
+
+    CONSTRAINT "org_data_versions_pkey" PRIMARY KEY ("org_id")
+);
+
+-- The org of the changed row (TG_ARGV[0] names its column: "id" on organizations, "org_id"
+-- elsewhere), old and new, bumped once each. Only orgs that exist get a row: an org's delete
+-- takes its row with it, and the cascade's deletes of its other rows add none back.
+CREATE FUNCTION "bump_org_data_version"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    "v_orgs" UUID[];
+BEGIN
+    IF TG_TABLE_NAME = 'organizations' AND TG_OP = 'DELETE' THEN
+        DELETE FROM "org_data_versions" WHERE "org_id" = OLD."id";
+        RETURN NULL;
+    END IF;
+    "v_orgs" := ARRAY[
+        CASE WHEN TG_OP <> 'INSERT' THEN (to_jsonb(OLD) ->> TG_ARGV[0])::UUID END,
+        CASE WHEN TG_OP <> 'DELETE' THEN (to_jsonb(NEW) ->> TG_ARGV[0])::UUID END
+    ];
+    INSERT INTO "org_data_versions" AS "v" ("org_id", "version")
+    SELECT "o"."id", 1 FROM "organizations" "o" WHERE "o"."id" = ANY ("v_orgs")
+    ON CONFLICT ("org_id") DO UPDATE SET "version" = "v"."version" + 1;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER "organizations_bump_org_data_version" AFTER INSERT OR UPDATE OR DELETE ON "organizations"
+    FOR EACH ROW EXECUTE FUNCTION "bump_org_data_version"('id');
+CREATE TRIGGER "users_bump_org_data_version" AFTER INSERT OR UPDATE OR DELETE ON "users"
+    FOR EACH ROW EXECUTE FUNCTION "bump_org_data_version"('org_id');
