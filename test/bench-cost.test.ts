@@ -172,25 +172,35 @@ test('one tiny round prints every row with numbers, no error, every record, and 
       expect(result.backend).toBe('postgresql');
       const perRequest = result.table['PostgreSQL transactions per request'];
       // An evaluate reads its counters in one statement; an operator read checks the token and counts
-      // the request in one, and reads the org in another. Counted from pg_stat_database less the idle
+      // the request in one, its answer to a repeated read kept (decision 0084), so it reads the org
+      // only the first time. Counted from pg_stat_database less the idle
       // rate, which CI's neighbours make noisy (1.8 once for 2), so the bounds sit halfway to the next
       // whole count: one statement more or fewer fails, and a broken count is 0 or wild.
       expect(Number(perRequest.evaluate)).toBeGreaterThan(0.5);
       expect(Number(perRequest.evaluate)).toBeLessThan(1.5);
-      expect(Number(perRequest['operator read'])).toBeGreaterThan(1.5);
-      expect(Number(perRequest['operator read'])).toBeLessThan(2.5);
+      expect(Number(perRequest['operator read'])).toBeGreaterThan(0.5);
+      expect(Number(perRequest['operator read'])).toBeLessThan(1.5);
       // A round trip costs CPU on both sides, and the floors are built from it.
       expect(result.statement.client).toBeGreaterThan(0);
       expect(result.statement.postgres).toBeGreaterThan(0);
       const serviceFloor = result.table['floor: service CPU µs/req'];
       const postgresFloor = result.table['floor: PostgreSQL CPU µs/req'];
-      // Each from its own bare: the gateway's calls from bare's POST, the read from bare's GET.
-      expect(serviceFloor['operator read'] - serviceFloor.bare).toBeGreaterThan(
-        serviceFloor.evaluate - serviceFloor['bare POST'],
-      );
+      // Each from its own bare (the gateway's calls from bare's POST, the read from bare's GET) plus
+      // a round trip's CPU per statement; within the rounding of the table's figures.
+      const plusStatements = (column: string, bare: string) => ({
+        column,
+        service:
+          Math.abs(serviceFloor[column] - serviceFloor[bare] - Number(perRequest[column]) * result.statement.client) <
+          3,
+        postgres: Math.abs(postgresFloor[column] - Number(perRequest[column]) * result.statement.postgres) < 3,
+      });
+      for (const [column, bare] of [
+        ['evaluate', 'bare POST'],
+        ['operator read', 'bare'],
+      ])
+        expect(plusStatements(column, bare)).toEqual({ column, service: true, postgres: true });
       expect(serviceFloor.evaluate).toBeGreaterThan(serviceFloor['bare POST']);
       expect(serviceFloor['operator read']).toBeGreaterThan(serviceFloor.bare);
-      expect(postgresFloor['operator read']).toBeGreaterThan(postgresFloor.evaluate);
       expect(result.goals['PostgreSQL CPU per operator read'].floor).toMatch(/^\d+ µs$/);
     } finally {
       await database.close();
