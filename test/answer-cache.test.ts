@@ -189,11 +189,34 @@ describe('GET /api/v1/orgs/{org_id}, kept by data version', () => {
   });
 });
 
+describe('GET /api/v1/orgs/{org_id}/users, kept by data version', () => {
+  test('a user added is in the next read; an admin demoted is refused though their answer was kept', async () => {
+    const org = await signUp(t, 'userlist');
+    const admin = await addUser(t, org, 'admin');
+    const path = `${orgPath(org)}/users`;
+    const first = await read(path, admin.token);
+    expect(first.body.total).toBe(2);
+    expect((await read(path, admin.token)).sent).toEqual([]);
+    const added = await addUser(t, org, 'operator');
+    const after = await read(path, admin.token);
+    expect(after.body.items.map((user: { email: string }) => user.email)).toContain(added.email);
+    expect((await read(path, admin.token)).sent).toEqual([]);
+    const demoted = await t.request('PATCH', `${path}/${admin.userId}`, {
+      token: org.adminToken,
+      body: { role: 'viewer' },
+    });
+    expect(demoted.status).toBe(200);
+    expect((await read(path, admin.token)).status).toBe(403);
+  });
+});
+
 describe('the routes that keep answers', () => {
   const cached = [...restRoutes.values()].filter((route) => route.answerCache);
 
   test('there is at least one, every one a GET naming versioned tables only', () => {
-    expect(cached.map(publicPath)).toContain('/api/v1/orgs/:org_id');
+    expect(cached.map(publicPath)).toEqual(
+      expect.arrayContaining(['/api/v1/orgs/:org_id', '/api/v1/orgs/:org_id/users']),
+    );
     for (const route of cached) {
       expect(route.method).toBe('GET');
       for (const table of route.answerCache!.tables) expect(VERSIONED_TABLES).toContain(table);

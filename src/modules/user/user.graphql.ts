@@ -33,6 +33,8 @@ const usersQuery = query('users', {
     tag: 'Organizations',
     summary: 'List the users of an organization',
     auth: ['bearer'],
+    // The org's users, nothing else: the console's users page reads it again and again.
+    answerCache: { tables: ['users'] },
   },
 });
 
