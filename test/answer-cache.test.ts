@@ -87,13 +87,25 @@ describe('AnswerCache', () => {
     expect(keys.size).toBe(4);
   });
 
-  test('only 200 answers up to the length bound are kept, at most maxEntries, the oldest going first', () => {
-    const cache = new AnswerCache(2, 10);
-    cache.set('error', '1', answer('{}', 404));
-    cache.set('long', '1', answer('x'.repeat(11)));
-    expect([cache.get('error', '1'), cache.get('long', '1'), cache.size]).toEqual([undefined, undefined, 0]);
-    for (const key of ['a', 'b', 'c']) cache.set(key, '1', answer(key));
-    expect([cache.get('a', '1'), cache.get('b', '1')?.body, cache.get('c', '1')?.body]).toEqual([undefined, 'b', 'c']);
+  test('only 200 answers up to the body bound are kept, within the total length, the oldest going first', () => {
+    // Keys of one character and bodies of up to 10: 33 characters hold three answers of 10.
+    const cache = new AnswerCache(33, 10);
+    cache.set('e', '1', answer('{}', 404));
+    cache.set('l', '1', answer('x'.repeat(11)));
+    expect([cache.get('e', '1'), cache.get('l', '1'), cache.size]).toEqual([
+      undefined,
+      undefined,
+      { answers: 0, length: 0 },
+    ]);
+    for (const key of ['a', 'b', 'c', 'd']) cache.set(key, '1', answer(key.repeat(10)));
+    expect(['a', 'b', 'c', 'd'].map((key) => cache.get(key, '1')?.body[0])).toEqual([undefined, 'b', 'c', 'd']);
+    expect(cache.size).toEqual({ answers: 3, length: 33 });
+    // Kept again under the same key: counted once.
+    cache.set('d', '1', answer('d'));
+    expect(cache.size).toEqual({ answers: 3, length: 24 });
+    // A version that changed drops the answer and its length.
+    expect(cache.get('b', '2')).toBeUndefined();
+    expect(cache.size).toEqual({ answers: 2, length: 13 });
   });
 
   test('a served answer is a copy: changing its headers changes nothing kept', () => {

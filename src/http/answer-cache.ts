@@ -14,12 +14,14 @@ import type { PlainAnswer } from './envelope.js';
  * answers about the caller's own org (the version covers that org alone) are kept.
  */
 export class AnswerCache {
-  private readonly entries = new Map<string, { version: string; answer: PlainAnswer }>();
+  private readonly entries = new Map<string, { version: string; answer: PlainAnswer; length: number }>();
+  /** The characters of the kept keys and bodies. */
+  private kept = 0;
 
   constructor(
-    /** Answers kept at most; the oldest kept goes first. */
-    private readonly maxEntries = 5_000,
-    /** A longer body (characters) is not kept: the bound on memory is entries × this. */
+    /** The characters of keys and bodies kept at most (≈ bytes; twice that for non-Latin text): the oldest kept goes first. */
+    private readonly maxTotalLength = 4 * 1024 * 1024,
+    /** A longer body is not kept: one large list does not push out many small answers. */
     private readonly maxBodyLength = 32 * 1024,
   ) {}
 
@@ -30,28 +32,42 @@ export class AnswerCache {
 
   /** The answer kept under `key` for exactly this version; a copy, the caller's to change. */
   get(key: string, version: string): PlainAnswer | undefined {
-    const kept = this.entries.get(key);
-    if (!kept) return undefined;
-    if (kept.version !== version) {
-      this.entries.delete(key);
+    const entry = this.entries.get(key);
+    if (!entry) return undefined;
+    if (entry.version !== version) {
+      this.drop(key);
       return undefined;
     }
-    const { status, headers, body } = kept.answer;
+    const { status, headers, body } = entry.answer;
     return { status, headers: { ...headers }, body };
   }
 
   /** Keeps a 200 answer made at `version` (read before the answer was made, so never newer than it). */
   set(key: string, version: string, answer: PlainAnswer): void {
     if (answer.status !== 200 || answer.body.length > this.maxBodyLength) return;
-    this.entries.delete(key);
-    if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    this.drop(key);
+    const length = key.length + answer.body.length;
+    for (const oldest of this.entries.keys()) {
+      if (this.kept + length <= this.maxTotalLength) break;
+      this.drop(oldest);
+    }
     this.entries.set(key, {
       version,
       answer: { status: answer.status, headers: { ...answer.headers }, body: answer.body },
+      length,
     });
+    this.kept += length;
   }
 
-  get size(): number {
-    return this.entries.size;
+  private drop(key: string): void {
+    const entry = this.entries.get(key);
+    if (!entry) return;
+    this.entries.delete(key);
+    this.kept -= entry.length;
+  }
+
+  /** Answers kept, and their keys' and bodies' characters. */
+  get size(): { answers: number; length: number } {
+    return { answers: this.entries.size, length: this.kept };
   }
 }
