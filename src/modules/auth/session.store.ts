@@ -62,8 +62,8 @@ export interface AccessTokenState {
   operator_count: number | null;
   operator_limit: number | null;
   /**
-   * The org's data version as this statement read it (org_data_versions, bumped by triggers on
-   * the tables cached answers read; '0' before the first bump): an answer kept for it is current.
+   * The org's data version as this statement read it (org_data_versions, set anew by triggers on
+   * the tables cached answers read; 'initial' before the first write): an answer kept for it is current.
    */
   data_version: string;
 }
@@ -102,7 +102,7 @@ export async function accessTokenStates(
   const rows = await sql.query<AccessTokenState & { ord: string }>(
     `WITH states AS (
        SELECT k.ord, k.counted, u.role, u.email, u.org_id,
-              COALESCE((SELECT v.version FROM org_data_versions v WHERE v.org_id = u.org_id), 0)::text AS data_version,
+              COALESCE((SELECT v.version::text FROM org_data_versions v WHERE v.org_id = u.org_id), 'initial') AS data_version,
               EXISTS (SELECT 1 FROM revoked_tokens WHERE jti = k.jti) AS token_revoked,
               f.id IS NULL OR f.revoked_at IS NOT NULL AS family_revoked, f.revoked_reason,
               COALESCE(${SSO_REQUIRED_SQL}, false) AS sso_required
