@@ -10,8 +10,8 @@ import type { PlainAnswer } from './envelope.js';
  * of the deployment. Credentials, revocation and the operator rate limit are checked before, on
  * every request, as for any read.
  *
- * A kept answer is the caller's own: the key is the user, their role and the URL, and only 200
- * answers about the caller's own org (the version covers that org alone) are kept.
+ * A kept answer is the caller's own: the key is the user, their role, the route and its arguments,
+ * and only 200 answers about the caller's own org (the version covers that org alone) are kept.
  */
 export class AnswerCache {
   private readonly entries = new Map<string, { version: string; answer: PlainAnswer; length: number }>();
@@ -25,9 +25,13 @@ export class AnswerCache {
     private readonly maxBodyLength = 32 * 1024,
   ) {}
 
-  /** Where the caller's answer to this URL is kept. */
-  static keyOf(principal: UserPrincipal, routeLabel: string, url: URL): string {
-    return `${principal.userId} ${principal.role} ${routeLabel} ${url.pathname}${url.search}`;
+  /**
+   * Where the caller's answer to the route with these arguments is kept: the field's arguments as
+   * the read coerced them, not the URL's text, so that query parameters the route ignores, or the
+   * order they come in, do not keep the same answer many times over.
+   */
+  static keyOf(principal: UserPrincipal, routeLabel: string, args: Record<string, unknown>): string {
+    return `${principal.userId} ${principal.role} ${routeLabel} ${JSON.stringify(args)}`;
   }
 
   /** The answer kept under `key` for exactly this version; a copy, the caller's to change. */

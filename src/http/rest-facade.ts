@@ -599,7 +599,7 @@ export function useRestFacade(
     const query = queries(fieldName);
     try {
       const variableValues = sofaVariables(query, sofaUrl(url, route, 'all').search, servedSchema);
-      const kept = keptAnswerOf(route, caller.principal, variableValues, url);
+      const kept = keptAnswerOf(route, caller.principal, variableValues);
       const answer = kept?.answer ?? (await executeRead(route, fieldName, query, variableValues, request, state));
       if (kept && !kept.hit) answers.set(kept.key, kept.version, answer);
       return answer;
@@ -640,11 +640,10 @@ export function useRestFacade(
     route: ReadRoute,
     principal: Principal | null,
     variableValues: Record<string, unknown>,
-    url: URL,
   ): { key: string; version: string; hit: boolean; answer?: PlainAnswer } | undefined {
     if (!route.answerCache || principal?.type !== 'user' || principal.orgDataVersion === undefined) return undefined;
     if (variableValues.org_id !== principal.orgId) return undefined;
-    const key = AnswerCache.keyOf(principal, route.label, url);
+    const key = AnswerCache.keyOf(principal, route.label, variableValues);
     const answer = answers.get(key, principal.orgDataVersion);
     return { key, version: principal.orgDataVersion, hit: answer !== undefined, answer };
   }
