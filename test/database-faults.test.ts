@@ -273,6 +273,9 @@ describe('a database outage', () => {
         ]);
         const { org, agent } = await setUp(first, tool);
         const load = startLoad([first, second], org, agent, 6);
+        // An operator read kept by data version (decision 0084): read twice before the outage.
+        const readOrg = () => first.request('GET', `/api/v1/orgs/${org.orgId}`, { token: org.adminToken });
+        for (let i = 0; i < 2; i++) expect((await readOrg()).status).toBe(200);
         await until('50 executes allowed', () => load.allowed.size >= 50);
         // Tool calls are running when the server goes: their records cannot be written then.
         tool.hold();
@@ -280,6 +283,8 @@ describe('a database outage', () => {
         await server.stop();
         tool.release();
         const readyDuringOutage = (await first.request('GET', '/readyz')).status;
+        // The kept answer is not served without the token check, which needs the database.
+        const keptReadDuringOutage = await readOrg();
         // Longer than a lease: nobody can renew, and a live process must still not be taken for a dead one.
         await sleep(6000);
         const unavailableDuringOutage = load.unavailable.length;
@@ -290,6 +295,13 @@ describe('a database outage', () => {
         await load.stop();
 
         expect(readyDuringOutage).toBe(503);
+        expect({
+          status: keptReadDuringOutage.status,
+          retryAfter: keptReadDuringOutage.headers.get('retry-after'),
+        }).toEqual({
+          status: 503,
+          retryAfter: expect.any(String),
+        });
         expect(unavailableDuringOutage).toBeGreaterThan(0);
         expectOnlyServedOrUnavailable(load);
         expect(load.statuses.get(200)).toBeGreaterThanOrEqual(servedBefore + 50);
