@@ -175,8 +175,9 @@ export async function countAndJournalMany(
        SELECT e.id, e.org_id, $11, e.svc_id, e.agent_id, e.action_type, e.tool, e.capability, e.params_hash, e.params,
               e.approval_id, e.policies, e.channel, e.connection
        FROM allowance
-       JOIN unnest($13::text[], $14::uuid[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[],
-                   $20::text[], $21::jsonb[], $22::text[], $23::jsonb[], $24::text[], $25::jsonb[])
+       JOIN ROWS FROM (jsonb_to_recordset($13::jsonb)
+         AS (id text, org_id uuid, svc_id text, agent_id text, action_type text, tool text, capability text,
+             params_hash text, params jsonb, approval_id text, policies jsonb, channel text, connection jsonb))
          WITH ORDINALITY AS e(id, org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params,
                               approval_id, policies, channel, connection, ord) USING (ord)
        WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
@@ -186,19 +187,25 @@ export async function countAndJournalMany(
       ...allowanceParams(counters, windows, limits),
       owner,
       entries.length,
-      entries.map((e) => e.id),
-      entries.map((e) => e.orgId),
-      entries.map((e) => e.svcId),
-      entries.map((e) => e.agentId),
-      entries.map((e) => e.actionType),
-      entries.map((e) => e.tool),
-      entries.map((e) => e.capability),
-      entries.map((e) => e.paramsHash),
-      entries.map((e) => (e.params === null ? null : JSON.stringify(e.params))),
-      entries.map((e) => e.approvalId),
-      entries.map((e) => JSON.stringify(e.policies)),
-      entries.map((e) => e.channel),
-      entries.map((e) => (e.connection === null ? null : JSON.stringify(recordedConnectionOf(e.connection)))),
+      // One JSON parameter rather than an array per column: pg's array encoding escapes every
+      // element in JavaScript, and the driver sends a string as it is.
+      JSON.stringify(
+        entries.map((e) => ({
+          id: e.id,
+          org_id: e.orgId,
+          svc_id: e.svcId,
+          agent_id: e.agentId,
+          action_type: e.actionType,
+          tool: e.tool,
+          capability: e.capability,
+          params_hash: e.paramsHash,
+          params: e.params,
+          approval_id: e.approvalId,
+          policies: e.policies,
+          channel: e.channel,
+          connection: e.connection === null ? null : recordedConnectionOf(e.connection),
+        })),
+      ),
     ],
     'count_and_journal_many',
   );

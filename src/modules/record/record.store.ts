@@ -89,57 +89,61 @@ const columns = [
   'key_id',
   'created_at',
 ];
-const casts: Record<string, string> = {
-  org_id: '::uuid[]',
-  seq: '::bigint[]',
-  params: '::jsonb[]',
-  reasons: '::jsonb[]',
-  policies: '::jsonb[]',
-  connection: '::jsonb[]',
-  status: '::"RecordStatus"[]',
-  executed: '::boolean[]',
-  created_at: '::timestamptz[]',
-  tree_nodes: '::bytea[]',
+/** Each column's type as read from the batch's JSON (`batchRows`); `tree_nodes` comes as hex. */
+const types: Record<string, string> = {
+  org_id: 'uuid',
+  seq: 'bigint',
+  params: 'jsonb',
+  reasons: 'jsonb',
+  policies: 'jsonb',
+  connection: 'jsonb',
+  status: '"RecordStatus"',
+  executed: 'boolean',
+  created_at: 'timestamptz',
 };
 
 /**
- * The batch's rows from one array per column: one statement text whatever the batch's size, so
- * that it is parsed and planned once per connection instead of once per batch size.
+ * The batch's rows from one JSON array of objects, `$1`: one statement text whatever the batch's
+ * size, so that it is parsed and planned once per connection, and one parameter the driver sends
+ * as it is. As 24 arrays, pg's array encoding (escaping every element in JavaScript) was ~5% of an
+ * execute's CPU.
  */
-const batchRows = `SELECT * FROM unnest(${columns.map((column, i) => `$${i + 1}${casts[column] ?? '::text[]'}`).join(', ')})`;
+const batchRows = `SELECT ${columns.map((column) => (column === 'tree_nodes' ? "decode(r.tree_nodes, 'hex')" : `r.${column}`)).join(', ')}
+  FROM jsonb_to_recordset($1::jsonb) AS r(${columns.map((column) => `${column} ${types[column] ?? 'text'}`).join(', ')})`;
 
-/** The parameters of `batchRows`: each column's values, in the batch's order. */
-function recordColumns(records: InteractionRecord[]): unknown[][] {
-  const rows = records.map((r) => [
-    r.id,
-    r.orgId,
-    r.seq.toString(),
-    r.svcId,
-    r.agentId,
-    r.actionType,
-    r.tool,
-    r.capability,
-    r.paramsHash,
-    r.params === null ? null : JSON.stringify(r.params),
-    r.status,
-    r.executed,
-    JSON.stringify(r.reasons),
-    r.resultHash,
-    r.approvalId,
-    r.policies === null ? null : JSON.stringify(r.policies),
-    r.channel,
-    r.connection === null ? null : JSON.stringify(r.connection),
-    r.prevHash,
-    r.recordHash,
-    r.signature,
-    r.treeNodes,
-    r.keyId,
-    r.createdAt,
-  ]);
-  return columns.map((_, i) => rows.map((row) => row[i]));
+/** The parameter of `batchRows`: the batch as JSON, a row per record in the batch's order. */
+function recordBatch(records: InteractionRecord[]): string {
+  return JSON.stringify(
+    records.map((r) => ({
+      id: r.id,
+      org_id: r.orgId,
+      seq: r.seq.toString(),
+      svc_id: r.svcId,
+      agent_id: r.agentId,
+      action_type: r.actionType,
+      tool: r.tool,
+      capability: r.capability,
+      params_hash: r.paramsHash,
+      params: r.params,
+      status: r.status,
+      executed: r.executed,
+      reasons: r.reasons,
+      result_hash: r.resultHash,
+      approval_id: r.approvalId,
+      policies: r.policies,
+      channel: r.channel,
+      connection: r.connection,
+      prev_hash: r.prevHash,
+      record_hash: r.recordHash,
+      signature: r.signature,
+      tree_nodes: r.treeNodes === null ? null : Buffer.from(r.treeNodes).toString('hex'),
+      key_id: r.keyId,
+      created_at: r.createdAt,
+    })),
+  );
 }
 
-const HEAD = columns.length;
+const HEAD = 1;
 
 /** Inserts a batch of chained records (seq order) and moves the org's head to the last, in one statement. */
 export async function insertRecordsAndAdvanceHead(
@@ -155,7 +159,7 @@ export async function insertRecordsAndAdvanceHead(
      SET seq = $${HEAD + 2}::bigint, head_hash = $${HEAD + 3}, tree_frontier = $${HEAD + 4}::bytea,
        last_created_at = $${HEAD + 5}::timestamptz, updated_at = now()
      WHERE org_id = $${HEAD + 1}::uuid`,
-    [...recordColumns(records), orgId, last.seq.toString(), last.recordHash, frontier, last.createdAt],
+    [recordBatch(records), orgId, last.seq.toString(), last.recordHash, frontier, last.createdAt],
     'insert_records_and_advance_head',
   );
 }
@@ -189,7 +193,7 @@ export async function appendIfHeadIs(
      )
      SELECT count(*)::int AS advanced FROM head`,
     [
-      ...recordColumns(records),
+      recordBatch(records),
       orgId,
       last.seq.toString(),
       last.recordHash,

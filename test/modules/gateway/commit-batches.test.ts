@@ -41,7 +41,8 @@ async function commitsDuring<T>(
   sql.query = ((...args: Parameters<typeof query>) => {
     if (args[2] === 'count_and_journal') singles++;
     if (args[2] !== 'count_and_journal_many') return query.apply(sql, args);
-    batches.push((args[1] as unknown[][])[12].length);
+    // $13: the batch's journal entries, as one JSON array.
+    batches.push(JSON.parse((args[1] as string[])[12]).length);
     const hold = batches.length === 1 ? holdFirst : 0;
     return new Promise((resolve) => setTimeout(resolve, hold)).then(() => query.apply(sql, args));
   }) as typeof query;
