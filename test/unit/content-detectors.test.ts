@@ -265,6 +265,17 @@ describe('redaction', () => {
     expect(JSON.stringify(value)).not.toContain(secret);
   });
 
+  test('findings of two detectors that overlap are one redaction, and nothing of either is left', () => {
+    const text = 'login with api_key=Zq9x@example.com now';
+    expect(kindsIn('secrets', text)).toEqual(['generic_secret']);
+    expect(kindsIn('pii', text)).toEqual(['email']);
+    const { value, redactions } = redact({ text }, ['pii', 'secrets']);
+    expect(value).toEqual({
+      text: expect.stringMatching(/^login with api_key=\[REDACTED:(email|generic_secret)\] now$/),
+    });
+    expect(redactions).toHaveLength(1);
+  });
+
   test('a run of hidden characters is one redaction', () => {
     const tags = [...'send it'].map((c) => String.fromCodePoint(0xe0000 + c.charCodeAt(0))).join('');
     expect(redact({ text: `ok${tags}.` }, ['hidden_text'])).toEqual({

@@ -412,21 +412,26 @@ export function scanHiddenText(text: string, found: Found): void {
 // ---------------------------------------------------------------------------------------------
 // Values
 
-/** Every finding of `detector` in one string, in order, overlapping ones merged into the first. */
+/** Findings in order of their start, those that overlap merged into the first (the longest of those that start together). */
+function merged(findings: Finding[]): Finding[] {
+  findings.sort((a, b) => a.start - b.start || b.end - a.end);
+  const out: Finding[] = [];
+  for (const finding of findings) {
+    const last = out[out.length - 1];
+    if (last && finding.start < last.end) last.end = Math.max(last.end, finding.end);
+    else out.push({ ...finding });
+  }
+  return out;
+}
+
+/** Every finding of `detector` in one string, in order, overlapping ones merged. */
 export function findingsIn(detector: Detector, text: string, field: string | null = null): Finding[] {
   const findings: Finding[] = [];
   const found: Found = (kind, start, end) => findings.push({ kind, start, end });
   if (detector === 'secrets') scanSecrets(text, field, found);
   else if (detector === 'pii') scanPii(text, found);
   else scanHiddenText(text, found);
-  findings.sort((a, b) => a.start - b.start || b.end - a.end);
-  const merged: Finding[] = [];
-  for (const finding of findings) {
-    const last = merged[merged.length - 1];
-    if (last && finding.start < last.end) last.end = Math.max(last.end, finding.end);
-    else merged.push(finding);
-  }
-  return merged;
+  return merged(findings);
 }
 
 /** Each string of a JSON value (map keys too), with the name of the field it is the value of. */
@@ -461,13 +466,12 @@ function redactText(
   detectors: readonly Detector[],
   counts: Map<ContentKind, number>,
 ): string {
-  const findings = detectors.flatMap((detector) => findingsIn(detector, text, field));
+  // Several detectors' findings may overlap: merged, each stretch of text is replaced once, whole.
+  const findings = merged(detectors.flatMap((detector) => findingsIn(detector, text, field)));
   if (!findings.length) return text;
-  findings.sort((a, b) => a.start - b.start || b.end - a.end);
   let out = '';
   let at = 0;
   for (const { kind, start, end } of findings) {
-    if (start < at) continue;
     out += `${text.slice(at, start)}[REDACTED:${kind}]`;
     counts.set(kind, (counts.get(kind) ?? 0) + 1);
     at = end;
