@@ -485,7 +485,11 @@ export interface Redacted<T> {
   redactions: { kind: ContentKind; count: number }[];
 }
 
-/** A copy of a JSON value with the matches of `detectors` replaced in every string (map keys too). */
+/**
+ * A copy of a JSON value with the matches of `detectors` replaced in every string (map keys too).
+ * Recursive: params and tool results reach it no deeper than MAX_JSON_DEPTH (the edge and the
+ * connectors refuse deeper ones).
+ */
 export function redact<T>(value: T, detectors: readonly Detector[]): Redacted<T> {
   const counts = new Map<ContentKind, number>();
   const copy = (current: unknown, field: string | null): unknown => {
