@@ -199,7 +199,12 @@ describe('OpenAPI document', () => {
     expect(schemas.ToolError.properties.code.enum).toEqual(expect.arrayContaining(['TOOL_TIMEOUT', 'TOOL_MCP_ERROR']));
     expect(schemas.Tool.properties.connector.enum.sort()).toEqual(['http', 'mcp', 'mock']);
     expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
-    expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual(['deny', 'rate_limit', 'require_approval']);
+    expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual([
+      'deny',
+      'label',
+      'rate_limit',
+      'require_approval',
+    ]);
     expect(schemas.InteractionRecord.properties.channel).toMatchObject({
       nullable: true,
       enum: ['rest', 'graphql', 'mcp', null],

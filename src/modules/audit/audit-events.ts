@@ -117,6 +117,10 @@ export interface PolicySnapshot {
   condition: string | null;
   rate_limit: { limit: number; window_seconds: number; per: string } | null;
   message: string | null;
+  /** A label policy's labels; null for other effects (absent from snapshots taken before labels). */
+  labels?: string[] | null;
+  /** Null without a history window (absent from snapshots taken before history windows). */
+  history_window_seconds?: number | null;
   version: number;
   created_by: string;
   updated_by: string;

@@ -4,7 +4,7 @@ import type { AgentGate } from '../agent/agent.service.js';
 import type { ApprovalCheck } from '../approval/approval.service.js';
 import type { TokenCheck } from '../capability-token/capability-token.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';
-import type { ConditionFacts } from '../policy/policy-condition.js';
+import type { ConditionFacts, HistoryFact } from '../policy/policy-condition.js';
 import type { PolicyMatch } from '../policy/policy-rules.js';
 import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
 import type { ToolResult } from '../tool/connectors.js';
@@ -73,6 +73,8 @@ export interface GatewayDecision {
   approval_id: string | null;
   /** The policies that matched, in priority order (shadow ones included). */
   policies: RecordedPolicy[];
+  /** The labels of the enforced `label` policies that matched, sorted and distinct. */
+  labels: string[];
 }
 
 /** A validated request: what every later step works on. */
@@ -229,6 +231,18 @@ export function policyEntries(
   }));
 }
 
+/**
+ * The decision's labels: those of every enforced `label` policy that matched (a failed condition
+ * matches too: a label errs on the side of the policies that read it), sorted and distinct. A
+ * shadow label policy is reported in `policies` and labels nothing.
+ */
+export function decisionLabels(matches: readonly PolicyMatch[]): string[] {
+  const labels = new Set<string>();
+  for (const { policy } of matches)
+    if (policy.effect === 'label' && policy.mode === 'enforce') for (const label of policy.labels) labels.add(label);
+  return [...labels].sort();
+}
+
 /** Which rate limits a peek found full (evaluate): enforced ones deny, shadow ones are only reported. */
 export function limitsReached(limits: DecisionContext['limits']): Map<number, boolean> {
   return new Map((limits ?? []).map(({ counter, current }) => [counter.match, current >= counter.limit]));
@@ -326,6 +340,7 @@ export function conditionFacts(
   manifest: CurrentManifest | null,
   caller: { id: string; prefix: string; scopes: readonly string[] },
   request: { mode: GatewayMode; channel: GatewayChannel; now: number },
+  history?: readonly HistoryFact[],
 ): ConditionFacts {
   const time = new Date(request.now);
   const { type, tool, params } = call.action;
@@ -346,6 +361,7 @@ export function conditionFacts(
       channel: request.channel,
       mode: request.mode,
     },
+    ...(history && { history }),
   };
 }
 

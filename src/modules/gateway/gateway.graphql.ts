@@ -54,6 +54,10 @@ const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision')
         'The org policies that matched, in priority order (lower first); execute records them in the signed record.',
       resolve: (d) => d.policies,
     }),
+    labels: t.exposeStringList('labels', {
+      description:
+        'The labels of the enforced `label` policies that matched, sorted and distinct; execute signs them into the record and the agent’s history.',
+    }),
   }),
 });
 
@@ -99,6 +103,7 @@ function decisionBody(decision: GatewayDecision) {
     decision: decision.decision,
     executed: decision.executed,
     interaction_id: decision.interaction_id,
+    labels: decision.labels,
     policies: decision.policies.map((p) => ({
       condition_error: p.condition_error,
       effect: p.effect,

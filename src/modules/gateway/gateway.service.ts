@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps.js';
+import type { SqlConnection } from '../../db/sql.js';
 import { isDatabaseUnavailable } from '../../db/unavailable.js';
 import { AppError, serviceUnavailable } from '../../errors.js';
 import { canonicalHash } from '../../lib/canonical-json.js';
@@ -8,7 +9,8 @@ import { agentScope, outOfScope, principalName, type Principal } from '../../aut
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
-import { matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
+import type { HistoryFact } from '../policy/policy-condition.js';
+import { historyWindowFor, matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
 import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import { type ConnectionAccess, type ToolService, usedConnectionOf } from '../tool/tool.service.js';
@@ -27,6 +29,7 @@ import {
   budgetExceeded,
   checkDecision,
   conditionFacts,
+  decisionLabels,
   hourlyLimitReached,
   limitsReached,
   parseGatewayRequest,
@@ -54,6 +57,7 @@ import {
   readCounts,
 } from './gateway.store.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
+import { appendHistory, historySince, lockAgentHistory, undoUnless, type HistoryEntry } from './agent-history.store.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -189,15 +193,56 @@ interface Loaded {
   counters: PolicyCounter[];
 }
 
-/** An execute being decided: the request, what was loaded for it, and what its record will say. */
-interface Execution extends Loaded {
+/** A request being decided, before anything is read for it. */
+interface Request {
   interactionId: string;
   principal: Principal;
   call: GatewayCall;
   options: DecisionOptions;
   windows: BudgetWindows;
+  /** The decision's time (Date.now()): its conditions' `request.time`, its history entry's. */
+  now: number;
+}
+
+/** An execute being decided: the request, what was loaded for it, and what its record will say. */
+interface Execution extends Loaded, Request {
   subject: RecordSubject;
 }
+
+const executionOf = (asked: Request, loaded: Loaded): Execution => ({
+  ...loaded,
+  ...asked,
+  subject: subjectOf(asked.principal.orgId, asked.call, asked.options.channel),
+});
+
+/** Where a history window of `windowSeconds` begins for this decision. */
+const since = ({ now }: Request, windowSeconds: number) => new Date(now - windowSeconds * 1000);
+
+/** A decision's entry in its agent's history. */
+function historyEntryOf(
+  { principal, call, interactionId, now }: Request,
+  decision: 'allow' | 'deny',
+  labels: readonly string[],
+): HistoryEntry {
+  return {
+    orgId: principal.orgId,
+    svcId: call.svcId,
+    id: interactionId,
+    at: new Date(now),
+    actionType: call.action.type,
+    tool: call.action.tool,
+    capability: call.capability,
+    decision,
+    // An allowed execute's tool is called once the transaction commits.
+    executed: decision === 'allow',
+    labels,
+  };
+}
+
+/** What the serialized transaction decided: a denial by the checks, or what the commit said. */
+type SerializedDecision =
+  | { kind: 'denied'; execution: Execution; checked: Checked }
+  | { kind: 'committed'; execution: Execution; commit: Commit; approvalToUse: string | null };
 
 /** The request checked for shape (a 422 naming every problem), as every later step works on it. */
 function parseCall(request: GatewayRequest): GatewayCall {
@@ -211,7 +256,7 @@ function parseCall(request: GatewayRequest): GatewayCall {
 /** A decision that executed nothing. */
 const unexecuted = (
   interactionId: string,
-  verdict: Pick<GatewayDecision, 'decision' | 'reasons' | 'approval_id' | 'policies'>,
+  verdict: Pick<GatewayDecision, 'decision' | 'reasons' | 'approval_id' | 'policies' | 'labels'>,
 ): GatewayDecision => ({ interaction_id: interactionId, executed: false, result: null, ...verdict });
 
 /** Evaluate answers the checks as they stand, with the rate limits its counts show reached; nothing is recorded. */
@@ -221,6 +266,7 @@ function evaluated(interactionId: string, context: DecisionContext, checked: Che
     reasons: checked.reasons,
     approval_id: context.call.approvalId,
     policies: policyEntries(context.policies, limitsReached(context.limits)),
+    labels: decisionLabels(context.policies),
   });
   return { decision, budget: null, rateLimited: null };
 }
@@ -255,6 +301,7 @@ function recordOf(
     policies: decision.policies,
     // The OAuth connection the call went (or would have gone) with: its id and user, never its token.
     connection: usedConnectionOf(upstream),
+    labels: decision.labels,
   };
 }
 
@@ -269,6 +316,7 @@ function journalEntryOf(execution: Execution, approvalToUse: string | null): Jou
     policies: policyEntries(execution.context.policies),
     // The same connection as recordOf's, so that an interrupted execution names it too.
     connection: usedConnectionOf(execution.upstream),
+    labels: decisionLabels(execution.context.policies),
   };
 }
 
@@ -326,6 +374,18 @@ function commitBatchKey({ execution: { counters, windows, context }, owner }: Qu
     .concat(limits.maxActionsPerHour, counterKeys)
     .join('|');
 }
+
+/** What `read` reads for a decision, in its order. */
+type Reads = [
+  Awaited<ReturnType<AgentService['gate']>>,
+  Awaited<ReturnType<ManifestService['current']>>,
+  Awaited<ReturnType<ToolService['forAction']>>,
+  ConnectionAccess | undefined,
+  Awaited<ReturnType<OrgService['gatewaySettings']>>,
+  Awaited<ReturnType<CapabilityTokenService['check']>> | null,
+  Awaited<ReturnType<ApprovalService['check']>> | null,
+  readonly ActivePolicy[],
+];
 
 export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
@@ -389,7 +449,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
    * The reads a decision needs, each independent of the others and mostly cached; a tool with an
    * OAuth connection adds the caller's connection (the user behind the key, grant or session).
    */
-  function read(principal: Principal, call: GatewayCall) {
+  function read(principal: Principal, call: GatewayCall): Promise<Reads> {
     const orgId = principal.orgId;
     const tool = tools.forAction(orgId, call.action.type);
     return Promise.all([
@@ -405,21 +465,20 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   }
 
   /**
-   * Everything the checks need (`read`); then the policies that apply (pure, on facts built once),
-   * and for evaluate the budget's and their rate limits' counts in one query.
+   * Everything the checks need, from what `read` read: the policies that apply (pure, on facts
+   * built once, with the agent's `history` when a history policy targets it), and for evaluate the
+   * budget's and their rate limits' counts in one query. An execute's context reads nothing more:
+   * it may be built inside the transaction that serializes an agent's decisions.
    */
   async function loadContext(
-    principal: Principal,
-    call: GatewayCall,
-    options: DecisionOptions,
-    windows: BudgetWindows,
+    { principal, call, options, windows, now }: Request,
+    [agent, manifest, tool, upstream, settings, token, approval, active]: Reads,
+    history?: readonly HistoryFact[],
   ): Promise<Loaded> {
     const orgId = principal.orgId;
     const { mode } = options;
-    const now = Date.now();
-    const [agent, manifest, tool, upstream, settings, token, approval, active] = await read(principal, call);
     const caller = callerFacts(principal);
-    const facts = () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now });
+    const facts = () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }, history);
     const matches = matchPolicies(active, call.svcId, call.capability, facts, policyEvaluated, env.policyEvalBudget);
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
@@ -480,14 +539,90 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const call = parseCall(request);
     const interactionId = newInteractionId();
     const windows = budgetWindows(principal.orgId, call.svcId);
-    const loaded = await loadContext(principal, call, options, windows);
+    const asked: Request = { principal, call, options, windows, now: Date.now(), interactionId };
+    const reads = await read(principal, call);
+    if (reads[0] && !outOfScope(principal, call.svcId)) agents.seen(principal.orgId, call.svcId);
+    const historyWindow = historyWindowFor(reads[7], call.svcId);
+    if (historyWindow !== null && options.mode === 'execute')
+      return journal.run(interactionId, () => executeSerialized(asked, reads, historyWindow));
+    const history =
+      historyWindow === null
+        ? undefined
+        : await historySince(db.sql, principal.orgId, call.svcId, since(asked, historyWindow));
+    const loaded = await loadContext(asked, reads, history);
     const checked = checkDecision(loaded.context);
-    if (loaded.context.agent && !outOfScope(principal, call.svcId)) agents.seen(principal.orgId, call.svcId);
     if (options.mode === 'evaluate') return evaluated(interactionId, loaded.context, checked);
-    const subject = subjectOf(principal.orgId, call, options.channel);
-    const execution: Execution = { ...loaded, interactionId, principal, call, options, windows, subject };
+    const execution = executionOf(asked, loaded);
     if (checked.reasons.length) return deny(execution, checked);
     return journal.run(interactionId, () => execute(execution, checked));
+  }
+
+  /**
+   * An execute of an agent that a history policy targets, its decision serialized with the write
+   * of its history entry: in one transaction, the agent's lock, its history, the checks, the
+   * commit (counting, using a token or an approval, journaling) and its entry. Then, outside it,
+   * what follows any decision: the denial's record, or the tool and its record.
+   */
+  async function executeSerialized(
+    asked: Request,
+    reads: Reads,
+    windowSeconds: number,
+  ): Promise<{ value: DecisionOutcome; hasRecord: boolean }> {
+    const decided = await decideInHistory(asked, reads, windowSeconds).catch((error: unknown) => {
+      throw unavailableFor(error, asked.interactionId, false);
+    });
+    if (decided.kind === 'denied') return { value: await deny(decided.execution, decided.checked), hasRecord: true };
+    const { execution, commit, approvalToUse } = decided;
+    if (!commit.ok) return { value: await refused(execution, commit, approvalToUse), hasRecord: false };
+    const decision = await callTool(execution, approvalToUse, policiesCounted(execution, commit.counts));
+    return { value: { decision, budget: commit.budget, rateLimited: null }, hasRecord: true };
+  }
+
+  /** The serialized transaction, once more under a new journal owner when the lease of the first was lost. */
+  async function decideInHistory(asked: Request, reads: Reads, windowSeconds: number): Promise<SerializedDecision> {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const owner = await journal.ownerId();
+      const decided = await db.sql.transactionIf<SerializedDecision | LeaseLost>(async (tx) => {
+        const value = await decideLocked(tx, asked, reads, windowSeconds, owner);
+        return { commit: value !== LEASE_LOST, value };
+      });
+      if (decided !== LEASE_LOST) return decided;
+      await journal.leaseLost(owner);
+    }
+    throw serviceUnavailable('The execution journal could not be claimed; retry shortly');
+  }
+
+  /**
+   * Inside the agent's transaction. A refusal found by the commit (a rate limit, the budget, a used
+   * token) undoes what the commit did, to its savepoint, and is written to the history as a denial.
+   */
+  async function decideLocked(
+    tx: SqlConnection,
+    asked: Request,
+    reads: Reads,
+    windowSeconds: number,
+    owner: number,
+  ): Promise<SerializedDecision | LeaseLost> {
+    const { orgId } = asked.principal;
+    await lockAgentHistory(tx, orgId, asked.call.svcId);
+    const history = await historySince(tx, orgId, asked.call.svcId, since(asked, windowSeconds));
+    const execution = executionOf(asked, await loadContext(asked, reads, history));
+    const checked = checkDecision(execution.context);
+    const labels = decisionLabels(execution.context.policies);
+    if (checked.reasons.length) {
+      await appendHistory(tx, historyEntryOf(asked, 'deny', labels));
+      return { kind: 'denied', execution, checked };
+    }
+    const approvalToUse = checked.needsHuman ? asked.call.approvalId : null;
+    const entry = journalEntryOf(execution, approvalToUse);
+    const commit = await undoUnless(
+      tx,
+      () => commitWithin(tx, execution, entry, approvalToUse, owner),
+      (value) => value === LEASE_LOST || value.ok,
+    );
+    if (commit === LEASE_LOST) return LEASE_LOST;
+    await appendHistory(tx, historyEntryOf(asked, commit.ok ? 'allow' : 'deny', labels));
+    return { kind: 'committed', execution, commit, approvalToUse };
   }
 
   const record = (execution: Execution, decision: GatewayDecision, resultHash: string | null = null) =>
@@ -505,6 +640,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       reasons: asked.reasons,
       approval_id: asked.approvalId,
       policies: policyEntries(context.policies),
+      labels: decisionLabels(context.policies),
     });
     await record(execution, decision);
     return { decision, budget: null, rateLimited: null };
@@ -572,6 +708,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       reasons: [commit.reason],
       approval_id: approvalToUse,
       policies: policyEntries(execution.context.policies, exceeded),
+      labels: decisionLabels(execution.context.policies),
     });
     await record(execution, decision);
     return { decision, budget: commit.budget, rateLimited: commit.rateLimited };
@@ -604,6 +741,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       reasons: [],
       approval_id: approvalToUse,
       policies,
+      labels: decisionLabels(execution.context.policies),
     };
     await recordExecuted(execution, allowed, canonicalHash(result));
     return allowed;
@@ -650,29 +788,41 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     approvalToUse: string | null,
     owner: number,
   ): Promise<Commit | LeaseLost> {
-    const { token, call } = execution.context;
+    const { token } = execution.context;
     const tokenId = token?.ok ? token.tokenId : null;
     if (!tokenId && !approvalToUse) {
       const queued = { execution, entry, owner };
       return commitBatched(commitBatchKey(queued), queued);
     }
     return db.sql.transactionIf(async (tx) => {
-      if (tokenId && !(await tokens.use(tx, tokenId))) {
-        const reason = {
-          code: 'CAPABILITY_TOKEN_INVALID',
-          message: 'The capability token was used up or revoked meanwhile',
-        } as const;
-        return { commit: false, value: refusal(reason) };
-      }
-      if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(call)))) {
-        return {
-          commit: false,
-          value: refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' }),
-        };
-      }
-      const value = await countAndJournalOn(tx, execution, entry, owner);
+      const value = await commitWithin(tx, execution, entry, approvalToUse, owner);
       return { commit: value !== LEASE_LOST && value.ok, value };
     });
+  }
+
+  /**
+   * The commit's statements on a transaction: the token's use, the approval's, then the count and
+   * the journal entry. A refusal is an answer; the caller rolls back what the statements before it did.
+   */
+  async function commitWithin(
+    tx: SqlConnection,
+    execution: Execution,
+    entry: JournalEntry,
+    approvalToUse: string | null,
+    owner: number,
+  ): Promise<Commit | LeaseLost> {
+    const { token, call } = execution.context;
+    const tokenId = token?.ok ? token.tokenId : null;
+    if (tokenId && !(await tokens.use(tx, tokenId))) {
+      const reason = {
+        code: 'CAPABILITY_TOKEN_INVALID',
+        message: 'The capability token was used up or revoked meanwhile',
+      } as const;
+      return refusal(reason);
+    }
+    if (approvalToUse && !(await approvals.consume(tx, approvalToUse, actionHashOf(call))))
+      return refusal({ code: 'APPROVAL_REQUIRED', message: 'The approval has already been used' });
+    return countAndJournalOn(tx, execution, entry, owner);
   }
 
   /**

@@ -26,6 +26,8 @@ export interface JournalEntry extends RecordSubject {
   policies: RecordedPolicy[];
   /** The record's `connection`: kept so that a record written on recovery names it too. */
   connection: RecordConnection | null;
+  /** The decision's labels, for the record written on recovery too. */
+  labels: readonly string[];
 }
 
 /** A fixed-window counter: its bucket and the start of its window. */
@@ -122,8 +124,8 @@ export async function countAndJournal(
      journal AS (
        INSERT INTO gateway_executions
          (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-          connection)
-       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23, $24::jsonb
+          connection, labels)
+       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23, $24::jsonb, $25::text[]
        FROM allowance WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
@@ -143,6 +145,7 @@ export async function countAndJournal(
       JSON.stringify(entry.policies),
       entry.channel,
       entry.connection === null ? null : JSON.stringify(recordedConnectionOf(entry.connection)),
+      entry.labels.length ? entry.labels : null,
     ],
     'count_and_journal',
   );
@@ -171,15 +174,15 @@ export async function countAndJournalMany(
      journal AS (
        INSERT INTO gateway_executions
          (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-          connection)
+          connection, labels)
        SELECT e.id, e.org_id, $11, e.svc_id, e.agent_id, e.action_type, e.tool, e.capability, e.params_hash, e.params,
-              e.approval_id, e.policies, e.channel, e.connection
+              e.approval_id, e.policies, e.channel, e.connection, e.labels
        FROM allowance
        JOIN ROWS FROM (jsonb_to_recordset($13::jsonb)
          AS (id text, org_id uuid, svc_id text, agent_id text, action_type text, tool text, capability text,
-             params_hash text, params jsonb, approval_id text, policies jsonb, channel text, connection jsonb))
+             params_hash text, params jsonb, approval_id text, policies jsonb, channel text, connection jsonb, labels text[]))
          WITH ORDINALITY AS e(id, org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params,
-                              approval_id, policies, channel, connection, ord) USING (ord)
+                              approval_id, policies, channel, connection, labels, ord) USING (ord)
        WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT ord, limit_counts, refused_by, day_count, hour_count FROM allowance ORDER BY ord`,
@@ -204,6 +207,7 @@ export async function countAndJournalMany(
           policies: e.policies,
           channel: e.channel,
           connection: e.connection === null ? null : recordedConnectionOf(e.connection),
+          labels: e.labels.length ? e.labels : null,
         })),
       ),
     ],
@@ -288,13 +292,14 @@ interface JournalRow {
   policies: RecordedPolicy[];
   channel: InteractionChannel | null;
   connection: RecordedConnection | null;
+  labels: string[] | null;
 }
 
 /** The journal entries of one owner, oldest first. */
 export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
   const rows = await conn.query<JournalRow>(
     `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-       connection
+       connection, labels
      FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
     [owner],
   );
@@ -312,5 +317,6 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     policies: row.policies,
     channel: row.channel,
     connection: row.connection && { connectionId: row.connection.connection_id, userId: row.connection.user_id },
+    labels: row.labels ?? [],
   }));
 }

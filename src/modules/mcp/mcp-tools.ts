@@ -16,6 +16,8 @@ export const META_APPROVAL_ID = 'agent-gateway/approval_id';
 export const META_CAPABILITY_TOKEN = 'agent-gateway/capability_token';
 /** `_meta` key of every tools/call result: the interaction (and record) id. */
 export const META_INTERACTION_ID = 'agent-gateway/interaction_id';
+/** In a tools/call result's `_meta`: the decision's labels, when it has any. */
+export const META_LABELS = 'agent-gateway/labels';
 
 /** The parts of a connector's stored config that describe its tools (any connector kind). */
 export interface ConnectorDescription {
@@ -101,7 +103,10 @@ const json = (value: unknown) => JSON.stringify(value);
  */
 export function callResultOf(outcome: DecisionOutcome): CallToolResult {
   const { decision, rateLimited } = outcome;
-  const _meta = { [META_INTERACTION_ID]: decision.interaction_id };
+  const _meta = {
+    [META_INTERACTION_ID]: decision.interaction_id,
+    ...(decision.labels.length ? { [META_LABELS]: decision.labels } : {}),
+  };
   const { result } = decision;
   if (decision.executed && result) {
     const content: CallToolResult['content'] = [{ type: 'text', text: json(result.data) }];

@@ -459,6 +459,26 @@ export function kindsIn(detector: Detector, value: unknown): ContentKind[] {
   return [...kinds].sort();
 }
 
+/**
+ * `kindsIn` scanned once per object and detector: several policies of a request that ask about
+ * the same params share one scan (docs/decisions/0086-policy-history-and-labels.md). Keyed by the
+ * object itself, which lives as long as its request; strings are scanned each time.
+ */
+const scans = new WeakMap<object, Map<Detector, ContentKind[]>>();
+
+export function scannedKindsIn(detector: Detector, value: unknown): ContentKind[] {
+  if (typeof value !== 'object' || value === null) return kindsIn(detector, value);
+  let byDetector = scans.get(value);
+  if (!byDetector) scans.set(value, (byDetector = new Map()));
+  let kinds = byDetector.get(detector);
+  if (!kinds) byDetector.set(detector, (kinds = kindsIn(detector, value)));
+  return kinds;
+}
+
+/** Whether `scannedKindsIn` already holds this object's scan: a second call costs nothing to scan. */
+export const alreadyScanned = (detector: Detector, value: unknown): boolean =>
+  typeof value === 'object' && value !== null && scans.get(value)?.has(detector) === true;
+
 /** Replaces each finding in one string with `[REDACTED:<kind>]`, counting them. */
 function redactText(
   text: string,

@@ -1,6 +1,7 @@
 import { Environment } from '@marcbachmann/cel-js';
 import type { CelNode } from './policy-condition-ast.js';
-import { DEFAULT_EVAL_BUDGET, instrument, metered } from './policy-condition-budget.js';
+import { DETECTORS, scannedKindsIn } from './content-detectors.js';
+import { DEFAULT_EVAL_BUDGET, instrument, metered, scansContent } from './policy-condition-budget.js';
 import { regularExpression, superLinearConstruct } from './policy-condition-cost.js';
 
 /**
@@ -25,6 +26,19 @@ export interface ConditionFacts {
   params: Record<string, unknown>;
   key: { id: string; prefix: string; scopes: string[] };
   request: { time: Date; hour: bigint; weekday: bigint; channel: string; mode: string };
+  /** The agent's earlier decisions in the policy's window, oldest first: only for a history policy. */
+  history?: readonly HistoryFact[];
+}
+
+/** One earlier decision of the agent, as `history` gives it (docs/guides/policies.md#history). */
+export interface HistoryFact {
+  capability: string;
+  type: string;
+  tool: string;
+  decision: string;
+  executed: boolean;
+  labels: readonly string[];
+  at: Date;
 }
 
 const environment = new Environment({ limits, homogeneousAggregateLiterals: false })
@@ -50,6 +64,23 @@ for (const op of ['+', '-', '*', '/'] as const) {
   environment.registerOperator(`int ${op} double`, (a: bigint, b: number) => apply(Number(a), b));
 }
 
+// What a call carries (docs/decisions/0085-content-detectors.md): the kinds each detector finds in
+// any string inside its argument, sorted. Charged by the characters they scan, once per request
+// and object (policy-condition-budget.ts).
+for (const detector of DETECTORS)
+  environment.registerFunction(`${detector}(dyn): list<string>`, (value: unknown) => scannedKindsIn(detector, value));
+
+/**
+ * A policy with a history window also sees `history` (HistoryFact: `at` a timestamp, `labels` a
+ * list of strings). Any other policy's condition that names it fails its type check: it would
+ * always see nothing.
+ */
+const historyEnvironment = environment.clone().registerVariable({
+  name: 'history',
+  type: 'list<map<string, dyn>>',
+  description: 'The agent’s earlier decisions in the window, oldest first',
+});
+
 export interface ConditionPosition {
   /** 0-based offset in the condition text. */
   offset: number;
@@ -63,8 +94,16 @@ export interface ConditionError {
   position: ConditionPosition | null;
 }
 
-/** A checked condition, ready to evaluate within a budget of operations. */
-export type CompiledCondition = (facts: ConditionFacts, budget: number) => unknown;
+/**
+ * A checked condition, ready to evaluate within a budget of operations; `scansContent` when it
+ * calls a detector (its budget then grows with the params: contentAllowance).
+ */
+export type CompiledCondition = ((facts: ConditionFacts, budget: number) => unknown) & { scansContent?: boolean };
+
+export interface CompileOptions {
+  /** The policy has a history window: the condition may read `history`. */
+  history?: boolean;
+}
 
 export type CompileResult = { ok: true; condition: CompiledCondition } | { ok: false; error: ConditionError };
 
@@ -82,7 +121,7 @@ const firstLine = (message: string) => message.split('\n')[0].trim();
  * most linear in the params (no regular expressions, no nested comprehensions, no loop-invariant
  * scans inside a comprehension). Returns the compiled, metered program or the first problem.
  */
-export function compileCondition(text: string): CompileResult {
+export function compileCondition(text: string, options: CompileOptions = {}): CompileResult {
   const fail = (message: string, offset?: number): CompileResult => ({
     ok: false,
     error: { message, position: positionOf(text, offset) },
@@ -91,7 +130,7 @@ export function compileCondition(text: string): CompileResult {
   if (text.length > MAX_CONDITION_LENGTH) return fail(`must be at most ${MAX_CONDITION_LENGTH} characters`);
   let program: ReturnType<typeof environment.parse>;
   try {
-    program = environment.parse(text);
+    program = (options.history ? historyEnvironment : environment).parse(text);
   } catch (error) {
     const node = (error as { node?: { pos?: number } }).node;
     return fail(firstLine((error as Error).message), node?.pos);
@@ -116,7 +155,9 @@ export function compileCondition(text: string): CompileResult {
     return fail(firstLine((error as Error).message));
   }
   const run = program as unknown as (facts: ConditionFacts) => unknown;
-  return { ok: true, condition: (facts, budget) => metered(budget, run, facts) };
+  const condition: CompiledCondition = (facts, budget) => metered(budget, run, facts);
+  condition.scansContent = scansContent(ast);
+  return { ok: true, condition };
 }
 
 export type ConditionOutcome = { matched: boolean; error: string | null };

@@ -1,4 +1,4 @@
-import { DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
+import { contentAllowance, DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
 import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
 
 /**
@@ -8,7 +8,7 @@ import { runCondition, type CompiledCondition, type ConditionFacts } from './pol
  * human, count a rate limit) is the decision's (gateway/decision.ts).
  */
 
-export const policyEffects = ['deny', 'require_approval', 'rate_limit'] as const;
+export const policyEffects = ['deny', 'require_approval', 'rate_limit', 'label'] as const;
 export type PolicyEffect = (typeof policyEffects)[number];
 export const policyModes = ['enforce', 'shadow'] as const;
 export type PolicyMode = (typeof policyModes)[number];
@@ -37,6 +37,10 @@ export interface ActivePolicy {
   condition: CompiledCondition | null;
   rateLimit: RateLimitRule | null;
   message: string | null;
+  /** A `label` policy's labels (sorted); empty for every other effect. */
+  labels: readonly string[];
+  /** The window of earlier decisions its condition sees as `history`; null: none. */
+  historyWindowSeconds: number | null;
 }
 
 export interface PolicyMatch {
@@ -69,11 +73,36 @@ export function byPriority(
 /** What evaluating a targeted policy gave: it matched, its condition was false, or it failed (and matched). */
 export type PolicyEvaluation = 'matched' | 'not_matched' | 'condition_error';
 
+/** Whether a policy targets an agent (its `svc_ids`), whatever the capability. */
+export const targetsAgent = (policy: ActivePolicy, svcId: string) => !policy.svcIds || policy.svcIds.includes(svcId);
+
+/**
+ * The longest history window of the policies that target an agent, or null when none has one:
+ * then that agent's decisions are neither serialized nor written to its history.
+ */
+export function historyWindowFor(policies: readonly ActivePolicy[], svcId: string): number | null {
+  let longest: number | null = null;
+  for (const policy of policies)
+    if (policy.historyWindowSeconds !== null && targetsAgent(policy, svcId))
+      longest = Math.max(longest ?? 0, policy.historyWindowSeconds);
+  return longest;
+}
+
+/** The facts a policy's condition sees: `history` cut to its own window, when it has one. */
+function factsFor(policy: ActivePolicy, facts: ConditionFacts): ConditionFacts {
+  if (policy.historyWindowSeconds === null) return facts;
+  const since = facts.request.time.getTime() - policy.historyWindowSeconds * 1000;
+  const history = facts.history ?? [];
+  const first = history.findIndex((entry) => entry.at.getTime() >= since);
+  return { ...facts, history: first <= 0 ? (first === 0 ? history : []) : history.slice(first) };
+}
+
 /**
  * The policies that apply to an agent's capability, in the order given (the service keeps them by
  * priority). `facts` is built only if some targeted policy has a condition. `evaluated` hears of
  * each policy that targets the request (metrics); the others are not evaluated. Each condition
- * runs within `budget` operations (POLICY_EVAL_BUDGET).
+ * runs within `budget` operations (POLICY_EVAL_BUDGET), and one that scans content within that
+ * budget and one scan of the params by every detector (contentAllowance).
  */
 export function matchPolicies(
   policies: readonly ActivePolicy[],
@@ -85,15 +114,18 @@ export function matchPolicies(
 ): PolicyMatch[] {
   const matches: PolicyMatch[] = [];
   let known: ConditionFacts | undefined;
+  let allowance: number | undefined;
   for (const policy of policies) {
-    if (policy.svcIds && !policy.svcIds.includes(svcId)) continue;
+    if (!targetsAgent(policy, svcId)) continue;
     if (policy.capabilities && !policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))) continue;
     if (!policy.condition) {
       matches.push({ policy, conditionError: null });
       evaluated?.(policy, 'matched');
       continue;
     }
-    const outcome = runCondition(policy.condition, (known ??= facts()), budget);
+    known ??= facts();
+    const extra = policy.condition.scansContent ? (allowance ??= contentAllowance(known.params)) : 0;
+    const outcome = runCondition(policy.condition, factsFor(policy, known), budget + extra);
     if (outcome.matched) matches.push({ policy, conditionError: outcome.error });
     evaluated?.(policy, !outcome.matched ? 'not_matched' : outcome.error ? 'condition_error' : 'matched');
   }

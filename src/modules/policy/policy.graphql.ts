@@ -10,6 +10,8 @@ import {
   DEFAULT_PAGE_SIZE,
   DEFAULT_PRIORITY,
   MAX_DESCRIPTION_LENGTH,
+  MAX_HISTORY_WINDOW_SECONDS,
+  MAX_LABELS,
   MAX_MESSAGE_LENGTH,
   MAX_NAME_LENGTH,
   MAX_PAGE_SIZE,
@@ -31,7 +33,8 @@ const PolicyEffectEnum = builder.enumType('PolicyEffect', {
   values: policyEffects,
   description:
     '`deny` adds POLICY_DENIED; `require_approval` makes the action need a human (APPROVAL_REQUIRED); ' +
-    '`rate_limit` counts allowed actions and answers 429 POLICY_VIOLATION over `rate_limit.limit`.',
+    '`rate_limit` counts allowed actions and answers 429 POLICY_VIOLATION over `rate_limit.limit`; ' +
+    '`label` adds its `labels` to the decision, its record and the agent’s `history`.',
 });
 const RateLimitScopeEnum = builder.enumType('PolicyRateLimitScope', {
   values: rateLimitScopes,
@@ -48,7 +51,11 @@ const conditionDoc =
   'the params, or `in`, a string function or `==` on a list inside it over data that does not come from its ' +
   'iteration variable (`params.l.all(x, x in params.l)`). A condition that fails at run time (a missing field, ' +
   'a type error, more operations than the evaluation budget) matches: policies fail closed. Absent: always ' +
-  'true. Example: `params.amount > 1000 && request.hour < 6`.';
+  'true. Example: `params.amount > 1000 && request.hour < 6`. ' +
+  '`secrets(x)`, `pii(x)` and `hidden_text(x)` give the kinds of content found in any string inside `x` ' +
+  '(`secrets(params).size() > 0`). A policy with `history_window_seconds` also sees `history`: the agent’s ' +
+  'earlier decisions in that window, oldest first, at most 1000, each {capability, type, tool, decision, ' +
+  'executed, labels, at} (`history.exists(h, "private" in h.labels)`).';
 
 const PolicyTargetRef = builder.objectRef<PolicySnapshot['target']>('PolicyTarget').implement({
   description: 'What a policy applies to; an absent (null) list matches everything.',
@@ -89,6 +96,15 @@ export const PolicyRef = builder.prismaObject('Policy', {
       resolve: rateLimitOf,
     }),
     message: t.exposeString('message', { nullable: true, description: 'Added to the reason a deny gives the agent.' }),
+    labels: t.stringList({
+      nullable: true,
+      description: 'Set exactly when `effect` is `label`: the labels it adds.',
+      resolve: (policy) => (policy.effect === 'label' ? policy.labels : null),
+    }),
+    history_window_seconds: t.exposeInt('historyWindowSeconds', {
+      nullable: true,
+      description: 'How far back `history` reaches in the condition; null: the condition has no `history`.',
+    }),
     version: t.exposeInt('version', { description: '1 when created; every replace adds 1.' }),
     created_at: t.expose('createdAt', { type: 'Timestamp' }),
     updated_at: t.expose('updatedAt', { type: 'Timestamp' }),
@@ -132,6 +148,12 @@ const policyArgs = builder.args((t) => ({
   condition: t.string({ description: conditionDoc }),
   rate_limit: t.field({ type: PolicyRateLimitInput, description: 'Required exactly when `effect` is `rate_limit`.' }),
   message: t.string({ description: `At most ${MAX_MESSAGE_LENGTH} characters.` }),
+  labels: t.stringList({
+    description: `Required exactly when \`effect\` is \`label\`: 1 to ${MAX_LABELS} distinct labels of 1 to 40 lowercase letters, digits, "_" or "-".`,
+  }),
+  history_window_seconds: t.int({
+    description: `1 to ${MAX_HISTORY_WINDOW_SECONDS}: the condition sees \`history\`, the agent's decisions of that many seconds before. Each decision of an agent such a policy targets is then serialized with the write of its history entry.`,
+  }),
 }));
 
 const filterArgs = builder.args((t) => ({

@@ -9,6 +9,7 @@ import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
+import { LABEL_RULE, labelPattern } from '../record/record-chain.js';
 import { compileCondition, describePosition, type CompiledCondition } from './policy-condition.js';
 import {
   byPriority,
@@ -51,6 +52,8 @@ export interface PolicyInput {
   condition?: string | null;
   rate_limit?: unknown;
   message?: string | null;
+  labels?: unknown;
+  history_window_seconds?: unknown;
 }
 
 export interface PolicyFilter {
@@ -87,6 +90,9 @@ export const DEFAULT_PRIORITY = 100;
 export const MAX_TARGET_ENTRIES = 100;
 export const MAX_RATE_LIMIT = 1_000_000;
 export const MAX_WINDOW_SECONDS = 86_400;
+export const MAX_HISTORY_WINDOW_SECONDS = 86_400;
+export const MAX_LABELS = 10;
+
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
 
@@ -122,6 +128,8 @@ export function policySnapshot(policy: Policy): PolicySnapshot {
     condition: policy.condition,
     rate_limit: rateLimitOf(policy),
     message: policy.message,
+    labels: policy.effect === 'label' ? policy.labels : null,
+    history_window_seconds: policy.historyWindowSeconds,
     version: policy.version,
     created_by: policy.createdBy,
     updated_by: policy.updatedBy,
@@ -184,14 +192,17 @@ function checkTarget(raw: unknown, errors: FieldErrors): PolicyTarget {
   return { ...(svcIds && { svc_ids: svcIds }), ...(capabilities && { capabilities }) };
 }
 
-/** A condition must compile now; a syntax problem says where, in the message and as `position`. */
-function checkCondition(raw: unknown, errors: FieldErrors): string | null {
+/**
+ * A condition must compile now, with `history` only when the policy has a window; a syntax
+ * problem says where, in the message and as `position`.
+ */
+function checkCondition(raw: unknown, history: boolean, errors: FieldErrors): string | null {
   if (raw == null) return null;
   if (typeof raw !== 'string') {
     errors.add('condition', 'must be a CEL expression (a string)');
     return null;
   }
-  const compiled = compileCondition(raw);
+  const compiled = compileCondition(raw, { history });
   if (!compiled.ok) {
     const { message, position } = compiled.error;
     const where = describePosition(position);
@@ -232,6 +243,33 @@ function checkRateLimit(raw: unknown, effect: unknown, errors: FieldErrors): Pol
   return { limit: limit as number, window_seconds: windowSeconds as number, per: per as RateLimitScope };
 }
 
+/** A `label` policy's labels: 1 to 10 distinct labels; every other effect has none. */
+function checkLabels(raw: unknown, effect: unknown, errors: FieldErrors): string[] | null {
+  if (effect !== 'label') {
+    if (raw != null && isOneOf(policyEffects, effect))
+      errors.add('labels', `must be absent when effect is ${effect}: only label policies add labels`);
+    return null;
+  }
+  if (!Array.isArray(raw) || raw.length < 1 || raw.length > MAX_LABELS) {
+    errors.add('labels', `is required when effect is label: 1 to ${MAX_LABELS} labels`);
+    return null;
+  }
+  const seen = new Set<unknown>();
+  raw.forEach((label, i) => {
+    if (typeof label !== 'string' || !labelPattern.test(label)) errors.add(`labels[${i}]`, LABEL_RULE);
+    else if (seen.has(label)) errors.add(`labels[${i}]`, `repeats "${label}"`);
+    seen.add(label);
+  });
+  return raw as string[];
+}
+
+function checkHistoryWindow(raw: unknown, errors: FieldErrors): number | null {
+  if (raw == null) return null;
+  if (!isIntegerIn(raw, 1, MAX_HISTORY_WINDOW_SECONDS))
+    errors.add('history_window_seconds', `must be an integer from 1 to ${MAX_HISTORY_WINDOW_SECONDS} (one day)`);
+  return raw as number;
+}
+
 function checkOptionalText(raw: unknown, field: string, max: number, errors: FieldErrors): void {
   if (raw != null && (typeof raw !== 'string' || raw.length > max))
     errors.add(field, `must be a string of at most ${max} characters`);
@@ -254,8 +292,10 @@ function validate(input: PolicyInput) {
     errors.add('priority', `must be an integer from 0 to ${MAX_PRIORITY} (lower applies first)`);
   if (!isOneOf(policyEffects, input.effect)) errors.add('effect', oneOf(policyEffects));
   const target = checkTarget(input.target, errors);
-  const condition = checkCondition(input.condition, errors);
+  const historyWindowSeconds = checkHistoryWindow(input.history_window_seconds, errors);
+  const condition = checkCondition(input.condition, input.history_window_seconds != null, errors);
   const rateLimit = checkRateLimit(input.rate_limit, input.effect, errors);
+  const labels = checkLabels(input.labels, input.effect, errors);
   checkOptionalText(input.message, 'message', MAX_MESSAGE_LENGTH, errors);
   errors.throwIfAny();
   return {
@@ -269,6 +309,8 @@ function validate(input: PolicyInput) {
     condition,
     rateLimit: rateLimit ?? Prisma.DbNull,
     message: input.message ?? null,
+    labels: labels ?? [],
+    historyWindowSeconds,
   };
 }
 
@@ -299,7 +341,7 @@ const compiledConditions = new Map<string, CompiledCondition>();
  * matches (policies fail closed), with the reason reported by the decision.
  */
 function compileStored(policy: Policy, condition: string, logger: Logger): CompiledCondition {
-  const compiled = compileCondition(condition);
+  const compiled = compileCondition(condition, { history: policy.historyWindowSeconds !== null });
   if (compiled.ok) return compiled.condition;
   const reason = `the stored condition does not compile: ${compiled.error.message}`;
   logger.error(
@@ -339,6 +381,8 @@ function activePolicy(policy: Policy, logger: Logger): ActivePolicy {
     condition: conditionOf(policy, logger),
     rateLimit: rateLimit && { limit: rateLimit.limit, windowSeconds: rateLimit.window_seconds, per: rateLimit.per },
     message: policy.message,
+    labels: [...(policy.labels ?? [])].sort(),
+    historyWindowSeconds: policy.historyWindowSeconds,
   };
 }
 

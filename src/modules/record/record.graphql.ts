@@ -113,6 +113,11 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
         'Null when the tool authenticates otherwise, and on records from before connections were recorded.',
       resolve: (r) => r.connection as unknown as RecordedConnection | null,
     }),
+    labels: t.stringList({
+      description:
+        'The labels of the `label` policies that matched, signed into the record (absent from its body when none); empty when none.',
+      resolve: (r) => r.labels ?? [],
+    }),
     prev_hash: t.exposeString('prevHash'),
     record_hash: t.exposeString('recordHash'),
     signature: t.exposeString('signature', {
@@ -152,6 +157,7 @@ const recordFilterArgs = builder.args((t) => ({
   agent_id: t.string(),
   action: t.string({ description: '`type` or `type:tool`.' }),
   status: t.field({ type: RecordStatusEnum }),
+  label: t.string({ description: 'Records whose decision carries this label (a `label` policy’s).' }),
   from: t.field({ type: 'Timestamp' }),
   to: t.field({ type: 'Timestamp' }),
   limit: t.int({ description: 'Default 100, at most 1000.' }),

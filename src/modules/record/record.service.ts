@@ -14,6 +14,8 @@ import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js
 import type { SigningKey } from '../../lib/signing-keys.js';
 import {
   GENESIS_HASH,
+  LABEL_RULE,
+  labelPattern,
   recordHashOf,
   signRecordHash,
   verifyRecordSignature,
@@ -68,6 +70,8 @@ export interface NewRecord extends RecordSubject {
   policies: RecordedPolicy[];
   /** The OAuth connection the tool's upstream was called through; null for a tool without one. */
   connection: RecordConnection | null;
+  /** The decision's labels, sorted and distinct; empty when none. */
+  labels: readonly string[];
 }
 
 /**
@@ -92,6 +96,7 @@ export interface RecordFilter {
   agent_id?: string | null;
   action?: string | null;
   status?: 'approved' | 'denied' | null;
+  label?: string | null;
   from?: Date | null;
   to?: Date | null;
   limit?: number | null;
@@ -153,6 +158,7 @@ export function bodyOf(record: ExportedRecord): RecordBody {
     ...(record.policies === null ? {} : { policies: record.policies as unknown as RecordedPolicy[] }),
     ...(record.channel === null ? {} : { channel: record.channel as InteractionChannel }),
     ...(record.connection === null ? {} : { connection: record.connection as unknown as RecordedConnection }),
+    ...(record.labels?.length ? { labels: record.labels } : {}),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -307,6 +313,8 @@ export function createRecordService(deps: Deps) {
         ...(entry.channel === null ? {} : { channel: entry.channel }),
         // Absent, not null, without a connection: records of other tools hash as they always did.
         ...(connection === null ? {} : { connection }),
+        // Absent without labels, as on every record from before labels: those hash as they did.
+        ...(entry.labels.length ? { labels: [...entry.labels] } : {}),
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -332,6 +340,7 @@ export function createRecordService(deps: Deps) {
         policies: entry.policies as unknown as Prisma.JsonValue,
         channel: entry.channel,
         connection: connection as unknown as Prisma.JsonValue,
+        labels: [...entry.labels],
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),
@@ -354,6 +363,7 @@ export function createRecordService(deps: Deps) {
     const errors = new FieldErrors();
     const { limit, offset } = limitOffset(filter, { limit: 100, max: 1000 }, errors);
     const beforeSeq = cursorOf(filter.cursor, offset, seqOfCursor, RECORDS_CURSOR, errors);
+    if (filter.label != null && !labelPattern.test(filter.label)) errors.add('label', LABEL_RULE);
     errors.throwIfAny();
     const [type, tool] = filter.action?.includes(':') ? filter.action.split(':', 2) : [filter.action, undefined];
     const timed = Boolean(filter.from || filter.to);
@@ -364,6 +374,7 @@ export function createRecordService(deps: Deps) {
       actionType: type,
       tool,
       status: filter.status,
+      label: filter.label,
       window,
     };
     // One more than the page: whether a next page exists, without counting.

@@ -82,6 +82,7 @@ const columns = [
   'policies',
   'channel',
   'connection',
+  'labels',
   'prev_hash',
   'record_hash',
   'signature',
@@ -97,6 +98,7 @@ const types: Record<string, string> = {
   reasons: 'jsonb',
   policies: 'jsonb',
   connection: 'jsonb',
+  labels: 'text[]',
   status: '"RecordStatus"',
   executed: 'boolean',
   created_at: 'timestamptz',
@@ -133,6 +135,8 @@ function recordBatch(records: InteractionRecord[]): string {
       policies: r.policies,
       channel: r.channel,
       connection: r.connection,
+      // Null, not an empty list, without labels: the listing's partial index keeps labelled records only.
+      labels: r.labels?.length ? r.labels : null,
       prev_hash: r.prevHash,
       record_hash: r.recordHash,
       signature: r.signature,
@@ -284,6 +288,8 @@ export interface RecordCriteria {
   actionType?: string | null;
   tool?: string | null;
   status?: 'approved' | 'denied' | null;
+  /** Records carrying this label: read through the partial index of labelled records. */
+  label?: string | null;
   /** The seq range of the records created in a time window (seqWindow). */
   window?: { first: bigint; last: bigint };
 }
@@ -333,13 +339,14 @@ export async function countRecords(
 }
 
 function recordWhere(orgId: string, criteria: RecordCriteria): Prisma.InteractionRecordWhereInput {
-  const { agentId, actionType, tool, status } = criteria;
+  const { agentId, actionType, tool, status, label } = criteria;
   return {
     orgId,
     ...(agentId ? { agentId } : {}),
     ...(actionType ? { actionType } : {}),
     ...(tool ? { tool } : {}),
     ...(status ? { status } : {}),
+    ...(label ? { labels: { has: label } } : {}),
     // The window's seq range is the window (seqWindow). With created_at beside it, the planner
     // would rather read the window by time and sort all of it for a page's first rows.
     ...(criteria.window ? { seq: seqBounds(criteria) } : {}),
@@ -379,7 +386,7 @@ export async function exportPage(
     `SELECT r.id, r.org_id AS "orgId", r.seq::text AS seq, r.svc_id AS "svcId", r.agent_id AS "agentId",
        r.action_type AS "actionType", r.tool, r.capability, r.params_hash AS "paramsHash", r.params, r.status,
        r.executed, r.reasons, r.result_hash AS "resultHash", r.approval_id AS "approvalId", r.policies, r.channel,
-       r.connection, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
+       r.connection, r.labels, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
        r.key_id AS "keyId", r.created_at AS "createdAt"
      FROM interaction_records r
      WHERE r.org_id = $1::uuid AND r.seq >= $2::bigint AND r.seq <= $3::bigint

@@ -158,6 +158,7 @@ describe('count_and_journal_many', () => {
     params: id.endsWith('2') ? null : { id, quote: 'a "quoted" {brace}, \\ and ü' },
     approvalId: null,
     policies: [],
+    labels: [],
     channel: 'rest',
     connection: null,
   });

@@ -69,6 +69,7 @@ test('the record of an interrupted execution names the connection its journal en
     approvalId: null,
     policies: [],
     channel: 'mcp' as const,
+    labels: [],
   };
   const connection = { connectionId: 'conn_user', userId: '00000000-0000-4000-8000-000000000002' };
   expect(interruptedRecord({ ...entry, connection })).toMatchObject({

@@ -165,6 +165,7 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     resultHash: null,
     approvalId: null,
     policies: [],
+    labels: [],
     channel: 'rest',
     connection: null,
   });
@@ -202,6 +203,7 @@ test('a batch whose write fails in the database retries its records one by one',
     resultHash: null,
     approvalId: null,
     policies: [],
+    labels: [],
     channel: 'rest',
     connection: null,
   };

@@ -70,6 +70,8 @@ const deny = (overrides: Partial<ActivePolicy>): ActivePolicy => ({
   condition: null,
   rateLimit: null,
   message: null,
+  labels: [],
+  historyWindowSeconds: null,
   ...overrides,
 });
 
@@ -137,7 +139,7 @@ describe('the tool list', () => {
 });
 
 describe('results', () => {
-  const decision = { interaction_id: 'int_1', approval_id: null, policies: [] };
+  const decision = { interaction_id: 'int_1', approval_id: null, policies: [], labels: [] };
   test('executed: data as structuredContent and text; a failed tool is an error with its code', () => {
     const ok: DecisionOutcome = {
       decision: {

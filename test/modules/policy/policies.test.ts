@@ -78,6 +78,8 @@ const defaults = {
   condition: null,
   rate_limit: null,
   message: null,
+  labels: null,
+  history_window_seconds: null,
 };
 
 const facts = (overrides: Partial<ConditionFacts> = {}): ConditionFacts => ({

@@ -239,6 +239,8 @@ describe('the run-time budget', () => {
       condition: compiled('params.l.all(x, x >= 0)'),
       rateLimit: null,
       message: null,
+      labels: [],
+      historyWindowSeconds: null,
     };
     const f = () => facts({ l: ints(1_000) });
     expect(matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100)[0].conditionError).toBe(

@@ -419,6 +419,7 @@ describe('records with policies', () => {
             policies: null,
             channel: null,
             connection: null,
+            labels: [],
             prevHash: head.hash,
             recordHash,
             signature: signRecordHash(recordHash, key.privateKey),

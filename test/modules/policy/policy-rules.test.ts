@@ -176,6 +176,8 @@ function policy(overrides: Partial<ActivePolicy> & { id: string }): ActivePolicy
     condition: null,
     rateLimit: null,
     message: null,
+    labels: [],
+    historyWindowSeconds: null,
     ...overrides,
   };
 }

@@ -36,6 +36,7 @@ const newRecord = (orgId: string, connection: RecordConnection | null): NewRecor
   resultHash: canonicalHash({ ok: true }),
   approvalId: null,
   policies: [],
+  labels: [],
   channel: 'mcp',
   connection,
 });

@@ -227,6 +227,7 @@ describe('GET /records/export', () => {
           resultHash: null,
           approvalId: null,
           policies: [],
+          labels: [],
           channel: 'rest',
           connection: null,
         },
