@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, backend, type TestDatabase } from './support/database.js';
 import { createKey, signUp } from './support/fixtures.js';
-import { actionBody, evaluate, execute, readyAgent } from './support/gateway.js';
+import { actionBody, evaluate, execute, readyAgent, type AgentFixture } from './support/gateway.js';
 import { connectClient, mcpRequest } from './support/oauth.js';
 import { killAllServices, startReadyService, type Service } from './support/service-process.js';
 import { nodeArguments } from './support/child-command.js';
@@ -76,6 +76,64 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     await expectTreeOfChain(first, org, records);
     await expectTreeOfChain(second, org, records);
   }, 60_000);
+
+  test('200 concurrent pairs across both processes: a private read and a send exclude each other, never both through', async () => {
+    const org = await signUp(first);
+    for (const type of ['files', 'email']) {
+      const tool = await first.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+        token: org.adminToken,
+        body: { action_type: type, connector: 'mock', config: { response: { ok: true } } },
+      });
+      expect(tool.status).toBe(201);
+    }
+    const policy = (body: Record<string, unknown>) =>
+      first
+        .request('POST', '/api/v1/policies', { token: org.adminToken, body })
+        .then((r) => expect(r.status).toBe(201));
+    await policy({ name: 'private', effect: 'label', labels: ['private'], target: { capabilities: ['files:*'] } });
+    await policy({ name: 'egress', effect: 'label', labels: ['egress'], target: { capabilities: ['email:*'] } });
+    const excludes = (capability: string, label: string) => ({
+      name: `no ${capability} after ${label}`,
+      effect: 'deny',
+      target: { capabilities: [capability] },
+      history_window_seconds: 3600,
+      condition: `history.exists(h, "${label}" in h.labels && h.executed)`,
+    });
+    await policy(excludes('email:*', 'private'));
+    await policy(excludes('files:*', 'egress'));
+    const agents: AgentFixture[] = [];
+    for (let i = 0; i < 200; i++)
+      agents.push(await readyAgent(first, org, { capabilities: ['files:read', 'email:send'], tool: false }));
+    const pair = (agent: (typeof agents)[number], i: number) => {
+      const body = (type: string, tool: string) => ({
+        svc_id: agent.svcId,
+        agent_id: agent.svcId,
+        action: { type, tool, params: { i } },
+      });
+      // The read on one process, the send on the other, alternating which goes where.
+      const [a, b] = i % 2 ? [first, second] : [second, first];
+      return Promise.all([execute(a, agent, body('files', 'read')), execute(b, agent, body('email', 'send'))]);
+    };
+    const outcomes: Awaited<ReturnType<typeof pair>>[] = [];
+    for (let round = 0; round < 10; round++) {
+      const batch = agents.slice(round * 20, round * 20 + 20);
+      outcomes.push(...(await Promise.all(batch.map((agent, i) => pair(agent, round * 20 + i)))));
+    }
+    expect(outcomes).toHaveLength(200);
+    for (const [read, send] of outcomes) {
+      expect([read.status, send.status]).toEqual([200, 200]);
+      // Serialized per agent: whichever committed second saw the first, so exactly one went through.
+      expect([read.body.decision, send.body.decision].sort()).toEqual(['allow', 'deny']);
+    }
+    // Each agent's history holds both decisions, written under its lock: one executed, one denied.
+    const rows = await database.db.sql.query<{ executed: number; total: number }>(
+      `SELECT count(*) FILTER (WHERE executed)::int AS executed, count(*)::int AS total FROM agent_history
+       WHERE org_id = $1::uuid GROUP BY svc_id`,
+      [org.orgId],
+    );
+    expect(rows).toHaveLength(200);
+    expect(rows.every((row) => row.executed === 1 && row.total === 2)).toBe(true);
+  }, 180_000);
 
   test('a manifest suspended and a key deleted through one process stop working on the other within a second', async () => {
     const org = await signUp(first);

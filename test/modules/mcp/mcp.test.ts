@@ -404,6 +404,34 @@ describe('tools/call: the execute decision', () => {
     expect((await execute(t, agent)).body.decision).toBe('allow');
   });
 
+  test('the lethal trifecta over MCP: a read labelled private, then a send denied by the history policy; the labels in _meta and the records', async () => {
+    const agent = await readyAgent(t, org, { capabilities: ['billing:read', 'billing:refund'] });
+    await createPolicy({
+      name: `private reads ${agent.svcId}`,
+      effect: 'label',
+      labels: ['private'],
+      target: { svc_ids: [agent.svcId], capabilities: ['billing:read'] },
+    });
+    await createPolicy({
+      name: `nothing out after private data ${agent.svcId}`,
+      effect: 'deny',
+      target: { svc_ids: [agent.svcId], capabilities: ['billing:refund'] },
+      history_window_seconds: 3600,
+      condition: 'history.exists(h, "private" in h.labels && h.executed)',
+    });
+    const client = await connect(agent.svcId, agent.key);
+    const first = await call(client, 'billing__refund', { amount: 5 });
+    expect(first.isError).toBe(false);
+    const read = await call(client, 'billing__read', { invoice: 'inv-9' });
+    expect(read.isError).toBe(false);
+    expect((read._meta as Record<string, unknown>)['agent-gateway/labels']).toEqual(['private']);
+    const send = await call(client, 'billing__refund', { amount: 5 });
+    expect(reasonCodes(send)).toEqual(['POLICY_DENIED']);
+    expect((send.content as { text: string }[])[0].text).toContain(`nothing out after private data ${agent.svcId}`);
+    expect(await recordOf(interactionOf(read))).toMatchObject({ labels: ['private'], channel: 'mcp' });
+    expect(await recordOf(interactionOf(send))).toMatchObject({ status: 'denied', labels: [], channel: 'mcp' });
+  });
+
   test('a deactivated agent lists no tools and every call is denied with AGENT_DEACTIVATED', async () => {
     const agent = await readyAgent(t, org);
     const gone = await t.request('DELETE', `/api/v1/agents/${agent.svcId}?reason=incident`, { token: org.adminToken });
