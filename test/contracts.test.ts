@@ -201,8 +201,10 @@ describe('OpenAPI document', () => {
     expect(schemas.ApiKey.properties.scopes.items.enum).toContain('gateway:execute');
     expect(schemas.MatchedPolicy.properties.effect.enum.sort()).toEqual([
       'deny',
+      'deny_result',
       'label',
       'rate_limit',
+      'redact',
       'require_approval',
     ]);
     expect(schemas.InteractionRecord.properties.channel).toMatchObject({

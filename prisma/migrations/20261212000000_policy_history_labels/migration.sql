@@ -1,12 +1,17 @@
 -- Policies that see more than one call (docs/decisions/0086-policy-history-and-labels.md).
 
--- A `label` policy's labels, and the history window a policy's condition sees (null: no history).
+-- A `label` policy's labels, a `redact` policy's detectors, and the history window a policy's
+-- condition sees (null: no history).
 ALTER TABLE "policies" ADD COLUMN "labels" TEXT[];
+ALTER TABLE "policies" ADD COLUMN "detectors" TEXT[];
 ALTER TABLE "policies" ADD COLUMN "history_window_seconds" INTEGER;
 
 -- The labels of a decision, signed into its record's body (null when none, as on every older record),
 -- and kept by the journal so that a record written on recovery carries them too.
 ALTER TABLE "interaction_records" ADD COLUMN "labels" TEXT[];
+-- After a redact policy changed the result: the SHA-256 of the original, and what was replaced.
+ALTER TABLE "interaction_records" ADD COLUMN "original_result_hash" TEXT;
+ALTER TABLE "interaction_records" ADD COLUMN "redactions" JSONB;
 ALTER TABLE "gateway_executions" ADD COLUMN "labels" TEXT[];
 
 -- The records listing's `label` filter reads only labelled records, in seq order: a partial index

@@ -121,6 +121,8 @@ export interface PolicySnapshot {
   labels?: string[] | null;
   /** Null without a history window (absent from snapshots taken before history windows). */
   history_window_seconds?: number | null;
+  /** A redact policy's detectors; null for other effects (absent from snapshots taken before them). */
+  detectors?: string[] | null;
   version: number;
   created_by: string;
   updated_by: string;

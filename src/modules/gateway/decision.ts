@@ -5,6 +5,7 @@ import type { ApprovalCheck } from '../approval/approval.service.js';
 import type { TokenCheck } from '../capability-token/capability-token.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';
 import type { ConditionFacts, HistoryFact } from '../policy/policy-condition.js';
+import { DETECTORS, type Detector } from '../policy/content-detectors.js';
 import type { PolicyMatch } from '../policy/policy-rules.js';
 import type { InteractionChannel, RecordedPolicy } from '../record/record-chain.js';
 import type { ToolResult } from '../tool/connectors.js';
@@ -55,6 +56,7 @@ export const REASON_CODES = [
   'UPSTREAM_AUTHORIZATION_REQUIRED',
   'POLICY_VIOLATION',
   'EXECUTION_INTERRUPTED',
+  'RESULT_DENIED',
 ] as const;
 export type ReasonCode = (typeof REASON_CODES)[number];
 
@@ -75,6 +77,13 @@ export interface GatewayDecision {
   policies: RecordedPolicy[];
   /** The labels of the enforced `label` policies that matched, sorted and distinct. */
   labels: string[];
+  /** What enforced `redact` policies replaced in the result, by kind; empty when nothing was. */
+  redactions: Redaction[];
+}
+
+export interface Redaction {
+  kind: string;
+  count: number;
 }
 
 /** A validated request: what every later step works on. */
@@ -229,6 +238,37 @@ export function policyEntries(
     condition_error: conditionError,
     rate_limit_exceeded: policy.effect === 'rate_limit' ? (exceeded.get(index) ?? false) : null,
   }));
+}
+
+/** What the policies on the tool's result decided: withhold it (a denial), or redact these detectors' matches. */
+export interface ResultVerdict {
+  denial: Reason | null;
+  /** In DETECTORS order; empty: nothing to redact. */
+  detectors: Detector[];
+}
+
+/**
+ * The verdict of the policies that matched the tool's result (the `result` phase): the first
+ * enforced `deny_result` withholds it with RESULT_DENIED naming the policy; otherwise the
+ * enforced `redact` policies' detectors together. Shadow ones are only reported.
+ */
+export function resultVerdict(matches: readonly PolicyMatch[]): ResultVerdict {
+  const enforced = matches.filter((match) => match.policy.mode === 'enforce');
+  const denying = enforced.find((match) => match.policy.effect === 'deny_result');
+  const wanted = new Set(
+    enforced.filter((match) => match.policy.effect === 'redact').flatMap((m) => m.policy.detectors),
+  );
+  const detectors = DETECTORS.filter((detector) => wanted.has(detector));
+  if (!denying) return { denial: null, detectors };
+  const { name, message } = denying.policy;
+  return {
+    denial: {
+      code: 'RESULT_DENIED',
+      message: `The tool ran, and its result is withheld by policy "${name}"${message ? `: ${message}` : ''}${failedCondition(denying)}`,
+      details: policyRef(denying),
+    },
+    detectors,
+  };
 }
 
 /**

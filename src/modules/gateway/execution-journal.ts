@@ -63,6 +63,8 @@ export function interruptedRecord({ id: _id, params, approvalId, ...subject }: J
     executed: true,
     reasons: [{ ...INTERRUPTED_REASON }],
     resultHash: null,
+    originalResultHash: null,
+    redactions: [],
     approvalId,
   };
 }

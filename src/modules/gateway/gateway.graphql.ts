@@ -6,7 +6,7 @@ import { mutation } from '../../api/operations.js';
 import { AppError } from '../../errors.js';
 import { TOOL_ERROR_CODES } from '../tool/connectors.js';
 import { REASON_CODES, type GatewayDecision, type GatewayMode, type GatewayRequest, type Reason } from './decision.js';
-import { MatchedPolicyRef } from '../record/record.graphql.js';
+import { MatchedPolicyRef, RedactionRef } from '../record/record.graphql.js';
 import type { DecisionOutcome } from './gateway.service.js';
 
 const GatewayActionInput = builder.inputType('GatewayActionInput', {
@@ -53,6 +53,12 @@ const GatewayDecisionRef = builder.objectRef<GatewayDecision>('GatewayDecision')
       description:
         'The org policies that matched, in priority order (lower first); execute records them in the signed record.',
       resolve: (d) => d.policies,
+    }),
+    redactions: t.field({
+      type: [RedactionRef],
+      description:
+        'What enforced `redact` policies replaced in `result` with `[REDACTED:<kind>]`, by kind; empty when nothing was.',
+      resolve: (d) => d.redactions,
     }),
     labels: t.exposeStringList('labels', {
       description:
@@ -114,6 +120,7 @@ function decisionBody(decision: GatewayDecision) {
       version: p.version,
     })),
     reasons: decision.reasons.map((r) => ({ code: r.code, details: r.details ?? null, message: r.message })),
+    redactions: decision.redactions.map((r) => ({ count: r.count, kind: r.kind })),
     result: result && { data: result.data, error: result.success ? null : result.error, success: result.success },
   };
 }

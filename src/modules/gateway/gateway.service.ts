@@ -9,10 +9,12 @@ import { agentScope, outOfScope, principalName, type Principal } from '../../aut
 import type { CapabilityTokenService } from '../capability-token/capability-token.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
-import type { HistoryFact } from '../policy/policy-condition.js';
+import { redact } from '../policy/content-detectors.js';
+import type { ConditionFacts, HistoryFact } from '../policy/policy-condition.js';
 import { historyWindowFor, matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
 import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
+import type { ToolResult } from '../tool/connectors.js';
 import { type ConnectionAccess, type ToolService, usedConnectionOf } from '../tool/tool.service.js';
 import {
   budgetState,
@@ -35,6 +37,7 @@ import {
   parseGatewayRequest,
   policyEntries,
   policyLimitReached,
+  resultVerdict,
   shouldAskHuman,
   type Checked,
   type DecisionContext,
@@ -191,6 +194,10 @@ interface Loaded {
   upstream: ConnectionAccess | undefined;
   settings: Awaited<ReturnType<OrgService['gatewaySettings']>>;
   counters: PolicyCounter[];
+  /** The org's enabled policies: those on the tool's result are matched once it ran. */
+  active: readonly ActivePolicy[];
+  /** The request's condition facts, built at most once. */
+  facts: () => ConditionFacts;
 }
 
 /** A request being decided, before anything is read for it. */
@@ -257,7 +264,7 @@ function parseCall(request: GatewayRequest): GatewayCall {
 const unexecuted = (
   interactionId: string,
   verdict: Pick<GatewayDecision, 'decision' | 'reasons' | 'approval_id' | 'policies' | 'labels'>,
-): GatewayDecision => ({ interaction_id: interactionId, executed: false, result: null, ...verdict });
+): GatewayDecision => ({ interaction_id: interactionId, executed: false, result: null, redactions: [], ...verdict });
 
 /** Evaluate answers the checks as they stand, with the rate limits its counts show reached; nothing is recorded. */
 function evaluated(interactionId: string, context: DecisionContext, checked: Checked): DecisionOutcome {
@@ -285,10 +292,20 @@ function subjectOf(orgId: string, call: GatewayCall, channel: GatewayChannel): R
   };
 }
 
+/**
+ * The hashes a record keeps of a tool's result: of what the agent was given (the redacted result,
+ * when a policy redacted it; the withheld one, when a policy withheld it) and, after a redaction,
+ * of the original.
+ */
+interface ResultHashes {
+  result: string;
+  original: string | null;
+}
+
 function recordOf(
   { subject, call, upstream }: Execution,
   decision: GatewayDecision,
-  resultHash: string | null,
+  hashes: ResultHashes | null,
 ): NewRecord {
   return {
     ...subject,
@@ -296,7 +313,9 @@ function recordOf(
     decision: decision.decision,
     executed: decision.executed,
     reasons: decision.reasons,
-    resultHash,
+    resultHash: hashes?.result ?? null,
+    originalResultHash: hashes?.original ?? null,
+    redactions: decision.redactions,
     approvalId: decision.approval_id,
     policies: decision.policies,
     // The OAuth connection the call went (or would have gone) with: its id and user, never its token.
@@ -478,7 +497,9 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const orgId = principal.orgId;
     const { mode } = options;
     const caller = callerFacts(principal);
-    const facts = () => conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }, history);
+    let built: ConditionFacts | undefined;
+    const facts = () =>
+      (built ??= conditionFacts(call, manifest, caller, { mode, channel: options.channel, now }, history));
     const matches = matchPolicies(active, call.svcId, call.capability, facts, policyEvaluated, env.policyEvalBudget);
     const counters = policyCounters(matches, { orgId, svcId: call.svcId, callerId: caller.id }, now);
     // Only evaluate reports the counts up front; an execute counts them in its commit.
@@ -498,7 +519,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       policies: matches,
       limits: counts ? counts.limits.map((current, i) => ({ counter: counters[i], current })) : null,
     };
-    return { context, tool, upstream, settings, counters };
+    return { context, tool, upstream, settings, counters, active, facts };
   }
 
   /**
@@ -625,8 +646,8 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     return { kind: 'committed', execution, commit, approvalToUse };
   }
 
-  const record = (execution: Execution, decision: GatewayDecision, resultHash: string | null = null) =>
-    records.append(execution.interactionId, recordOf(execution, decision, resultHash), execution.settings.recordParams);
+  const record = (execution: Execution, decision: GatewayDecision, hashes: ResultHashes | null = null) =>
+    records.append(execution.interactionId, recordOf(execution, decision, hashes), execution.settings.recordParams);
 
   /** A denial by the checks, recorded; a human is asked when only their approval is missing. */
   async function deny(execution: Execution, checked: Checked): Promise<DecisionOutcome> {
@@ -733,18 +754,47 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
         execution.upstream,
       );
     const result = await (options.awayWhile ? options.awayWhile(send) : send());
-    const allowed: GatewayDecision = {
+    const onResult = matchResult(execution, result);
+    const verdict = resultVerdict(onResult);
+    // A redaction that replaced nothing leaves the result as it was, and the record as without one.
+    const scanned = verdict.detectors.length && result.success ? redact(result.data, verdict.detectors) : null;
+    const redacted = scanned?.redactions.length ? scanned : null;
+    const shown: ToolResult = redacted && result.success ? { ...result, data: redacted.value } : result;
+    const decided: GatewayDecision = {
       interaction_id: interactionId,
       executed: true,
-      result,
-      decision: 'allow',
-      reasons: [],
+      result: verdict.denial ? null : shown,
+      decision: verdict.denial ? 'deny' : 'allow',
+      reasons: verdict.denial ? [verdict.denial] : [],
       approval_id: approvalToUse,
-      policies,
+      policies: [...policies, ...policyEntries(onResult)],
       labels: decisionLabels(execution.context.policies),
+      redactions: verdict.denial ? [] : (redacted?.redactions ?? []),
     };
-    await recordExecuted(execution, allowed, canonicalHash(result));
-    return allowed;
+    const hashes = {
+      result: canonicalHash(verdict.denial ? result : shown),
+      original: redacted && !verdict.denial ? canonicalHash(result) : null,
+    };
+    await recordExecuted(execution, decided, hashes);
+    return decided;
+  }
+
+  /**
+   * The policies on the tool's result that match it (the `result` phase): their conditions see
+   * the call's facts and `result`, the tool's data (null when it failed).
+   */
+  function matchResult({ context, facts, active }: Execution, result: ToolResult) {
+    const withResult = () => ({ ...facts(), result: result.success ? result.data : null });
+    const { call } = context;
+    return matchPolicies(
+      active,
+      call.svcId,
+      call.capability,
+      withResult,
+      policyEvaluated,
+      env.policyEvalBudget,
+      'result',
+    );
   }
 
   /**
@@ -752,12 +802,12 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
    * and appends it once the database is back; after any other failure the journal entry stays,
    * and this process's recovery sweep records the execution as interrupted.
    */
-  async function recordExecuted(execution: Execution, allowed: GatewayDecision, resultHash: string): Promise<void> {
+  async function recordExecuted(execution: Execution, decided: GatewayDecision, hashes: ResultHashes): Promise<void> {
     try {
-      await record(execution, allowed, resultHash);
+      await record(execution, decided, hashes);
     } catch (error) {
       if (!isDatabaseUnavailable(error)) throw error;
-      journal.defer(execution.interactionId, recordOf(execution, allowed, resultHash), execution.settings.recordParams);
+      journal.defer(execution.interactionId, recordOf(execution, decided, hashes), execution.settings.recordParams);
       throw unavailableFor(error, execution.interactionId, true);
     }
   }

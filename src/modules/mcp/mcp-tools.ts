@@ -18,6 +18,8 @@ export const META_CAPABILITY_TOKEN = 'agent-gateway/capability_token';
 export const META_INTERACTION_ID = 'agent-gateway/interaction_id';
 /** In a tools/call result's `_meta`: the decision's labels, when it has any. */
 export const META_LABELS = 'agent-gateway/labels';
+/** In a tools/call result's `_meta`: what a redaction replaced in the result, when anything was. */
+export const META_REDACTIONS = 'agent-gateway/redactions';
 
 /** The parts of a connector's stored config that describe its tools (any connector kind). */
 export interface ConnectorDescription {
@@ -106,6 +108,7 @@ export function callResultOf(outcome: DecisionOutcome): CallToolResult {
   const _meta = {
     [META_INTERACTION_ID]: decision.interaction_id,
     ...(decision.labels.length ? { [META_LABELS]: decision.labels } : {}),
+    ...(decision.redactions.length ? { [META_REDACTIONS]: decision.redactions } : {}),
   };
   const { result } = decision;
   if (decision.executed && result) {

@@ -28,6 +28,8 @@ export interface ConditionFacts {
   request: { time: Date; hour: bigint; weekday: bigint; channel: string; mode: string };
   /** The agent's earlier decisions in the policy's window, oldest first: only for a history policy. */
   history?: readonly HistoryFact[];
+  /** The tool's result data (null when it failed): only after the tool ran, for `redact` and `deny_result` policies. */
+  result?: unknown;
 }
 
 /** One earlier decision of the agent, as `history` gives it (docs/guides/policies.md#history). */
@@ -72,14 +74,25 @@ for (const detector of DETECTORS)
 
 /**
  * A policy with a history window also sees `history` (HistoryFact: `at` a timestamp, `labels` a
- * list of strings). Any other policy's condition that names it fails its type check: it would
- * always see nothing.
+ * list of strings), and one on the tool's result sees `result`. Any other policy's condition that
+ * names them fails its type check: it would always see nothing.
  */
-const historyEnvironment = environment.clone().registerVariable({
-  name: 'history',
-  type: 'list<map<string, dyn>>',
-  description: 'The agent’s earlier decisions in the window, oldest first',
-});
+const withHistory = (env: Environment) =>
+  env.registerVariable({
+    name: 'history',
+    type: 'list<map<string, dyn>>',
+    description: 'The agent’s earlier decisions in the window, oldest first',
+  });
+const withResult = (env: Environment) =>
+  env.registerVariable({ name: 'result', type: 'dyn', description: 'The tool’s result data' });
+const environments = {
+  call: environment,
+  history: withHistory(environment.clone()),
+  result: withResult(environment.clone()),
+  historyAndResult: withResult(withHistory(environment.clone())),
+};
+const environmentFor = ({ history, result }: CompileOptions) =>
+  environments[history ? (result ? 'historyAndResult' : 'history') : result ? 'result' : 'call'];
 
 export interface ConditionPosition {
   /** 0-based offset in the condition text. */
@@ -103,6 +116,8 @@ export type CompiledCondition = ((facts: ConditionFacts, budget: number) => unkn
 export interface CompileOptions {
   /** The policy has a history window: the condition may read `history`. */
   history?: boolean;
+  /** The policy applies to the tool's result (`redact`, `deny_result`): the condition may read `result`. */
+  result?: boolean;
 }
 
 export type CompileResult = { ok: true; condition: CompiledCondition } | { ok: false; error: ConditionError };
@@ -130,7 +145,7 @@ export function compileCondition(text: string, options: CompileOptions = {}): Co
   if (text.length > MAX_CONDITION_LENGTH) return fail(`must be at most ${MAX_CONDITION_LENGTH} characters`);
   let program: ReturnType<typeof environment.parse>;
   try {
-    program = (options.history ? historyEnvironment : environment).parse(text);
+    program = environmentFor(options).parse(text);
   } catch (error) {
     const node = (error as { node?: { pos?: number } }).node;
     return fail(firstLine((error as Error).message), node?.pos);

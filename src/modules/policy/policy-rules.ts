@@ -1,3 +1,4 @@
+import type { Detector } from './content-detectors.js';
 import { contentAllowance, DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
 import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
 
@@ -8,8 +9,11 @@ import { runCondition, type CompiledCondition, type ConditionFacts } from './pol
  * human, count a rate limit) is the decision's (gateway/decision.ts).
  */
 
-export const policyEffects = ['deny', 'require_approval', 'rate_limit', 'label'] as const;
+export const policyEffects = ['deny', 'require_approval', 'rate_limit', 'label', 'redact', 'deny_result'] as const;
 export type PolicyEffect = (typeof policyEffects)[number];
+/** The effects applied to a tool's result, after it ran: their conditions may read `result`. */
+export const resultEffects: readonly PolicyEffect[] = ['redact', 'deny_result'];
+export const appliesToResult = (policy: { effect: PolicyEffect }) => resultEffects.includes(policy.effect);
 export const policyModes = ['enforce', 'shadow'] as const;
 export type PolicyMode = (typeof policyModes)[number];
 export const rateLimitScopes = ['agent', 'api_key', 'org'] as const;
@@ -41,6 +45,8 @@ export interface ActivePolicy {
   labels: readonly string[];
   /** The window of earlier decisions its condition sees as `history`; null: none. */
   historyWindowSeconds: number | null;
+  /** A `redact` policy's detectors; empty for every other effect. */
+  detectors: readonly Detector[];
 }
 
 export interface PolicyMatch {
@@ -99,7 +105,8 @@ function factsFor(policy: ActivePolicy, facts: ConditionFacts): ConditionFacts {
 
 /**
  * The policies that apply to an agent's capability, in the order given (the service keeps them by
- * priority). `facts` is built only if some targeted policy has a condition. `evaluated` hears of
+ * priority): in the `call` phase every one but those on the tool's result, in the `result` phase
+ * (facts with `result`) only those. `facts` is built only if some targeted policy has a condition. `evaluated` hears of
  * each policy that targets the request (metrics); the others are not evaluated. Each condition
  * runs within `budget` operations (POLICY_EVAL_BUDGET), and one that scans content within that
  * budget and one scan of the params by every detector (contentAllowance).
@@ -111,12 +118,15 @@ export function matchPolicies(
   facts: () => ConditionFacts,
   evaluated?: (policy: ActivePolicy, result: PolicyEvaluation) => void,
   budget = DEFAULT_EVAL_BUDGET,
+  phase: 'call' | 'result' = 'call',
 ): PolicyMatch[] {
   const matches: PolicyMatch[] = [];
   let known: ConditionFacts | undefined;
   let allowance: number | undefined;
   for (const policy of policies) {
     if (!targetsAgent(policy, svcId)) continue;
+    // Before the tool runs, the policies on its result wait; after, only they are asked (`result` set).
+    if (appliesToResult(policy) !== (phase === 'result')) continue;
     if (policy.capabilities && !policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))) continue;
     if (!policy.condition) {
       matches.push({ policy, conditionError: null });
@@ -124,7 +134,10 @@ export function matchPolicies(
       continue;
     }
     known ??= facts();
-    const extra = policy.condition.scansContent ? (allowance ??= contentAllowance(known.params)) : 0;
+    const extra = policy.condition.scansContent
+      ? (allowance ??=
+          contentAllowance(known.params) + (known.result === undefined ? 0 : contentAllowance(known.result)))
+      : 0;
     const outcome = runCondition(policy.condition, factsFor(policy, known), budget + extra);
     if (outcome.matched) matches.push({ policy, conditionError: outcome.error });
     evaluated?.(policy, !outcome.matched ? 'not_matched' : outcome.error ? 'condition_error' : 'matched');

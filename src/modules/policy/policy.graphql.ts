@@ -1,9 +1,10 @@
 import { builder } from '../../api/builder.js';
-import { graphqlOnly } from '../../api/closed-values.js';
+import { closedValues, graphqlOnly } from '../../api/closed-values.js';
 import { principalOf } from '../../api/context.js';
 import { listType } from '../../api/list.js';
 import { mutation, query } from '../../api/operations.js';
 import type { PolicySnapshot } from '../audit/audit-events.js';
+import { DETECTORS } from './content-detectors.js';
 import { MAX_CONDITION_LENGTH } from './policy-condition.js';
 import { policyEffects, policyModes, rateLimitScopes } from './policy-rules.js';
 import {
@@ -34,7 +35,10 @@ const PolicyEffectEnum = builder.enumType('PolicyEffect', {
   description:
     '`deny` adds POLICY_DENIED; `require_approval` makes the action need a human (APPROVAL_REQUIRED); ' +
     '`rate_limit` counts allowed actions and answers 429 POLICY_VIOLATION over `rate_limit.limit`; ' +
-    '`label` adds its `labels` to the decision, its record and the agent’s `history`.',
+    '`label` adds its `labels` to the decision, its record and the agent’s `history`; ' +
+    'after the tool ran, `redact` replaces the matches of its `detectors` in the result with `[REDACTED:<kind>]`, ' +
+    'and `deny_result` withholds the result (RESULT_DENIED; the record keeps that the tool ran). ' +
+    'Conditions of `redact` and `deny_result` policies may read `result`, the tool’s result data.',
 });
 const RateLimitScopeEnum = builder.enumType('PolicyRateLimitScope', {
   values: rateLimitScopes,
@@ -101,6 +105,12 @@ export const PolicyRef = builder.prismaObject('Policy', {
       description: 'Set exactly when `effect` is `label`: the labels it adds.',
       resolve: (policy) => (policy.effect === 'label' ? policy.labels : null),
     }),
+    detectors: t.stringList({
+      nullable: true,
+      ...closedValues(DETECTORS),
+      description: 'Set exactly when `effect` is `redact`: the detectors whose matches in the result are replaced.',
+      resolve: (policy) => (policy.effect === 'redact' ? policy.detectors : null),
+    }),
     history_window_seconds: t.exposeInt('historyWindowSeconds', {
       nullable: true,
       description: 'How far back `history` reaches in the condition; null: the condition has no `history`.',
@@ -150,6 +160,10 @@ const policyArgs = builder.args((t) => ({
   message: t.string({ description: `At most ${MAX_MESSAGE_LENGTH} characters.` }),
   labels: t.stringList({
     description: `Required exactly when \`effect\` is \`label\`: 1 to ${MAX_LABELS} distinct labels of 1 to 40 lowercase letters, digits, "_" or "-".`,
+  }),
+  detectors: t.stringList({
+    ...closedValues(DETECTORS),
+    description: `Required exactly when \`effect\` is \`redact\`: a non-empty subset of ${DETECTORS.join(', ')}.`,
   }),
   history_window_seconds: t.int({
     description: `1 to ${MAX_HISTORY_WINDOW_SECONDS}: the condition sees \`history\`, the agent's decisions of that many seconds before. Each decision of an agent such a policy targets is then serialized with the write of its history entry.`,

@@ -10,12 +10,14 @@ import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
 import { LABEL_RULE, labelPattern } from '../record/record-chain.js';
-import { compileCondition, describePosition, type CompiledCondition } from './policy-condition.js';
+import { DETECTORS, type Detector } from './content-detectors.js';
+import { compileCondition, describePosition, type CompiledCondition, type CompileOptions } from './policy-condition.js';
 import {
   byPriority,
   policyEffects,
   policyModes,
   rateLimitScopes,
+  resultEffects,
   type ActivePolicy,
   type PolicyEffect,
   type PolicyMode,
@@ -54,6 +56,7 @@ export interface PolicyInput {
   message?: string | null;
   labels?: unknown;
   history_window_seconds?: unknown;
+  detectors?: unknown;
 }
 
 export interface PolicyFilter {
@@ -130,6 +133,7 @@ export function policySnapshot(policy: Policy): PolicySnapshot {
     message: policy.message,
     labels: policy.effect === 'label' ? policy.labels : null,
     history_window_seconds: policy.historyWindowSeconds,
+    detectors: policy.effect === 'redact' ? policy.detectors : null,
     version: policy.version,
     created_by: policy.createdBy,
     updated_by: policy.updatedBy,
@@ -196,13 +200,13 @@ function checkTarget(raw: unknown, errors: FieldErrors): PolicyTarget {
  * A condition must compile now, with `history` only when the policy has a window; a syntax
  * problem says where, in the message and as `position`.
  */
-function checkCondition(raw: unknown, history: boolean, errors: FieldErrors): string | null {
+function checkCondition(raw: unknown, scope: CompileOptions, errors: FieldErrors): string | null {
   if (raw == null) return null;
   if (typeof raw !== 'string') {
     errors.add('condition', 'must be a CEL expression (a string)');
     return null;
   }
-  const compiled = compileCondition(raw, { history });
+  const compiled = compileCondition(raw, scope);
   if (!compiled.ok) {
     const { message, position } = compiled.error;
     const where = describePosition(position);
@@ -263,6 +267,26 @@ function checkLabels(raw: unknown, effect: unknown, errors: FieldErrors): string
   return raw as string[];
 }
 
+/** A `redact` policy's detectors: a non-empty subset of the three; every other effect has none. */
+function checkDetectors(raw: unknown, effect: unknown, errors: FieldErrors): Detector[] | null {
+  if (effect !== 'redact') {
+    if (raw != null && isOneOf(policyEffects, effect))
+      errors.add('detectors', `must be absent when effect is ${effect}: only redact policies redact`);
+    return null;
+  }
+  if (!Array.isArray(raw) || raw.length < 1) {
+    errors.add('detectors', `is required when effect is redact: a non-empty subset of ${DETECTORS.join(', ')}`);
+    return null;
+  }
+  const seen = new Set<unknown>();
+  raw.forEach((detector, i) => {
+    if (!isOneOf(DETECTORS, detector)) errors.add(`detectors[${i}]`, oneOf(DETECTORS));
+    else if (seen.has(detector)) errors.add(`detectors[${i}]`, `repeats "${detector}"`);
+    seen.add(detector);
+  });
+  return raw as Detector[];
+}
+
 function checkHistoryWindow(raw: unknown, errors: FieldErrors): number | null {
   if (raw == null) return null;
   if (!isIntegerIn(raw, 1, MAX_HISTORY_WINDOW_SECONDS))
@@ -293,7 +317,12 @@ function validate(input: PolicyInput) {
   if (!isOneOf(policyEffects, input.effect)) errors.add('effect', oneOf(policyEffects));
   const target = checkTarget(input.target, errors);
   const historyWindowSeconds = checkHistoryWindow(input.history_window_seconds, errors);
-  const condition = checkCondition(input.condition, input.history_window_seconds != null, errors);
+  const condition = checkCondition(
+    input.condition,
+    { history: input.history_window_seconds != null, result: isOneOf(resultEffects, input.effect) },
+    errors,
+  );
+  const detectors = checkDetectors(input.detectors, input.effect, errors);
   const rateLimit = checkRateLimit(input.rate_limit, input.effect, errors);
   const labels = checkLabels(input.labels, input.effect, errors);
   checkOptionalText(input.message, 'message', MAX_MESSAGE_LENGTH, errors);
@@ -311,6 +340,7 @@ function validate(input: PolicyInput) {
     message: input.message ?? null,
     labels: labels ?? [],
     historyWindowSeconds,
+    detectors: detectors ?? [],
   };
 }
 
@@ -341,7 +371,10 @@ const compiledConditions = new Map<string, CompiledCondition>();
  * matches (policies fail closed), with the reason reported by the decision.
  */
 function compileStored(policy: Policy, condition: string, logger: Logger): CompiledCondition {
-  const compiled = compileCondition(condition, { history: policy.historyWindowSeconds !== null });
+  const compiled = compileCondition(condition, {
+    history: policy.historyWindowSeconds !== null,
+    result: isOneOf(resultEffects, policy.effect),
+  });
   if (compiled.ok) return compiled.condition;
   const reason = `the stored condition does not compile: ${compiled.error.message}`;
   logger.error(
@@ -383,6 +416,7 @@ function activePolicy(policy: Policy, logger: Logger): ActivePolicy {
     message: policy.message,
     labels: [...(policy.labels ?? [])].sort(),
     historyWindowSeconds: policy.historyWindowSeconds,
+    detectors: (policy.detectors ?? []) as Detector[],
   };
 }
 

@@ -72,6 +72,10 @@ export interface RecordBody {
   connection?: RecordedConnection;
   /** The decision's labels (label policies), sorted; absent when none (and on every older record). */
   labels?: string[];
+  /** Only after a redact policy changed the result: the original's hash (`result_hash` is the redacted one's). */
+  original_result_hash?: string;
+  /** Only after a redaction: what was replaced, by kind. */
+  redactions?: { kind: string; count: number }[];
   prev_hash: string;
   created_at: string;
   key_id: string;

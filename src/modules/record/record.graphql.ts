@@ -36,6 +36,11 @@ const RecordReasonRef = builder.objectRef<RecordBody['reasons'][number]>('Record
   }),
 });
 
+export const RedactionRef = builder.objectRef<{ kind: string; count: number }>('Redaction').implement({
+  description: 'How many matches of one kind of content (of `secrets`, `pii` or `hidden_text`) a redaction replaced.',
+  fields: (t) => ({ kind: t.exposeString('kind'), count: t.exposeInt('count') }),
+});
+
 export const MatchedPolicyRef = builder.objectRef<RecordedPolicy>('MatchedPolicy').implement({
   description: 'A policy that matched the action (shadow ones included: they are reported, never applied).',
   fields: (t) => ({
@@ -112,6 +117,17 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
         'The OAuth connection (and its user) the call reached its upstream through, signed into the record; never a token. ' +
         'Null when the tool authenticates otherwise, and on records from before connections were recorded.',
       resolve: (r) => r.connection as unknown as RecordedConnection | null,
+    }),
+    original_result_hash: t.exposeString('originalResultHash', {
+      nullable: true,
+      description:
+        'Only after a `redact` policy changed the result: the SHA-256 of the result the tool gave (`result_hash` is of the redacted result the agent got), signed.',
+    }),
+    redactions: t.field({
+      type: [RedactionRef],
+      nullable: true,
+      description: 'Only after a redaction: what was replaced, by kind (signed); null otherwise.',
+      resolve: (r) => (r.redactions as unknown as { kind: string; count: number }[] | null) ?? null,
     }),
     labels: t.stringList({
       description:

@@ -72,6 +72,10 @@ export interface NewRecord extends RecordSubject {
   connection: RecordConnection | null;
   /** The decision's labels, sorted and distinct; empty when none. */
   labels: readonly string[];
+  /** After a redaction: the hash of the result the tool gave (`resultHash` is of the redacted one). */
+  originalResultHash: string | null;
+  /** What a redaction replaced, by kind; empty when none. */
+  redactions: readonly { kind: string; count: number }[];
 }
 
 /**
@@ -159,6 +163,12 @@ export function bodyOf(record: ExportedRecord): RecordBody {
     ...(record.channel === null ? {} : { channel: record.channel as InteractionChannel }),
     ...(record.connection === null ? {} : { connection: record.connection as unknown as RecordedConnection }),
     ...(record.labels?.length ? { labels: record.labels } : {}),
+    ...(record.originalResultHash === null
+      ? {}
+      : {
+          original_result_hash: record.originalResultHash,
+          redactions: record.redactions as unknown as RecordBody['redactions'],
+        }),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -315,6 +325,10 @@ export function createRecordService(deps: Deps) {
         ...(connection === null ? {} : { connection }),
         // Absent without labels, as on every record from before labels: those hash as they did.
         ...(entry.labels.length ? { labels: [...entry.labels] } : {}),
+        // Only after a redaction, likewise.
+        ...(entry.originalResultHash === null
+          ? {}
+          : { original_result_hash: entry.originalResultHash, redactions: [...entry.redactions] }),
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -341,6 +355,8 @@ export function createRecordService(deps: Deps) {
         channel: entry.channel,
         connection: connection as unknown as Prisma.JsonValue,
         labels: [...entry.labels],
+        originalResultHash: entry.originalResultHash,
+        redactions: entry.originalResultHash === null ? null : (entry.redactions as unknown as Prisma.JsonValue),
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),

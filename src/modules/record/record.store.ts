@@ -83,6 +83,8 @@ const columns = [
   'channel',
   'connection',
   'labels',
+  'original_result_hash',
+  'redactions',
   'prev_hash',
   'record_hash',
   'signature',
@@ -99,6 +101,7 @@ const types: Record<string, string> = {
   policies: 'jsonb',
   connection: 'jsonb',
   labels: 'text[]',
+  redactions: 'jsonb',
   status: '"RecordStatus"',
   executed: 'boolean',
   created_at: 'timestamptz',
@@ -137,6 +140,8 @@ function recordBatch(records: InteractionRecord[]): string {
       connection: r.connection,
       // Null, not an empty list, without labels: the listing's partial index keeps labelled records only.
       labels: r.labels?.length ? r.labels : null,
+      original_result_hash: r.originalResultHash,
+      redactions: r.redactions,
       prev_hash: r.prevHash,
       record_hash: r.recordHash,
       signature: r.signature,
@@ -386,7 +391,7 @@ export async function exportPage(
     `SELECT r.id, r.org_id AS "orgId", r.seq::text AS seq, r.svc_id AS "svcId", r.agent_id AS "agentId",
        r.action_type AS "actionType", r.tool, r.capability, r.params_hash AS "paramsHash", r.params, r.status,
        r.executed, r.reasons, r.result_hash AS "resultHash", r.approval_id AS "approvalId", r.policies, r.channel,
-       r.connection, r.labels, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
+       r.connection, r.labels, r.original_result_hash AS "originalResultHash", r.redactions, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
        r.key_id AS "keyId", r.created_at AS "createdAt"
      FROM interaction_records r
      WHERE r.org_id = $1::uuid AND r.seq >= $2::bigint AND r.seq <= $3::bigint

@@ -166,6 +166,8 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     approvalId: null,
     policies: [],
     labels: [],
+    originalResultHash: null,
+    redactions: [],
     channel: 'rest',
     connection: null,
   });
@@ -204,6 +206,8 @@ test('a batch whose write fails in the database retries its records one by one',
     approvalId: null,
     policies: [],
     labels: [],
+    originalResultHash: null,
+    redactions: [],
     channel: 'rest',
     connection: null,
   };

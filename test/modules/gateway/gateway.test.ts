@@ -35,6 +35,7 @@ describe('decisions and reasons', () => {
       approval_id: null,
       policies: [],
       labels: [],
+      redactions: [],
     });
     const record = await t.request('GET', `/api/v1/records/${response.body.interaction_id}`, { token: org.adminToken });
     expect(record.status).toBe(200);
@@ -163,7 +164,7 @@ describe('decisions and reasons', () => {
 describe('one decision, two channels', () => {
   const selection =
     '{ approval_id decision executed interaction_id labels policies { condition_error effect mode name policy_id rate_limit_exceeded version } ' +
-    'reasons { code details message } result { data error { code message } success } }';
+    'reasons { code details message } redactions { count kind } result { data error { code message } success } }';
   const viaGraphQL = async (agent: { svcId: string; key: string }, mode: 'execute' | 'evaluate', tool: string) => {
     const response = await t.graphql(
       `mutation($svc: String!, $action: GatewayActionInput!) { gateway_${mode}(svc_id: $svc, agent_id: $svc, action: $action) ${selection} }`,

@@ -72,6 +72,7 @@ const deny = (overrides: Partial<ActivePolicy>): ActivePolicy => ({
   message: null,
   labels: [],
   historyWindowSeconds: null,
+  detectors: [],
   ...overrides,
 });
 
@@ -139,7 +140,7 @@ describe('the tool list', () => {
 });
 
 describe('results', () => {
-  const decision = { interaction_id: 'int_1', approval_id: null, policies: [], labels: [] };
+  const decision = { interaction_id: 'int_1', approval_id: null, policies: [], labels: [], redactions: [] };
   test('executed: data as structuredContent and text; a failed tool is an error with its code', () => {
     const ok: DecisionOutcome = {
       decision: {

@@ -432,6 +432,30 @@ describe('tools/call: the execute decision', () => {
     expect(await recordOf(interactionOf(send))).toMatchObject({ status: 'denied', labels: [], channel: 'mcp' });
   });
 
+  test('a redacted result: structuredContent and text carry the redacted data, _meta what was replaced; a withheld one is an error', async () => {
+    const own = await signUp(t, 'mcp-redact');
+    const agent = await readyAgent(t, own, { capabilities: ['notes:read', 'notes:list'] });
+    const tool = await t.request('POST', `/api/v1/orgs/${own.orgId}/tools`, {
+      token: own.adminToken,
+      body: { action_type: 'notes', connector: 'mock', config: { response: { text: 'mail bob@example.com' } } },
+    });
+    expect(tool.status).toBe(201);
+    const policy = (body: Record<string, unknown>) =>
+      t.request('POST', '/api/v1/policies', { token: own.adminToken, body }).then((r) => expect(r.status).toBe(201));
+    await policy({ name: 'pii out', effect: 'redact', detectors: ['pii'], target: { capabilities: ['notes:read'] } });
+    await policy({ name: 'no lists', effect: 'deny_result', target: { capabilities: ['notes:list'] } });
+    const client = await connect(agent.svcId, agent.key);
+    const read = await call(client, 'notes__read');
+    expect(read.isError).toBe(false);
+    expect(read.structuredContent).toEqual({ text: 'mail [REDACTED:email]' });
+    expect((read.content as { text: string }[])[0].text).not.toContain('bob@example.com');
+    expect((read._meta as Record<string, unknown>)['agent-gateway/redactions']).toEqual([{ kind: 'email', count: 1 }]);
+    const listed = await call(client, 'notes__list');
+    expect(listed.isError).toBe(true);
+    expect(reasonCodes(listed)).toEqual(['RESULT_DENIED']);
+    expect(JSON.stringify(listed)).not.toContain('bob@example.com');
+  });
+
   test('a deactivated agent lists no tools and every call is denied with AGENT_DEACTIVATED', async () => {
     const agent = await readyAgent(t, org);
     const gone = await t.request('DELETE', `/api/v1/agents/${agent.svcId}?reason=incident`, { token: org.adminToken });

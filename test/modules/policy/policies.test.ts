@@ -80,6 +80,7 @@ const defaults = {
   message: null,
   labels: null,
   history_window_seconds: null,
+  detectors: null,
 };
 
 const facts = (overrides: Partial<ConditionFacts> = {}): ConditionFacts => ({

@@ -241,6 +241,7 @@ describe('the run-time budget', () => {
       message: null,
       labels: [],
       historyWindowSeconds: null,
+      detectors: [],
     };
     const f = () => facts({ l: ints(1_000) });
     expect(matchPolicies([policy], 'billing-agent', 'billing:refund', f, undefined, 100)[0].conditionError).toBe(

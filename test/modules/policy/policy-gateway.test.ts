@@ -420,6 +420,8 @@ describe('records with policies', () => {
             channel: null,
             connection: null,
             labels: [],
+            originalResultHash: null,
+            redactions: null,
             prevHash: head.hash,
             recordHash,
             signature: signRecordHash(recordHash, key.privateKey),

@@ -6,6 +6,7 @@
  */
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
+import { canonicalHash } from '../../../src/lib/canonical-json.js';
 import { verifyExport } from '../../../src/modules/record/record-export.js';
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
@@ -343,5 +344,148 @@ describe('content in conditions', () => {
     const denied = await run(agent, 'email:send', { body: prose });
     expect(codes(denied.body)).toEqual(['POLICY_DENIED']);
     expect(denied.body.policies[0].condition_error).toMatch(/evaluation budget exceeded/);
+  });
+});
+
+describe('policies on the result', () => {
+  const leaky = {
+    note: 'Call Alice at alice@example.com about card 4111 1111 1111 1111',
+    token: `AKIA${'IOSFODNN7EXAMPLE'}`,
+    bio: 'hello\u200bworld',
+  };
+  /** An org whose `crm` tool answers `leaky`. */
+  async function leakyWorld() {
+    const org = await signUp(t, 'result');
+    const agent = await readyAgent(t, org, { capabilities: ['crm:read', 'billing:read'] });
+    const tool = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+      token: org.adminToken,
+      body: { action_type: 'crm', connector: 'mock', config: { response: leaky } },
+    });
+    expect(tool.status).toBe(201);
+    return { org, agent };
+  }
+
+  test('redact, detectors and `result` are checked: 422 for what cannot apply', async () => {
+    const org = await signUp(t, 'redact-api');
+    const refused = async (body: Record<string, unknown>, field: string) => {
+      const response = await t.request('POST', '/api/v1/policies', { token: org.adminToken, body });
+      expect(response.status).toBe(422);
+      expect(response.body.error.details.errors.map((e: { field: string }) => e.field)).toContain(field);
+    };
+    await refused({ name: 'r', effect: 'redact' }, 'detectors');
+    await refused({ name: 'r', effect: 'redact', detectors: [] }, 'detectors');
+    await refused({ name: 'r', effect: 'redact', detectors: ['pii', 'passwords'] }, 'detectors[1]');
+    await refused({ name: 'r', effect: 'redact', detectors: ['pii', 'pii'] }, 'detectors[1]');
+    await refused({ name: 'r', effect: 'deny', detectors: ['pii'] }, 'detectors');
+    // Only policies on the result may read it.
+    await refused({ name: 'r', effect: 'deny', condition: 'secrets(result).size() > 0' }, 'condition');
+    const created = await t.request('POST', '/api/v1/policies', {
+      token: org.adminToken,
+      body: { name: 'r', effect: 'deny_result', condition: 'secrets(result).size() > 0' },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ effect: 'deny_result', detectors: null });
+  });
+
+  test('redact: the agent gets the redacted result and what was replaced; the record signs both hashes', async () => {
+    const { org, agent } = await leakyWorld();
+    await createPolicy(org, {
+      name: 'scrub',
+      effect: 'redact',
+      detectors: ['secrets', 'pii'],
+      target: { capabilities: ['crm:*'] },
+    });
+    await createPolicy(org, {
+      name: 'unseen',
+      effect: 'redact',
+      detectors: ['hidden_text'],
+      condition: 'result.bio.size() > 100',
+    });
+    await createPolicy(org, { name: 'try', effect: 'deny_result', mode: 'shadow' });
+    const read = await run(agent, 'crm:read');
+    expect(read.body).toMatchObject({ decision: 'allow', executed: true, reasons: [] });
+    const redacted = {
+      note: 'Call Alice at [REDACTED:email] about card [REDACTED:payment_card]',
+      token: '[REDACTED:aws_access_key]',
+      bio: 'hello\u200bworld',
+    };
+    expect(read.body.result).toEqual({ success: true, data: redacted, error: null });
+    expect(read.body.redactions).toEqual([
+      { kind: 'aws_access_key', count: 1 },
+      { kind: 'email', count: 1 },
+      { kind: 'payment_card', count: 1 },
+    ]);
+    // The policies on the result follow the others, shadow ones reported.
+    expect(read.body.policies.map((p: { name: string; mode: string }) => `${p.name}:${p.mode}`)).toEqual([
+      'scrub:enforce',
+      'try:shadow',
+    ]);
+    const record = await t.request('GET', `/api/v1/records/${read.body.interaction_id}`, { token: org.adminToken });
+    expect(record.body).toMatchObject({
+      status: 'approved',
+      executed: true,
+      result_hash: canonicalHash({ success: true, data: redacted }),
+      original_result_hash: canonicalHash({ success: true, data: leaky }),
+      redactions: read.body.redactions,
+    });
+    const verified = await t.request('GET', `/api/v1/records/${read.body.interaction_id}/verify`, {
+      token: org.adminToken,
+    });
+    expect(verified.body.valid).toBe(true);
+    // A call no result policy matches: no redactions, no original hash.
+    const plain = await run(agent, 'billing:read');
+    expect(plain.body.redactions).toEqual([]);
+    const plainRecord = await t.request('GET', `/api/v1/records/${plain.body.interaction_id}`, {
+      token: org.adminToken,
+    });
+    expect(plainRecord.body).toMatchObject({ original_result_hash: null, redactions: null });
+    const exported = await t.request('GET', '/api/v1/records/export', { token: org.adminToken });
+    const lines = exported.text.trim().split('\n');
+    expect(JSON.parse(lines[1]).body).toMatchObject({ redactions: read.body.redactions });
+    expect(await verifyExport(createInterface({ input: Readable.from(lines.join('\n')) }))).toMatchObject({ ok: true });
+    // Evaluate has no result: policies on it are not asked.
+    const evaluated = await run(agent, 'crm:read', {}, 'evaluate');
+    expect(evaluated.body.policies).toEqual([]);
+  });
+
+  test('hidden text in a result is redacted when the condition over the result says so', async () => {
+    const { org, agent } = await leakyWorld();
+    await createPolicy(org, {
+      name: 'hidden',
+      effect: 'redact',
+      detectors: ['hidden_text'],
+      condition: 'hidden_text(result).size() > 0',
+    });
+    const read = await run(agent, 'crm:read');
+    expect(read.body.result.data.bio).toBe('hello[REDACTED:zero_width]world');
+    expect(read.body.redactions).toEqual([{ kind: 'zero_width', count: 1 }]);
+  });
+
+  test('deny_result: the tool ran, the agent gets a denial naming the policy, the record keeps that it ran', async () => {
+    const { org, agent } = await leakyWorld();
+    const policy = await createPolicy(org, {
+      name: 'no keys back',
+      effect: 'deny_result',
+      condition: '"aws_access_key" in secrets(result)',
+      message: 'the CRM returned a credential',
+    });
+    const read = await run(agent, 'crm:read');
+    expect(read.body).toMatchObject({ decision: 'deny', executed: true, result: null, redactions: [] });
+    expect(read.body.reasons).toEqual([
+      {
+        code: 'RESULT_DENIED',
+        message: 'The tool ran, and its result is withheld by policy "no keys back": the CRM returned a credential',
+        details: { policy_id: policy.policy_id, name: 'no keys back', version: 1 },
+      },
+    ]);
+    const record = await t.request('GET', `/api/v1/records/${read.body.interaction_id}`, { token: org.adminToken });
+    expect(record.body).toMatchObject({
+      status: 'denied',
+      executed: true,
+      result_hash: canonicalHash({ success: true, data: leaky }),
+      reasons: [expect.objectContaining({ code: 'RESULT_DENIED' })],
+    });
+    // A result without a key passes.
+    expect((await run(agent, 'billing:read')).body).toMatchObject({ decision: 'allow', executed: true });
   });
 });

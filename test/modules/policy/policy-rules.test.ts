@@ -178,6 +178,7 @@ function policy(overrides: Partial<ActivePolicy> & { id: string }): ActivePolicy
     message: null,
     labels: [],
     historyWindowSeconds: null,
+    detectors: [],
     ...overrides,
   };
 }

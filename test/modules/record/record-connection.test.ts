@@ -37,6 +37,8 @@ const newRecord = (orgId: string, connection: RecordConnection | null): NewRecor
   approvalId: null,
   policies: [],
   labels: [],
+  originalResultHash: null,
+  redactions: [],
   channel: 'mcp',
   connection,
 });

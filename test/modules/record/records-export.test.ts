@@ -228,6 +228,8 @@ describe('GET /records/export', () => {
           approvalId: null,
           policies: [],
           labels: [],
+          originalResultHash: null,
+          redactions: [],
           channel: 'rest',
           connection: null,
         },
