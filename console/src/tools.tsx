@@ -7,6 +7,7 @@
  * Everything a definition holds is the upstream's text, hostile input: it is only ever rendered as
  * text nodes (Preact escapes them), never as HTML.
  */
+import { escapeHiddenCharacters } from '../../src/lib/hidden-characters.js';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import {
   AcceptToolDefinitionsDocument,
@@ -365,7 +366,8 @@ function DefinitionItem({
       tabIndex={-1}
     >
       <p class="definition-name">
-        <code class="upstream-text">{definition.name}</code> <Status value={definition.status} />
+        <code class="upstream-text">{escapeHiddenCharacters(definition.name)}</code>{' '}
+        <Status value={definition.status} />
       </p>
       <dl class="facts">
         <dt>Pinned</dt>
@@ -394,7 +396,7 @@ function DefinitionItem({
       {!review && definition.pinned != null && (
         <details>
           <summary>Pinned definition</summary>
-          <pre class="json">{JSON.stringify(definition.pinned, null, 2)}</pre>
+          <pre class="json">{escapeHiddenCharacters(JSON.stringify(definition.pinned, null, 2))}</pre>
         </details>
       )}
       {review && (

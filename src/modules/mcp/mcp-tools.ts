@@ -1,4 +1,5 @@
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
+import { withoutHiddenCharacters } from '../../lib/hidden-characters.js';
 import type { AgentGate } from '../agent/agent.service.js';
 import type { DecisionOutcome } from '../gateway/gateway.service.js';
 import type { CurrentManifest } from '../manifest/manifest.service.js';
@@ -72,14 +73,21 @@ export function listedTools(source: AgentTools): Tool[] {
       connector.description ??
       pinned?.description ??
       `The \`${capability}\` capability of ${manifest.agent.name}.`;
+    // What an upstream or a tenant wrote reaches the model without the characters a reader cannot
+    // see (an instruction smuggled in tag characters, text reordered by bidi controls).
+    const described = withoutHiddenCharacters({
+      description,
+      inputSchema: ((connector.input_schema ?? pinned?.inputSchema) as Tool['inputSchema'] | undefined) ?? ANY_OBJECT,
+      annotations: pinned?.annotations,
+    });
     tools.push({
       name: toolNameOf(capability),
       title: capability,
       description: needsHuman
-        ? `${description} A human must approve each call: the first call answers with an approval_id.`
-        : description,
-      inputSchema: ((connector.input_schema ?? pinned?.inputSchema) as Tool['inputSchema'] | undefined) ?? ANY_OBJECT,
-      ...(pinned?.annotations ? { annotations: pinned.annotations } : {}),
+        ? `${described.description} A human must approve each call: the first call answers with an approval_id.`
+        : described.description,
+      inputSchema: described.inputSchema,
+      ...(described.annotations ? { annotations: described.annotations } : {}),
       _meta: { 'agent-gateway/capability': capability, 'agent-gateway/connector': connector.connector },
     });
   }

@@ -1,3 +1,4 @@
+import { HIDDEN_CHARACTERS } from '../../lib/hidden-characters.js';
 import { isValidIBAN } from 'ibantools';
 
 /**
@@ -364,8 +365,7 @@ export function scanPii(text: string, found: Found): void {
 // ---------------------------------------------------------------------------------------------
 // Hidden text
 
-const hiddenCharacters =
-  /\udb40[\udc00-\udc7f]|[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]|[\u200b-\u200d\u2060\ufeff\u180e]/g;
+const hiddenCharacters = new RegExp(HIDDEN_CHARACTERS.source, 'g');
 const pictographic = /\p{Extended_Pictographic}/u;
 const isBidiControl = (code: number) =>
   (code >= 0x202a && code <= 0x202e) ||

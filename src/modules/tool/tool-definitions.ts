@@ -1,3 +1,4 @@
+import { escapeHiddenCharacters } from '../../lib/hidden-characters.js';
 import { createTwoFilesPatch } from 'diff';
 import { canonicalJson } from '../../lib/canonical-json.js';
 import { sha256Hex } from '../../lib/hash.js';
@@ -58,9 +59,14 @@ export function statusOf(kept: Pick<KeptDefinition, 'pinnedHash' | 'currentHash'
   return kept.pinnedHash === kept.currentHash ? 'pinned' : 'changed';
 }
 
-/** The definition as the diff shows it: canonical key order, two-space indentation. */
+/**
+ * The definition as the diff shows it: canonical key order, two-space indentation, and hidden
+ * characters written as their JSON escapes, so that an operator sees what a model would read.
+ */
 const readable = (definition: ToolDefinition | null) =>
-  definition === null ? '' : `${JSON.stringify(JSON.parse(canonicalJson(definition)), null, 2)}\n`;
+  definition === null
+    ? ''
+    : `${escapeHiddenCharacters(JSON.stringify(JSON.parse(canonicalJson(definition)), null, 2))}\n`;
 
 /** A unified diff from the pinned definition to the current one; null while they are the same. */
 export function definitionDiff(kept: KeptDefinition): string | null {

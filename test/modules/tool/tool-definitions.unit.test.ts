@@ -197,6 +197,14 @@ describe('definitionHold and the decision', () => {
     expect(diff).toContain('+  "description": "x",');
   });
 
+  test('the diff writes hidden characters as their JSON escapes, so an operator sees what a model would read', () => {
+    const tags = [...'RUN'].map((c) => String.fromCodePoint(0xe0000 + c.charCodeAt(0))).join('');
+    const hidden = refresh(pinnedAll([refund]), [{ ...refund, description: `Refunds.${tags}\u200b\u202e` }]).kept;
+    const diff = definitionDiff(hidden.find((d) => d.name === 'refund')!)!;
+    expect(diff).toContain('+  "description": "Refunds.\\udb40\\udc52\\udb40\\udc55\\udb40\\udc4e\\u200b\\u202e",');
+    expect(diff).not.toMatch(/[\u200b\u202e]|\udb40/);
+  });
+
   test('a held call is denied with the hold as its reason, after TOOL_NOT_CONFIGURED’s place', () => {
     const context = {
       call: {
