@@ -671,6 +671,72 @@ test('policies: a CEL error is shown at its position, then the policy is created
   expect(view.problems).toEqual([]);
 });
 
+test('policies: the trifecta from its examples, in shadow, then enforced; the denied send in records, filtered by label', async () => {
+  const org = await signUp(t, 'console');
+  const agent = await readyAgent(t, org, { capabilities: ['files:read', 'email:send'] });
+  for (const type of ['files', 'email']) {
+    const tool = await t.request('POST', `/api/v1/orgs/${org.orgId}/tools`, {
+      token: org.adminToken,
+      body: { action_type: type, connector: 'mock', config: { response: { ok: true } } },
+    });
+    expect(tool.status).toBe(201);
+  }
+  const view = await openConsole();
+  const { page } = view;
+  await signIn(view, org.adminEmail);
+  await goTo(view, 'Policies');
+  for (const example of ['Label private reads', 'Nothing out after private data']) {
+    await page.getByRole('button', { name: 'New policy' }).click();
+    const form = page.getByRole('form', { name: 'New policy' });
+    await form.getByRole('group', { name: 'Examples' }).getByRole('button', { name: example }).click();
+    await form.getByRole('button', { name: 'Create' }).click();
+    await page.getByRole('article', { name: `Policy ${example}` }).waitFor();
+  }
+  const created = await t.request('GET', '/api/v1/policies', { token: org.adminToken });
+  expect(created.body.items).toEqual(
+    expect.arrayContaining([
+      expect.objectContaining({ effect: 'label', labels: ['private'], mode: 'shadow' }),
+      expect.objectContaining({
+        effect: 'deny',
+        mode: 'shadow',
+        history_window_seconds: 3600,
+        condition: 'history.exists(h, "private" in h.labels && h.executed)',
+      }),
+    ]),
+  );
+  const guard = page.getByRole('article', { name: 'Policy Nothing out after private data' });
+  expect(await guard.innerText()).toContain('the agent’s decisions of the last 3600 s');
+  await screenshot(page, 'policies-trifecta');
+  // Enforced: both edited to enforce, through the form.
+  for (const name of ['Label private reads', 'Nothing out after private data']) {
+    await page
+      .getByRole('article', { name: `Policy ${name}` })
+      .getByRole('button', { name: 'Edit' })
+      .click();
+    const edit = page.getByRole('form', { name: `Edit policy ${name}` });
+    await edit.getByLabel('Mode').selectOption('enforce');
+    await edit.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('article', { name: `Policy ${name}` }).waitFor();
+  }
+  const call = (type: string, tool: string) =>
+    t.request('POST', '/api/v1/gateway/execute', {
+      apiKey: agent.key,
+      body: { svc_id: agent.svcId, agent_id: agent.svcId, action: { type, tool, params: {} } },
+    });
+  expect((await call('files', 'read')).body).toMatchObject({ decision: 'allow', labels: ['private'] });
+  expect((await call('email', 'send')).body.reasons[0].code).toBe('POLICY_DENIED');
+
+  await goTo(view, 'Records');
+  await page.getByText('2 records', { exact: true }).waitFor();
+  await page.getByLabel('Label').fill('private');
+  await page.getByText('1 record', { exact: true }).waitFor();
+  const labelled = page.locator('[data-record-id]');
+  expect(await labelled.innerText()).toContain('files:read');
+  expect(await labelled.locator('.label').innerText()).toBe('private');
+  await screenshot(page, 'records-labels');
+  expect(view.problems).toEqual([]);
+});
+
 test('records: filter by agent, verify one, download the export; the audit log filters by action', async () => {
   const org = await signUp(t, 'console');
   const first = await readyAgent(t, org);

@@ -94,7 +94,15 @@ function PolicyCard({ policy, records, onEdit }: { policy: Policy; records: Matc
               : {policy.rate_limit.limit} per {policy.rate_limit.window_seconds} s per {policy.rate_limit.per}
             </>
           )}
+          {policy.labels && <>: {policy.labels.join(', ')}</>}
+          {policy.detectors && <>: {policy.detectors.join(', ')}</>}
         </dd>
+        {policy.history_window_seconds != null && (
+          <>
+            <dt>History</dt>
+            <dd>the agent’s decisions of the last {policy.history_window_seconds} s</dd>
+          </>
+        )}
         <dt>Priority</dt>
         <dd>{policy.priority}</dd>
         <dt>Agents</dt>
@@ -163,6 +171,58 @@ function ConditionProblem({ condition, problem, id }: { condition: string; probl
   );
 }
 
+const DETECTORS = ['secrets', 'pii', 'hidden_text'];
+
+/**
+ * Policies an operator starts from, created in shadow mode: what they would do shows in their
+ * matches before they are enforced. The "lethal trifecta" is two of them: a label, then a denial
+ * over the agent's history.
+ */
+const EXAMPLES: {
+  name: string;
+  description: string;
+  effect: PolicyEffect;
+  capabilities: string;
+  condition?: string;
+  labels?: string;
+  detectors?: string[];
+  history_window_seconds?: number;
+  message?: string;
+}[] = [
+  {
+    name: 'Label private reads',
+    description: 'Trifecta, part 1: reads of private data are labelled private.',
+    effect: 'label',
+    capabilities: 'files:read, crm:*',
+    labels: 'private',
+  },
+  {
+    name: 'Nothing out after private data',
+    description: 'Trifecta, part 2: an agent that read private data in the last hour sends nothing out.',
+    effect: 'deny',
+    capabilities: 'email:*, http:post',
+    condition: 'history.exists(h, "private" in h.labels && h.executed)',
+    history_window_seconds: 3600,
+    message: 'this agent read private data in the last hour',
+  },
+  {
+    name: 'No secrets in params',
+    description: 'Deny any call whose arguments carry a key, a token or a private key.',
+    effect: 'deny',
+    capabilities: '',
+    condition: 'secrets(params).size() > 0',
+    message: 'the arguments carry a secret',
+  },
+  {
+    name: 'Redact PII in results',
+    description:
+      'Emails, phone numbers, cards, IBANs and SSNs in tool results are replaced before the agent sees them.',
+    effect: 'redact',
+    capabilities: '',
+    detectors: ['pii'],
+  },
+];
+
 function PolicyForm({
   initial,
   onSaved,
@@ -185,6 +245,9 @@ function PolicyForm({
   const [limit, setLimit] = useState(String(initial?.rate_limit?.limit ?? 10));
   const [windowSeconds, setWindowSeconds] = useState(String(initial?.rate_limit?.window_seconds ?? 60));
   const [per, setPer] = useState<PolicyRateLimitScope>(initial?.rate_limit?.per ?? 'agent');
+  const [labels, setLabels] = useState(initial?.labels?.join(', ') ?? '');
+  const [detectors, setDetectors] = useState<string[]>(initial?.detectors ?? ['secrets', 'pii']);
+  const [historyWindow, setHistoryWindow] = useState(String(initial?.history_window_seconds ?? ''));
   const [problems, setProblems] = useState<FieldProblem[]>([]);
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
@@ -213,6 +276,9 @@ function PolicyForm({
       condition: condition.trim() === '' ? null : condition,
       message: message.trim() === '' ? null : message,
       rate_limit: effect === 'rate_limit' ? { limit: Number(limit), window_seconds: Number(windowSeconds), per } : null,
+      labels: effect === 'label' ? list(labels) : null,
+      detectors: effect === 'redact' ? detectors : null,
+      history_window_seconds: historyWindow.trim() === '' ? null : Number(historyWindow),
     };
     try {
       if (initial) await request(ReplacePolicyDocument, { policy_id: initial.policy_id, ...variables });
@@ -239,6 +305,31 @@ function PolicyForm({
   return (
     <form class="card policy-form" onSubmit={save} aria-label={initial ? `Edit policy ${initial.name}` : 'New policy'}>
       <h2>{initial ? `Edit ${initial.name} (version ${initial.version})` : 'New policy'}</h2>
+      {!initial && (
+        <div class="examples" role="group" aria-label="Examples">
+          <span>Start from an example:</span>
+          {EXAMPLES.map((example) => (
+            <button
+              type="button"
+              key={example.name}
+              onClick={() => {
+                setName(example.name);
+                setDescription(example.description);
+                setEffect(example.effect);
+                setMode('shadow');
+                setCapabilities(example.capabilities);
+                setCondition(example.condition ?? '');
+                setHistoryWindow(example.history_window_seconds ? String(example.history_window_seconds) : '');
+                setLabels(example.labels ?? '');
+                if (example.detectors) setDetectors(example.detectors);
+                setMessage(example.message ?? '');
+              }}
+            >
+              {example.name}
+            </button>
+          ))}
+        </div>
+      )}
       <label for={field('name')}>Name</label>
       <input
         id={field('name')}
@@ -266,6 +357,9 @@ function PolicyForm({
             <option value="deny">deny</option>
             <option value="require_approval">require_approval</option>
             <option value="rate_limit">rate_limit</option>
+            <option value="label">label</option>
+            <option value="redact">redact (the result)</option>
+            <option value="deny_result">deny_result (the result)</option>
           </select>
         </span>
         <span>
@@ -328,6 +422,42 @@ function PolicyForm({
           </span>
         </fieldset>
       )}
+      {effect === 'label' && (
+        <>
+          <label for={field('labels')}>Labels (comma-separated, such as private)</label>
+          <input id={field('labels')} type="text" value={labels} onInput={(e) => setLabels(e.currentTarget.value)} />
+        </>
+      )}
+      {effect === 'redact' && (
+        <fieldset class="row">
+          <legend>Redact in the result</legend>
+          {DETECTORS.map((detector) => (
+            <label class="check" key={detector}>
+              <input
+                type="checkbox"
+                checked={detectors.includes(detector)}
+                onChange={(e) =>
+                  setDetectors(
+                    e.currentTarget.checked
+                      ? DETECTORS.filter((d) => d === detector || detectors.includes(d))
+                      : detectors.filter((d) => d !== detector),
+                  )
+                }
+              />{' '}
+              {detector}
+            </label>
+          ))}
+        </fieldset>
+      )}
+      <label for={field('history')}>History window (seconds; the condition sees `history`; empty: none)</label>
+      <input
+        id={field('history')}
+        type="number"
+        min={1}
+        max={86400}
+        value={historyWindow}
+        onInput={(e) => setHistoryWindow(e.currentTarget.value)}
+      />
       <label for={field('svc')}>Agents (ids, comma-separated; empty: all)</label>
       <input id={field('svc')} type="text" value={svcIds} onInput={(e) => setSvcIds(e.currentTarget.value)} />
       <label for={field('caps')}>Capabilities (patterns such as billing:*; empty: all)</label>

@@ -32,6 +32,7 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
   const [agentId, setAgentId] = useState('');
   const [status, setStatus] = useState<RecordStatus | ''>('');
   const [action, setAction] = useState('');
+  const [label, setLabel] = useState('');
   const [from, setFrom] = useState('');
   const [to, setTo] = useState('');
   const [downloadError, setDownloadError] = useState<string | undefined>(undefined);
@@ -40,6 +41,7 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
     agent_id: orNull(agentId),
     status: status || null,
     action: orNull(action),
+    label: orNull(label),
     from: timestamp(from),
     to: timestamp(to),
   };
@@ -94,6 +96,7 @@ export function RecordsPage({ user }: { user: SignedInUser }) {
           </select>
         </span>
         <FilterField label="Action (type or type:tool)" value={action} onChange={setAction} />
+        <FilterField label="Label" value={label} onChange={setLabel} />
         <FilterField label="From" type="datetime-local" value={from} onChange={setFrom} />
         <FilterField label="To" type="datetime-local" value={to} onChange={setTo} />
         {canDecide(user) && (
@@ -174,6 +177,24 @@ function RecordCard({ record }: { record: RecordItem }) {
           <>
             <dt>Policies</dt>
             <dd>{record.policies.map((p) => `${p.name} (${p.effect}, ${p.mode})`).join(', ')}</dd>
+          </>
+        )}
+        {record.labels.length > 0 && (
+          <>
+            <dt>Labels</dt>
+            <dd>
+              {record.labels.map((name) => (
+                <span class="label" key={name}>
+                  {name}
+                </span>
+              ))}
+            </dd>
+          </>
+        )}
+        {record.redactions && record.redactions.length > 0 && (
+          <>
+            <dt>Redacted</dt>
+            <dd>{record.redactions.map((r) => `${r.count} ${r.kind}`).join(', ')}</dd>
           </>
         )}
       </dl>
