@@ -40,6 +40,8 @@ import {
   declaresUrlElicitation,
   sessionAcceptsUrlElicitation,
   urlElicitationSessionId,
+  confirmationElicitation,
+  confirmationOf,
 } from './mcp-url-elicitation.js';
 
 /**
@@ -284,7 +286,17 @@ export function useMcpEndpoint({
           try {
             // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
             // the only ones the call reads.
-            const { result, connect } = await mcp.callTool(principal, svcId, request.params, turn?.away);
+            // On 2026-07-28 a client that accepts form elicitation can be asked to confirm a call;
+            // the 2025 family is served statelessly, without the stream such a question needs.
+            const confirmation = era === 'stateless' ? confirmationOf(ctx.mcpReq) : undefined;
+            const { result, connect, confirm } = await mcp.callTool(
+              principal,
+              svcId,
+              request.params,
+              turn?.away,
+              confirmation,
+            );
+            if (confirm) return confirmationElicitation(confirm);
             // All the call lacks is the user's connection: a client that accepts it is asked to open the page.
             const elicitation = connect && connectElicitation(connect, era, acceptsUrlElicitation, ctx.mcpReq);
             if (elicitation) return elicitation;

@@ -3,6 +3,7 @@ import {
   CLIENT_CAPABILITIES_META_KEY,
   inputRequired,
   type InputRequiredResult,
+  inputResponse,
   UrlElicitationRequiredError,
 } from '@modelcontextprotocol/server';
 import type { ConnectRequest } from '../modules/mcp/mcp-tools.js';
@@ -37,6 +38,50 @@ export function declaresUrlElicitation(capabilities: unknown): boolean {
 
 /** The key of the one input a 2026-07-28 retry answers. */
 const CONNECT_INPUT = 'connect_account';
+/** The key of a confirmation's input (effect require_confirmation). */
+const CONFIRM_INPUT = 'confirm_call';
+
+/** Whether client capabilities declare form-mode elicitation (an empty `elicitation` object is form mode). */
+export function declaresFormElicitation(capabilities: unknown): boolean {
+  if (!isObject(capabilities) || !isObject(capabilities.elicitation)) return false;
+  const { elicitation } = capabilities;
+  return isObject(elicitation.form) || (!('url' in elicitation) && !('form' in elicitation));
+}
+
+/**
+ * Confirmation by the client's user (docs/decisions/0089-confirmation-by-the-agents-user.md), on
+ * 2026-07-28: whether this client can be asked, and the answer its retry carries (the question's
+ * id comes back as the request state). Accepting means answering the form's `confirm` with true.
+ */
+export function confirmationOf(ctx: ElicitationContext & { requestState: () => unknown }): {
+  canAsk: boolean;
+  answer: { id: string; action: 'accept' | 'decline' | 'cancel' } | null;
+} {
+  const canAsk = declaresFormElicitation(ctx.envelope?.[CLIENT_CAPABILITIES_META_KEY]);
+  const view = inputResponse(ctx.inputResponses, CONFIRM_INPUT);
+  const id = ctx.requestState();
+  if (view.kind !== 'elicit' || typeof id !== 'string') return { canAsk, answer: null };
+  const confirmed = view.action === 'accept' && view.content?.confirm === true;
+  return { canAsk, answer: { id, action: confirmed ? 'accept' : view.action === 'accept' ? 'decline' : view.action } };
+}
+
+/** The question, as 2026-07-28's input-required result: a form with one yes-or-no field. */
+export function confirmationElicitation(question: { id: string; message: string }): InputRequiredResult {
+  return inputRequired({
+    inputRequests: {
+      [CONFIRM_INPUT]: inputRequired.elicit({
+        mode: 'form',
+        message: question.message,
+        requestedSchema: {
+          type: 'object',
+          properties: { confirm: { type: 'boolean', title: 'Run this call', description: question.message } },
+          required: ['confirm'],
+        },
+      }),
+    },
+    requestState: question.id,
+  });
+}
 
 interface ElicitationContext {
   envelope?: Record<string, unknown>;

@@ -37,3 +37,26 @@ CREATE TABLE "agent_history" (
 );
 
 ALTER TABLE "agent_history" ADD CONSTRAINT "agent_history_org_id_fkey" FOREIGN KEY ("org_id") REFERENCES "organizations"("id") ON DELETE CASCADE ON UPDATE CASCADE;
+
+-- Confirmations of calls by the MCP client's user (effect require_confirmation): one row per
+-- question asked, bound to the call's hash, answered at most once, on any process.
+CREATE TABLE "call_confirmations" (
+    "id" TEXT NOT NULL,
+    "org_id" UUID NOT NULL,
+    "svc_id" TEXT NOT NULL,
+    "call_hash" TEXT NOT NULL,
+    "created_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    "expires_at" TIMESTAMPTZ(3) NOT NULL,
+    "answered_at" TIMESTAMPTZ(3),
+    "action" TEXT,
+    "answered_by" TEXT,
+
+    CONSTRAINT "call_confirmations_pkey" PRIMARY KEY ("id")
+);
+
+CREATE INDEX "call_confirmations_org_id_svc_id_expires_at_idx" ON "call_confirmations"("org_id", "svc_id", "expires_at");
+
+ALTER TABLE "call_confirmations" ADD CONSTRAINT "call_confirmations_org_id_fkey" FOREIGN KEY ("org_id") REFERENCES "organizations"("id") ON DELETE CASCADE ON UPDATE CASCADE;
+
+-- The confirmation a record's call ran with ({id, by}), signed into its body; null without one.
+ALTER TABLE "interaction_records" ADD COLUMN "confirmation" JSONB;

@@ -57,6 +57,7 @@ export const REASON_CODES = [
   'POLICY_VIOLATION',
   'EXECUTION_INTERRUPTED',
   'RESULT_DENIED',
+  'CONFIRMATION_REQUIRED',
 ] as const;
 export type ReasonCode = (typeof REASON_CODES)[number];
 
@@ -110,6 +111,8 @@ export interface DecisionContext {
   token: TokenCheck | null;
   /** The approval's check; null when the request names none. */
   approval: ApprovalCheck | null;
+  /** The user's answer to a confirmation of this call (MCP elicitation), once consumed; null when none was given. */
+  confirmation?: ConfirmationCheck | null;
   toolConfigured: boolean;
   /**
    * Why the upstream MCP tool's definition holds the call (it changed, or the upstream no longer
@@ -136,6 +139,9 @@ export interface DecisionContext {
    */
   limits: readonly { counter: PolicyCounter; current: number }[] | null;
 }
+
+/** A confirmation answered for this call: accepted (by whom), or why it does not confirm it. */
+export type ConfirmationCheck = { ok: true; id: string; by: string } | { ok: false; message: string };
 
 export interface Checked {
   reasons: Reason[];
@@ -354,6 +360,16 @@ export function checkDecision(context: DecisionContext): Checked {
       'APPROVAL_REQUIRED',
       `"${capability}" needs a human approval (${why})${problem}`,
       byPolicies.length ? { policies: byPolicies.map(policyRef) } : undefined,
+    );
+  }
+  const confirmations = enforced.filter((match) => match.policy.effect === 'require_confirmation');
+  if (confirmations.length && context.confirmation?.ok !== true) {
+    const why = confirmations.map((match) => `policy "${match.policy.name}"${failedCondition(match)}`).join('; ');
+    const problem = context.confirmation && !context.confirmation.ok ? `: ${context.confirmation.message}` : '';
+    deny(
+      'CONFIRMATION_REQUIRED',
+      `"${capability}" needs its user's confirmation (${why}), which only an MCP client that accepts form elicitation can ask for${problem}`,
+      { policies: confirmations.map(policyRef) },
     );
   }
   if (!context.toolConfigured)

@@ -65,6 +65,7 @@ export function interruptedRecord({ id: _id, params, approvalId, ...subject }: J
     resultHash: null,
     originalResultHash: null,
     redactions: [],
+    confirmation: null,
     approvalId,
   };
 }

@@ -40,6 +40,7 @@ import {
   resultVerdict,
   shouldAskHuman,
   type Checked,
+  type ConfirmationCheck,
   type DecisionContext,
   type GatewayCall,
   type GatewayChannel,
@@ -61,6 +62,8 @@ import {
 } from './gateway.store.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
 import { appendHistory, historySince, lockAgentHistory, undoUnless, type HistoryEntry } from './agent-history.store.js';
+import { answerConfirmation, askConfirmation } from './confirmation.store.js';
+import { randomId } from '../../lib/ids.js';
 
 /**
  * The gateway decision, one path for every channel (REST, GraphQL, MCP):
@@ -81,6 +84,24 @@ export interface DecisionOptions {
    * turn in the process, src/lib/fair-scheduler.ts). Absent: the tool is awaited as is.
    */
   awayWhile?: <T>(wait: () => Promise<T>) => Promise<T>;
+  /**
+   * Confirmation by the caller's user (effect require_confirmation), for an MCP client that accepts
+   * form elicitation: `canAsk` when it does, `answer` when this call carries its user's answer.
+   */
+  confirmation?: { canAsk: boolean; answer: ConfirmationAnswer | null };
+}
+
+/** A user's answer to a confirmation question, as the MCP edge read it. */
+export interface ConfirmationAnswer {
+  /** The question's id (the edge's request state). */
+  id: string;
+  action: 'accept' | 'decline' | 'cancel';
+}
+
+/** What the edge asks the user when a call needs only their confirmation. */
+export interface ConfirmationQuestion {
+  id: string;
+  message: string;
 }
 
 export interface DecisionOutcome {
@@ -89,6 +110,8 @@ export interface DecisionOutcome {
   budget: BudgetState | null;
   /** A rate limit refused the action; it is recorded as denied and the edge answers 429. */
   rateLimited: RateLimited | null;
+  /** All the call lacks is its user's confirmation, and the client can ask: nothing was recorded yet. */
+  confirm?: ConfirmationQuestion;
 }
 
 /** The limit that refused: the hourly budget or an enforced `rate_limit` policy. */
@@ -209,6 +232,8 @@ interface Request {
   windows: BudgetWindows;
   /** The decision's time (Date.now()): its conditions' `request.time`, its history entry's. */
   now: number;
+  /** The user's answer to a confirmation of this call, once taken; null when none came with it. */
+  confirmation: ConfirmationCheck | null;
 }
 
 /** An execute being decided: the request, what was loaded for it, and what its record will say. */
@@ -248,6 +273,7 @@ function historyEntryOf(
 
 /** What the serialized transaction decided: a denial by the checks, or what the commit said. */
 type SerializedDecision =
+  | { kind: 'ask'; execution: Execution; checked: Checked }
   | { kind: 'denied'; execution: Execution; checked: Checked }
   | { kind: 'committed'; execution: Execution; commit: Commit; approvalToUse: string | null };
 
@@ -303,7 +329,7 @@ interface ResultHashes {
 }
 
 function recordOf(
-  { subject, call, upstream }: Execution,
+  { subject, call, upstream, confirmation }: Execution,
   decision: GatewayDecision,
   hashes: ResultHashes | null,
 ): NewRecord {
@@ -321,6 +347,7 @@ function recordOf(
     // The OAuth connection the call went (or would have gone) with: its id and user, never its token.
     connection: usedConnectionOf(upstream),
     labels: decision.labels,
+    confirmation: confirmation?.ok ? { confirmation_id: confirmation.id, by: confirmation.by } : null,
   };
 }
 
@@ -371,6 +398,17 @@ async function countAndJournalOn(
     await countAndJournal(conn, counters, windows, context.manifest!.limits, owner, entry),
   );
 }
+
+/** How long a question to the user stays answerable. */
+const CONFIRMATION_TTL_SECONDS = 600;
+
+/** The client can ask its user, and the user's confirmation is all the call lacks (and none came with it). */
+const asksUser = ({ options, confirmation }: Request, { reasons }: Checked) =>
+  options.mode === 'execute' &&
+  options.confirmation?.canAsk === true &&
+  confirmation === null &&
+  reasons.length === 1 &&
+  reasons[0].code === 'CONFIRMATION_REQUIRED';
 
 /** At most this many executes share one commit: a bound on the statement's size and on a batch's wait. */
 const MAX_COMMIT_BATCH = 64;
@@ -490,7 +528,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
    * it may be built inside the transaction that serializes an agent's decisions.
    */
   async function loadContext(
-    { principal, call, options, windows, now }: Request,
+    { principal, call, options, windows, now, confirmation }: Request,
     [agent, manifest, tool, upstream, settings, token, approval, active]: Reads,
     history?: readonly HistoryFact[],
   ): Promise<Loaded> {
@@ -512,6 +550,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
       manifest,
       token,
       approval,
+      confirmation,
       toolConfigured: tool !== null,
       toolHold: tool ? tools.definitionHoldOf(tool, call.action.tool) : undefined,
       upstreamAuthorization: upstream && 'required' in upstream ? upstream.required : undefined,
@@ -560,8 +599,9 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const call = parseCall(request);
     const interactionId = newInteractionId();
     const windows = budgetWindows(principal.orgId, call.svcId);
-    const asked: Request = { principal, call, options, windows, now: Date.now(), interactionId };
     const reads = await read(principal, call);
+    const confirmation = await confirmationOf(principal, call, options.confirmation?.answer ?? null);
+    const asked: Request = { principal, call, options, windows, now: Date.now(), interactionId, confirmation };
     if (reads[0] && !outOfScope(principal, call.svcId)) agents.seen(principal.orgId, call.svcId);
     const historyWindow = historyWindowFor(reads[7], call.svcId);
     if (historyWindow !== null && options.mode === 'execute')
@@ -574,6 +614,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const checked = checkDecision(loaded.context);
     if (options.mode === 'evaluate') return evaluated(interactionId, loaded.context, checked);
     const execution = executionOf(asked, loaded);
+    if (asksUser(asked, checked)) return askUser(execution, checked);
     if (checked.reasons.length) return deny(execution, checked);
     return journal.run(interactionId, () => execute(execution, checked));
   }
@@ -592,6 +633,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const decided = await decideInHistory(asked, reads, windowSeconds).catch((error: unknown) => {
       throw unavailableFor(error, asked.interactionId, false);
     });
+    if (decided.kind === 'ask') return { value: await askUser(decided.execution, decided.checked), hasRecord: true };
     if (decided.kind === 'denied') return { value: await deny(decided.execution, decided.checked), hasRecord: true };
     const { execution, commit, approvalToUse } = decided;
     if (!commit.ok) return { value: await refused(execution, commit, approvalToUse), hasRecord: false };
@@ -630,6 +672,8 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const execution = executionOf(asked, await loadContext(asked, reads, history));
     const checked = checkDecision(execution.context);
     const labels = decisionLabels(execution.context.policies);
+    // Not decided yet: the user is asked, and the call comes again with the answer.
+    if (asksUser(asked, checked)) return { kind: 'ask', execution, checked };
     if (checked.reasons.length) {
       await appendHistory(tx, historyEntryOf(asked, 'deny', labels));
       return { kind: 'denied', execution, checked };
@@ -648,6 +692,52 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
 
   const record = (execution: Execution, decision: GatewayDecision, hashes: ResultHashes | null = null) =>
     records.append(execution.interactionId, recordOf(execution, decision, hashes), execution.settings.recordParams);
+
+  /**
+   * The user's answer that came with the call, taken once (bound to the call's hash, on any
+   * process): a confirmation when accepted, else why it does not confirm; null without an answer.
+   */
+  async function confirmationOf(
+    principal: Principal,
+    call: GatewayCall,
+    answer: ConfirmationAnswer | null,
+  ): Promise<ConfirmationCheck | null> {
+    if (!answer) return null;
+    const by = principalName(principal);
+    const taken = await answerConfirmation(db.sql, {
+      id: answer.id,
+      orgId: principal.orgId,
+      svcId: call.svcId,
+      callHash: actionHashOf(call),
+      action: answer.action,
+      by,
+    });
+    if (!taken) return { ok: false, message: 'the answer was already used, expired, or is about another call' };
+    if (answer.action !== 'accept') return { ok: false, message: `the user answered ${answer.action}` };
+    return { ok: true, id: answer.id, by };
+  }
+
+  /** The question a call that lacks only its user's confirmation asks, kept for the answer; nothing is recorded. */
+  async function askUser(execution: Execution, checked: Checked): Promise<DecisionOutcome> {
+    const { principal, call, context, interactionId } = execution;
+    const id = randomId('cnf');
+    await askConfirmation(db.sql, {
+      id,
+      orgId: principal.orgId,
+      svcId: call.svcId,
+      callHash: actionHashOf(call),
+      expiresAt: new Date(Date.now() + CONFIRMATION_TTL_SECONDS * 1000),
+    });
+    const decision = unexecuted(interactionId, {
+      decision: 'deny',
+      reasons: checked.reasons,
+      approval_id: null,
+      policies: policyEntries(context.policies),
+      labels: decisionLabels(context.policies),
+    });
+    const message = `Agent "${call.svcId}" wants to run ${call.capability} with ${JSON.stringify(call.action.params).slice(0, 500)}. Allow it?`;
+    return { decision, budget: null, rateLimited: null, confirm: { id, message } };
+  }
 
   /** A denial by the checks, recorded; a human is asked when only their approval is missing. */
   async function deny(execution: Execution, checked: Checked): Promise<DecisionOutcome> {

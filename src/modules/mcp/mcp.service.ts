@@ -2,7 +2,7 @@ import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
 import { outOfScope, type AgentPrincipal } from '../../authz/authz.js';
-import type { DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
+import type { ConfirmationQuestion, DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';
 import type { PolicyService } from '../policy/policy.service.js';
@@ -93,7 +93,8 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     svcId: string,
     call: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown> },
     awayWhile?: DecisionOptions['awayWhile'],
-  ): Promise<{ result: CallToolResult; connect?: ConnectRequest }> {
+    confirmation?: DecisionOptions['confirmation'],
+  ): Promise<{ result: CallToolResult; connect?: ConnectRequest; confirm?: ConfirmationQuestion }> {
     const manifest = await manifests.current(principal.orgId, svcId);
     const capability = capabilityOfToolName(call.name, manifest);
     if (!capability)
@@ -118,10 +119,14 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
         approval_id: approvalId,
         capability_token: capabilityToken,
       },
-      { mode: 'execute', channel: 'mcp', awayWhile },
+      { mode: 'execute', channel: 'mcp', awayWhile, confirmation },
     );
     const connect = connectRequestOf(outcome);
-    return { result: callResultOf(outcome), ...(connect ? { connect } : {}) };
+    return {
+      result: callResultOf(outcome),
+      ...(connect ? { connect } : {}),
+      ...(outcome.confirm ? { confirm: outcome.confirm } : {}),
+    };
   }
 
   return { listTools, callTool };

@@ -9,7 +9,15 @@ import { runCondition, type CompiledCondition, type ConditionFacts } from './pol
  * human, count a rate limit) is the decision's (gateway/decision.ts).
  */
 
-export const policyEffects = ['deny', 'require_approval', 'rate_limit', 'label', 'redact', 'deny_result'] as const;
+export const policyEffects = [
+  'deny',
+  'require_approval',
+  'rate_limit',
+  'label',
+  'redact',
+  'deny_result',
+  'require_confirmation',
+] as const;
 export type PolicyEffect = (typeof policyEffects)[number];
 /** The effects applied to a tool's result, after it ran: their conditions may read `result`. */
 export const resultEffects: readonly PolicyEffect[] = ['redact', 'deny_result'];

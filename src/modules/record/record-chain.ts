@@ -25,6 +25,12 @@ export interface RecordedPolicy {
   rate_limit_exceeded: boolean | null;
 }
 
+/** A user's confirmation of a call, as its record signs it. */
+export interface RecordedConfirmation {
+  confirmation_id: string;
+  by: string;
+}
+
 /** A label (docs/decisions/0086-policy-history-and-labels.md): what label policies add and the listing filters by. */
 export const labelPattern = /^[a-z0-9_-]{1,40}$/;
 export const LABEL_RULE = 'must be 1 to 40 lowercase letters, digits, "_" or "-"';
@@ -76,6 +82,8 @@ export interface RecordBody {
   original_result_hash?: string;
   /** Only after a redaction: what was replaced, by kind. */
   redactions?: { kind: string; count: number }[];
+  /** Only on records of calls their user confirmed (require_confirmation): which question, answered by whom. */
+  confirmation?: RecordedConfirmation;
   prev_hash: string;
   created_at: string;
   key_id: string;

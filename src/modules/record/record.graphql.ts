@@ -9,7 +9,7 @@ import { streamResponse, type StreamRoute } from '../../api/stream-routes.js';
 import { ApprovalRef } from '../approval/approval.graphql.js';
 import { ManifestRef } from '../manifest/manifest.graphql.js';
 import { REASON_CODES } from '../gateway/decision.js';
-import type { RecordBody, RecordedConnection, RecordedPolicy } from './record-chain.js';
+import type { RecordBody, RecordedConfirmation, RecordedConnection, RecordedPolicy } from './record-chain.js';
 import { exportLineOf, type RecordExportFilter } from './record.service.js';
 import type { ConsistencyProof, InclusionProof, RecordCheckpoint } from './record-log.js';
 
@@ -33,6 +33,16 @@ const RecordReasonRef = builder.objectRef<RecordBody['reasons'][number]>('Record
   fields: (t) => ({
     code: t.exposeString('code', closedValues(REASON_CODES)),
     message: t.exposeString('message'),
+  }),
+});
+
+const RecordedConfirmationRef = builder.objectRef<RecordedConfirmation>('RecordedConfirmation').implement({
+  description: "A user's confirmation of a call, as its record signs it.",
+  fields: (t) => ({
+    confirmation_id: t.exposeID('confirmation_id', { description: 'The question the user answered (`cnf_…`).' }),
+    by: t.exposeString('by', {
+      description: 'The credential of the MCP client whose user answered: its API key id or OAuth grant id.',
+    }),
   }),
 });
 
@@ -128,6 +138,13 @@ export const RecordRef = builder.prismaObject('InteractionRecord', {
       nullable: true,
       description: 'Only after a redaction: what was replaced, by kind (signed); null otherwise.',
       resolve: (r) => (r.redactions as unknown as { kind: string; count: number }[] | null) ?? null,
+    }),
+    confirmation: t.field({
+      type: RecordedConfirmationRef,
+      nullable: true,
+      description:
+        'Only on records of calls their user confirmed in the MCP client (effect `require_confirmation`), signed: which question, answered through which credential.',
+      resolve: (r) => (r.confirmation as unknown as RecordedConfirmation | null) ?? null,
     }),
     labels: t.stringList({
       description:

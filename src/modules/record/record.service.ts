@@ -22,6 +22,7 @@ import {
   type InteractionChannel,
   type RecordBody,
   type RecordedConnection,
+  type RecordedConfirmation,
   type RecordedPolicy,
 } from './record-chain.js';
 import { MerkleFrontier, recordLeafHash } from './merkle.js';
@@ -76,6 +77,8 @@ export interface NewRecord extends RecordSubject {
   originalResultHash: string | null;
   /** What a redaction replaced, by kind; empty when none. */
   redactions: readonly { kind: string; count: number }[];
+  /** The user's confirmation the call ran with (require_confirmation); null without one. */
+  confirmation: RecordedConfirmation | null;
 }
 
 /**
@@ -169,6 +172,7 @@ export function bodyOf(record: ExportedRecord): RecordBody {
           original_result_hash: record.originalResultHash,
           redactions: record.redactions as unknown as RecordBody['redactions'],
         }),
+    ...(record.confirmation === null ? {} : { confirmation: record.confirmation as unknown as RecordedConfirmation }),
     prev_hash: record.prevHash,
     created_at: record.createdAt.toISOString(),
     key_id: record.keyId,
@@ -329,6 +333,7 @@ export function createRecordService(deps: Deps) {
         ...(entry.originalResultHash === null
           ? {}
           : { original_result_hash: entry.originalResultHash, redactions: [...entry.redactions] }),
+        ...(entry.confirmation === null ? {} : { confirmation: entry.confirmation }),
         prev_hash: prevHash,
         created_at: createdAt.toISOString(),
         key_id: key.kid,
@@ -357,6 +362,7 @@ export function createRecordService(deps: Deps) {
         labels: [...entry.labels],
         originalResultHash: entry.originalResultHash,
         redactions: entry.originalResultHash === null ? null : (entry.redactions as unknown as Prisma.JsonValue),
+        confirmation: entry.confirmation as unknown as Prisma.JsonValue,
         prevHash,
         recordHash,
         signature: signRecordHash(recordHash, key.privateKey),

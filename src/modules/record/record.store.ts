@@ -85,6 +85,7 @@ const columns = [
   'labels',
   'original_result_hash',
   'redactions',
+  'confirmation',
   'prev_hash',
   'record_hash',
   'signature',
@@ -102,6 +103,7 @@ const types: Record<string, string> = {
   connection: 'jsonb',
   labels: 'text[]',
   redactions: 'jsonb',
+  confirmation: 'jsonb',
   status: '"RecordStatus"',
   executed: 'boolean',
   created_at: 'timestamptz',
@@ -142,6 +144,7 @@ function recordBatch(records: InteractionRecord[]): string {
       labels: r.labels?.length ? r.labels : null,
       original_result_hash: r.originalResultHash,
       redactions: r.redactions,
+      confirmation: r.confirmation,
       prev_hash: r.prevHash,
       record_hash: r.recordHash,
       signature: r.signature,
@@ -391,7 +394,7 @@ export async function exportPage(
     `SELECT r.id, r.org_id AS "orgId", r.seq::text AS seq, r.svc_id AS "svcId", r.agent_id AS "agentId",
        r.action_type AS "actionType", r.tool, r.capability, r.params_hash AS "paramsHash", r.params, r.status,
        r.executed, r.reasons, r.result_hash AS "resultHash", r.approval_id AS "approvalId", r.policies, r.channel,
-       r.connection, r.labels, r.original_result_hash AS "originalResultHash", r.redactions, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
+       r.connection, r.labels, r.original_result_hash AS "originalResultHash", r.redactions, r.confirmation, r.prev_hash AS "prevHash", r.record_hash AS "recordHash", r.signature,
        r.key_id AS "keyId", r.created_at AS "createdAt"
      FROM interaction_records r
      WHERE r.org_id = $1::uuid AND r.seq >= $2::bigint AND r.seq <= $3::bigint

@@ -168,6 +168,7 @@ test('the record queue: one record that cannot be stored fails alone, its batch 
     labels: [],
     originalResultHash: null,
     redactions: [],
+    confirmation: null,
     channel: 'rest',
     connection: null,
   });
@@ -208,6 +209,7 @@ test('a batch whose write fails in the database retries its records one by one',
     labels: [],
     originalResultHash: null,
     redactions: [],
+    confirmation: null,
     channel: 'rest',
     connection: null,
   };

@@ -422,6 +422,7 @@ describe('records with policies', () => {
             labels: [],
             originalResultHash: null,
             redactions: null,
+            confirmation: null,
             prevHash: head.hash,
             recordHash,
             signature: signRecordHash(recordHash, key.privateKey),

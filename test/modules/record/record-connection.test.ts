@@ -39,6 +39,7 @@ const newRecord = (orgId: string, connection: RecordConnection | null): NewRecor
   labels: [],
   originalResultHash: null,
   redactions: [],
+  confirmation: null,
   channel: 'mcp',
   connection,
 });

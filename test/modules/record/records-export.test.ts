@@ -230,6 +230,7 @@ describe('GET /records/export', () => {
           labels: [],
           originalResultHash: null,
           redactions: [],
+          confirmation: null,
           channel: 'rest',
           connection: null,
         },
