@@ -13,7 +13,8 @@
 // else the machine does weighs on all of them; the table has the medians. The issue's goals are
 // printed beside the figures, not enforced; a response other than 200, or an execute without its
 // record, makes the run fail.
-// With BENCH_COST_COMPARE=<another build's dist/main.js> it compares this build's CPU per request
+// With BENCH_COST_POLICIES=1 it measures history and detector policies against none instead
+// (policyRatios). With BENCH_COST_COMPARE=<another build's dist/main.js> it compares this build's CPU per request
 // with that one's instead, both running at once (`compare` at the end); the two builds must share
 // their schema, since on PostgreSQL both use DATABASE_URL's database.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
@@ -379,6 +380,7 @@ try {
   // `npm run bench` runs this too; BENCH_COST=0 leaves it out.
   if (process.env.BENCH_COST === '0') console.log('BENCH_COST=0: no cost rows');
   else if (COMPARE) await compare(COMPARE);
+  else if (process.env.BENCH_COST_POLICIES === '1') await policyRatios();
   else await run();
 } catch (error) {
   failed = true;
@@ -697,6 +699,108 @@ async function run() {
  * Two services of the same build, compared this way with 20 slices each, differed by up to 15 %;
  * with 60, by 4 % (docs/development.md#throughput).
  */
+/**
+ * The same row's load on several sides (services, or orgs of one service), in slices that take
+ * turns (each side first as often as last), after a warm-up of each: per side, the service's CPU
+ * per request and the requests a second. A response other than 200 fails the run.
+ */
+async function inSlices(row: string, sides: { pid: number; request: LoadRequest }[]) {
+  const totals = sides.map(() => ({ ticks: 0, requests: 0, errors: 0 }));
+  for (const side of sides) await runClosedLoop(side.request, { seconds: 2, connections: CONNECTIONS });
+  for (let slice = 0; slice < COMPARE_SLICES; slice++) {
+    const order = sides.map((_, i) => i);
+    if (slice % 2) order.reverse();
+    for (const i of order) {
+      const before = cpuTicks(sides[i].pid);
+      const result = await runClosedLoop(sides[i].request, {
+        seconds: COMPARE_SLICE_SECONDS,
+        connections: CONNECTIONS,
+      });
+      totals[i].ticks += cpuTicks(sides[i].pid) - before;
+      totals[i].requests += result.requests;
+      totals[i].errors += errorsOf(result);
+    }
+  }
+  const errors = totals.reduce((sum, total) => sum + total.errors, 0);
+  if (errors) throw new Error(`${row}: ${errors} responses other than 200`);
+  return totals.map(({ ticks, requests }) => ({
+    requests,
+    perRequest: ((ticks / CLOCK_TICKS) * 1e6) / Math.max(1, requests),
+    rps: requests / (COMPARE_SLICES * COMPARE_SLICE_SECONDS),
+  }));
+}
+
+/**
+ * What policies beyond one call cost (issue 45): one service, three orgs whose agents make the same
+ * calls, one without policies, one whose agent a history policy targets (each execute serialized
+ * with its history entry; every condition scans the newest 1,000 entries and finds nothing), one
+ * whose policy runs the three detectors over the params. Per row: the ratio of each to the org
+ * without policies, in requests a second and in the service's CPU per request.
+ */
+async function policyRatios() {
+  const dataDir = DATABASE_URL ? undefined : await mkdtemp(path.join(os.tmpdir(), 'agw-bench-cost-'));
+  if (dataDir) cleanup.push(() => rm(dataDir, { recursive: true, force: true }));
+  const service = await startService(dataDir);
+  cleanup.push(() => stop(service));
+  const api = benchApi(service.base);
+  const variants: Record<string, Record<string, unknown>[]> = {
+    'no policies': [],
+    history: [
+      { name: 'seen', effect: 'label', labels: ['seen'], target: { capabilities: ['billing:*'] } },
+      {
+        name: 'after private data',
+        effect: 'deny',
+        history_window_seconds: 86_400,
+        condition: 'history.exists(h, "private" in h.labels)',
+      },
+    ],
+    detectors: [
+      {
+        name: 'content',
+        effect: 'deny',
+        condition: 'secrets(params).size() > 0 || pii(params).size() > 0 || hidden_text(params).size() > 0',
+      },
+    ],
+  };
+  const sides = [];
+  for (const [name, policies] of Object.entries(variants)) {
+    const org = await api.signUp(`bench-policies-${name.replace(/ /g, '-')}`);
+    for (const policy of policies) {
+      const created = await fetch(`${service.base}/api/v1/policies`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...org.auth },
+        body: JSON.stringify(policy),
+      });
+      if (created.status !== 201) throw new Error(`policy ${policy.name}: ${created.status} ${await created.text()}`);
+    }
+    sides.push({ name, agent: await api.gatewayAgent(org.orgId, org.auth) });
+  }
+  const table: Record<string, Record<string, string | number>> = {};
+  for (const row of ['execute', 'evaluate'] as const) {
+    const totals = await inSlices(
+      row,
+      sides.map(({ agent }) => ({
+        pid: service.pid,
+        request: { url: `${service.base}/api/v1/gateway/${row}`, ...agent },
+      })),
+    );
+    sides.forEach(({ name }, i) => {
+      table[`${row}, ${name}`] = {
+        'req/s': Math.round(totals[i].rps),
+        'service CPU µs/req': Math.round(totals[i].perRequest),
+        'req/s ratio': (totals[i].rps / totals[0].rps).toFixed(3),
+        'CPU ratio (none / this)': (totals[0].perRequest / totals[i].perRequest).toFixed(3),
+      };
+    });
+  }
+  console.log(
+    `\nPolicies beyond one call against none, ${backend}, ${COMPARE_SLICES} slices of ${COMPARE_SLICE_SECONDS} s ` +
+      `per side and row, ${CONNECTIONS} connections (goal: ratios ≥ 0.8):`,
+  );
+  console.table(table);
+  if (JSON_OUT) await writeFile(JSON_OUT, `${JSON.stringify({ backend, policies: table }, null, 2)}\n`);
+}
+
 async function compare(other: string) {
   const unknown = COMPARE_ROWS?.filter((row) => !isComparedRow(row)) ?? [];
   if (unknown.length)
@@ -724,24 +828,11 @@ async function compare(other: string) {
   const rows = COMPARED_ROWS.filter((row) => !COMPARE_ROWS || COMPARE_ROWS.includes(row));
   const table: Record<string, Record<string, string | number>> = {};
   for (const row of rows) {
-    const totals = started.map(() => ({ ticks: 0, requests: 0, errors: 0 }));
-    for (const side of started) await runClosedLoop(side.requests[row], { seconds: 2, connections: CONNECTIONS });
-    for (let slice = 0; slice < COMPARE_SLICES; slice++) {
-      const order = slice % 2 ? [1, 0] : [0, 1];
-      for (const i of order) {
-        const before = cpuTicks(started[i].pid);
-        const result = await runClosedLoop(started[i].requests[row], {
-          seconds: COMPARE_SLICE_SECONDS,
-          connections: CONNECTIONS,
-        });
-        totals[i].ticks += cpuTicks(started[i].pid) - before;
-        totals[i].requests += result.requests;
-        totals[i].errors += errorsOf(result);
-      }
-    }
-    const errors = totals.reduce((sum, total) => sum + total.errors, 0);
-    if (errors) throw new Error(`${row}: ${errors} responses other than 200`);
-    const perRequest = totals.map(({ ticks, requests }) => ((ticks / CLOCK_TICKS) * 1e6) / Math.max(1, requests));
+    const totals = await inSlices(
+      row,
+      started.map((side) => ({ pid: side.pid, request: side.requests[row] })),
+    );
+    const perRequest = totals.map(({ perRequest }) => perRequest);
     table[row] = {
       [`${started[0].name}: service CPU µs/req`]: Math.round(perRequest[0]),
       [`${started[1].name}: service CPU µs/req`]: Math.round(perRequest[1]),

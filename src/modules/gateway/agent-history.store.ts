@@ -27,41 +27,45 @@ export async function lockAgentHistory(tx: SqlConnection, orgId: string, svcId: 
   );
 }
 
-interface HistoryRow {
-  action_type: string;
-  tool: string;
+/** An entry as the read's JSON carries it: `at` in epoch milliseconds. */
+interface HistoryJson {
   capability: string;
+  type: string;
+  tool: string;
   decision: string;
   executed: boolean;
   labels: string[] | null;
-  at: Date;
+  at: number;
 }
 
-/** The agent's entries since `since`, oldest first: the newest MAX_HISTORY_ENTRIES of them, by the primary key. */
+/**
+ * The agent's entries since `since`, oldest first: the newest MAX_HISTORY_ENTRIES of them, by the
+ * primary key. One row of JSON rather than a row per entry: the drivers decode each row's array
+ * and timestamp in JavaScript, ≈35 µs a row on the embedded database, where one JSON text parses
+ * in well under a millisecond for the whole window.
+ */
 export async function historySince(
   conn: SqlConnection,
   orgId: string,
   svcId: string,
   since: Date,
 ): Promise<HistoryFact[]> {
-  const rows = await conn.query<HistoryRow>(
-    `SELECT action_type, tool, capability, decision, executed, labels, at FROM agent_history
-     WHERE org_id = $1::uuid AND svc_id = $2 AND at >= $3::timestamptz
-     ORDER BY at DESC, id DESC LIMIT ${MAX_HISTORY_ENTRIES}`,
+  const [row] = await conn.query<{ entries: string }>(
+    `SELECT coalesce(json_agg(json_build_object(
+              'capability', capability, 'type', action_type, 'tool', tool, 'decision', decision,
+              'executed', executed, 'labels', labels, 'at', (extract(epoch FROM at) * 1000)::bigint)
+            ORDER BY at, id), '[]')::text AS entries
+     FROM (SELECT * FROM agent_history
+           WHERE org_id = $1::uuid AND svc_id = $2 AND at >= $3::timestamptz
+           ORDER BY at DESC, id DESC LIMIT ${MAX_HISTORY_ENTRIES}) AS newest`,
     [orgId, svcId, since],
     'history_since',
   );
-  // Copied into this realm's Array and Date: the embedded database's rows come from another (its
-  // thread's), and the condition language recognizes values by their constructor.
-  return Array.from(rows, (row) => ({
-    capability: row.capability,
-    type: row.action_type,
-    tool: row.tool,
-    decision: row.decision,
-    executed: row.executed,
-    labels: Array.from(row.labels ?? []),
-    at: new Date(row.at),
-  })).reverse();
+  return (JSON.parse(row.entries) as HistoryJson[]).map((entry) => ({
+    ...entry,
+    labels: entry.labels ?? [],
+    at: new Date(entry.at),
+  }));
 }
 
 export interface HistoryEntry {
