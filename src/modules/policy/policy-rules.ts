@@ -22,6 +22,10 @@ export type PolicyEffect = (typeof policyEffects)[number];
 /** The effects applied to a tool's result, after it ran: their conditions may read `result`. */
 export const resultEffects: readonly PolicyEffect[] = ['redact', 'deny_result'];
 export const appliesToResult = (policy: { effect: PolicyEffect }) => resultEffects.includes(policy.effect);
+/** A label (docs/decisions/0086-policy-history-and-labels.md): what label policies add and the records listing filters by. */
+export const labelPattern = /^[a-z0-9_-]{1,40}$/;
+export const LABEL_RULE = 'must be 1 to 40 lowercase letters, digits, "_" or "-"';
+
 export const policyModes = ['enforce', 'shadow'] as const;
 export type PolicyMode = (typeof policyModes)[number];
 export const rateLimitScopes = ['agent', 'api_key', 'org'] as const;

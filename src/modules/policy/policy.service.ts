@@ -9,11 +9,12 @@ import { recordAudit } from '../audit/audit.service.js';
 import { bumpConfigVersion } from '../../lib/config-cache.js';
 import type { Principal } from '../../authz/authz.js';
 import { agentIdPattern } from '../manifest/manifest-document.js';
-import { LABEL_RULE, labelPattern } from '../record/record-chain.js';
 import { DETECTORS, type Detector } from './content-detectors.js';
 import { compileCondition, describePosition, type CompiledCondition, type CompileOptions } from './policy-condition.js';
 import {
   byPriority,
+  LABEL_RULE,
+  labelPattern,
   policyEffects,
   policyModes,
   rateLimitScopes,

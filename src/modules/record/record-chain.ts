@@ -31,10 +31,6 @@ export interface RecordedConfirmation {
   by: string;
 }
 
-/** A label (docs/decisions/0086-policy-history-and-labels.md): what label policies add and the listing filters by. */
-export const labelPattern = /^[a-z0-9_-]{1,40}$/;
-export const LABEL_RULE = 'must be 1 to 40 lowercase letters, digits, "_" or "-"';
-
 /** How an agent reached the gateway: REST, GraphQL or MCP (docs/decisions/0025-record-hashing-and-channels.md). */
 export const INTERACTION_CHANNELS = ['rest', 'graphql', 'mcp'] as const;
 export type InteractionChannel = (typeof INTERACTION_CHANNELS)[number];

@@ -14,8 +14,6 @@ import type { InteractionRecord, Prisma } from '../../generated/prisma/client.js
 import type { SigningKey } from '../../lib/signing-keys.js';
 import {
   GENESIS_HASH,
-  LABEL_RULE,
-  labelPattern,
   recordHashOf,
   signRecordHash,
   verifyRecordSignature,
@@ -46,6 +44,7 @@ import {
   seqWindow,
 } from './record.store.js';
 import { findUnstorable, MAX_JSON_DEPTH } from '../../lib/storable-input.js';
+import { LABEL_RULE, labelPattern } from '../policy/policy-rules.js';
 import { secondsSince } from '../../observability/telemetry.js';
 
 /** What a record is about: the org, the agent and its action (params by hash). */
