@@ -17,7 +17,7 @@ const PUBLIC_FILES = [
   '^src/modules/audit/audit-events\\.ts$',
   // Pure rules shared with the decision, the CLI's offline verifier and the console.
   '^src/modules/gateway/decision\\.ts$',
-  '^src/modules/policy/(policy-rules|policy-condition|policy-condition-budget)\\.ts$',
+  '^src/modules/policy/(policy-rules|policy-condition|policy-condition-budget|content-detectors)\\.ts$',
   '^src/modules/manifest/manifest-document\\.ts$',
   '^src/modules/record/(record-chain|record-export)\\.ts$',
   '^src/modules/tool/connectors\\.ts$',
