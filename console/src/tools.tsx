@@ -7,7 +7,7 @@
  * Everything a definition holds is the upstream's text, hostile input: it is only ever rendered as
  * text nodes (Preact escapes them), never as HTML.
  */
-import { escapeHiddenCharacters } from '../../src/lib/hidden-characters.js';
+import { escapeHiddenCharacters } from './hidden-characters';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import {
   AcceptToolDefinitionsDocument,

@@ -1,4 +1,5 @@
-import { escapeHiddenCharacters, withoutHiddenCharacters } from '../../src/lib/hidden-characters.js';
+import * as browser from '../../console/src/hidden-characters.js';
+import { escapeHiddenCharacters, HIDDEN_CHARACTERS, withoutHiddenCharacters } from '../../src/lib/hidden-characters.js';
 
 const tags = (text: string) => [...text].map((c) => String.fromCodePoint(0xe0000 + c.charCodeAt(0))).join('');
 
@@ -26,5 +27,11 @@ describe('hidden characters', () => {
     });
     // A copy: the original is left as it was.
     expect(value.description).toContain('\u200b');
+  });
+
+  test('the console escapes the same characters the same way', () => {
+    expect(browser.HIDDEN_CHARACTERS.source).toBe(HIDDEN_CHARACTERS.source);
+    const text = `a${tags('X')}b\u200bc\u202e\u2066\ufeff 👍`;
+    expect(browser.escapeHiddenCharacters(text)).toBe(escapeHiddenCharacters(text));
   });
 });
