@@ -206,6 +206,7 @@ describe('OpenAPI document', () => {
       'rate_limit',
       'redact',
       'require_approval',
+      'require_confirmation',
     ]);
     expect(schemas.InteractionRecord.properties.channel).toMatchObject({
       nullable: true,

@@ -37,7 +37,7 @@ test('missing, mistyped, null and unknown fields are all listed at once, in plai
     body: { name: 'p', effect: 'forbid', target: { bogus: 1 }, rate_limit: { limit: 'a' } },
   });
   expect(problems(policy.body)).toEqual([
-    'effect: must be one of deny, deny_result, label, rate_limit, redact, require_approval',
+    'effect: must be one of deny, deny_result, label, rate_limit, redact, require_approval, require_confirmation',
     'target.bogus: is not a known field',
     'rate_limit.limit: must be an integer from -2147483648 to 2147483647',
     'rate_limit.per: required',
