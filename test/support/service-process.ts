@@ -206,9 +206,18 @@ async function httpRequest<T>(
   path: string,
   options: RequestOptions = {},
 ): Promise<TestResponse<T>> {
-  const response = await fetch(`${base}${path}`, {
-    ...requestInit(method, options),
-    signal: AbortSignal.timeout(30_000),
-  });
-  return testResponse<T>(response);
+  const send = () => fetch(`${base}${path}`, { ...requestInit(method, options), signal: AbortSignal.timeout(30_000) });
+  try {
+    return testResponse<T>(await send());
+  } catch (error) {
+    // A kept-alive socket the service closed as idle just as this request went out on it (its 5 s
+    // timer against the client's, on a loaded machine): a browser resends a read then, and so do we,
+    // once. A service that cuts reads for another reason cuts the second one too.
+    if (!IDEMPOTENT.has(method) || !socketCut(error)) throw error;
+    return testResponse<T>(await send());
+  }
 }
+
+const IDEMPOTENT = new Set(['GET', 'HEAD']);
+const socketCut = (error: unknown) =>
+  error instanceof TypeError && (error.cause as { code?: string } | undefined)?.code === 'UND_ERR_SOCKET';
