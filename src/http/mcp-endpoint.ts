@@ -7,6 +7,8 @@ import {
   Server,
   SUPPORTED_PROTOCOL_VERSIONS,
   WebStandardStreamableHTTPServerTransport,
+  type JSONRPCRequest,
+  type RequestId,
 } from '@modelcontextprotocol/server';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
 import type { Plugin } from 'graphql-yoga';
@@ -31,18 +33,23 @@ import { MCP_SCOPE, protectedResourceMetadataUrl } from '../modules/oauth/oauth-
 import type { OAuthService } from '../modules/oauth/oauth.service.js';
 import { agentIdPattern } from '../modules/manifest/manifest-document.js';
 import type { McpService } from '../modules/mcp/mcp.service.js';
+import type { ConfirmationQuestion, ElicitationAction } from '../modules/gateway/gateway.service.js';
 import type { ApiKeyService } from '../modules/api-key/api-key.service.js';
 import { Request, Response } from '../api/fetch-api.js';
 import type { ServerContext } from './lifecycle.js';
 import type { RequestState, Turn } from '../api/request-state.js';
 import {
   connectElicitation,
+  declaresFormElicitation,
   declaresUrlElicitation,
-  sessionAcceptsUrlElicitation,
-  urlElicitationSessionId,
+  elicitationSessionId,
+  type ElicitationModes,
+  sessionElicitation,
   confirmationElicitation,
   confirmationOf,
-} from './mcp-url-elicitation.js';
+  confirmationRequest,
+  postedConfirmation,
+} from './mcp-elicitation.js';
 
 /**
  * `POST /mcp/{svc_id}` (docs/decisions/0038-mcp-proxy-mode.md, 0048-mcp-protocol-revisions.md): the
@@ -121,9 +128,17 @@ interface McpCaller {
   turn: Turn | undefined;
   /** The revision family: the 2025 one (`initialize`) or 2026-07-28's stateless one. */
   era: Leg;
-  /** 2025 family: the session id says the client declared URL elicitation (mcp-url-elicitation.ts). */
-  acceptsUrlElicitation: boolean;
+  /** 2025 family: the elicitation modes the client declared, as its session id says (mcp-elicitation.ts). */
+  elicitation: ElicitationModes;
+  /** The client went away: a call waiting on its user stops waiting. */
+  signal: AbortSignal;
 }
+
+/**
+ * 2025 family: sends a request to the client on the stream of the request being answered (the
+ * transport's, when it answers with a stream); absent when it answers with JSON.
+ */
+type SendRelated = (message: JSONRPCRequest, relatedRequestId: RequestId) => Promise<void>;
 
 /** A tool list is the caller's own (see `serverFor`); `ttlMs` 0: no change is announced, ask again. */
 const TOOL_LIST_CACHE = { cacheScope: 'private', ttlMs: 0 } as const;
@@ -174,15 +189,22 @@ function plainLeg(request: Request, parsed: unknown): Leg | undefined {
   return version === null || olderRevisions.has(version) ? 'older' : undefined;
 }
 
-/** An `initialize` whose client declares URL-mode elicitation: its answer carries the session id that remembers it. */
-function declaresUrlElicitationAtInitialize(parsed: unknown): boolean {
-  return (
-    isObject(parsed) &&
-    parsed.method === 'initialize' &&
-    isObject(parsed.params) &&
-    declaresUrlElicitation(parsed.params.capabilities)
-  );
+/** The elicitation modes an `initialize` declares: its answer carries the session id that remembers them. */
+function elicitationAtInitialize(parsed: unknown): ElicitationModes {
+  const capabilities =
+    isObject(parsed) && parsed.method === 'initialize' && isObject(parsed.params) ? parsed.params.capabilities : {};
+  return { url: declaresUrlElicitation(capabilities), form: declaresFormElicitation(capabilities) };
 }
+
+/**
+ * 2025 family: a tools/call of a client that declared form elicitation is answered with a stream,
+ * which a confirmation question can go out on before the result (when the client takes one).
+ */
+const mayAskOnStream = (request: Request, parsed: unknown, caller: McpCaller) =>
+  caller.elicitation.form &&
+  isObject(parsed) &&
+  parsed.method === 'tools/call' &&
+  (request.headers.get('accept') ?? '').includes('text/event-stream');
 
 interface McpEndpointDeps {
   env: Pick<Env, 'maxBodyBytes' | 'mcpAllowedOrigins' | 'publicUrl'>;
@@ -246,7 +268,10 @@ export function useMcpEndpoint({
   }
 
   /** A server for one request: tools/list and tools/call of this agent, for this key. */
-  function serverFor({ principal, svcId, protocolVersion, turn, era, acceptsUrlElicitation }: McpCaller): Server {
+  function serverFor(
+    { principal, svcId, protocolVersion, turn, era, elicitation, signal }: McpCaller,
+    sendRelated?: SendRelated,
+  ): Server {
     const server = new Server(
       { name: 'agent-gateway', version },
       {
@@ -286,20 +311,20 @@ export function useMcpEndpoint({
           try {
             // On 2026-07-28 `_meta` may hold the protocol's envelope beside the gateway's own keys,
             // the only ones the call reads.
-            // On 2026-07-28 a client that accepts form elicitation can be asked to confirm a call;
-            // the 2025 family is served statelessly, without the stream such a question needs.
-            const confirmation = era === 'stateless' ? confirmationOf(ctx.mcpReq) : undefined;
-            const { result, connect, confirm } = await mcp.callTool(
-              principal,
-              svcId,
-              request.params,
-              turn?.away,
-              confirmation,
-            );
-            if (confirm) return confirmationElicitation(confirm);
+            // A client that accepts form elicitation can be asked to confirm a call: on 2026-07-28
+            // its retry carries the answer; on 2025-11-25 the question goes out on this call's
+            // stream, and the call waits for the answer the client posts (to any process).
+            const confirmation =
+              era === 'stateless' ? confirmationOf(ctx.mcpReq) : { canAsk: sendRelated !== undefined, answer: null };
+            const asked = await mcp.callTool(principal, svcId, request.params, turn?.away, confirmation);
+            if (asked.confirm && era === 'stateless') return confirmationElicitation(asked.confirm);
+            const { result, connect } =
+              asked.confirm && sendRelated
+                ? await askOnStream(asked.confirm, request.params, (message) => sendRelated(message, ctx.mcpReq.id))
+                : asked;
             // All the call lacks is the user's connection: a client that accepts it is asked to open the page.
-            const elicitation = connect && connectElicitation(connect, era, acceptsUrlElicitation, ctx.mcpReq);
-            if (elicitation) return elicitation;
+            const connecting = connect && connectElicitation(connect, era, elicitation.url, ctx.mcpReq);
+            if (connecting) return connecting;
             if (result.isError)
               span.setAttribute(ATTR_ERROR_TYPE, 'tool_error').setStatus({ code: SpanStatusCode.ERROR });
             // The result as the request's revision shapes it (the SDK's one place for that).
@@ -313,6 +338,21 @@ export function useMcpEndpoint({
       ),
     );
     return server;
+
+    /** 2025-11-25: asks the user on the call's stream, waits for the posted answer, and decides the call with it. */
+    async function askOnStream(
+      question: ConfirmationQuestion,
+      params: Parameters<McpService['callTool']>[2],
+      send: (message: JSONRPCRequest) => Promise<void>,
+    ) {
+      await send(confirmationRequest(question));
+      const wait = () => mcp.awaitConfirmation(principal, svcId, question.id, signal);
+      await (turn ? turn.away(wait) : wait());
+      return mcp.callTool(principal, svcId, params, turn?.away, {
+        canAsk: false,
+        answer: { id: question.id, action: 'posted' },
+      });
+    }
   }
 
   // 2026-07-28: the SDK's entry, strict (`legacy: 'reject'`): 2025-era requests never reach it,
@@ -347,9 +387,10 @@ export function useMcpEndpoint({
 
   /** The 2025 family: `initialize`, then stateless requests, over the SDK's web-standard transport. */
   async function serveLegacy(request: Request, body: RequestBody, caller: McpCaller): Promise<globalThis.Response> {
+    const stream = mayAskOnStream(request, body.parsed, caller);
     const transport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: undefined,
-      enableJsonResponse: true,
+      enableJsonResponse: !stream,
       maxRequestBodySize: env.maxBodyBytes,
     });
     // What does not parse goes to the SDK as text, so it answers its own JSON-RPC parse error.
@@ -357,7 +398,8 @@ export function useMcpEndpoint({
       body.parsed === undefined
         ? new Request(request.url, { method: 'POST', headers: request.headers, body: body.text })
         : request;
-    await serverFor(caller).connect(transport);
+    const sendRelated: SendRelated = (message, relatedRequestId) => transport.send(message, { relatedRequestId });
+    await serverFor(caller, stream ? sendRelated : undefined).connect(transport);
     return transport.handleRequest(forSdk, body.parsed === undefined ? undefined : { parsedBody: body.parsed });
   }
 
@@ -389,6 +431,8 @@ export function useMcpEndpoint({
       }
     }
     const body = await bodyOf(request);
+    const posted = postedConfirmation(body.parsed);
+    if (posted) return takePostedAnswer(principal, svcId, posted);
     // The SDK's own routing rule (a body that claims the 2026-07-28 envelope is modern, and so is
     // a header naming it), so the two legs can never disagree with what the SDK would do itself.
     const leg: Leg =
@@ -401,17 +445,40 @@ export function useMcpEndpoint({
       protocolVersion: request.headers.get('mcp-protocol-version'),
       turn: state?.turn,
       era: leg,
-      acceptsUrlElicitation: sessionAcceptsUrlElicitation(request.headers.get('mcp-session-id')),
+      elicitation: sessionElicitation(request.headers.get('mcp-session-id')),
+      signal: request.signal,
     };
     const answer =
       leg === 'older' ? await serveLegacy(request, body, caller) : await serveModern(request, body.parsed, caller);
     const headers = new Headers(answer.headers);
-    if (leg === 'older' && answer.status === 200 && declaresUrlElicitationAtInitialize(body.parsed))
-      headers.set('mcp-session-id', urlElicitationSessionId());
+    const sessionId =
+      leg === 'older' && answer.status === 200 && elicitationSessionId(elicitationAtInitialize(body.parsed));
+    if (sessionId) headers.set('mcp-session-id', sessionId);
+    // A stream (a 2025 tools/call that may ask its user) goes out as it is written.
+    if (headers.get('content-type')?.startsWith('text/event-stream'))
+      return new Response(answer.body, { status: answer.status, headers });
     // The SDK answers with the platform's Response; the server writes its own kind much faster.
     // Nothing is closed: in stateless JSON mode every response is complete here, no stream or timer
     // is left, and closing would abort the finished handler and build an error for nothing.
     return new Response(answer.body === null ? null : await answer.text(), { status: answer.status, headers });
+  }
+
+  /**
+   * 2025-11-25: a client's response to a confirmation question, posted on its own to whichever
+   * process: kept for the call waiting on it (202, as the transport answers a posted response), or
+   * a 400 saying why not; never given to the SDK, whose per-request server did not ask it.
+   */
+  async function takePostedAnswer(
+    principal: AgentPrincipal,
+    svcId: string,
+    answer: { id: string; action: ElicitationAction },
+  ): Promise<Response> {
+    if (await mcp.postConfirmation(principal, svcId, answer)) return new Response(null, { status: 202 });
+    return rpcError(
+      400,
+      ProtocolErrorCode.InvalidRequest,
+      `Confirmation ${answer.id} is not open to this answer: it was answered already, expired, or is not this agent's`,
+    );
   }
 
   return {

@@ -62,7 +62,13 @@ import {
 } from './gateway.store.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
 import { appendHistory, historySince, lockAgentHistory, undoUnless, type HistoryEntry } from './agent-history.store.js';
-import { answerConfirmation, askConfirmation } from './confirmation.store.js';
+import {
+  answerConfirmation,
+  askConfirmation,
+  confirmationState,
+  postConfirmationAnswer,
+  takePostedAnswer,
+} from './confirmation.store.js';
 import { randomId } from '../../lib/ids.js';
 
 /**
@@ -91,12 +97,17 @@ export interface DecisionOptions {
   confirmation?: { canAsk: boolean; answer: ConfirmationAnswer | null };
 }
 
-/** A user's answer to a confirmation question, as the MCP edge read it. */
+/**
+ * A user's answer to a confirmation question, as the MCP edge read it: carried by the call
+ * (2026-07-28's retry, the question's id being its request state), or `posted` on its own
+ * (2025-11-25's response to `elicitation/create`) and kept in the question's row.
+ */
 export interface ConfirmationAnswer {
-  /** The question's id (the edge's request state). */
   id: string;
-  action: 'accept' | 'decline' | 'cancel';
+  action: ElicitationAction | 'posted';
 }
+
+export type ElicitationAction = 'accept' | 'decline' | 'cancel';
 
 /** What the edge asks the user when a call needs only their confirmation. */
 export interface ConfirmationQuestion {
@@ -703,19 +714,40 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     answer: ConfirmationAnswer | null,
   ): Promise<ConfirmationCheck | null> {
     if (!answer) return null;
-    const by = principalName(principal);
-    const taken = await answerConfirmation(db.sql, {
+    const question = { id: answer.id, orgId: principal.orgId, svcId: call.svcId, callHash: actionHashOf(call) };
+    const taken =
+      answer.action === 'posted'
+        ? await takePostedAnswer(db.sql, question)
+        : (await answerConfirmation(db.sql, question))
+          ? { action: answer.action, by: principalName(principal) }
+          : null;
+    if (!taken) return { ok: false, message: 'the answer was already used, expired, or is about another call' };
+    if (taken.action === null) return { ok: false, message: 'the user did not answer in time' };
+    if (taken.action !== 'accept') return { ok: false, message: `the user answered ${taken.action}` };
+    return { ok: true, id: answer.id, by: taken.by ?? principalName(principal) };
+  }
+
+  /**
+   * A client's answer posted on its own to a question of this agent (2025-11-25), kept for the
+   * call that waits on it, on whichever process; false when the question is not open to it.
+   */
+  async function postConfirmation(
+    principal: Principal,
+    svcId: string,
+    answer: { id: string; action: ElicitationAction },
+  ): Promise<boolean> {
+    return postConfirmationAnswer(db.sql, {
       id: answer.id,
       orgId: principal.orgId,
-      svcId: call.svcId,
-      callHash: actionHashOf(call),
+      svcId,
       action: answer.action,
-      by,
+      by: principalName(principal),
     });
-    if (!taken) return { ok: false, message: 'the answer was already used, expired, or is about another call' };
-    if (answer.action !== 'accept') return { ok: false, message: `the user answered ${answer.action}` };
-    return { ok: true, id: answer.id, by };
   }
+
+  /** Where a question a call waits on stands: open, answered (posted), or gone (expired, taken). */
+  const confirmationStatus = (principal: Principal, svcId: string, id: string) =>
+    confirmationState(db.sql, { id, orgId: principal.orgId, svcId });
 
   /** The question a call that lacks only its user's confirmation asks, kept for the answer; nothing is recorded. */
   async function askUser(execution: Execution, checked: Checked): Promise<DecisionOutcome> {
@@ -989,7 +1021,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     }));
   }
 
-  return { decide, usageOf };
+  return { decide, usageOf, postConfirmation, confirmationStatus };
 }
 
 export interface UsageWindow {

@@ -2,7 +2,12 @@ import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { AppError, FieldErrors } from '../../errors.js';
 import type { AgentService } from '../agent/agent.service.js';
 import { outOfScope, type AgentPrincipal } from '../../authz/authz.js';
-import type { ConfirmationQuestion, DecisionOptions, GatewayService } from '../gateway/gateway.service.js';
+import type {
+  ConfirmationQuestion,
+  DecisionOptions,
+  ElicitationAction,
+  GatewayService,
+} from '../gateway/gateway.service.js';
 import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';
 import type { PolicyService } from '../policy/policy.service.js';
@@ -32,7 +37,7 @@ interface Collaborators {
   tools: Pick<ToolService, 'forAction'>;
   policies: Pick<PolicyService, 'active'>;
   purchases: Pick<PurchaseService, 'operationDescriptions'>;
-  gateway: Pick<GatewayService, 'decide'>;
+  gateway: Pick<GatewayService, 'decide' | 'postConfirmation' | 'confirmationStatus'>;
 }
 
 /** The definitions operators pinned (never what the upstream shows unaccepted), as tools/list takes them. */
@@ -129,7 +134,53 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     };
   }
 
-  return { listTools, callTool };
+  /**
+   * 2025-11-25 confirmation (docs/decisions/0089-confirmation-by-the-agents-user.md): the call that
+   * asked waits here for its user's answer, which is posted separately and may reach any process.
+   * An answer posted to this process wakes it at once; one posted to another is seen at the next
+   * look at the question's row. It ends answered, gone (expired: the row says when), or when the
+   * client went away.
+   */
+  const waiting = new Map<string, () => void>();
+
+  async function awaitConfirmation(
+    principal: AgentPrincipal,
+    svcId: string,
+    id: string,
+    signal: AbortSignal,
+  ): Promise<void> {
+    for (let pause = FIRST_LOOK_MS; !signal.aborted; pause = Math.min(pause * 2, LAST_LOOK_MS)) {
+      if ((await gateway.confirmationStatus(principal, svcId, id)) !== 'open') return;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', done);
+          waiting.delete(id);
+          resolve();
+        };
+        const timer = setTimeout(done, pause);
+        signal.addEventListener('abort', done);
+        waiting.set(id, done);
+      });
+    }
+  }
+
+  /** A client's posted answer to a question of this agent: kept, and the call waiting here woken. */
+  async function postConfirmation(
+    principal: AgentPrincipal,
+    svcId: string,
+    answer: { id: string; action: ElicitationAction },
+  ): Promise<boolean> {
+    const kept = await gateway.postConfirmation(principal, svcId, answer);
+    if (kept) waiting.get(answer.id)?.();
+    return kept;
+  }
+
+  return { listTools, callTool, awaitConfirmation, postConfirmation };
 }
+
+/** How often a waiting call looks at its question: soon at first, then at most every second. */
+const FIRST_LOOK_MS = 100;
+const LAST_LOOK_MS = 1000;
 
 export type McpService = ReturnType<typeof createMcpService>;

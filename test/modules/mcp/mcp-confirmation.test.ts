@@ -1,14 +1,15 @@
 /**
  * Confirmation by the agent's own user (effect require_confirmation,
- * docs/decisions/0089-confirmation-by-the-agents-user.md): an MCP client on 2026-07-28 that
- * declared form elicitation is asked, through the SDK's own multi-round-trip flow; its answer
+ * docs/decisions/0089-confirmation-by-the-agents-user.md): an MCP client that declared form
+ * elicitation is asked, on 2026-07-28 through the SDK's own multi-round-trip flow, on 2025-11-25
+ * by a request on the call's stream whose answer the client posts (to any process); the answer
  * confirms this call once. Everyone else gets CONFIRMATION_REQUIRED.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import {
   Client as ClientV2,
   type ElicitResult,
@@ -17,10 +18,15 @@ import {
 import { startTestApp, type TestApp } from '../../support/app.js';
 import { signUp, type OrgFixture } from '../../support/fixtures.js';
 import { actionBody, execute, evaluate, readyAgent, type AgentFixture } from '../../support/gateway.js';
+import { allRecords } from '../../support/records.js';
 
 let t: TestApp;
 let server: http.Server;
 let base: string;
+/** A second instance of the service on the same database: another process, as far as an answer can tell. */
+let other: TestApp;
+let otherServer: http.Server;
+let otherBase: string;
 let org: OrgFixture;
 let agent: AgentFixture;
 
@@ -29,6 +35,10 @@ beforeAll(async () => {
   server = http.createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  other = await startTestApp({}, { db: t.database.db });
+  otherServer = http.createServer(other.app.yoga);
+  await new Promise<void>((resolve) => otherServer.listen(0, '127.0.0.1', resolve));
+  otherBase = `http://127.0.0.1:${(otherServer.address() as AddressInfo).port}`;
   org = await signUp(t, 'confirm');
   agent = await readyAgent(t, org);
   const policy = await t.request('POST', '/api/v1/policies', {
@@ -44,8 +54,11 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
+  for (const listening of [server, otherServer]) {
+    listening.closeAllConnections();
+    await new Promise((resolve) => listening.close(resolve));
+  }
+  await other?.close();
   await t?.close();
 });
 
@@ -115,24 +128,37 @@ test('accepted: the user is asked once with a yes-or-no form naming the call, an
   }
 });
 
-test.each([
+const refusals = [
   ['decline', { action: 'decline' }, 'the user answered decline'],
   ['cancel', { action: 'cancel' }, 'the user answered cancel'],
   ['accept without a yes', { action: 'accept', content: { confirm: false } }, 'the user answered decline'],
-] as const)('%s: the call is denied with CONFIRMATION_REQUIRED saying so, and recorded', async (_, answer, said) => {
-  const { client, asked } = await modernClient(answer as Answer);
-  try {
-    const result = (await client.callTool({ name: 'billing__refund', arguments: { amount: 70 } })) as CallToolResult;
-    expect(result.isError).toBe(true);
-    expect(asked).toHaveLength(1);
-    const [reason] = reasonsOf(result);
-    expect(reason.code).toBe('CONFIRMATION_REQUIRED');
-    expect(reason.message).toContain(said);
-    expect(await recordOf(interactionOf(result))).toMatchObject({ status: 'denied', executed: false });
-  } finally {
-    await client.close();
-  }
-});
+] as const;
+const clients = {
+  '2026-07-28': (answer: Answer) => modernClient(answer),
+  '2025-11-25': (answer: Answer) => olderClient(answer),
+};
+
+test.each(
+  Object.keys(clients).flatMap((revision) =>
+    refusals.map(([name, answer, said]) => [revision, name, answer, said] as const),
+  ),
+)(
+  '%s, %s: the call is denied with CONFIRMATION_REQUIRED saying so, and recorded',
+  async (revision, _, answer, said) => {
+    const { client, asked } = await clients[revision as keyof typeof clients](answer as Answer);
+    try {
+      const result = (await client.callTool({ name: 'billing__refund', arguments: { amount: 70 } })) as CallToolResult;
+      expect(result.isError).toBe(true);
+      expect(asked).toHaveLength(1);
+      const [reason] = reasonsOf(result);
+      expect(reason.code).toBe('CONFIRMATION_REQUIRED');
+      expect(reason.message).toContain(said);
+      expect(await recordOf(interactionOf(result))).toMatchObject({ status: 'denied', executed: false });
+    } finally {
+      await client.close();
+    }
+  },
+);
 
 test('an answer is taken once and only for its call: replayed, or sent with other arguments, it confirms nothing', async () => {
   const sent: { body: string; headers: Headers }[] = [];
@@ -172,7 +198,7 @@ test('an answer is taken once and only for its call: replayed, or sent with othe
 
 test('clients that cannot be asked, REST and GraphQL: CONFIRMATION_REQUIRED, recorded; evaluate reports it', async () => {
   const { client: silent } = await modernClient(null);
-  const legacy = new Client({ name: 'agent-v1', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+  const legacy = new Client({ name: 'agent-v1', version: '1.0.0' }, { capabilities: { elicitation: { url: {} } } });
   await legacy.connect(
     new StreamableHTTPClientTransport(new URL(`${base}/mcp/${agent.svcId}`), {
       requestInit: { headers: { 'X-API-Key': agent.key } },
@@ -201,3 +227,144 @@ test('clients that cannot be asked, REST and GraphQL: CONFIRMATION_REQUIRED, rec
   expect(evaluated.body.reasons.map((r: { code: string }) => r.code)).toEqual(['CONFIRMATION_REQUIRED']);
   expect((await evaluate(t, agent, actionBody(agent, 'refund', { amount: 2 }))).body.decision).toBe('allow');
 });
+
+/**
+ * A 2025-11-25 SDK client whose user answers every question with `answer`. Its posted answers go
+ * to `answersTo` (another instance of the service, to show that any process takes them); `posted`
+ * sees each answer's body and the status it got.
+ */
+async function olderClient(
+  answer: Answer,
+  {
+    answersTo = `${base}/mcp/${agent.svcId}`,
+    posted = [],
+  }: { answersTo?: string; posted?: { body: string; status: number }[] } = {},
+) {
+  const asked: { message: string; requestedSchema: unknown }[] = [];
+  const client = new Client({ name: 'agent-v1', version: '1.0.0' }, { capabilities: { elicitation: { form: {} } } });
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    asked.push(request.params as { message: string; requestedSchema: unknown });
+    return answer;
+  });
+  const routing = async (input: string | URL | Request, init?: RequestInit) => {
+    const body = typeof init?.body === 'string' ? init.body : '';
+    if (!body.includes('"method"') && body.includes('agw-confirm:')) {
+      const response = await fetch(answersTo, init);
+      posted.push({ body, status: response.status });
+      return response;
+    }
+    return fetch(input, init);
+  };
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${base}/mcp/${agent.svcId}`), {
+      requestInit: { headers: { 'X-API-Key': agent.key } },
+      fetch: routing,
+    }),
+  );
+  return { client, asked };
+}
+
+/** How many refunds ran, by their records. */
+const executedRefunds = async () =>
+  (await allRecords(t, org)).filter(
+    (record) => record.executed && (record as { capability?: string }).capability === 'billing:refund',
+  ).length;
+
+describe("2025-11-25: the question goes out on the call's stream, and the answer is posted", () => {
+  test('accepted, with the answer posted to another instance: the call waits, runs once, and its record names the confirmation', async () => {
+    const posted: { body: string; status: number }[] = [];
+    const { client, asked } = await olderClient(
+      { action: 'accept', content: { confirm: true } },
+      { answersTo: `${otherBase}/mcp/${agent.svcId}`, posted },
+    );
+    try {
+      const result = (await client.callTool({ name: 'billing__refund', arguments: { amount: 41 } })) as CallToolResult;
+      expect(result.isError).toBeFalsy();
+      expect(result.structuredContent).toEqual({ ok: true });
+      expect(asked).toHaveLength(1);
+      expect(asked[0].message).toContain('"amount":41');
+      expect(asked[0].requestedSchema).toMatchObject({ properties: { confirm: { type: 'boolean' } } });
+      expect(posted.map((answer) => answer.status)).toEqual([202]);
+      const ran = await executedRefunds();
+      const record = await recordOf(interactionOf(result));
+      expect(record).toMatchObject({ status: 'approved', executed: true, channel: 'mcp' });
+      expect(record.confirmation).toEqual({ confirmation_id: expect.stringMatching(/^cnf_/), by: expect.any(String) });
+      // Replayed to either instance, the answer is refused and runs nothing more.
+      for (const to of [base, otherBase]) {
+        const replayed = await fetch(`${to}/mcp/${agent.svcId}`, {
+          method: 'POST',
+          headers: {
+            'X-API-Key': agent.key,
+            'Content-Type': 'application/json',
+            Accept: 'application/json, text/event-stream',
+          },
+          body: posted[0].body,
+        });
+        expect(replayed.status).toBe(400);
+        expect((await replayed.json()).error.message).toContain('answered already');
+      }
+      expect(await executedRefunds()).toBe(ran);
+      // A call the policy does not match is answered at once, unasked.
+      const small = (await client.callTool({ name: 'billing__refund', arguments: { amount: 3 } })) as CallToolResult;
+      expect(small.isError).toBeFalsy();
+      expect(asked).toHaveLength(1);
+    } finally {
+      await client.close();
+    }
+  });
+
+  test('an answer posted under another agent is refused with a 400; the call waits on until its client goes away, then is denied and recorded', async () => {
+    const second = await readyAgent(t, org);
+    const posted: { body: string; status: number }[] = [];
+    const { client, asked } = await olderClient(
+      { action: 'accept', content: { confirm: true } },
+      { answersTo: `${base}/mcp/${second.svcId}`, posted },
+    );
+    const call = client.callTool({ name: 'billing__refund', arguments: { amount: 88 } }).catch((error) => error);
+    await until(() => posted.length === 1);
+    expect(posted[0].status).toBe(400);
+    expect(asked).toHaveLength(1);
+    await client.close();
+    expect(await call).toBeInstanceOf(Error);
+    const [record] = await untilDenied();
+    expect(record).toMatchObject({ status: 'denied', executed: false });
+    expect(record.reasons.map((reason) => reason.code)).toEqual(['CONFIRMATION_REQUIRED']);
+  });
+
+  test('an answer to a question nobody asked is refused with a 400', async () => {
+    const unasked = await fetch(`${base}/mcp/${agent.svcId}`, {
+      method: 'POST',
+      headers: {
+        'X-API-Key': agent.key,
+        'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 'agw-confirm:cnf_nobodyaskedthis',
+        result: { action: 'accept', content: { confirm: true } },
+      }),
+    });
+    expect(unasked.status).toBe(400);
+    expect((await unasked.json()).error.message).toContain('not open to this answer');
+  });
+});
+
+/** Polls for `condition`: a bound on a test that would otherwise hang, not a measurement. */
+async function until(condition: () => boolean) {
+  for (let attempt = 0; attempt < 300 && !condition(); attempt++)
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  expect(condition()).toBe(true);
+}
+
+/** The denial of the call that stopped waiting, once it is recorded (the only one not answered). */
+async function untilDenied() {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const found = (await allRecords(t, org)).filter((record) =>
+      record.reasons.some((reason) => (reason as { message?: string }).message?.includes('did not answer')),
+    );
+    if (found.length) return found;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error('no record of the call that stopped waiting');
+}

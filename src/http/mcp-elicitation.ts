@@ -6,6 +6,7 @@ import {
   inputResponse,
   UrlElicitationRequiredError,
 } from '@modelcontextprotocol/server';
+import type { ElicitationAction } from '../modules/gateway/gateway.service.js';
 import type { ConnectRequest } from '../modules/mcp/mcp-tools.js';
 
 /**
@@ -17,16 +18,28 @@ import type { ConnectRequest } from '../modules/mcp/mcp-tools.js';
 
 /**
  * The 2025 family is served statelessly: a tools/call reaches a server that never saw the
- * client's `initialize`. A client that declared URL elicitation there gets a session id that
- * says so, which it sends back on every request. It holds no server state (any process reads it)
- * and grants nothing: forging it only changes how a denial is worded.
+ * client's `initialize`. A client that declared elicitation there gets a session id that says in
+ * which modes, which it sends back on every request. It holds no server state (any process reads
+ * it) and grants nothing: forging it only changes how a denial is worded, or whether the client is
+ * asked a question its own answer settles.
  */
-const URL_ELICITATION_SESSION = /^agw-url-[A-Za-z0-9_-]{22}$/;
+const ELICITATION_SESSION = /^agw-(url|form|form-url)-[A-Za-z0-9_-]{22}$/;
 
-export const urlElicitationSessionId = () => `agw-url-${randomBytes(16).toString('base64url')}`;
+export interface ElicitationModes {
+  url: boolean;
+  form: boolean;
+}
 
-export const sessionAcceptsUrlElicitation = (sessionId: string | null): boolean =>
-  sessionId !== null && URL_ELICITATION_SESSION.test(sessionId);
+/** The session id remembering the modes a client declared; null when it declared none. */
+export function elicitationSessionId({ url, form }: ElicitationModes): string | null {
+  const modes = [form && 'form', url && 'url'].filter(Boolean).join('-');
+  return modes ? `agw-${modes}-${randomBytes(16).toString('base64url')}` : null;
+}
+
+export function sessionElicitation(sessionId: string | null): ElicitationModes {
+  const modes = sessionId === null ? undefined : ELICITATION_SESSION.exec(sessionId)?.[1];
+  return { url: modes?.endsWith('url') ?? false, form: modes?.startsWith('form') ?? false };
+}
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -61,26 +74,61 @@ export function confirmationOf(ctx: ElicitationContext & { requestState: () => u
   const view = inputResponse(ctx.inputResponses, CONFIRM_INPUT);
   const id = ctx.requestState();
   if (view.kind !== 'elicit' || typeof id !== 'string') return { canAsk, answer: null };
-  const confirmed = view.action === 'accept' && view.content?.confirm === true;
-  return { canAsk, answer: { id, action: confirmed ? 'accept' : view.action === 'accept' ? 'decline' : view.action } };
+  return { canAsk, answer: { id, action: actionOf(view) } };
 }
 
-/** The question, as 2026-07-28's input-required result: a form with one yes-or-no field. */
+/** The question's form: one yes-or-no field; accepting means answering `confirm` with true. */
+const confirmationForm = (message: string) => ({
+  mode: 'form' as const,
+  message,
+  requestedSchema: {
+    type: 'object' as const,
+    properties: { confirm: { type: 'boolean' as const, title: 'Run this call', description: message } },
+    required: ['confirm'],
+  },
+});
+
+/** The user's action in an elicitation result: accepting without a yes declines. */
+function actionOf(result: unknown): ElicitationAction {
+  if (!isObject(result)) return 'cancel';
+  if (result.action === 'accept')
+    return isObject(result.content) && result.content.confirm === true ? 'accept' : 'decline';
+  return result.action === 'decline' ? 'decline' : 'cancel';
+}
+
+/** The question, as 2026-07-28's input-required result. */
 export function confirmationElicitation(question: { id: string; message: string }): InputRequiredResult {
   return inputRequired({
-    inputRequests: {
-      [CONFIRM_INPUT]: inputRequired.elicit({
-        mode: 'form',
-        message: question.message,
-        requestedSchema: {
-          type: 'object',
-          properties: { confirm: { type: 'boolean', title: 'Run this call', description: question.message } },
-          required: ['confirm'],
-        },
-      }),
-    },
+    inputRequests: { [CONFIRM_INPUT]: inputRequired.elicit(confirmationForm(question.message)) },
     requestState: question.id,
   });
+}
+
+/**
+ * 2025-11-25: the question as a server-to-client request on the call's response stream. Its
+ * JSON-RPC id names the question, so the process the client posts its response to, whichever it
+ * is, knows what it answers.
+ */
+const CONFIRM_REQUEST_ID = /^agw-confirm:(cnf_[A-Za-z0-9_-]{1,64})$/;
+
+export function confirmationRequest(question: { id: string; message: string }) {
+  return {
+    jsonrpc: '2.0' as const,
+    id: `agw-confirm:${question.id}`,
+    method: 'elicitation/create' as const,
+    params: confirmationForm(question.message),
+  };
+}
+
+/**
+ * A posted JSON-RPC response to such a request: the question and the user's action (an error
+ * response cancels); undefined for any other body.
+ */
+export function postedConfirmation(body: unknown): { id: string; action: ElicitationAction } | undefined {
+  if (!isObject(body) || 'method' in body || typeof body.id !== 'string') return undefined;
+  const id = CONFIRM_REQUEST_ID.exec(body.id)?.[1];
+  if (id === undefined || !('result' in body || 'error' in body)) return undefined;
+  return { id, action: 'error' in body ? 'cancel' : actionOf(body.result) };
 }
 
 interface ElicitationContext {
