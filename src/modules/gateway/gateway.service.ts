@@ -11,7 +11,13 @@ import type { ManifestService } from '../manifest/manifest.service.js';
 import type { OrgService } from '../org/org.service.js';
 import { redact } from '../policy/content-detectors.js';
 import type { ConditionFacts, HistoryFact } from '../policy/policy-condition.js';
-import { historyWindowFor, matchPolicies, type ActivePolicy, type PolicyEvaluation } from '../policy/policy-rules.js';
+import {
+  historyWindowFor,
+  matchPolicies,
+  scanAhead,
+  type ActivePolicy,
+  type PolicyEvaluation,
+} from '../policy/policy-rules.js';
 import type { RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolResult } from '../tool/connectors.js';
@@ -61,7 +67,8 @@ import {
   readCounts,
 } from './gateway.store.js';
 import { keyBatcher } from '../../lib/key-batcher.js';
-import { appendHistory, historySince, lockAgentHistory, undoUnless, type HistoryEntry } from './agent-history.store.js';
+import { appendHistory, lockAgentHistory, undoUnless, type HistoryEntry } from './agent-history.store.js';
+import { createHistoryReader } from './agent-history.js';
 import {
   answerConfirmation,
   askConfirmation,
@@ -457,6 +464,7 @@ type Reads = [
 
 export function createGatewayService({ db, env, telemetry }: Deps, modules: Collaborators) {
   const { agents, manifests, orgs, tools, tokens, approvals, records, journal, policies } = modules;
+  const histories = createHistoryReader();
   const policyEvaluated = (policy: ActivePolicy, result: PolicyEvaluation) =>
     telemetry.policyEvaluated(policy.effect, policy.mode, result);
 
@@ -614,13 +622,14 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     const confirmation = await confirmationOf(principal, call, options.confirmation?.answer ?? null);
     const asked: Request = { principal, call, options, windows, now: Date.now(), interactionId, confirmation };
     if (reads[0] && !outOfScope(principal, call.svcId)) agents.seen(principal.orgId, call.svcId);
+    await scanAhead(reads[7], call.svcId, call.capability, call.action.params);
     const historyWindow = historyWindowFor(reads[7], call.svcId);
     if (historyWindow !== null && options.mode === 'execute')
       return journal.run(interactionId, () => executeSerialized(asked, reads, historyWindow));
     const history =
       historyWindow === null
         ? undefined
-        : await historySince(db.sql, principal.orgId, call.svcId, since(asked, historyWindow));
+        : await histories.since(db.sql, principal.orgId, call.svcId, since(asked, historyWindow), asked.now);
     const loaded = await loadContext(asked, reads, history);
     const checked = checkDecision(loaded.context);
     if (options.mode === 'evaluate') return evaluated(interactionId, loaded.context, checked);
@@ -679,7 +688,7 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
   ): Promise<SerializedDecision | LeaseLost> {
     const { orgId } = asked.principal;
     await lockAgentHistory(tx, orgId, asked.call.svcId);
-    const history = await historySince(tx, orgId, asked.call.svcId, since(asked, windowSeconds));
+    const history = await histories.since(tx, orgId, asked.call.svcId, since(asked, windowSeconds), asked.now);
     const execution = executionOf(asked, await loadContext(asked, reads, history));
     const checked = checkDecision(execution.context);
     const labels = decisionLabels(execution.context.policies);

@@ -260,11 +260,15 @@ function nodesOf(root: CelNode): Set<CelNode> {
   return nodes;
 }
 
-/** Whether a condition calls a content detector: its budget then grows with the content (contentAllowance). */
-export function scansContent(root: CelNode): boolean {
-  for (const node of nodesOf(root))
-    if ((node.op === 'call' || node.op === 'rcall') && isDetector(callParts(node).name)) return true;
-  return false;
+/** The content detectors a condition calls: its budget then grows with the content (contentAllowance). */
+export function detectorsCalled(root: CelNode): Detector[] {
+  const called = new Set<Detector>();
+  for (const node of nodesOf(root)) {
+    if (node.op !== 'call' && node.op !== 'rcall') continue;
+    const { name } = callParts(node);
+    if (isDetector(name)) called.add(name);
+  }
+  return [...called];
 }
 
 /** Which nodes get a metered `evaluate`, and what it does. */

@@ -1,7 +1,8 @@
 import { Environment } from '@marcbachmann/cel-js';
 import type { CelNode } from './policy-condition-ast.js';
 import { DETECTORS, scannedKindsIn } from './content-detectors.js';
-import { DEFAULT_EVAL_BUDGET, instrument, metered, scansContent } from './policy-condition-budget.js';
+import type { Detector } from './content-detectors.js';
+import { DEFAULT_EVAL_BUDGET, detectorsCalled, instrument, metered } from './policy-condition-budget.js';
 import { regularExpression, superLinearConstruct } from './policy-condition-cost.js';
 
 /**
@@ -108,10 +109,12 @@ export interface ConditionError {
 }
 
 /**
- * A checked condition, ready to evaluate within a budget of operations; `scansContent` when it
- * calls a detector (its budget then grows with the params: contentAllowance).
+ * A checked condition, ready to evaluate within a budget of operations; `detectors` the content
+ * detectors it calls, when any (its budget then grows with the params: contentAllowance).
  */
-export type CompiledCondition = ((facts: ConditionFacts, budget: number) => unknown) & { scansContent?: boolean };
+export type CompiledCondition = ((facts: ConditionFacts, budget: number) => unknown) & {
+  detectors?: readonly Detector[];
+};
 
 export interface CompileOptions {
   /** The policy has a history window: the condition may read `history`. */
@@ -171,7 +174,8 @@ export function compileCondition(text: string, options: CompileOptions = {}): Co
   }
   const run = program as unknown as (facts: ConditionFacts) => unknown;
   const condition: CompiledCondition = (facts, budget) => metered(budget, run, facts);
-  condition.scansContent = scansContent(ast);
+  const detectors = detectorsCalled(ast);
+  if (detectors.length) condition.detectors = detectors;
   return { ok: true, condition };
 }
 

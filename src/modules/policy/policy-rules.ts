@@ -1,4 +1,4 @@
-import type { Detector } from './content-detectors.js';
+import { scannedKindsIn, type Detector } from './content-detectors.js';
 import { contentAllowance, DEFAULT_EVAL_BUDGET } from './policy-condition-budget.js';
 import { runCondition, type CompiledCondition, type ConditionFacts } from './policy-condition.js';
 
@@ -106,6 +106,35 @@ export function historyWindowFor(policies: readonly ActivePolicy[], svcId: strin
   return longest;
 }
 
+const targetsCall = (policy: ActivePolicy, svcId: string, capability: string) =>
+  targetsAgent(policy, svcId) &&
+  (!policy.capabilities || policy.capabilities.some((pattern) => capabilityMatches(pattern, capability)));
+
+/**
+ * Scans a call's params ahead of its conditions, by each detector a policy that targets it calls,
+ * one detector at a time with the event loop given back between them. The conditions then answer
+ * from these scans (scannedKindsIn, charged as a call): the slowest step of a large call is not
+ * one piece that holds every other request up, and it never runs inside the transaction that
+ * serializes an agent's decisions. Within the allowance the budget gives anyway (one scan of the
+ * params by every detector).
+ */
+export async function scanAhead(
+  policies: readonly ActivePolicy[],
+  svcId: string,
+  capability: string,
+  params: unknown,
+): Promise<void> {
+  if (typeof params !== 'object' || params === null) return;
+  const detectors = new Set<Detector>();
+  for (const policy of policies)
+    if (!appliesToResult(policy) && targetsCall(policy, svcId, capability))
+      for (const detector of policy.condition?.detectors ?? []) detectors.add(detector);
+  for (const detector of detectors) {
+    await new Promise((resolve) => setImmediate(resolve));
+    scannedKindsIn(detector, params);
+  }
+}
+
 /** The facts a policy's condition sees: `history` cut to its own window, when it has one. */
 function factsFor(policy: ActivePolicy, facts: ConditionFacts): ConditionFacts {
   if (policy.historyWindowSeconds === null) return facts;
@@ -136,17 +165,15 @@ export function matchPolicies(
   let known: ConditionFacts | undefined;
   let allowance: number | undefined;
   for (const policy of policies) {
-    if (!targetsAgent(policy, svcId)) continue;
     // Before the tool runs, the policies on its result wait; after, only they are asked (`result` set).
-    if (appliesToResult(policy) !== (phase === 'result')) continue;
-    if (policy.capabilities && !policy.capabilities.some((pattern) => capabilityMatches(pattern, capability))) continue;
+    if (!targetsCall(policy, svcId, capability) || appliesToResult(policy) !== (phase === 'result')) continue;
     if (!policy.condition) {
       matches.push({ policy, conditionError: null });
       evaluated?.(policy, 'matched');
       continue;
     }
     known ??= facts();
-    const extra = policy.condition.scansContent
+    const extra = policy.condition.detectors
       ? (allowance ??=
           contentAllowance(known.params) + (known.result === undefined ? 0 : contentAllowance(known.result)))
       : 0;
