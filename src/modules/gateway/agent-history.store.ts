@@ -13,7 +13,7 @@ import type { HistoryFact } from '../policy/policy-condition.js';
 export const MAX_HISTORY_ENTRIES = 1000;
 
 /** How long an entry is kept: the longest window a policy may have. */
-const KEPT_SECONDS = 86_400;
+export const KEPT_SECONDS = 86_400;
 
 /**
  * Waits for the agent's lock, held until the transaction ends. A statement of its own: a read in
@@ -27,7 +27,7 @@ export async function lockAgentHistory(tx: SqlConnection, orgId: string, svcId: 
   );
 }
 
-/** An entry as the read's JSON carries it: `at` in epoch milliseconds. */
+/** An entry as the read's JSON carries it: `at` in epoch milliseconds, and its place in the agent's order. */
 interface HistoryJson {
   capability: string;
   type: string;
@@ -36,35 +36,42 @@ interface HistoryJson {
   executed: boolean;
   labels: string[] | null;
   at: number;
+  seq: number;
+}
+
+/** An entry read, with its place in the agent's order (`seq`). */
+export interface NumberedFact {
+  seq: number;
+  fact: HistoryFact;
 }
 
 /**
- * The agent's entries since `since`, oldest first: the newest MAX_HISTORY_ENTRIES of them, by the
- * primary key. One row of JSON rather than a row per entry: the drivers decode each row's array
- * and timestamp in JavaScript, ≈35 µs a row on the embedded database, where one JSON text parses
- * in well under a millisecond for the whole window.
+ * The agent's entries after `afterSeq` and since `since`, in the agent's order: the newest
+ * MAX_HISTORY_ENTRIES of them. One row of JSON rather than a row per entry: the drivers decode each
+ * row's array and timestamp in JavaScript, ≈35 µs a row on the embedded database, where one JSON
+ * text parses in well under a millisecond for the whole window.
  */
-export async function historySince(
+export async function historyAfter(
   conn: SqlConnection,
   orgId: string,
   svcId: string,
+  afterSeq: number,
   since: Date,
-): Promise<HistoryFact[]> {
+): Promise<NumberedFact[]> {
   const [row] = await conn.query<{ entries: string }>(
     `SELECT coalesce(json_agg(json_build_object(
               'capability', capability, 'type', action_type, 'tool', tool, 'decision', decision,
-              'executed', executed, 'labels', labels, 'at', (extract(epoch FROM at) * 1000)::bigint)
-            ORDER BY at, id), '[]')::text AS entries
+              'executed', executed, 'labels', labels, 'at', (extract(epoch FROM at) * 1000)::bigint, 'seq', seq)
+            ORDER BY seq), '[]')::text AS entries
      FROM (SELECT * FROM agent_history
-           WHERE org_id = $1::uuid AND svc_id = $2 AND at >= $3::timestamptz
-           ORDER BY at DESC, id DESC LIMIT ${MAX_HISTORY_ENTRIES}) AS newest`,
-    [orgId, svcId, since],
-    'history_since',
+           WHERE org_id = $1::uuid AND svc_id = $2 AND seq > $3 AND at >= $4::timestamptz
+           ORDER BY seq DESC LIMIT ${MAX_HISTORY_ENTRIES}) AS newest`,
+    [orgId, svcId, afterSeq, since],
+    'history_after',
   );
-  return (JSON.parse(row.entries) as HistoryJson[]).map((entry) => ({
-    ...entry,
-    labels: entry.labels ?? [],
-    at: new Date(entry.at),
+  return (JSON.parse(row.entries) as HistoryJson[]).map(({ seq, labels, at, ...entry }) => ({
+    seq,
+    fact: { ...entry, labels: labels ?? [], at: new Date(at) },
   }));
 }
 

@@ -210,6 +210,35 @@ describe('history', () => {
     expect((await run(other, 'email:send')).body).toMatchObject({ decision: 'allow' });
   });
 
+  test('each process keeps the history it read and reads only what came after: calls alternating between two see every entry', async () => {
+    const { org, agent } = await world();
+    const other = await startTestApp({}, { db: t.database.db });
+    try {
+      await createPolicy(org, {
+        name: 'count',
+        effect: 'label',
+        labels: ['seen'],
+        target: { capabilities: ['email:*'] },
+        history_window_seconds: 3600,
+        // Every earlier entry, the one the other process wrote just before too, newest last.
+        condition:
+          'history.size() == int(params.n) && (history.size() < 2 || history[history.size() - 1].at >= history[history.size() - 2].at)',
+      });
+      const labelled: unknown[] = [];
+      for (let n = 0; n < 8; n++) {
+        const app = n % 2 === 0 ? t : other;
+        const answer = await app.request('POST', '/api/v1/gateway/execute', {
+          apiKey: agent.key,
+          body: call(agent, 'email:send', { n }),
+        });
+        labelled.push(answer.body.labels);
+      }
+      expect(labelled).toEqual(Array.from({ length: 8 }, () => ['seen']));
+    } finally {
+      await other.close();
+    }
+  });
+
   test('entries carry every field, oldest first; denials count too', async () => {
     const { org, agent } = await world();
     await createPolicy(org, {
@@ -275,18 +304,20 @@ describe('history', () => {
       condition:
         'history.size() == 1000 && history.exists(h, "private" in h.labels) && history.all(h, h.at > request.time - duration("2h"))',
     });
-    // 1,200 entries in the last half hour, one of them private, and 50 from two hours ago.
-    await t.database.db.sql.query(
-      `INSERT INTO agent_history (org_id, svc_id, id, at, action_type, tool, capability, decision, executed, labels)
-       SELECT $1::uuid, $2, 'int_' || n, now() - make_interval(secs => n), 'files', 'read', 'files:read', 'allow', true,
-              CASE WHEN n = 5 THEN ARRAY['private'] ELSE ARRAY['public', 'files'] END
-       FROM generate_series(1, 1200) AS n
-       UNION ALL
-       SELECT $1::uuid, $2, 'old_' || n, now() - interval '2 hours' - make_interval(secs => n), 'files', 'read', 'files:read',
-              'allow', true, ARRAY['private']
-       FROM generate_series(1, 50) AS n`,
-      [org.orgId, agent.svcId],
-    );
+    // 50 entries from two hours ago, then 1,200 in the last half hour, one of them private: written
+    // oldest first, as the agent's lock orders them.
+    for (const [prefix, from, count, labels] of [
+      ['old_', "interval '2 hours'", 50, "ARRAY['private']"],
+      ['int_', "interval '0 hours'", 1200, "CASE WHEN n = 5 THEN ARRAY['private'] ELSE ARRAY['public', 'files'] END"],
+    ] as const) {
+      await t.database.db.sql.query(
+        `INSERT INTO agent_history (org_id, svc_id, id, at, action_type, tool, capability, decision, executed, labels)
+         SELECT $1::uuid, $2, '${prefix}' || n, now() - ${from} - make_interval(secs => n), 'files', 'read', 'files:read',
+                'allow', true, ${labels}
+         FROM generate_series(${count}, 1, -1) AS n`,
+        [org.orgId, agent.svcId],
+      );
+    }
     const denied = await run(agent, 'email:send');
     expect(codes(denied.body)).toEqual(['POLICY_DENIED']);
     // Matched by its condition, not by a failure of it (fail closed would match too).
