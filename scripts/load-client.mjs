@@ -10,6 +10,8 @@
 //
 //   node scripts/load-client.mjs '{"url": "...", "headers": {...}, "body": "...", "seconds": 5, "concurrency": 1}'
 //   node scripts/load-client.mjs '{"url": "...", "seconds": 10, "rate": 500}'
+//   node scripts/load-client.mjs - < options.json   (a body too large for an argument: 1 MiB of params)
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 
 const {
@@ -21,7 +23,7 @@ const {
   concurrency = 256,
   rate,
   samples = false,
-} = JSON.parse(process.argv[2]);
+} = JSON.parse(process.argv[2] === '-' ? readFileSync(0, 'utf8') : process.argv[2]);
 const target = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
 const payload = Buffer.from(body);

@@ -51,12 +51,15 @@ export async function runLoad(
   request: LoadRequest,
   options: ({ seconds: number; concurrency: number } | { seconds: number; rate: number }) & { samples?: boolean },
 ): Promise<LoadResult> {
-  const { stdout } = await promisify(execFile)(process.execPath, [client, JSON.stringify({ ...request, ...options })], {
+  // The options go in on stdin: an argument is at most 128 KiB, and a body may be 1 MiB.
+  const running = promisify(execFile)(process.execPath, [client, '-'], {
     env: { ...process.env, NODE_OPTIONS: '' },
     timeout: (options.seconds + 60) * 1000,
     // A sample is ≈6 bytes of JSON: room for a long run's.
     maxBuffer: 64 * 1024 * 1024,
   });
+  running.child.stdin!.end(JSON.stringify({ ...request, ...options }));
+  const { stdout } = await running;
   return JSON.parse(stdout) as LoadResult;
 }
 

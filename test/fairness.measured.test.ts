@@ -20,7 +20,7 @@
  * thread (one in flight ahead of it on average, ≈1.2 ms each), and its steps behind A's on the
  * event loop.
  */
-import { pooledQuantile, runLoad, type LoadResult } from '../scripts/load.js';
+import { pooledQuantile, runClosedLoop, runLoad, type LoadRequest, type LoadResult } from '../scripts/load.js';
 import { LOOPBACK_UPSTREAMS, type TestClient } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/database.js';
 import { signUp } from './support/fixtures.js';
@@ -57,7 +57,7 @@ async function startService(env: Record<string, string> = {}): Promise<Service> 
 }
 
 /** An org with an agent whose budget the test cannot exhaust, and the request that executes for it. */
-async function orgExecute(service: Service, prefix: string) {
+async function orgExecute(service: Service, prefix: string, params?: Record<string, unknown>) {
   const org = await signUp(service as TestClient, prefix);
   const agent = await readyAgent(service, org, {
     constraints: { max_actions_per_hour: 10_000_000, max_actions_per_day: 10_000_000 },
@@ -65,44 +65,125 @@ async function orgExecute(service: Service, prefix: string) {
   return {
     url: `${service.base}/api/v1/gateway/execute`,
     headers: { 'content-type': 'application/json', 'x-api-key': agent.key },
-    body: JSON.stringify(actionBody(agent)),
+    body: JSON.stringify(actionBody(agent, 'read', params)),
   };
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const ok = (result: LoadResult) => ({ statuses: result.statuses, failures: result.failures });
 
+/**
+ * B's pooled p99s alone and during each of `floods`, over windows that alternate (alone, then each
+ * flood beside B); every request answered 200, and each flood served too, not starved.
+ */
+async function p99sDuring(quiet: LoadRequest, floods: readonly LoadRequest[]) {
+  for (const flood of floods) await runLoad(flood, { seconds: 1, concurrency: FLOOD });
+  await runLoad(quiet, { seconds: 1, concurrency: 1 });
+  const alone: LoadResult[] = [];
+  const beside = floods.map(() => ({ quiet: [] as LoadResult[], flood: [] as LoadResult[] }));
+  for (let round = 0; round < ROUNDS; round++) {
+    alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }));
+    for (const [i, flood] of floods.entries()) {
+      const [a, b] = await Promise.all([
+        runLoad(flood, { seconds: WINDOW_SECONDS, concurrency: FLOOD }),
+        runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }),
+      ]);
+      beside[i].flood.push(a);
+      beside[i].quiet.push(b);
+    }
+  }
+  for (const result of [...alone, ...beside.flatMap((windows) => [...windows.quiet, ...windows.flood])])
+    expect(ok(result)).toEqual({ statuses: { 200: result.requests }, failures: 0 });
+  for (const windows of beside) expect(median(windows.flood.map((r) => r.rps))).toBeGreaterThan(0);
+  const during = beside.map((windows) => pooledQuantile(windows.quiet, 0.99));
+  const measured =
+    `B's p99 alone ${pooledQuantile(alone, 0.99)} ms (each window's: ${alone.map((r) => r.p99).join(', ')})` +
+    beside
+      .map(
+        (windows, i) =>
+          `; during flood ${i + 1}: ${during[i]} ms (${windows.quiet.map((r) => r.p99).join(', ')}; ` +
+          `its req/s: ${windows.flood.map((r) => r.rps).join(', ')})`,
+      )
+      .join('');
+  return { alone: pooledQuantile(alone, 0.99), during, measured };
+}
+
 test(`org B's p99 while org A keeps ${FLOOD} executes in flight stays within ${BAR}x of B's p99 without it (${backend})`, async () => {
   const service = await startService();
   const flood = await orgExecute(service, 'flood');
   const quiet = await orgExecute(service, 'quiet');
-  await runLoad(flood, { seconds: 1, concurrency: FLOOD });
-  await runLoad(quiet, { seconds: 1, concurrency: 1 });
-  const alone: LoadResult[] = [];
-  const flooded: LoadResult[] = [];
-  const floods: LoadResult[] = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    alone.push(await runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }));
-    const [a, b] = await Promise.all([
-      runLoad(flood, { seconds: WINDOW_SECONDS, concurrency: FLOOD }),
-      runLoad(quiet, { seconds: WINDOW_SECONDS, concurrency: 1, samples: true }),
-    ]);
-    floods.push(a);
-    flooded.push(b);
-  }
-  for (const result of [...alone, ...flooded, ...floods]) {
-    expect(ok(result)).toEqual({ statuses: { 200: result.requests }, failures: 0 });
-  }
-  const [aloneP99, floodedP99] = [pooledQuantile(alone, 0.99), pooledQuantile(flooded, 0.99)];
-  const ratio = floodedP99 / aloneP99;
-  const measured =
-    `ratio ${ratio.toFixed(2)}: B's p99 alone ${aloneP99} ms, during A's flood ${floodedP99} ms ` +
-    `(each window's: ${alone.map((r) => r.p99).join(', ')}; ${flooded.map((r) => r.p99).join(', ')})`;
-  console.log(`org B's p99 during org A's flood (${backend}): ${measured}`);
+  const { alone, during, measured } = await p99sDuring(quiet, [flood]);
+  const ratio = during[0] / alone;
+  console.log(`org B's p99 during org A's flood (${backend}): ratio ${ratio.toFixed(2)}: ${measured}`);
   expect({ measured, within: ratio <= BAR }).toEqual({ measured, within: true });
-  // The flooding org is served too, not starved.
-  expect(median(floods.map((r) => r.rps))).toBeGreaterThan(0);
 }, 240_000);
+
+/**
+ * B's p99 during A's flood with its costly policies, at most this many times B's p99 during the
+ * same flood without them: the fairness bar. Measured 1.7 on PGlite (2 cores, 2026-12-01), where
+ * A's serialized transaction, with its 1 MiB journal entry, holds the one connection B's
+ * statements wait for; 0.9 on PostgreSQL.
+ */
+const POLICY_BAR = BAR;
+
+/**
+ * The issue's cost test: A's policies read 1,000 entries of history and run the three detectors
+ * over 1 MiB of params on every execute, within the evaluation budget (allowed and labelled, no
+ * condition fails), and what they cost does not reach B. The control is the same flood of 1 MiB
+ * calls from an org without policies: a 1 MiB call costs every org's latency something on its own
+ * (reading, hashing and storing the params), which is not the policies' and is reported beside.
+ */
+test(`org B's p99 during org A's executes that each read 1000 entries of history and scan 1 MiB of params is within ${POLICY_BAR}x of B's p99 during the same executes without the policies (${backend})`, async () => {
+  const service = await startService();
+  const quiet = await orgExecute(service, 'quiet-costly');
+  const prose = 'The quarterly report is attached; please review the figures before Friday. '.repeat(13_500);
+  const plain = await orgExecute(service, 'plain', { body: prose });
+  const org = await signUp(service as TestClient, 'costly');
+  const agent = await readyAgent(service, org, {
+    constraints: { max_actions_per_hour: 10_000_000, max_actions_per_day: 10_000_000 },
+  });
+  const policies = [
+    {
+      name: 'sees its history',
+      effect: 'deny',
+      history_window_seconds: 86_400,
+      target: { capabilities: ['billing:*'] },
+      condition: 'history.exists(h, "exfiltrated" in h.labels)',
+    },
+    {
+      name: 'scans what goes out',
+      effect: 'label',
+      labels: ['scanned'],
+      target: { capabilities: ['billing:*'] },
+      condition: 'secrets(params).size() == 0 && pii(params).size() == 0 && hidden_text(params).size() == 0',
+    },
+  ];
+  for (const policy of policies) {
+    const created = await service.request('POST', '/api/v1/policies', { token: org.adminToken, body: policy });
+    expect(created.status).toBe(201);
+  }
+  const small = {
+    ...plain,
+    headers: { ...plain.headers, 'x-api-key': agent.key },
+    body: JSON.stringify(actionBody(agent)),
+  };
+  // 1,000 entries in the window before the measuring.
+  expect((await runClosedLoop(small, { connections: 4, amount: 1000 })).statuses).toEqual({ 200: 1000 });
+  const costly = { ...small, body: JSON.stringify(actionBody(agent, 'read', { body: prose })) };
+  const one = await service.request('POST', '/api/v1/gateway/execute', {
+    apiKey: agent.key,
+    body: JSON.parse(costly.body),
+  });
+  expect(one.body).toMatchObject({ decision: 'allow', labels: ['scanned'] });
+  expect(one.body.policies.map((p: { condition_error: string | null }) => p.condition_error)).toEqual([null]);
+  const { alone, during, measured } = await p99sDuring(quiet, [costly, plain]);
+  const ratio = during[0] / during[1];
+  console.log(
+    `org B's p99 during org A's costly flood against the same flood without policies (${backend}): ratio ` +
+      `${ratio.toFixed(2)}; against B alone ${(during[0] / alone).toFixed(2)} and ${(during[1] / alone).toFixed(2)}: ${measured}`,
+  );
+  expect({ measured, within: ratio <= POLICY_BAR }).toEqual({ measured, within: true });
+}, 400_000);
 
 // PostgreSQL only: the org's requests must hold their turns while others arrive, and on PGlite a
 // request holds its turn only within one pass of the event loop. Here they wait for the org's

@@ -72,8 +72,8 @@ export function startService(port: number, options: ServiceOptions): Service {
   delete env.DATA_DIR;
   // The test's own PUBLIC_URL, if it sets one (several processes behind one address), else none.
   if (options.env?.PUBLIC_URL === undefined) delete env.PUBLIC_URL;
-  // Jest's --experimental-vm-modules is not for the child.
-  delete env.NODE_OPTIONS;
+  // Jest's --experimental-vm-modules is not for the child (a test's own options are: a profile).
+  if (options.env?.NODE_OPTIONS === undefined) delete env.NODE_OPTIONS;
   // Jest's NODE_ENV=test is not the service's: it runs as deployed (production) unless a test says.
   if (options.env?.NODE_ENV === undefined) delete env.NODE_ENV;
   if (options.databaseUrl) env.DATABASE_URL = options.databaseUrl;
