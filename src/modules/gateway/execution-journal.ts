@@ -65,7 +65,6 @@ export function interruptedRecord({ id: _id, params, approvalId, ...subject }: J
     resultHash: null,
     originalResultHash: null,
     redactions: [],
-    confirmation: null,
     approvalId,
   };
 }

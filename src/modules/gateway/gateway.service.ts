@@ -18,7 +18,7 @@ import {
   type ActivePolicy,
   type PolicyEvaluation,
 } from '../policy/policy-rules.js';
-import type { RecordedPolicy } from '../record/record-chain.js';
+import type { RecordedConfirmation, RecordedPolicy } from '../record/record-chain.js';
 import { newInteractionId, type NewRecord, type RecordService, type RecordSubject } from '../record/record.service.js';
 import type { ToolResult } from '../tool/connectors.js';
 import { type ConnectionAccess, type ToolService, usedConnectionOf } from '../tool/tool.service.js';
@@ -346,11 +346,8 @@ interface ResultHashes {
   original: string | null;
 }
 
-function recordOf(
-  { subject, call, upstream, confirmation }: Execution,
-  decision: GatewayDecision,
-  hashes: ResultHashes | null,
-): NewRecord {
+function recordOf(execution: Execution, decision: GatewayDecision, hashes: ResultHashes | null): NewRecord {
+  const { subject, call, upstream } = execution;
   return {
     ...subject,
     params: call.action.params,
@@ -365,9 +362,13 @@ function recordOf(
     // The OAuth connection the call went (or would have gone) with: its id and user, never its token.
     connection: usedConnectionOf(upstream),
     labels: decision.labels,
-    confirmation: confirmation?.ok ? { confirmation_id: confirmation.id, by: confirmation.by } : null,
+    confirmation: recordedConfirmation(execution),
   };
 }
+
+/** The confirmation a call runs with, as its record signs it; null without one. */
+const recordedConfirmation = ({ confirmation }: Execution): RecordedConfirmation | null =>
+  confirmation?.ok ? { confirmation_id: confirmation.id, by: confirmation.by } : null;
 
 /** What the write-ahead journal keeps of an allowed execute until its record exists. */
 function journalEntryOf(execution: Execution, approvalToUse: string | null): JournalEntry {
@@ -381,6 +382,7 @@ function journalEntryOf(execution: Execution, approvalToUse: string | null): Jou
     // The same connection as recordOf's, so that an interrupted execution names it too.
     connection: usedConnectionOf(execution.upstream),
     labels: decisionLabels(execution.context.policies),
+    confirmation: recordedConfirmation(execution),
   };
 }
 

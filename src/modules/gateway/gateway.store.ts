@@ -1,5 +1,10 @@
 import { plannedOnce, type SqlConnection, type SqlDriver } from '../../db/sql.js';
-import type { InteractionChannel, RecordedConnection, RecordedPolicy } from '../record/record-chain.js';
+import type {
+  InteractionChannel,
+  RecordedConfirmation,
+  RecordedConnection,
+  RecordedPolicy,
+} from '../record/record-chain.js';
 import { recordedConnectionOf, type RecordConnection, type RecordSubject } from '../record/record.service.js';
 import {
   budgetOutcome,
@@ -28,6 +33,8 @@ export interface JournalEntry extends RecordSubject {
   connection: RecordConnection | null;
   /** The decision's labels, for the record written on recovery too. */
   labels: readonly string[];
+  /** The user's confirmation the call runs with, for the record written on recovery too; null without one. */
+  confirmation: RecordedConfirmation | null;
 }
 
 /** A fixed-window counter: its bucket and the start of its window. */
@@ -124,8 +131,9 @@ export async function countAndJournal(
      journal AS (
        INSERT INTO gateway_executions
          (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-          connection, labels)
-       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23, $24::jsonb, $25::text[]
+          connection, labels, confirmation)
+       SELECT $11, $12::uuid, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21, $22::jsonb, $23, $24::jsonb, $25::text[],
+              $26::jsonb
        FROM allowance WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT limit_counts, refused_by, day_count, hour_count FROM allowance`,
@@ -146,6 +154,7 @@ export async function countAndJournal(
       entry.channel,
       entry.connection === null ? null : JSON.stringify(recordedConnectionOf(entry.connection)),
       entry.labels.length ? entry.labels : null,
+      entry.confirmation === null ? null : JSON.stringify(entry.confirmation),
     ],
     'count_and_journal',
   );
@@ -174,15 +183,16 @@ export async function countAndJournalMany(
      journal AS (
        INSERT INTO gateway_executions
          (id, org_id, owner, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-          connection, labels)
+          connection, labels, confirmation)
        SELECT e.id, e.org_id, $11, e.svc_id, e.agent_id, e.action_type, e.tool, e.capability, e.params_hash, e.params,
-              e.approval_id, e.policies, e.channel, e.connection, e.labels
+              e.approval_id, e.policies, e.channel, e.connection, e.labels, e.confirmation
        FROM allowance
        JOIN ROWS FROM (jsonb_to_recordset($13::jsonb)
          AS (id text, org_id uuid, svc_id text, agent_id text, action_type text, tool text, capability text,
-             params_hash text, params jsonb, approval_id text, policies jsonb, channel text, connection jsonb, labels text[]))
+             params_hash text, params jsonb, approval_id text, policies jsonb, channel text, connection jsonb, labels text[],
+             confirmation jsonb))
          WITH ORDINALITY AS e(id, org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params,
-                              approval_id, policies, channel, connection, labels, ord) USING (ord)
+                              approval_id, policies, channel, connection, labels, confirmation, ord) USING (ord)
        WHERE refused_by = 0 AND day_count IS NOT NULL AND hour_count IS NOT NULL
      )
      SELECT ord, limit_counts, refused_by, day_count, hour_count FROM allowance ORDER BY ord`,
@@ -208,6 +218,7 @@ export async function countAndJournalMany(
           channel: e.channel,
           connection: e.connection === null ? null : recordedConnectionOf(e.connection),
           labels: e.labels.length ? e.labels : null,
+          confirmation: e.confirmation,
         })),
       ),
     ],
@@ -293,13 +304,14 @@ interface JournalRow {
   channel: InteractionChannel | null;
   connection: RecordedConnection | null;
   labels: string[] | null;
+  confirmation: RecordedConfirmation | null;
 }
 
 /** The journal entries of one owner, oldest first. */
 export async function executionsOf(conn: SqlConnection, owner: number): Promise<JournalEntry[]> {
   const rows = await conn.query<JournalRow>(
     `SELECT id, org_id::text AS org_id, svc_id, agent_id, action_type, tool, capability, params_hash, params, approval_id, policies, channel,
-       connection, labels
+       connection, labels, confirmation
      FROM gateway_executions WHERE owner = $1 ORDER BY started_at, id`,
     [owner],
   );
@@ -318,5 +330,6 @@ export async function executionsOf(conn: SqlConnection, owner: number): Promise<
     channel: row.channel,
     connection: row.connection && { connectionId: row.connection.connection_id, userId: row.connection.user_id },
     labels: row.labels ?? [],
+    confirmation: row.confirmation,
   }));
 }

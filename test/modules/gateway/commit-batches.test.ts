@@ -161,6 +161,7 @@ describe('count_and_journal_many', () => {
     labels: [],
     channel: 'rest',
     connection: null,
+    confirmation: null,
   });
 
   test('counts in order against a limit and journals exactly the entries that had room', async () => {
@@ -211,7 +212,7 @@ describe('count_and_journal_many', () => {
     expect(await sql.query('SELECT id FROM gateway_executions WHERE org_id = $1', [org.orgId])).toEqual([]);
   });
 
-  test('journal entries keep the connection of their call, and the records written on recovery name it', async () => {
+  test('journal entries keep the connection and the confirmation of their call, and the records written on recovery name them', async () => {
     const org = await signUp(t, 'journal-connection');
     const sql = t.database.db.sql;
     const { journal } = t.app.services;
@@ -225,7 +226,17 @@ describe('count_and_journal_many', () => {
       null,
     ];
     const ids = connections.map((_, i) => `int_journal_conn_${org.orgId}_${i}`);
-    const entries = ids.map((id, i) => ({ ...entry(org.orgId, id), connection: connections[i] }));
+    // The first two confirmed by their user (one through each commit), the last not.
+    const confirmations = [
+      { confirmation_id: 'cnf_journal_a', by: 'key_a' },
+      { confirmation_id: 'cnf_journal_b', by: 'grant_b' },
+      null,
+    ];
+    const entries = ids.map((id, i) => ({
+      ...entry(org.orgId, id),
+      connection: connections[i],
+      confirmation: confirmations[i],
+    }));
     // Both commits: one execute alone, and a shared one.
     expect(await countAndJournal(sql, [], windows, limits, owner, entries[0])).toMatchObject({ ok: true });
     const many = await countAndJournalMany(sql, [], windows, limits, owner, entries.slice(1));
@@ -233,6 +244,7 @@ describe('count_and_journal_many', () => {
 
     const journaled = (await executionsOf(sql, owner)).filter((e) => ids.includes(e.id));
     expect(journaled.map((e) => e.connection)).toEqual(connections);
+    expect(journaled.map((e) => e.confirmation)).toEqual(confirmations);
     // The journal keeps the record's form of it, as interaction_records does.
     const stored = await sql.query<{ connection: unknown }>(
       'SELECT connection FROM gateway_executions WHERE id = ANY($1) ORDER BY id',
@@ -252,6 +264,7 @@ describe('count_and_journal_many', () => {
         executed: true,
         reasons: [{ code: INTERRUPTED_REASON.code }],
         connection: connections[i] && { connection_id: connections[i].connectionId, user_id: connections[i].userId },
+        confirmation: confirmations[i],
       });
       const verified = await t.request('GET', `/api/v1/records/${id}/verify`, { token: org.adminToken });
       expect(verified.body).toMatchObject({ valid: true });

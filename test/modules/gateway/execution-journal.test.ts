@@ -70,6 +70,7 @@ test('the record of an interrupted execution names the connection its journal en
     policies: [],
     channel: 'mcp' as const,
     labels: [],
+    confirmation: null,
   };
   const connection = { connectionId: 'conn_user', userId: '00000000-0000-4000-8000-000000000002' };
   expect(interruptedRecord({ ...entry, connection })).toMatchObject({
