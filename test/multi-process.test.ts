@@ -217,35 +217,66 @@ describeOnPostgres('two gateway processes on one PostgreSQL', () => {
     expect(jwks.body.keys.map((k: { kid: string }) => k.kid)).toEqual(expect.arrayContaining([oldKid, newKid]));
   }, 60_000);
 
-  test('a policy rate limit of 9 against 40 concurrent executes over both processes allows exactly 9', async () => {
-    const org = await signUp(first);
-    const agent = await readyAgent(first, org);
-    const policy = await first.request('POST', '/api/v1/policies', {
-      token: org.adminToken,
-      body: { name: 'nine a day', effect: 'rate_limit', rate_limit: { limit: 9, window_seconds: 86400, per: 'agent' } },
-    });
-    expect(policy.status).toBe(201);
-    // Both processes have loaded the policy (the writer at once, the other within its poll).
-    for (const service of [first, second]) {
-      let bench = await evaluate(service, agent);
-      while (!bench.body.policies?.length) bench = await evaluate(service, agent);
-      expect(bench.body.policies[0].name).toBe('nine a day');
-    }
-    const results = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => execute(i % 2 ? second : first, agent, actionBody(agent, 'read', { i }))),
-    );
-    const allowed = results.filter((r) => r.status === 200 && r.body.decision === 'allow');
-    // Each process received 20 requests: counting apart, each would have allowed 9 (18 in all).
-    expect(allowed).toHaveLength(9);
-    const limited = results.filter((r) => r.status === 429);
-    expect(limited).toHaveLength(31);
-    expect(limited[0].body.error.details).toEqual({
-      limit: 9,
-      period: '86400s',
-      current: 9,
-      policy_id: policy.body.policy_id,
-    });
-  }, 60_000);
+  // With a history policy too, each execute is decided in its agent's transaction, where a refused
+  // count must leave nothing behind but the denial's history entry.
+  test.each([['alone'], ['beside a history policy']])(
+    'a policy rate limit of 9 (%s) against 40 concurrent executes over both processes allows exactly 9',
+    async (beside) => {
+      const org = await signUp(first);
+      const agent = await readyAgent(first, org);
+      if (beside !== 'alone') {
+        const history = await first.request('POST', '/api/v1/policies', {
+          token: org.adminToken,
+          body: { name: 'history', effect: 'deny', history_window_seconds: 600, condition: 'history.size() > 1000' },
+        });
+        expect(history.status).toBe(201);
+      }
+      const policy = await first.request('POST', '/api/v1/policies', {
+        token: org.adminToken,
+        body: {
+          name: 'nine a day',
+          effect: 'rate_limit',
+          rate_limit: { limit: 9, window_seconds: 86400, per: 'agent' },
+        },
+      });
+      expect(policy.status).toBe(201);
+      // Both processes have loaded the policy (the writer at once, the other within its poll).
+      for (const service of [first, second]) {
+        let bench = await evaluate(service, agent);
+        while (!bench.body.policies?.some((p: { name: string }) => p.name === 'nine a day'))
+          bench = await evaluate(service, agent);
+      }
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => execute(i % 2 ? second : first, agent, actionBody(agent, 'read', { i }))),
+      );
+      const allowed = results.filter((r) => r.status === 200 && r.body.decision === 'allow');
+      // Each process received 20 requests: counting apart, each would have allowed 9 (18 in all).
+      expect(allowed).toHaveLength(9);
+      const limited = results.filter((r) => r.status === 429);
+      expect(limited).toHaveLength(31);
+      expect(limited[0].body.error.details).toEqual({
+        limit: 9,
+        period: '86400s',
+        current: 9,
+        policy_id: policy.body.policy_id,
+      });
+      if (beside !== 'alone') {
+        const entries = await database.db.sql.query<{ decision: string; n: number }>(
+          'SELECT decision, count(*)::int AS n FROM agent_history WHERE org_id = $1::uuid GROUP BY decision ORDER BY decision',
+          [org.orgId],
+        );
+        expect(entries).toEqual([
+          { decision: 'allow', n: 9 },
+          { decision: 'deny', n: 31 },
+        ]);
+      }
+      const journaled = await database.db.sql.query('SELECT id FROM gateway_executions WHERE org_id = $1::uuid', [
+        org.orgId,
+      ]);
+      expect(journaled.length).toBeLessThanOrEqual(9);
+    },
+    60_000,
+  );
 
   test('a policy created, changed and deleted through one process applies on the other within a second', async () => {
     const org = await signUp(first);

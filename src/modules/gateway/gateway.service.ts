@@ -702,11 +702,13 @@ export function createGatewayService({ db, env, telemetry }: Deps, modules: Coll
     }
     const approvalToUse = checked.needsHuman ? asked.call.approvalId : null;
     const entry = journalEntryOf(execution, approvalToUse);
-    const commit = await undoUnless(
-      tx,
-      () => commitWithin(tx, execution, entry, approvalToUse, owner),
-      (value) => value === LEASE_LOST || value.ok,
-    );
+    const commitIt = () => commitWithin(tx, execution, entry, approvalToUse, owner);
+    // Counting alone undoes itself when it refuses (take_allowance); a token or an approval used
+    // before it is what a savepoint must take back.
+    const commit =
+      execution.context.token?.ok || approvalToUse
+        ? await undoUnless(tx, commitIt, (value) => value === LEASE_LOST || value.ok)
+        : await commitIt();
     if (commit === LEASE_LOST) return LEASE_LOST;
     await appendHistory(tx, historyEntryOf(asked, commit.ok ? 'allow' : 'deny', labels));
     return { kind: 'committed', execution, commit, approvalToUse };
