@@ -209,9 +209,11 @@ afterAll(async () => {
 }, 60_000);
 
 describe('terminated connections (PostgreSQL)', () => {
-  onPostgres(
-    '40 backend terminations under execute load and API-key writes: the process lives on, answers 200 or 503, keeps its journal lease, and every tool call has a record',
-    async () => {
+  // With a history policy, each execute is decided in a transaction that holds its agent's lock:
+  // connections are cut inside it too, and every call that ran still has its history entry.
+  onPostgres.each([['no policy'], ['a history policy']])(
+    '%s: 40 backend terminations under execute load and API-key writes: the process lives on, answers 200 or 503, keeps its journal lease, and every tool call has a record',
+    async (policies) => {
       const database = await createTestDatabase();
       databases.push(database);
       const service = await startReadyService({
@@ -219,6 +221,19 @@ describe('terminated connections (PostgreSQL)', () => {
         env: { ...LOOPBACK_UPSTREAMS, LOG_LEVEL: 'warn', EXECUTION_RECOVERY_SECONDS: '1' },
       });
       const { org, agent } = await setUp(service, tool);
+      if (policies === 'a history policy') {
+        const created = await service.request('POST', '/api/v1/policies', {
+          token: org.adminToken,
+          body: {
+            name: 'sees its history',
+            effect: 'deny',
+            history_window_seconds: 3600,
+            target: { capabilities: ['billing:*'] },
+            condition: 'history.exists(h, "exfiltrated" in h.labels)',
+          },
+        });
+        expect(created.status).toBe(201);
+      }
       const load = startLoad([service], org, agent, 16);
       const admin = new pg.Client({ connectionString: database.url });
       await admin.connect();
@@ -239,6 +254,15 @@ describe('terminated connections (PostgreSQL)', () => {
         expect(load.statuses.get(200)).toBeGreaterThan(0);
         expect((await service.request('GET', '/readyz')).status).toBe(200);
         await expectEveryCallRecorded(service, org, tool, load);
+        if (policies === 'a history policy') {
+          // The entry commits with the decision: every call the tool received has one, allowed.
+          const { rows } = await admin.query<{ id: string; decision: string }>(
+            'SELECT id, decision FROM agent_history WHERE org_id = $1',
+            [org.orgId],
+          );
+          const entries = new Map(rows.map((row) => [row.id, row.decision]));
+          expect(tool.received.filter((id) => entries.get(id) !== 'allow')).toEqual([]);
+        }
         // The journal's lease is still held and renewed, and what it guards is settled.
         const owners = await admin.query('SELECT owner FROM gateway_journal_owners WHERE lease_expires_at > now()');
         expect(owners.rows).toHaveLength(1);
