@@ -704,18 +704,20 @@ async function run() {
  * turns (each side first as often as last), after a warm-up of each: per side, the service's CPU
  * per request and the requests a second. A response other than 200 fails the run.
  */
-async function inSlices(row: string, sides: { pid: number; request: LoadRequest }[]) {
+async function inSlices(
+  row: string,
+  sides: { pid: number; request: LoadRequest }[],
+  // The load client sends several agents' calls (`bodies`); autocannon is the faster client.
+  load = (request: LoadRequest, seconds: number) => runClosedLoop(request, { seconds, connections: CONNECTIONS }),
+) {
   const totals = sides.map(() => ({ ticks: 0, requests: 0, errors: 0 }));
-  for (const side of sides) await runClosedLoop(side.request, { seconds: 2, connections: CONNECTIONS });
+  for (const side of sides) await load(side.request, 2);
   for (let slice = 0; slice < COMPARE_SLICES; slice++) {
     const order = sides.map((_, i) => i);
     if (slice % 2) order.reverse();
     for (const i of order) {
       const before = cpuTicks(sides[i].pid);
-      const result = await runClosedLoop(sides[i].request, {
-        seconds: COMPARE_SLICE_SECONDS,
-        connections: CONNECTIONS,
-      });
+      const result = await load(sides[i].request, COMPARE_SLICE_SECONDS);
       totals[i].ticks += cpuTicks(sides[i].pid) - before;
       totals[i].requests += result.requests;
       totals[i].errors += errorsOf(result);
@@ -735,7 +737,10 @@ async function inSlices(row: string, sides: { pid: number; request: LoadRequest 
  * calls, one without policies, one whose agent a history policy targets (each execute serialized
  * with its history entry; every condition scans the newest 1,000 entries and finds nothing), one
  * whose policy runs the three detectors over the params. Per row: the ratio of each to the org
- * without policies, in requests a second and in the service's CPU per request.
+ * without policies, in requests a second and in the service's CPU per request. The rows with one
+ * agent put every connection on it, which a history policy serializes: its worst case. The row
+ * with as many agents as connections is how agents call (one call at a time each), through the
+ * load client, which can send each connection's own agent's call.
  */
 async function policyRatios() {
   const dataDir = DATABASE_URL ? undefined : await mkdtemp(path.join(os.tmpdir(), 'agw-bench-cost-'));
@@ -773,18 +778,29 @@ async function policyRatios() {
       });
       if (created.status !== 201) throw new Error(`policy ${policy.name}: ${created.status} ${await created.text()}`);
     }
-    sides.push({ name, agent: await api.gatewayAgent(org.orgId, org.auth) });
+    const agent = await api.gatewayAgent(org.orgId, org.auth);
+    // The same org's calls spread over as many agents as connections, each agent one call at a time.
+    const bodies = [agent.body];
+    for (let i = 1; i < CONNECTIONS; i++) bodies.push(await api.approvedAgent(org.orgId, org.auth, `bench-agent-${i}`));
+    sides.push({ name, agent, bodies });
   }
   const table: Record<string, Record<string, string | number>> = {};
-  for (const row of ['execute', 'evaluate'] as const) {
+  const rows = [
+    { row: 'execute', path: 'execute', spread: false },
+    { row: 'evaluate', path: 'evaluate', spread: false },
+    { row: `execute, ${CONNECTIONS} agents`, path: 'execute', spread: true },
+  ];
+  for (const { row, path: route, spread } of rows) {
+    const measured = spread ? sides.filter(({ name }) => name !== 'detectors') : sides;
     const totals = await inSlices(
       row,
-      sides.map(({ agent }) => ({
+      measured.map(({ agent, bodies }) => ({
         pid: service.pid,
-        request: { url: `${service.base}/api/v1/gateway/${row}`, ...agent },
+        request: { url: `${service.base}/api/v1/gateway/${route}`, ...agent, ...(spread ? { bodies } : {}) },
       })),
+      spread ? (request, seconds) => runLoad(request, { seconds, concurrency: CONNECTIONS }) : undefined,
     );
-    sides.forEach(({ name }, i) => {
+    measured.forEach(({ name }, i) => {
       table[`${row}, ${name}`] = {
         'req/s': Math.round(totals[i].rps),
         'service CPU µs/req': Math.round(totals[i].perRequest),

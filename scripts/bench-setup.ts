@@ -54,17 +54,8 @@ export function benchApi(base: string) {
    * the request (for /api/v1/gateway/evaluate or /execute) that acts for the agent.
    */
   async function gatewayAgent(orgId: string, headers: Record<string, string>) {
-    const manifest = await post(
-      `/api/v1/orgs/${orgId}/manifests`,
-      {
-        version: '1.0',
-        agent: { id: 'bench-gateway', name: 'Bench', version: '1.0.0', team: 'bench' },
-        capabilities: { requested: ['billing:read'] },
-        constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
-      },
-      headers,
-    );
-    await post(`/api/v1/orgs/${orgId}/manifests/${manifest.manifest_id}/approve`, {}, headers);
+    const svcId = 'bench-gateway';
+    await approvedAgent(orgId, headers, svcId);
     await post(
       `/api/v1/orgs/${orgId}/tools`,
       { action_type: 'billing', connector: 'mock', config: { response: { ok: true } } },
@@ -75,17 +66,37 @@ export function benchApi(base: string) {
     return {
       method: 'POST' as const,
       headers: { 'content-type': 'application/json', 'x-api-key': key as string },
-      body: JSON.stringify({
-        svc_id: 'bench-gateway',
-        agent_id: 'bench-gateway',
-        action: {
-          type: 'billing',
-          tool: 'read',
-          params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } },
-        },
-      }),
+      body: callOf(svcId),
     };
   }
 
-  return { post, signUp, gatewayAgent };
+  /** Another agent of the org, approved, with the same capability (several agents' calls: `bodies`). */
+  async function approvedAgent(orgId: string, headers: Record<string, string>, svcId: string) {
+    const manifest = await post(
+      `/api/v1/orgs/${orgId}/manifests`,
+      {
+        version: '1.0',
+        agent: { id: svcId, name: 'Bench', version: '1.0.0', team: 'bench' },
+        capabilities: { requested: ['billing:read'] },
+        constraints: { max_actions_per_hour: 100_000_000, max_actions_per_day: 100_000_000 },
+      },
+      headers,
+    );
+    await post(`/api/v1/orgs/${orgId}/manifests/${manifest.manifest_id}/approve`, {}, headers);
+    return callOf(svcId);
+  }
+
+  return { post, signUp, gatewayAgent, approvedAgent };
 }
+
+/** The body of an agent's call: the same params for every agent. */
+const callOf = (svcId: string) =>
+  JSON.stringify({
+    svc_id: svcId,
+    agent_id: svcId,
+    action: {
+      type: 'billing',
+      tool: 'read',
+      params: { invoice: 42, amount: 120.5, currency: 'EUR', customer: { tier: 'gold', tags: ['vip'] } },
+    },
+  });

@@ -19,6 +19,8 @@ const {
   method = 'POST',
   headers = {},
   body = '',
+  // Closed loop: client i sends bodies[i % bodies.length] instead (several agents' calls, each one at a time).
+  bodies = [body],
   seconds,
   concurrency = 256,
   rate,
@@ -26,12 +28,12 @@ const {
 } = JSON.parse(process.argv[2] === '-' ? readFileSync(0, 'utf8') : process.argv[2]);
 const target = new URL(url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
-const payload = Buffer.from(body);
+const payloads = bodies.map((text) => Buffer.from(text));
 const latencies = [];
 const statuses = {};
 let failures = 0;
 
-function once(started = performance.now()) {
+function once(started = performance.now(), payload = payloads[0]) {
   return new Promise((resolve) => {
     const request = http.request(
       {
@@ -78,8 +80,9 @@ const deadline = performance.now() + seconds * 1000;
 if (rate) await openLoop();
 else
   await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < deadline) await once();
+    Array.from({ length: concurrency }, async (_, i) => {
+      const payload = payloads[i % payloads.length];
+      while (performance.now() < deadline) await once(performance.now(), payload);
     }),
   );
 agent.destroy();

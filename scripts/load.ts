@@ -13,6 +13,8 @@ export interface LoadRequest {
   method?: string;
   headers?: Record<string, string>;
   body?: string;
+  /** The load client's closed loop only: client i sends bodies[i % bodies.length] instead of `body`. */
+  bodies?: string[];
 }
 
 export interface LoadResult {
