@@ -125,6 +125,11 @@ export interface Env {
    * `Origin` header is refused (DNS rebinding). Clients that send no Origin (agents) are not affected.
    */
   mcpAllowedOrigins: string[];
+  /**
+   * MCP calls of one org that may wait at once, per process, for their user's confirmation on
+   * 2025-11-25 (`MCP_CONFIRMATIONS_WAITING_PER_ORG`); beyond it a call is denied rather than asked.
+   */
+  mcpConfirmationsWaitingPerOrg: number;
   /** Browser origins other than the service's own that may call /graphql and the REST API (CORS); none by default. */
   corsAllowedOrigins: string[];
   /**
@@ -331,6 +336,7 @@ export function parseEnv(source: NodeJS.ProcessEnv = process.env): Env {
     executionLeaseSeconds: integer(source, 'EXECUTION_LEASE_SECONDS', 15, 3),
     policyEvalBudget: integer(source, 'POLICY_EVAL_BUDGET', DEFAULT_EVAL_BUDGET, 1),
     mcpAllowedOrigins: allowedOrigins(source.MCP_ALLOWED_ORIGINS, 'MCP_ALLOWED_ORIGINS'),
+    mcpConfirmationsWaitingPerOrg: integer(source, 'MCP_CONFIRMATIONS_WAITING_PER_ORG', 20, 1),
     corsAllowedOrigins: allowedOrigins(source.CORS_ALLOWED_ORIGINS, 'CORS_ALLOWED_ORIGINS'),
     metricsPort: integer(source, 'METRICS_PORT', 9464),
     metricsHost: source.METRICS_HOST || '127.0.0.1',

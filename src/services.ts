@@ -89,7 +89,7 @@ export function createServices(deps: Deps, { webhooks }: { webhooks: WebhookWake
     journal,
     gateway,
     oauth,
-    mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }),
+    mcp: createMcpService({ agents, manifests, tools, policies, purchases, gateway }, deps.env),
     sessions,
     sso,
     apiKeys,

@@ -315,7 +315,9 @@ export function useMcpEndpoint({
             // its retry carries the answer; on 2025-11-25 the question goes out on this call's
             // stream, and the call waits for the answer the client posts (to any process).
             const confirmation =
-              era === 'stateless' ? confirmationOf(ctx.mcpReq) : { canAsk: sendRelated !== undefined, answer: null };
+              era === 'stateless'
+                ? confirmationOf(ctx.mcpReq)
+                : { canAsk: sendRelated !== undefined && mcp.mayWait(principal.orgId), answer: null };
             const asked = await mcp.callTool(principal, svcId, request.params, turn?.away, confirmation);
             if (asked.confirm && era === 'stateless') return confirmationElicitation(asked.confirm);
             const { result, connect } =

@@ -12,6 +12,7 @@ import type { ManifestService } from '../manifest/manifest.service.js';
 import type { PurchaseService } from '../marketplace/purchase.service.js';
 import type { PolicyService } from '../policy/policy.service.js';
 import type { ToolService } from '../tool/tool.service.js';
+import type { Env } from '../../env.js';
 import {
   callResultOf,
   capabilityOfToolName,
@@ -47,7 +48,10 @@ function upstreamOf(tool: string | null, state: DefinitionState): ConnectorDescr
   return { tool, pinned };
 }
 
-export function createMcpService({ agents, manifests, tools, policies, purchases, gateway }: Collaborators) {
+export function createMcpService(
+  { agents, manifests, tools, policies, purchases, gateway }: Collaborators,
+  env: Pick<Env, 'mcpConfirmationsWaitingPerOrg'>,
+) {
   /** The connector of each action type the manifest's capabilities use, as its tools are described. */
   async function connectorsOf(orgId: string, capabilities: readonly string[]) {
     const domains = [...new Set(capabilities.map((capability) => capability.slice(0, capability.indexOf(':'))))];
@@ -142,6 +146,12 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
    * client went away.
    */
   const waiting = new Map<string, () => void>();
+  /**
+   * Calls waiting per org: a call waits up to the question's 10 minutes without its org's turn,
+   * so the org's limits on requests in the process do not bound them; this does.
+   */
+  const waitingPerOrg = new Map<string, number>();
+  const mayWait = (orgId: string) => (waitingPerOrg.get(orgId) ?? 0) < env.mcpConfirmationsWaitingPerOrg;
 
   async function awaitConfirmation(
     principal: AgentPrincipal,
@@ -149,6 +159,18 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     id: string,
     signal: AbortSignal,
   ): Promise<void> {
+    const { orgId } = principal;
+    waitingPerOrg.set(orgId, (waitingPerOrg.get(orgId) ?? 0) + 1);
+    try {
+      await lookUntilAnswered(principal, svcId, id, signal);
+    } finally {
+      const left = (waitingPerOrg.get(orgId) ?? 1) - 1;
+      if (left) waitingPerOrg.set(orgId, left);
+      else waitingPerOrg.delete(orgId);
+    }
+  }
+
+  async function lookUntilAnswered(principal: AgentPrincipal, svcId: string, id: string, signal: AbortSignal) {
     for (let pause = FIRST_LOOK_MS; !signal.aborted; pause = Math.min(pause * 2, LAST_LOOK_MS)) {
       if ((await gateway.confirmationStatus(principal, svcId, id)) !== 'open') return;
       await new Promise<void>((resolve) => {
@@ -176,7 +198,7 @@ export function createMcpService({ agents, manifests, tools, policies, purchases
     return kept;
   }
 
-  return { listTools, callTool, awaitConfirmation, postConfirmation };
+  return { listTools, callTool, mayWait, awaitConfirmation, postConfirmation };
 }
 
 /** How often a waiting call looks at its question: soon at first, then at most every second. */

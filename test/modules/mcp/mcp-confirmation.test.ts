@@ -35,7 +35,8 @@ beforeAll(async () => {
   server = http.createServer(t.app.yoga);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  other = await startTestApp({}, { db: t.database.db });
+  // It lets one call of an org wait for its user at a time.
+  other = await startTestApp({ MCP_CONFIRMATIONS_WAITING_PER_ORG: '1' }, { db: t.database.db });
   otherServer = http.createServer(other.app.yoga);
   await new Promise<void>((resolve) => otherServer.listen(0, '127.0.0.1', resolve));
   otherBase = `http://127.0.0.1:${(otherServer.address() as AddressInfo).port}`;
@@ -329,6 +330,37 @@ describe("2025-11-25: the question goes out on the call's stream, and the answer
     const [record] = await untilDenied();
     expect(record).toMatchObject({ status: 'denied', executed: false });
     expect(record.reasons.map((reason) => reason.code)).toEqual(['CONFIRMATION_REQUIRED']);
+  });
+
+  test('an org with MCP_CONFIRMATIONS_WAITING_PER_ORG calls waiting: its next call is denied at once, not asked', async () => {
+    const connect = async (onAsked: () => void) => {
+      const client = new Client({ name: 'agent-v1', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+      client.setRequestHandler(ElicitRequestSchema, async () => {
+        onAsked();
+        return new Promise<never>(() => undefined);
+      });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${otherBase}/mcp/${agent.svcId}`), {
+          requestInit: { headers: { 'X-API-Key': agent.key } },
+        }),
+      );
+      return client;
+    };
+    let asked = 0;
+    const waiting = await connect(() => asked++);
+    const next = await connect(() => asked++);
+    try {
+      const pending = waiting.callTool({ name: 'billing__refund', arguments: { amount: 61 } }).catch((error) => error);
+      await until(() => asked === 1);
+      const refused = (await next.callTool({ name: 'billing__refund', arguments: { amount: 62 } })) as CallToolResult;
+      expect(refused.isError).toBe(true);
+      expect(reasonsOf(refused).map((reason) => reason.code)).toEqual(['CONFIRMATION_REQUIRED']);
+      expect(asked).toBe(1);
+      await waiting.close();
+      expect(await pending).toBeInstanceOf(Error);
+    } finally {
+      await next.close();
+    }
   });
 
   test('an answer to a question nobody asked is refused with a 400', async () => {
