@@ -64,6 +64,10 @@ export const ENV_DESCRIPTIONS: Record<string, { default?: string; meaning: strin
   POLICY_EVAL_BUDGET: { default: '50000', meaning: 'operations one policy condition evaluation may take' },
   CORS_ALLOWED_ORIGINS: { meaning: 'other browser origins allowed by CORS (comma-separated)' },
   MCP_ALLOWED_ORIGINS: { meaning: 'browser origins allowed on /mcp/… (comma-separated)' },
+  MCP_CONFIRMATIONS_WAITING_PER_ORG: {
+    default: '20',
+    meaning: "an org's MCP calls waiting at once for their user's yes",
+  },
   METRICS_PORT: { default: '9464', meaning: 'port of the GET /metrics listener; 0: no metrics' },
   METRICS_HOST: { default: '127.0.0.1', meaning: 'address of the metrics listener' },
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { meaning: 'OTLP/HTTP traces URL, as is (unset: no tracing)' },
